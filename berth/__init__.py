@@ -1,0 +1,1 @@
+"""Berth core: settings, errors, security and process helpers shared by every component."""

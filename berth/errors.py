@@ -1,0 +1,47 @@
+"""Berth's exceptions; each subclasses the builtin it refines so callers can catch broadly.
+
+    BerthError(Exception)                       base: message is shown to the user as is
+    ├── UserInputError(BerthError, ValueError)  bad values, unknown entry/parameter (HTTP 400)
+    │   └── CapacityError                       cannot fit any node / beyond cluster limits (HTTP 422)
+    ├── NotFoundError(BerthError, LookupError)  unknown workflow, endpoint, node, secret (HTTP 404)
+    ├── PermissionDeniedError(BerthError, PermissionError)  caller may not do this (HTTP 403)
+    ├── AuthenticationError(BerthError, PermissionError)    missing/invalid credentials (HTTP 401)
+    ├── ConflictError(BerthError, RuntimeError) state conflicts, e.g. state dir locked (HTTP 409)
+    └── UnavailableError(BerthError, ConnectionError)       API/Temporal unreachable (HTTP 503)
+"""
+
+from __future__ import annotations
+
+
+class BerthError(Exception):
+    """Base class; `str(error)` is a complete sentence saying what is wrong and what to do."""
+
+    http_status = 500
+
+
+class UserInputError(BerthError, ValueError):
+    http_status = 400
+
+
+class CapacityError(UserInputError):
+    http_status = 422
+
+
+class NotFoundError(BerthError, LookupError):
+    http_status = 404
+
+
+class PermissionDeniedError(BerthError, PermissionError):
+    http_status = 403
+
+
+class AuthenticationError(BerthError, PermissionError):
+    http_status = 401
+
+
+class ConflictError(BerthError, RuntimeError):
+    http_status = 409
+
+
+class UnavailableError(BerthError, ConnectionError):
+    http_status = 503

@@ -1,0 +1,148 @@
+"""Child processes the Berth way: own process group, log to a file, stop with SIGTERM then SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import httpx
+
+
+def spawn(argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None,
+          cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start `argv` in a new session (its own process group) with stdout+stderr appended to a log."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab", buffering=0) as log:
+        return subprocess.Popen(
+            list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
+        )
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); treat it as gone once its state says so.
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return any(_pgid_of(pid) == pgid and pid_alive(pid) for pid in _all_pids())
+
+
+def _all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _pgid_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def stop_group_sync(pgid: int, grace_s: float = 10.0) -> None:
+    """SIGTERM the whole group, wait up to `grace_s`, then SIGKILL whatever is left."""
+    signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not group_alive(pgid):
+            return
+        time.sleep(0.05)
+    signal_group(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+async def stop_group(pgid: int, grace_s: float = 10.0) -> None:
+    signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not group_alive(pgid):
+            return
+        await asyncio.sleep(0.05)
+    signal_group(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while group_alive(pgid) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+
+def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        return sock.connect_ex((host, port)) == 0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_http_sync(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Poll `url` until it answers 2xx; fail early if `proc` exits meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    last_error = "no answer"
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with status {proc.returncode} before {url} answered")
+        try:
+            response = httpx.get(url, timeout=1.0)
+            if response.is_success:
+                return
+            last_error = f"HTTP {response.status_code}"
+        except httpx.HTTPError as error:
+            last_error = type(error).__name__
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer within {timeout_s:.0f} s ({last_error})")
+
+
+def wait_port_sync(host: str, port: int, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with status {proc.returncode} before port {port} opened")
+        if port_open(host, port):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"port {host}:{port} did not open within {timeout_s:.0f} s")
+
+
+def tail(path: Path, lines: int = 20, max_bytes: int = 64_000) -> str:
+    """The last lines of a log file (bounded read: logs can be large)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - max_bytes))
+            data = handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])

@@ -1,0 +1,174 @@
+"""Keys, tokens and encryption: Ed25519-signed JWTs (API and endpoint tokens, caller assertions)
+and AES-GCM for secrets at rest and Temporal payloads."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from berth.errors import AuthenticationError
+
+ISSUER = "berth"
+API_AUDIENCE = "berth-api"
+ALGORITHM = "EdDSA"
+
+
+def endpoint_audience(endpoint_id: str) -> str:
+    return f"endpoint:{endpoint_id}"
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a token or assertion speaks for."""
+
+    user: str
+    groups: tuple[str, ...] = ()
+    org: str = ""
+    admin: bool = False
+
+    def claims(self) -> dict[str, Any]:
+        return {"sub": self.user, "groups": list(self.groups), "org": self.org, "admin": self.admin}
+
+    @classmethod
+    def from_claims(cls, claims: dict[str, Any]) -> Identity:
+        return cls(
+            user=str(claims["sub"]),
+            groups=tuple(str(g) for g in claims.get("groups", [])),
+            org=str(claims.get("org", "")),
+            admin=bool(claims.get("admin", False)),
+        )
+
+
+@dataclass
+class SigningKey:
+    """The control plane's Ed25519 key: signs tokens; its public half is published as JWKS."""
+
+    private: Ed25519PrivateKey
+    kid: str
+
+    @classmethod
+    def load_or_create(cls, keys_dir: Path) -> SigningKey:
+        path = keys_dir / "signing.pem"
+        if not path.exists():
+            key = Ed25519PrivateKey.generate()
+            pem = key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+            try:
+                _write_private(path, pem)
+            except FileExistsError:
+                pass  # another process created it first; use theirs
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        assert isinstance(key, Ed25519PrivateKey)
+        raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        return cls(private=key, kid=_b64url(raw)[:16])
+
+    @property
+    def public(self) -> Ed25519PublicKey:
+        return self.private.public_key()
+
+    def jwks(self) -> dict[str, Any]:
+        raw = self.public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        return {"keys": [{"kty": "OKP", "crv": "Ed25519", "x": _b64url(raw), "kid": self.kid,
+                          "alg": ALGORITHM, "use": "sig"}]}
+
+    def sign(self, claims: dict[str, Any], ttl_s: float) -> str:
+        now = int(time.time())
+        payload = {"iss": ISSUER, "iat": now, "nbf": now - 1, "exp": now + int(ttl_s),
+                   "jti": uuid.uuid4().hex, **claims}
+        return jwt.encode(payload, self.private, algorithm=ALGORITHM, headers={"kid": self.kid})
+
+    def api_token(self, identity: Identity, ttl_s: float = 365 * 24 * 3600) -> str:
+        return self.sign({**identity.claims(), "aud": API_AUDIENCE, "typ": "api"}, ttl_s)
+
+    def endpoint_token(self, identity: Identity, endpoint_id: str, ttl_s: float) -> str:
+        return self.sign({**identity.claims(), "aud": endpoint_audience(endpoint_id), "typ": "endpoint"}, ttl_s)
+
+    def caller_assertion(self, identity: Identity, endpoint_id: str, ttl_s: float = 60) -> str:
+        claims = {"sub": identity.user, "groups": list(identity.groups), "org": identity.org,
+                  "aud": endpoint_id, "typ": "caller"}
+        return self.sign(claims, min(ttl_s, 60))
+
+
+@dataclass
+class TokenVerifier:
+    """Verifies Berth JWTs against one or more public keys (kid → key)."""
+
+    keys: dict[str, Ed25519PublicKey] = field(default_factory=dict)
+
+    @classmethod
+    def from_jwks(cls, jwks: dict[str, Any]) -> TokenVerifier:
+        keys: dict[str, Ed25519PublicKey] = {}
+        for item in jwks.get("keys", []):
+            if item.get("kty") == "OKP" and item.get("crv") == "Ed25519":
+                raw = base64.urlsafe_b64decode(item["x"] + "=" * (-len(item["x"]) % 4))
+                keys[item["kid"]] = Ed25519PublicKey.from_public_bytes(raw)
+        return cls(keys)
+
+    def verify(self, token: str, audience: str) -> dict[str, Any]:
+        try:
+            kid = jwt.get_unverified_header(token).get("kid")
+            key = self.keys.get(kid) if kid else None
+            if key is None:
+                raise AuthenticationError("The token was signed by an unknown key.")
+            return jwt.decode(token, key, algorithms=[ALGORITHM], audience=audience, issuer=ISSUER,
+                              options={"require": ["exp", "sub", "aud"]})
+        except jwt.PyJWTError as error:
+            raise AuthenticationError(f"The token is not valid here ({type(error).__name__}).") from None
+
+
+class Cipher:
+    """AES-256-GCM with a key file in the state dir: secrets at rest and Temporal payloads."""
+
+    def __init__(self, key: bytes) -> None:
+        self._aead = AESGCM(key)
+
+    @classmethod
+    def load_or_create(cls, keys_dir: Path, name: str = "data.key") -> Cipher:
+        path = keys_dir / name
+        if not path.exists():
+            try:
+                _write_private(path, AESGCM.generate_key(bit_length=256))
+            except FileExistsError:
+                pass
+        return cls(path.read_bytes())
+
+    def encrypt(self, plaintext: bytes, associated: bytes = b"") -> bytes:
+        nonce = secrets.token_bytes(12)
+        return nonce + self._aead.encrypt(nonce, plaintext, associated)
+
+    def decrypt(self, data: bytes, associated: bytes = b"") -> bytes:
+        return self._aead.decrypt(data[:12], data[12:], associated)
+
+    def encrypt_json(self, value: Any) -> str:
+        return base64.b64encode(self.encrypt(json.dumps(value).encode())).decode()
+
+    def decrypt_json(self, data: str) -> Any:
+        return json.loads(self.decrypt(base64.b64decode(data)))
+
+
+def generate_api_key() -> str:
+    return "sk-berth-" + secrets.token_urlsafe(32)

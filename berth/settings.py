@@ -1,0 +1,194 @@
+"""Where Berth keeps its state and which ports the embedded stack uses.
+
+Precedence (documented once, here): packaged defaults < the state dir's `cluster.json` < `BERTH_…`
+environment variables. The client config (API URL + token) is separate: see `ClientConfig`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+DEFAULT_PORT_BASE = 18230
+TEMPORAL_NAMESPACE = "default"
+CONTROL_TASK_QUEUE = "berth-control"
+NODES_TASK_QUEUE = "berth-nodes"  # any node agent: jobs that need a node but no particular one
+
+
+def node_task_queue(node_id: str) -> str:
+    return f"node.{node_id}"
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get("BERTH_STATE_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "berth"
+
+
+def venv_bin(name: str) -> Path:
+    """A console script installed beside the running interpreter (the project's virtualenv)."""
+    return Path(sys.executable).parent / name
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class StackPorts:
+    """The embedded stack's fixed ports, all derived from one base so several stacks can coexist."""
+
+    base: int
+
+    @property
+    def temporal(self) -> int:
+        return self.base
+
+    @property
+    def temporal_ui(self) -> int:
+        return self.base + 1
+
+    @property
+    def api(self) -> int:
+        return self.base + 2
+
+    @property
+    def proxy(self) -> int:
+        return self.base + 3
+
+    @property
+    def hf_mirror(self) -> int:
+        return self.base + 4
+
+    @property
+    def temporal_http(self) -> int:
+        return self.base + 5
+
+    @property
+    def temporal_metrics(self) -> int:
+        return self.base + 6
+
+    @property
+    def node_ports_start(self) -> int:
+        """Ranks and services get ports from here on; each node agent owns a block of 100."""
+        return self.base + 100
+
+
+class ClusterSettings(BaseModel):
+    """Cluster-wide settings an administrator sets (state dir `cluster.json`, `BERTH_…` env)."""
+
+    max_nodes_per_copy: int = Field(8, ge=1, description="Nodes one copy may span; more is rejected")
+    hf_endpoint: str | None = Field(None, description="HF_ENDPOINT for weight downloads (a mirror)")
+    publish_jwks: bool = Field(True, description="Publish caller-assertion signing keys (JWKS)")
+    max_token_expiration_s: int = Field(30 * 24 * 3600, ge=60, description="Longest endpoint token")
+    node_offline_after_s: float = Field(60.0, gt=0, description="Silent node becomes offline")
+    proxy_url: str = Field("http://127.0.0.1:18233", description="Public base URL of the endpoint proxy")
+
+    @classmethod
+    def load(cls, state_dir: Path) -> ClusterSettings:
+        data: dict[str, object] = {}
+        path = state_dir / "cluster.json"
+        if path.exists():
+            data.update(json.loads(path.read_text()))
+        for name in cls.model_fields:
+            env = os.environ.get(f"BERTH_{name.upper()}")
+            if env is not None:
+                data[name] = env
+        return cls.model_validate(data)
+
+    def save(self, state_dir: Path) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        (state_dir / "cluster.json").write_text(self.model_dump_json(indent=2))
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    """Paths inside a state dir; one place so every component agrees."""
+
+    root: Path
+
+    @property
+    def temporal_db(self) -> Path:
+        return self.root / "temporal" / "temporal.db"
+
+    @property
+    def store_db(self) -> Path:
+        return self.root / "berth.db"
+
+    @property
+    def keys(self) -> Path:
+        return self.root / "keys"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def volumes(self) -> Path:
+        return self.root / "volumes"
+
+    @property
+    def nodes(self) -> Path:
+        return self.root / "nodes"
+
+    @property
+    def stack_file(self) -> Path:
+        return self.root / "stack.json"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.root / "stack.lock"
+
+    @property
+    def client_config(self) -> Path:
+        return self.root / "client.json"
+
+    def workflow_logs(self, workflow_id: str) -> Path:
+        return self.logs / "workflows" / workflow_id
+
+    def ephemeral_volume(self, workflow_id: str) -> Path:
+        return self.volumes / "ephemeral" / workflow_id
+
+    def persistent_volume(self, name: str) -> Path:
+        return self.volumes / "persistent" / name
+
+
+class ClientConfig(BaseModel):
+    """What the CLI needs: the API URL and a token. File < `BERTH_API_URL`/`BERTH_TOKEN` env."""
+
+    api_url: str = f"http://127.0.0.1:{DEFAULT_PORT_BASE + 2}"
+    token: str | None = None
+
+    @staticmethod
+    def path() -> Path:
+        env = os.environ.get("BERTH_CONFIG")
+        if env:
+            return Path(env)
+        return Path(os.environ.get("XDG_CONFIG_HOME", Path.home() / ".config")) / "berth" / "config.json"
+
+    @classmethod
+    def load(cls) -> ClientConfig:
+        path = cls.path()
+        data: dict[str, object] = {}
+        if path.exists():
+            data.update(json.loads(path.read_text()))
+        if os.environ.get("BERTH_API_URL"):
+            data["api_url"] = os.environ["BERTH_API_URL"]
+        if os.environ.get("BERTH_TOKEN"):
+            data["token"] = os.environ["BERTH_TOKEN"]
+        return cls.model_validate(data)
+
+    def save(self, path: Path | None = None) -> Path:
+        path = path or self.path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # The token is a credential: owner-only from the moment the file exists.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(self.model_dump_json(indent=2))
+        return path

