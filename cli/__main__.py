@@ -1,0 +1,5 @@
+"""`python -m cli` runs the `berth` command."""
+
+from cli.main import main
+
+main()

@@ -1,0 +1,458 @@
+"""The `berth` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from berth.api_client import ApiClient
+from berth.errors import BerthError, UserInputError
+from berth.settings import DEFAULT_PORT_BASE, ClientConfig, default_state_dir
+from catalog.values import load_values_file, parse_values
+from cli.output import Format, console, emit_json, errors, table
+
+T = TypeVar("T")
+
+app = typer.Typer(help="Berth: serve LLMs on GPU clusters from a catalog.", no_args_is_help=True,
+                  pretty_exceptions_enable=False, add_completion=False)
+workflow_app = typer.Typer(help="Workflows: start, inspect and stop served models.", no_args_is_help=True)
+catalog_app = typer.Typer(help="The workflow catalog.", no_args_is_help=True)
+endpoints_app = typer.Typer(help="Workflow endpoints.", no_args_is_help=True)
+endpoint_app = typer.Typer(help="Endpoints and their access tokens.", no_args_is_help=True)
+node_app = typer.Typer(help="Run a node agent (no subcommand) or list nodes.", invoke_without_command=True)
+app.add_typer(workflow_app, name="workflow")
+workflow_app.add_typer(catalog_app, name="catalog")
+workflow_app.add_typer(endpoints_app, name="endpoints")
+app.add_typer(catalog_app, name="catalog", help="Alias of `berth workflow catalog`.")
+app.add_typer(endpoint_app, name="endpoint")
+app.add_typer(node_app, name="node")
+
+OutputOption = Annotated[Format, typer.Option("--output", "-o", help="table or json")]
+StateDirOption = Annotated[Path | None, typer.Option("--state-dir", help="State directory (default ~/.local/state/berth)")]
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def call(work: Callable[[ApiClient], Awaitable[T]]) -> T:
+    """Run one API interaction; turn Berth errors into one clear line and a non-zero exit."""
+    config = ClientConfig.load()
+
+    async def runner() -> T:
+        async with ApiClient(config.api_url, config.token) as api:
+            return await work(api)
+
+    try:
+        return asyncio.run(runner())
+    except BerthError as error:
+        raise fail(str(error)) from None
+
+
+def _state_dir(value: Path | None) -> Path:
+    return (value or default_state_dir()).resolve()
+
+
+# --- the embedded stack ------------------------------------------------------------------------------
+@app.command()
+def up(
+    state_dir: StateDirOption = None,
+    simulate_gpus: Annotated[str | None, typer.Option(help="Each node reports simulated GPUs, e.g. 4x80GB")] = None,
+    nodes: Annotated[int, typer.Option(help="Node agents to run on this machine")] = 1,
+    port_base: Annotated[int, typer.Option(help="First of the stack's ports")] = DEFAULT_PORT_BASE,
+    engine: Annotated[str | None, typer.Option(help="Force the nodes' engine: vllm, vllm-cpu or simulator")] = None,
+    hf_mirror: Annotated[Path | None, typer.Option(help="Serve this directory as a local Hugging Face mirror")] = None,
+    detach: Annotated[bool, typer.Option(help="Run in the background")] = False,
+) -> None:
+    """Start the embedded stack: Temporal, API, control worker, node agents and endpoint proxy."""
+    from berth import stack
+
+    options = stack.StackOptions(state_dir=_state_dir(state_dir), port_base=port_base, nodes=nodes,
+                                 simulate_gpus=simulate_gpus, engine=engine,
+                                 hf_mirror=hf_mirror.resolve() if hf_mirror else None)
+    try:
+        if detach:
+            argv = [sys.executable, "-m", "cli"] + [a for a in sys.argv[1:] if a != "--detach"]
+            _print_stack(stack.start_detached(options, argv), detached=True)
+            return
+        stack.run_foreground(options, lambda info: _print_stack(info, detached=False))
+    except BerthError as error:
+        raise fail(str(error)) from None
+
+
+def _print_stack(info: dict[str, Any], detached: bool) -> None:
+    console.print("[bold green]Berth is up.[/]")
+    console.print(f"  API          {info['api_url']}")
+    console.print(f"  Endpoints    {info['proxy_url']}/endpoints/<endpoint-id>/v1")
+    console.print(f"  Temporal UI  {info['temporal_ui']}")
+    if info.get("hf_endpoint"):
+        console.print(f"  HF mirror    {info['hf_endpoint']}")
+    console.print(f"  State dir    {info['state_dir']}")
+    console.print(f"  Client config written to {ClientConfig.path()}")
+    if detached:
+        console.print("Stop it with `berth down`" + (f" --state-dir {info['state_dir']}" if info.get("state_dir") else ""))
+    else:
+        console.print("Press Ctrl-C to stop.", highlight=False)
+    sys.stdout.flush()
+
+
+@app.command()
+def down(state_dir: StateDirOption = None) -> None:
+    """Stop the embedded stack started by `berth up` (every process it started)."""
+    from berth import stack
+
+    try:
+        info = stack.down(_state_dir(state_dir))
+    except BerthError as error:
+        raise fail(str(error)) from None
+    console.print(f"Stopped the Berth stack in {info['state_dir']}.")
+
+
+@app.command()
+def status(state_dir: StateDirOption = None, output: OutputOption = Format.TABLE) -> None:
+    """Show whether the embedded stack runs and where."""
+    from berth import stack
+
+    try:
+        info = stack.status(_state_dir(state_dir))
+    except BerthError as error:
+        raise fail(str(error)) from None
+    if output is Format.JSON:
+        emit_json(info)
+        return
+    console.print(f"Stack pid {info['pid']}: {'running' if info['running'] else 'NOT running'}")
+    console.print(f"  API {info['api_url']}  proxy {info['proxy_url']}  Temporal UI {info['temporal_ui']}")
+    table(info["children"], [("name", "COMPONENT"), ("pid", "PID"), ("running", "RUNNING")])
+
+
+# --- component processes (what `berth up` runs; also for multi-host) ---------------------------------
+def _env(name: str, default: str | None = None) -> str:
+    value = os.environ.get(name, default)
+    if value is None:
+        raise fail(f"{name} is not set. `berth up` sets it; for a multi-host setup see docs/operations.md.")
+    return value
+
+
+@app.command()
+def server(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 2,
+           host: Annotated[str, typer.Option()] = "127.0.0.1") -> None:
+    """Run the control-plane REST API."""
+    import uvicorn
+
+    from server.app import build_context, create_app
+
+    context = build_context(Path(_env("BERTH_STATE_DIR")), _env("BERTH_TEMPORAL_ADDRESS", "127.0.0.1:7233"),
+                            os.environ.get("BERTH_DATABASE_URL"))
+    uvicorn.run(create_app(context), host=host, port=port, log_level="warning")
+
+
+@app.command()
+def worker() -> None:
+    """Run the control worker (workflows and control-side activities)."""
+    from server.worker import main as worker_main
+
+    worker_main(Path(_env("BERTH_STATE_DIR")), _env("BERTH_TEMPORAL_ADDRESS", "127.0.0.1:7233"),
+                _env("BERTH_API_URL"), _env("BERTH_TOKEN"))
+
+
+@app.command()
+def proxy(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 3,
+          host: Annotated[str, typer.Option()] = "127.0.0.1") -> None:
+    """Run the endpoint proxy (the public entry to every endpoint)."""
+    from gateway.run import run_endpoint_proxy
+
+    run_endpoint_proxy(_env("BERTH_API_URL"), _env("BERTH_TOKEN"), host, port)
+
+
+@app.command("hf-mirror")
+def hf_mirror_command(directory: Annotated[Path, typer.Option("--dir")],
+                      port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 4) -> None:
+    """Serve a directory of model repositories as an offline Hugging Face mirror."""
+    from berth.hf_mirror import serve_forever
+
+    serve_forever(directory, port, Path(_env("BERTH_STATE_DIR")))
+
+
+@node_app.callback()
+def node(
+    ctx: typer.Context,
+    node_id: Annotated[str | None, typer.Option("--id", help="Node id (default: host name)")] = None,
+    engine: Annotated[str | None, typer.Option(help="Force vllm, vllm-cpu or simulator")] = None,
+    simulate_gpus: Annotated[str | None, typer.Option(help="Report simulated GPUs, e.g. 4x80GB")] = None,
+    address: Annotated[str, typer.Option(help="Address other nodes reach this one at")] = "127.0.0.1",
+    port_start: Annotated[int, typer.Option(help="First of 100 ports for ranks and services")] = 20000,
+    taint: Annotated[list[str] | None, typer.Option(help="Taint this node (no placement)")] = None,
+) -> None:
+    """Run a node agent on this machine."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import logging
+    import socket
+
+    from activities.ranks import ENGINES
+    from node.agent import AgentConfig, run_agent
+
+    if engine is not None and engine not in ENGINES:
+        raise fail(f"--engine must be one of {', '.join(ENGINES)}, not '{engine}'.")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    run_agent(AgentConfig(
+        node_id=node_id or socket.gethostname(), state_dir=Path(_env("BERTH_STATE_DIR")),
+        api_url=_env("BERTH_API_URL"), token=_env("BERTH_TOKEN"),
+        temporal_address=_env("BERTH_TEMPORAL_ADDRESS", "127.0.0.1:7233"), address=address, engine=engine,
+        simulate_gpus=simulate_gpus, port_start=port_start, taints=tuple(taint or ()),
+    ))
+
+
+@node_app.command("list")
+def node_list(output: OutputOption = Format.TABLE) -> None:
+    """List nodes, their GPUs and what is allocated."""
+    nodes = call(lambda api: api.nodes())
+    if output is Format.JSON:
+        emit_json(nodes)
+        return
+    rows = [{**n, "gpus": f"{len(n['gpus'])} ({', '.join(sorted({g['name'] for g in n['gpus']})) or 'CPU only'})"}
+            for n in nodes]
+    table(rows, [("id", "NODE"), ("state", "STATE"), ("engine", "ENGINE"), ("gpus", "GPUS"),
+                 ("allocated", "ALLOCATED"), ("cpus", "CPUS"), ("taints", "TAINTS")])
+
+
+# --- catalog -----------------------------------------------------------------------------------------
+@catalog_app.command("list")
+def catalog_list(category: Annotated[str | None, typer.Option(help="e.g. ML_AND_AI")] = None,
+                 tag: Annotated[str | None, typer.Option(help="e.g. LLM")] = None,
+                 output: OutputOption = Format.TABLE) -> None:
+    """List catalog entries."""
+    entries = call(lambda api: api.catalog(category, tag))
+    if output is Format.JSON:
+        emit_json(entries)
+        return
+    table(entries, [("name", "NAME"), ("category", "CATEGORY"), ("tags", "TAGS"), ("description", "DESCRIPTION")])
+
+
+@catalog_app.command("describe")
+def catalog_describe(name: str, output: OutputOption = Format.TABLE) -> None:
+    """Show an entry's parameters and the GPU memory it needs per context size."""
+    entry = call(lambda api: api.catalog_entry(name))
+    if output is Format.JSON:
+        emit_json(entry)
+        return
+    console.print(f"[bold]{entry['name']}[/] — {entry['description']}")
+    table(entry["parameters"], [("name", "PARAMETER"), ("type", "TYPE"), ("default", "DEFAULT"), ("help", "HELP")])
+    if entry.get("memory"):
+        rows = [{**m, "context": f"{m['context']:,}{' (default)' if m['default'] else ''}"} for m in entry["memory"]]
+        table(rows, [("context", "CONTEXT"), ("weights_gb", "WEIGHTS GB"), ("kv_cache_gb", "KV CACHE GB"),
+                     ("total_gb", "TOTAL GB"), ("gpus_80gb", "80 GB GPUS")], title="GPU memory needed")
+
+
+@catalog_app.command("start")
+def catalog_start(
+    name: str,
+    values: Annotated[str | None, typer.Option("--values", help="K=V,K2=V2 (quote values with commas)")] = None,
+    values_file: Annotated[Path | None, typer.Option("--values-file", help="YAML mapping of values")] = None,
+    watch: Annotated[bool, typer.Option(help="Follow the workflow until it is ready")] = False,
+    output: OutputOption = Format.TABLE,
+) -> None:
+    """Start a catalog entry; prints the workflow ID."""
+    try:
+        merged: dict[str, Any] = load_values_file(values_file) if values_file else {}
+        for key, value in parse_values(values or "").items():
+            merged[key] = value
+    except UserInputError as error:
+        raise fail(str(error)) from None
+    started = call(lambda api: api.start_workflow(name, merged))
+    if output is Format.JSON and not watch:
+        emit_json(started)
+        return
+    console.print(started["id"], highlight=False)
+    if watch:
+        _watch(started["id"])
+
+
+def _watch(workflow_id: str, timeout_s: float = 3600) -> None:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+    seen_events = 0
+    phase = None
+    progress: Progress | None = None
+    task = None
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            info = call(lambda api: api.describe_workflow(workflow_id))
+            events = info.get("events", [])
+            for event in events[seen_events:]:
+                console.print(f"  [dim]{_clock(event['at'])}[/] {event['kind']}: {event['message']}", highlight=False)
+            seen_events = len(events)
+            download = info.get("download")
+            if download and download.get("bytes_total"):
+                if progress is None:
+                    progress = Progress("  downloading", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                                        TimeRemainingColumn(), console=console, transient=True)
+                    progress.start()
+                    task = progress.add_task("weights", total=download["bytes_total"])
+                assert task is not None
+                progress.update(task, completed=download["bytes_done"], total=download["bytes_total"])
+            elif progress is not None and info.get("phase") != "downloading":
+                progress.stop()
+                progress = None
+            if info.get("phase") != phase:
+                phase = info.get("phase")
+                console.print(f"[bold]{phase}[/]")
+            if phase == "ready":
+                console.print(f"[bold green]Ready.[/] Endpoint: {info['endpoint']['url']}/v1 "
+                              f"(ID {info['endpoint']['id']})", highlight=False)
+                return
+            if phase in ("failed", "stopped") or info.get("status") in ("failed", "terminated", "completed"):
+                raise fail(f"workflow {workflow_id} {phase}: {info.get('last_error') or 'see berth workflow describe'}")
+            time.sleep(0.5)
+        raise fail(f"workflow {workflow_id} was not ready within {timeout_s:.0f} s; it keeps going — "
+                   f"follow it with `berth workflow describe {workflow_id}`.")
+    finally:
+        if progress is not None:
+            progress.stop()
+
+
+def _clock(value: str) -> str:
+    try:
+        return datetime.fromisoformat(value).astimezone().strftime("%H:%M:%S")
+    except ValueError:
+        return value
+
+
+# --- workflows ---------------------------------------------------------------------------------------
+@workflow_app.command("list")
+def workflow_list(output: OutputOption = Format.TABLE) -> None:
+    """List workflows."""
+    rows = call(lambda api: api.workflows())
+    if output is Format.JSON:
+        emit_json(rows)
+        return
+    for row in rows:
+        row["created"] = datetime.fromtimestamp(row["created_at"]).strftime("%Y-%m-%d %H:%M")
+    table(rows, [("id", "WORKFLOW ID"), ("entry", "ENTRY"), ("status", "STATUS"), ("owner", "OWNER"),
+                 ("created", "CREATED"), ("endpoint_id", "ENDPOINT")])
+
+
+@workflow_app.command("describe")
+def workflow_describe(workflow_id: str, output: OutputOption = Format.TABLE) -> None:
+    """Phase, replicas, endpoint, events and last error of a workflow."""
+    info = call(lambda api: api.describe_workflow(workflow_id))
+    if output is Format.JSON:
+        emit_json(info)
+        return
+    ready = info.get("phase") == "ready"
+    console.print(f"[bold]{info['id']}[/] ({info['entry']}) — phase [bold]{info.get('phase')}[/], "
+                  f"Temporal status {info.get('status')}", highlight=False)
+    console.print(f"  {'Ready: service running and health check passed.' if ready else 'Not ready yet.'}")
+    console.print(f"  Endpoint {info['endpoint']['id']}: {info['endpoint']['url']}/v1", highlight=False)
+    download = info.get("download")
+    if download and download.get("bytes_total"):
+        done, total = download["bytes_done"], download["bytes_total"]
+        eta = f", ETA {download['eta_s']:.0f} s" if download.get("eta_s") else ""
+        console.print(f"  Downloading: {done / 1e6:.0f}/{total / 1e6:.0f} MB ({100 * done / total:.0f}%), "
+                      f"{download.get('rate_bps', 0) / 1e6:.1f} MB/s{eta}")
+    if info.get("weights"):
+        w = info["weights"]
+        console.print(f"  Weights: {w['model_dir']}" + (" (cache hit)" if w.get("cache_hit") else "")
+                      + (" (dry run)" if w.get("dry_run") else ""), highlight=False)
+    if info.get("replicas"):
+        table(info["replicas"], [("copy_id", "COPY"), ("status", "STATUS"), ("nodes", "NODES"), ("url", "URL"),
+                                 ("detail", "DETAIL")], title=f"Replicas (desired {info.get('desired_replicas')})")
+    if info.get("events"):
+        table([{**e, "at": _clock(e["at"])} for e in info["events"][-15:]],
+              [("at", "TIME"), ("kind", "EVENT"), ("message", "MESSAGE")], title="Events")
+    if info.get("last_error"):
+        console.print(f"[bold red]Last error:[/] {info['last_error']}", highlight=False)
+    if info.get("note"):
+        console.print(f"[yellow]{info['note']}[/]")
+
+
+@workflow_app.command("get")
+def workflow_get(workflow_id: str) -> None:
+    """Print the rendered workflow definition (owner only: it holds the API key)."""
+    import yaml
+
+    data = call(lambda api: api.workflow_definition(workflow_id))
+    sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
+
+
+@workflow_app.command("stop")
+def workflow_stop(workflow_id: str,
+                  wait: Annotated[bool, typer.Option(help="Wait until every rank stopped")] = True) -> None:
+    """Stop a workflow: ranks stopped, GPUs released, endpoint removed."""
+    call(lambda api: api.stop_workflow(workflow_id))
+    if not wait:
+        console.print(f"Stop requested for {workflow_id}.")
+        return
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        info = call(lambda api: api.describe_workflow(workflow_id))
+        if info.get("status") != "running":
+            console.print(f"Stopped {workflow_id} ({info.get('phase')}).")
+            return
+        time.sleep(0.5)
+    raise fail(f"{workflow_id} is still stopping after 300 s; check `berth workflow describe {workflow_id}`.")
+
+
+@workflow_app.command("log")
+def workflow_log(workflow_id: str, job: Annotated[str | None, typer.Argument()] = None,
+                 lines: Annotated[int, typer.Option()] = 200) -> None:
+    """Print a job's log (e.g. vllm-rank-0); without JOB, list the jobs."""
+    data = call(lambda api: api.workflow_log(workflow_id, job, lines))
+    if job is None:
+        console.print("Jobs: " + (", ".join(data["jobs"]) or "none yet"))
+        return
+    sys.stdout.write(data["text"] + ("\n" if data["text"] else ""))
+
+
+# --- endpoints ---------------------------------------------------------------------------------------
+def _endpoint_rows(output: Format) -> None:
+    rows = call(lambda api: api.endpoints())
+    if output is Format.JSON:
+        emit_json(rows)
+        return
+    table(rows, [("id", "ENDPOINT ID"), ("workflow_id", "WORKFLOW"), ("service", "SERVICE"), ("url", "URL"),
+                 ("scope", "SCOPE"), ("ready", "READY")])
+
+
+@endpoints_app.command("list")
+def endpoints_list(output: OutputOption = Format.TABLE) -> None:
+    """List endpoints you may reach."""
+    _endpoint_rows(output)
+
+
+@endpoint_app.command("list")
+def endpoint_list(output: OutputOption = Format.TABLE) -> None:
+    """List endpoints you may reach (alias of `berth workflow endpoints list`)."""
+    _endpoint_rows(output)
+
+
+@endpoint_app.command("generate-token")
+def endpoint_generate_token(endpoint_id: str,
+                            expiration: Annotated[str, typer.Option(help="e.g. 30m, 8h, 7d")] = "8h",
+                            output: OutputOption = Format.TABLE) -> None:
+    """Mint a token bound to one endpoint, carrying your identity."""
+    data = call(lambda api: api.generate_token(endpoint_id, expiration))
+    if output is Format.JSON:
+        emit_json(data)
+        return
+    sys.stdout.write(data["token"] + "\n")
+
+
+@endpoints_app.command("generate-token")
+def endpoints_generate_token(endpoint_id: str, expiration: Annotated[str, typer.Option()] = "8h") -> None:
+    """Mint a token bound to one endpoint (alias of `berth endpoint generate-token`)."""
+    endpoint_generate_token(endpoint_id, expiration, Format.TABLE)
+
+
+def main() -> None:
+    app()

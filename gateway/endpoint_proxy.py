@@ -1,0 +1,270 @@
+"""EndpointProxy: the single public entry — authenticate the caller, enforce the endpoint's scope,
+strip Berth credentials, and stream the request to the endpoint's service or one of its replicas.
+
+A bare ASGI app (no framework) on purpose: it is the hot path for every request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from http.cookies import SimpleCookie
+from typing import Any
+
+import httpx
+
+from berth.api_client import ApiClient
+from berth.errors import AuthenticationError, BerthError
+from berth.security import Identity, TokenVerifier, endpoint_audience
+from catalog.definition import Scope
+
+log = logging.getLogger("berth.proxy")
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+COOKIE_NAME = "berth_token"
+HOP_BY_HOP = frozenset({
+    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
+    b"transfer-encoding", b"upgrade", b"host", b"content-length",
+})
+STRIPPED_REQUEST = HOP_BY_HOP | {b"berth-authorization", b"x-berth-caller"}
+
+
+@dataclass
+class Route:
+    id: str
+    scope: Scope
+    owner: str
+    org: str
+    groups: frozenset[str]
+    service_url: str | None
+    replicas: list[str]
+    counter: itertools.count = field(default_factory=itertools.count)  # type: ignore[type-arg]
+
+    def target(self) -> str | None:
+        if self.service_url:
+            return self.service_url
+        if not self.replicas:
+            return None
+        return self.replicas[next(self.counter) % len(self.replicas)]
+
+    def admits(self, who: Identity) -> bool:
+        if self.scope is Scope.PUBLIC or who.user == self.owner:
+            return True
+        if self.scope is Scope.GROUP:
+            return bool(self.groups & set(who.groups))
+        if self.scope is Scope.ORGANIZATION:
+            return who.org == self.org
+        return False
+
+
+def find_token(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, bool]:
+    """The caller's Berth token from the first of: console cookie, `Berth-Authorization`,
+    `Authorization: Bearer`. Returns (token, whether it came from Authorization)."""
+    cookie = berth_header = bearer = None
+    for name, value in headers:
+        if name == b"cookie" and cookie is None:
+            jar: SimpleCookie = SimpleCookie()
+            with contextlib.suppress(Exception):
+                jar.load(value.decode("latin-1"))
+            if COOKIE_NAME in jar:
+                cookie = jar[COOKIE_NAME].value
+        elif name == b"berth-authorization" and berth_header is None:
+            text = value.decode("latin-1").strip()
+            berth_header = text[7:].strip() if text.lower().startswith("bearer ") else text
+        elif name == b"authorization" and bearer is None:
+            text = value.decode("latin-1").strip()
+            if text.lower().startswith("bearer "):
+                bearer = text[7:].strip()
+    if cookie:
+        return cookie, False
+    if berth_header:
+        return berth_header, False
+    return bearer, bearer is not None
+
+
+class EndpointProxy:
+    def __init__(self, api: ApiClient, verifier: TokenVerifier, http: httpx.AsyncClient | None = None,
+                 refresh_s: float = 1.0) -> None:
+        self.api = api
+        self.verifier = verifier
+        self.http = http or httpx.AsyncClient(
+            timeout=httpx.Timeout(connect=5.0, read=None, write=60.0, pool=10.0),
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
+        )
+        self.refresh_s = refresh_s
+        self.routes: dict[str, Route] = {}
+        self._last_refresh = 0.0
+        self._refresh_lock = asyncio.Lock()
+        self._refresher: asyncio.Task[None] | None = None
+        self._verified: dict[tuple[str, str], tuple[Identity, float]] = {}
+
+    # --- routing table ----------------------------------------------------------------------------
+    async def refresh(self) -> None:
+        async with self._refresh_lock:
+            data = await self.api.routes()
+            routes: dict[str, Route] = {}
+            for item in data["endpoints"]:
+                old = self.routes.get(item["id"])
+                routes[item["id"]] = Route(
+                    id=item["id"], scope=Scope(item["scope"]), owner=item["owner"], org=item["org"],
+                    groups=frozenset(item.get("groups") or []), service_url=item.get("service_url"),
+                    replicas=list(item.get("replicas") or []),
+                    counter=old.counter if old else itertools.count(),
+                )
+            self.routes = routes
+            self._last_refresh = time.monotonic()
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except BerthError as error:
+                log.warning("route refresh failed: %s", error)
+            await asyncio.sleep(self.refresh_s)
+
+    async def _route(self, endpoint_id: str) -> Route | None:
+        route = self.routes.get(endpoint_id)
+        if route is None and time.monotonic() - self._last_refresh > 0.2:
+            with contextlib.suppress(BerthError):
+                await self.refresh()
+            route = self.routes.get(endpoint_id)
+        return route
+
+    def _identity(self, token: str, endpoint_id: str) -> Identity:
+        key = (token, endpoint_id)
+        cached = self._verified.get(key)
+        now = time.time()
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        claims = self.verifier.verify(token, endpoint_audience(endpoint_id))
+        identity = Identity.from_claims(claims)
+        if len(self._verified) > 10_000:
+            self._verified.clear()
+        self._verified[key] = (identity, float(claims["exp"]))
+        return identity
+
+    # --- ASGI -------------------------------------------------------------------------------------
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if kind != "http":
+            return
+        path: str = scope["path"]
+        if path == "/healthz":
+            await _plain(send, 200, b"ok")
+            return
+        if not path.startswith("/endpoints/"):
+            await _plain(send, 404, b"Not Found")
+            return
+        endpoint_id, _, rest = path[len("/endpoints/"):].partition("/")
+        route = await self._route(endpoint_id)
+        if route is None:
+            await _plain(send, 404, b"Unknown endpoint")
+            return
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        token, from_authorization = find_token(headers)
+        identity: Identity | None = None
+        if token:
+            try:
+                identity = self._identity(token, endpoint_id)
+            except AuthenticationError:
+                identity = None
+        if route.scope is not Scope.PUBLIC:
+            if identity is None:
+                await _plain(send, 401, b"Unauthorized")
+                return
+            if not route.admits(identity):
+                message = f"Forbidden: endpoint {endpoint_id} is {route.scope.value}-scoped and you are outside it"
+                await _plain(send, 403, message.encode())
+                return
+        target = route.target()
+        if target is None:
+            await _json(send, 503, b'{"error":{"message":"No replica of this endpoint is ready yet; retry shortly.",'
+                                   b'"type":"service_unavailable","code":503}}')
+            return
+        await self._forward(scope, receive, send, target, rest, headers, from_authorization and identity is not None)
+
+    async def _forward(self, scope: dict[str, Any], receive: Receive, send: Send, target: str, rest: str,
+                       headers: list[tuple[bytes, bytes]], strip_authorization: bool) -> None:
+        upstream_headers = [
+            (name, value) for name, value in headers
+            if name not in STRIPPED_REQUEST and not (strip_authorization and name == b"authorization")
+        ]
+        url = f"{target}/{rest}"
+        if scope.get("query_string"):
+            url += "?" + scope["query_string"].decode("latin-1")
+        first = await receive()
+        body: bytes | AsyncIterator[bytes]
+        if first.get("more_body"):
+            body = _body_stream(first.get("body", b""), receive)
+        else:
+            body = first.get("body", b"")
+        request = self.http.build_request(scope["method"], url, headers=upstream_headers, content=body)
+        try:
+            response = await self.http.send(request, stream=True)
+        except httpx.HTTPError as error:
+            log.warning("upstream %s failed: %s", target, type(error).__name__)
+            await _json(send, 502, b'{"error":{"message":"The model service did not answer; retry shortly.",'
+                                   b'"type":"bad_gateway","code":502}}')
+            return
+        try:
+            await send({"type": "http.response.start", "status": response.status_code,
+                        "headers": [(k, v) for k, v in response.headers.raw if k.lower() not in HOP_BY_HOP]})
+            async for chunk in response.aiter_raw():
+                if chunk:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except httpx.HTTPError as error:
+            # Mid-stream failure: the status is already sent; end the body so the client sees it.
+            log.warning("upstream %s broke mid-response: %s", target, type(error).__name__)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await response.aclose()
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self._refresher = asyncio.create_task(self._refresh_forever())
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self._refresher is not None:
+                    self._refresher.cancel()
+                await self.http.aclose()
+                await self.api.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+async def _body_stream(first: bytes, receive: Receive) -> AsyncIterator[bytes]:
+    if first:
+        yield first
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        if chunk:
+            yield chunk
+        if not message.get("more_body"):
+            return
+
+
+async def _plain(send: Send, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _json(send: Send, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

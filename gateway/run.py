@@ -1,0 +1,28 @@
+"""Start the endpoint proxy under uvicorn (uvloop + httptools: it is the hot path)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import uvicorn
+
+from berth.api_client import ApiClient
+from berth.errors import BerthError
+from berth.security import TokenVerifier
+from gateway.endpoint_proxy import EndpointProxy
+
+
+def run_endpoint_proxy(api_url: str, token: str, host: str, port: int) -> None:
+    async def load_keys() -> TokenVerifier:
+        async with ApiClient(api_url, token) as api:
+            for _ in range(100):
+                try:
+                    return TokenVerifier.from_jwks(await api.internal_keys())
+                except BerthError:
+                    await asyncio.sleep(0.2)
+        raise SystemExit(f"cannot load the signing keys from {api_url}")
+
+    verifier = asyncio.run(load_keys())
+    app = EndpointProxy(ApiClient(api_url, token), verifier)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, loop="uvloop",
+                http="httptools", lifespan="on")

@@ -1,0 +1,135 @@
+"""The node agent: registers and heartbeats its inventory, and runs a Temporal worker on its own task
+queue `node.<id>` (and the shared `berth-nodes` queue) for rank, readiness and weights activities."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio.worker import Worker
+
+from activities.ranks import NodeActivities, NodeContext
+from berth.api_client import ApiClient
+from berth.errors import BerthError
+from berth.processes import group_alive, stop_group
+from berth.security import Cipher
+from berth.settings import NODES_TASK_QUEUE, StateLayout, node_task_queue
+from berth.temporal import connect
+from node.inventory import host_facts, nvml_gpus, simulated_gpus
+
+log = logging.getLogger("berth.node")
+HEARTBEAT_S = 5.0
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    node_id: str
+    state_dir: Path
+    api_url: str
+    token: str
+    temporal_address: str
+    address: str = "127.0.0.1"
+    engine: str | None = None  # forced engine; None = by inventory
+    simulate_gpus: str | None = None
+    port_start: int = 20000
+    labels: dict[str, str] | None = None
+    taints: tuple[str, ...] = ()
+
+
+def choose_engine(forced: str | None, simulated: bool, gpus: list[dict[str, Any]]) -> str:
+    if forced:
+        return forced
+    if simulated:
+        return "simulator"
+    return "vllm" if gpus else "vllm-cpu"
+
+
+class NodeAgent:
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.state = StateLayout(config.state_dir)
+        if config.simulate_gpus:
+            self.gpus = simulated_gpus(config.simulate_gpus, config.node_id)
+            self.gpu_note = "simulated"
+        else:
+            self.gpus, reason = nvml_gpus()
+            self.gpu_note = reason or "nvml"
+        self.engine = choose_engine(config.engine, bool(config.simulate_gpus), self.gpus)
+        self.context = NodeContext(node_id=config.node_id, address=config.address, engine=self.engine,
+                                   state=self.state)
+
+    def inventory(self) -> dict[str, Any]:
+        volumes_dir = self.state.volumes / "persistent"
+        volumes = sorted(p.name for p in volumes_dir.iterdir()) if volumes_dir.exists() else []
+        return {"address": self.config.address, "engine": self.engine, "gpus": self.gpus,
+                "gpu_source": self.gpu_note, **host_facts(), "labels": self.config.labels or {},
+                "taints": list(self.config.taints), "volumes": volumes, "port_start": self.config.port_start}
+
+    async def reap_orphans(self) -> None:
+        """Ranks left by a previous agent that died without stopping them: stop them now, so a copy
+        is never left half-alive (the copy's workflow sees the rank as lost and fails it as a unit)."""
+        ranks_dir = self.context.ranks_dir
+        if not ranks_dir.exists():
+            return
+        for pidfile in ranks_dir.glob("*/rank.json"):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                pid = int(json.loads(pidfile.read_text())["pid"])
+                if group_alive(pid):
+                    log.warning("stopping orphaned rank process group %s (%s)", pid, pidfile.parent.name)
+                    await stop_group(pid, 10.0)
+                pidfile.unlink()
+
+    async def heartbeat_forever(self, api: ApiClient) -> None:
+        while True:
+            try:
+                await api.heartbeat_node(self.config.node_id, self.inventory())
+            except BerthError as error:
+                log.warning("heartbeat failed: %s", error)
+            await asyncio.sleep(HEARTBEAT_S)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.reap_orphans()
+        cipher = Cipher.load_or_create(self.state.keys)
+        client = await connect(self.config.temporal_address, cipher)
+        activities = NodeActivities(self.context)
+        functions = [activities.run_rank, activities.wait_ready, activities.download_weights,
+                     activities.delete_ephemeral_volume]
+        # Generous graceful shutdown: ranks get SIGTERM then SIGKILL and report it before we exit.
+        # Cancellation reaches an activity only through a heartbeat, so heartbeats must not be
+        # throttled for long: a stopped copy's ranks get SIGTERM within about a second.
+        common: dict[str, Any] = {"activities": functions, "graceful_shutdown_timeout": timedelta(seconds=30),
+                                  "max_heartbeat_throttle_interval": timedelta(seconds=1),
+                                  "default_heartbeat_throttle_interval": timedelta(seconds=1)}
+        own = Worker(client, task_queue=node_task_queue(self.config.node_id), max_concurrent_activities=256,
+                     **common)
+        shared = Worker(client, task_queue=NODES_TASK_QUEUE, max_concurrent_activities=8, **common)
+        async with ApiClient(self.config.api_url, self.config.token) as api:
+            await api.heartbeat_node(self.config.node_id, self.inventory())
+            beat = asyncio.create_task(self.heartbeat_forever(api))
+            runs = [asyncio.create_task(own.run()), asyncio.create_task(shared.run())]
+            log.info("node %s ready: engine %s, %d GPU(s) (%s)", self.config.node_id, self.engine,
+                     len(self.gpus), self.gpu_note)
+            await stop.wait()
+            beat.cancel()
+            await asyncio.gather(own.shutdown(), shared.shutdown())
+            for run in runs:
+                with contextlib.suppress(Exception):
+                    await run
+
+
+def run_agent(config: AgentConfig) -> None:
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await NodeAgent(config).run(stop)
+
+    asyncio.run(main())

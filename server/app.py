@@ -1,0 +1,428 @@
+"""The control-plane REST API (FastAPI): catalog, workflows, endpoints, tokens, nodes, JWKS, and the
+internal routes the control worker and the endpoint proxy use."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, Header, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
+
+from berth.errors import (
+    AuthenticationError,
+    BerthError,
+    CapacityError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+    UserInputError,
+)
+from berth.processes import tail
+from berth.security import API_AUDIENCE, Cipher, Identity, SigningKey, TokenVerifier, generate_api_key
+from berth.settings import CONTROL_TASK_QUEUE, ClusterSettings, StateLayout
+from berth.temporal import connect
+from catalog.definition import Scope, WorkflowDefinition
+from catalog.entry import Entry, find_entry, load_catalog
+from catalog.memory import REFERENCE_GPU_GB, gpus_needed, memory_need
+from catalog.render import render, resolve_values
+from server import scheduler
+from server.models import EndpointRow, WorkflowRow
+from server.store import Store
+from workflows.payloads import Owner, ReplicaRecord, ReserveRequest, ServiceInput, ServiceStatus
+from workflows.service import ServiceWorkflow
+
+DURATION = re.compile(r"^(\d+)([smhdw])$")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> int:
+    match = DURATION.match(text.strip())
+    if not match:
+        raise UserInputError(f"Expiration '{text}' is not a duration like 30m, 8h or 7d.")
+    return int(match.group(1)) * UNITS[match.group(2)]
+
+
+@dataclass
+class ServerContext:
+    state: StateLayout
+    settings: ClusterSettings
+    store: Store
+    signing: SigningKey
+    verifier: TokenVerifier
+    cipher: Cipher
+    temporal_address: str
+    _temporal: Client | None = None
+
+    async def temporal(self) -> Client:
+        if self._temporal is None:
+            try:
+                self._temporal = await connect(self.temporal_address, self.cipher)
+            except RuntimeError as error:
+                raise UnavailableError(
+                    f"Cannot reach Temporal at {self.temporal_address} ({error}). Is the stack up (`berth status`)?"
+                ) from None
+        return self._temporal
+
+
+class StartRequest(BaseModel):
+    entry: str
+    values: dict[str, Any] = {}
+
+
+class TokenRequest(BaseModel):
+    expiration: str = "8h"
+
+
+def build_context(state_dir: Path, temporal_address: str, database_url: str | None = None) -> ServerContext:
+    state = StateLayout(state_dir)
+    settings = ClusterSettings.load(state_dir)
+    cipher = Cipher.load_or_create(state.keys)
+    signing = SigningKey.load_or_create(state.keys)
+    store = Store(database_url or f"sqlite:///{state.store_db}", cipher, settings.node_offline_after_s)
+    admin = os.environ.get("BERTH_ADMIN_USER", "admin")
+    store.ensure_user(admin, org="default", groups=["default"], admin=True)
+    return ServerContext(state=state, settings=settings, store=store, signing=signing,
+                         verifier=TokenVerifier.from_jwks(signing.jwks()), cipher=cipher,
+                         temporal_address=temporal_address)
+
+
+def create_app(context: ServerContext) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):  # type: ignore[no-untyped-def]
+        yield
+
+    app = FastAPI(title="Berth control plane", lifespan=lifespan)
+
+    @app.exception_handler(BerthError)
+    async def _berth_error(_request: Request, error: BerthError) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=error.http_status)
+
+    async def caller(authorization: str | None = Header(None)) -> Identity:
+        if not authorization or not authorization.lower().startswith("bearer "):
+            raise AuthenticationError("No Berth API token. Run `berth login` or set BERTH_TOKEN.")
+        claims = context.verifier.verify(authorization[7:].strip(), API_AUDIENCE)
+        return Identity.from_claims(claims)
+
+    async def admin(identity: Identity = Depends(caller)) -> Identity:
+        if not identity.admin:
+            raise PermissionDeniedError("Only administrators and Berth's own services may call this route.")
+        return identity
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/.well-known/jwks.json")
+    async def jwks() -> JSONResponse:
+        if not context.settings.publish_jwks:
+            return JSONResponse({"detail": "signing-key publication is turned off on this cluster"}, 404)
+        return JSONResponse(context.signing.jwks(), headers={"Cache-Control": "max-age=300"})
+
+    @app.get("/v1/internal/keys")
+    async def internal_keys(_who: Identity = Depends(admin)) -> dict[str, Any]:
+        """The verification keys for Berth's own services, whether or not JWKS publication is on."""
+        return context.signing.jwks()
+
+    # --- catalog ----------------------------------------------------------------------------------
+    @app.get("/v1/catalog")
+    async def catalog(category: str | None = None, tag: str | None = None,
+                      _who: Identity = Depends(caller)) -> list[dict[str, Any]]:
+        entries = list(load_catalog().values())
+        if category:
+            entries = [e for e in entries if e.category.casefold() == category.casefold()]
+        if tag:
+            entries = [e for e in entries if tag.casefold() in (t.casefold() for t in e.tags)]
+        return [_entry_summary(e) for e in entries]
+
+    @app.get("/v1/catalog/entry")
+    async def catalog_entry(name: str, _who: Identity = Depends(caller)) -> dict[str, Any]:
+        return _entry_detail(find_entry(name))
+
+    # --- workflows --------------------------------------------------------------------------------
+    @app.post("/v1/workflows", status_code=201)
+    async def start_workflow(body: StartRequest, who: Identity = Depends(caller)) -> dict[str, Any]:
+        entry = find_entry(body.entry)
+        values = resolve_values(entry, body.values)
+        definition = render(entry, values)
+        _check_capacity(context, entry, definition)
+        if definition.proxy and definition.replica is not None and not (definition.api_key or definition.api_key_secret):
+            definition = definition.model_copy(update={"api_key": generate_api_key()})
+        workflow_id = f"{entry.slug}-{secrets.token_hex(4)}"
+        endpoint_id = f"ep-{secrets.token_hex(5)}"
+        now = time.time()
+        row = WorkflowRow(id=workflow_id, entry=entry.name, owner=who.user, org=who.org, created_at=now,
+                          definition="", endpoint_id=endpoint_id)
+        endpoint = EndpointRow(id=endpoint_id, workflow_id=workflow_id, service="vllm",
+                               scope=definition.endpoint.scope.value, owner=who.user, org=who.org,
+                               groups=list(who.groups), model_id=definition.model_id, created_at=now,
+                               annotations={})
+        await run_in_threadpool(context.store.add_workflow, row, definition.model_dump(mode="json"), endpoint)
+        try:
+            client = await context.temporal()
+            await client.start_workflow(
+                ServiceWorkflow.run,
+                ServiceInput(workflow_id=workflow_id, endpoint_id=endpoint_id,
+                             owner=Owner(user=who.user, groups=who.groups, org=who.org), definition=definition),
+                id=workflow_id, task_queue=CONTROL_TASK_QUEUE,
+            )
+        except (RPCError, UnavailableError) as error:
+            await run_in_threadpool(context.store.remove_endpoint, endpoint_id)
+            raise UnavailableError(f"Temporal refused to start the workflow ({error}); nothing was created.") from None
+        return {"id": workflow_id, "endpoint_id": endpoint_id, "url": _endpoint_url(context, endpoint_id)}
+
+    @app.get("/v1/workflows")
+    async def list_workflows(who: Identity = Depends(caller)) -> list[dict[str, Any]]:
+        rows = await run_in_threadpool(context.store.workflows, None if who.admin else who.user)
+        client = await context.temporal()
+        result = []
+        for row in rows:
+            status = "unknown"
+            try:
+                description = await client.get_workflow_handle(row.id).describe()
+                status = _temporal_status(description.status)
+            except RPCError:
+                pass
+            result.append({"id": row.id, "entry": row.entry, "owner": row.owner, "created_at": row.created_at,
+                           "status": status, "endpoint_id": row.endpoint_id})
+        return result
+
+    @app.get("/v1/workflows/{workflow_id}")
+    async def describe_workflow(workflow_id: str, who: Identity = Depends(caller)) -> dict[str, Any]:
+        row = await _owned_workflow(context, workflow_id, who)
+        client = await context.temporal()
+        handle = client.get_workflow_handle(workflow_id)
+        result: dict[str, Any] = {"id": row.id, "entry": row.entry, "owner": row.owner, "created_at": row.created_at,
+                                  "endpoint": {"id": row.endpoint_id, "url": _endpoint_url(context, row.endpoint_id)}}
+        try:
+            description = await handle.describe()
+            result["status"] = _temporal_status(description.status)
+            for pending in description.raw_description.pending_activities:
+                if pending.activity_type.name == "download_weights" and pending.heartbeat_details.payloads:
+                    details = await client.data_converter.decode(pending.heartbeat_details.payloads)
+                    result["download"] = details[0] if details else None
+        except RPCError as error:
+            raise NotFoundError(f"Temporal has no workflow '{workflow_id}' ({error.message}).") from None
+        try:
+            status: ServiceStatus = await handle.query(ServiceWorkflow.status, rpc_timeout=_timedelta(5))
+            result.update(status.model_dump(mode="json"))
+        except (RPCError, Exception) as error:  # noqa: BLE001 — a query can fail many ways; say so
+            result["phase"] = "unknown"
+            result["note"] = f"could not query the workflow ({type(error).__name__}); is the control worker up?"
+        return result
+
+    @app.get("/v1/workflows/{workflow_id}/definition")
+    async def workflow_definition(workflow_id: str, who: Identity = Depends(caller)) -> dict[str, Any]:
+        row = await _owned_workflow(context, workflow_id, who)
+        if row.owner != who.user and not who.admin:
+            raise PermissionDeniedError("Only the workflow's owner may read its definition (it holds its API key).")
+        return {"id": row.id, "entry": row.entry, "definition": context.store.workflow_definition(row)}
+
+    @app.post("/v1/workflows/{workflow_id}/stop")
+    async def stop_workflow(workflow_id: str, who: Identity = Depends(caller)) -> dict[str, Any]:
+        row = await _owned_workflow(context, workflow_id, who)
+        if row.owner != who.user and not who.admin:
+            raise PermissionDeniedError("Only the workflow's owner or an administrator may stop it.")
+        client = await context.temporal()
+        try:
+            await client.get_workflow_handle(workflow_id).signal(ServiceWorkflow.stop)
+        except RPCError as error:
+            raise NotFoundError(f"Workflow '{workflow_id}' is not running ({error.message}).") from None
+        await run_in_threadpool(context.store.mark_stop_requested, workflow_id)
+        return {"id": workflow_id, "stop_requested": True}
+
+    @app.get("/v1/workflows/{workflow_id}/logs")
+    async def workflow_logs(workflow_id: str, job: str | None = None, lines: int = 200,
+                            who: Identity = Depends(caller)) -> dict[str, Any]:
+        await _owned_workflow(context, workflow_id, who)
+        root = context.state.workflow_logs(workflow_id)
+        files = sorted(root.rglob("*.log"), key=lambda p: p.stat().st_mtime) if root.exists() else []
+        jobs = sorted({p.stem for p in files})
+        if job is None:
+            return {"jobs": jobs}
+        matching = [p for p in files if p.stem == job]
+        if not matching:
+            known = ", ".join(jobs) or "none yet"
+            raise NotFoundError(f"Workflow '{workflow_id}' has no job '{job}'. Its jobs: {known}.")
+        latest = matching[-1]
+        return {"job": job, "copy": latest.parent.name, "text": tail(latest, max(1, min(lines, 10_000)), 4_000_000)}
+
+    # --- endpoints ----------------------------------------------------------------------------------
+    @app.get("/v1/endpoints")
+    async def list_endpoints(who: Identity = Depends(caller)) -> list[dict[str, Any]]:
+        endpoints = await run_in_threadpool(context.store.endpoints)
+        replicas = await run_in_threadpool(context.store.replicas)
+        out = []
+        for endpoint in endpoints:
+            if not who.admin and not _in_scope(endpoint, who):
+                continue
+            ready = [r for r in replicas if r.endpoint_id == endpoint.id and r.ready and not r.draining]
+            out.append({
+                "id": endpoint.id, "workflow_id": endpoint.workflow_id, "service": endpoint.service,
+                "url": _endpoint_url(context, endpoint.id), "scope": endpoint.scope, "owner": endpoint.owner,
+                "model_id": endpoint.model_id, "ready": bool(ready) or bool(endpoint.service_url),
+                "replicas": len(ready),
+            })
+        return out
+
+    @app.post("/v1/endpoints/{endpoint_id}/tokens")
+    async def generate_token(endpoint_id: str, body: TokenRequest, who: Identity = Depends(caller)) -> dict[str, Any]:
+        endpoint = await run_in_threadpool(context.store.endpoint, endpoint_id)
+        if not who.admin and not _in_scope(endpoint, who):
+            raise PermissionDeniedError(
+                f"You are outside endpoint {endpoint_id}'s scope ({endpoint.scope}); ask its owner {endpoint.owner}."
+            )
+        ttl = parse_duration(body.expiration)
+        limit = context.settings.max_token_expiration_s
+        if ttl > limit:
+            raise UserInputError(f"Expiration {body.expiration} is longer than this cluster allows "
+                                 f"({limit // 3600} h). Choose a shorter --expiration.")
+        token = context.signing.endpoint_token(who, endpoint_id, ttl)
+        return {"endpoint_id": endpoint_id, "token": token, "expires_at": time.time() + ttl}
+
+    # --- nodes --------------------------------------------------------------------------------------
+    @app.post("/v1/nodes/{node_id}/heartbeat")
+    async def node_heartbeat(node_id: str, inventory: dict[str, Any], _who: Identity = Depends(admin)) -> dict[str, Any]:
+        port_start = int(inventory.get("port_start", 0))
+        row = await run_in_threadpool(context.store.heartbeat_node, node_id, inventory, port_start)
+        return {"id": row.id, "state": context.store.node_state(row)}
+
+    @app.get("/v1/nodes")
+    async def list_nodes(_who: Identity = Depends(caller)) -> list[dict[str, Any]]:
+        nodes = await run_in_threadpool(context.store.nodes)
+        allocations = await run_in_threadpool(context.store.allocations)
+        out = []
+        for node in nodes:
+            held = {a.gpu_index: a.copy_id for a in allocations if a.node_id == node.id}
+            gpus = [{**g, "allocated_to": held.get(int(g["index"]))} for g in node.gpus]
+            out.append({"id": node.id, "state": context.store.node_state(node), "address": node.address,
+                        "engine": node.engine, "gpus": gpus, "allocated": len(held), "cpus": node.cpus,
+                        "memory_gb": node.memory_gb, "labels": node.labels, "taints": node.taints,
+                        "last_heartbeat": node.last_heartbeat})
+        return out
+
+    # --- internal -----------------------------------------------------------------------------------
+    @app.post("/v1/internal/reservations")
+    async def reserve(request: ReserveRequest, _who: Identity = Depends(admin)) -> dict[str, Any]:
+        result = await run_in_threadpool(context.store.reserve, request)
+        return result.model_dump(mode="json")
+
+    @app.delete("/v1/internal/reservations/{copy_id}", status_code=204)
+    async def release(copy_id: str, _who: Identity = Depends(admin)) -> None:
+        await run_in_threadpool(context.store.release, copy_id)
+
+    @app.put("/v1/internal/replicas/{copy_id}", status_code=204)
+    async def publish(copy_id: str, record: ReplicaRecord, _who: Identity = Depends(admin)) -> None:
+        await run_in_threadpool(context.store.upsert_replica, record.workflow_id, record.endpoint_id, copy_id,
+                                record.url, record.ready)
+
+    @app.delete("/v1/internal/replicas/{copy_id}", status_code=204)
+    async def unpublish(copy_id: str, _who: Identity = Depends(admin)) -> None:
+        await run_in_threadpool(context.store.remove_replica, copy_id)
+
+    @app.delete("/v1/internal/endpoints/{endpoint_id}", status_code=204)
+    async def remove_endpoint(endpoint_id: str, _who: Identity = Depends(admin)) -> None:
+        await run_in_threadpool(context.store.remove_endpoint, endpoint_id)
+
+    @app.get("/v1/internal/routes")
+    async def routes(_who: Identity = Depends(admin)) -> dict[str, Any]:
+        endpoints = await run_in_threadpool(context.store.endpoints)
+        replicas = await run_in_threadpool(context.store.replicas)
+        by_endpoint: dict[str, list[str]] = {}
+        for replica in replicas:
+            if replica.ready and not replica.draining:
+                by_endpoint.setdefault(replica.endpoint_id, []).append(replica.url)
+        return {"endpoints": [{
+            "id": e.id, "scope": e.scope, "owner": e.owner, "org": e.org, "groups": e.groups,
+            "service_url": e.service_url, "replicas": sorted(by_endpoint.get(e.id, [])),
+        } for e in endpoints]}
+
+    return app
+
+
+def _timedelta(seconds: float):  # type: ignore[no-untyped-def]
+    from datetime import timedelta
+
+    return timedelta(seconds=seconds)
+
+
+def _temporal_status(status: WorkflowExecutionStatus | None) -> str:
+    return status.name.lower() if status is not None else "unknown"
+
+
+def _endpoint_url(context: ServerContext, endpoint_id: str) -> str:
+    return f"{context.settings.proxy_url.rstrip('/')}/endpoints/{endpoint_id}"
+
+
+def _in_scope(endpoint: EndpointRow, who: Identity) -> bool:
+    scope = Scope(endpoint.scope)
+    if who.user == endpoint.owner or scope is Scope.PUBLIC:
+        return True
+    if scope is Scope.GROUP:
+        return bool(set(who.groups) & set(endpoint.groups))
+    if scope is Scope.ORGANIZATION:
+        return who.org == endpoint.org
+    return False
+
+
+async def _owned_workflow(context: ServerContext, workflow_id: str, who: Identity) -> WorkflowRow:
+    row = await run_in_threadpool(context.store.workflow, workflow_id)
+    if row.owner != who.user and not who.admin and row.org != who.org:
+        raise NotFoundError(f"No workflow with ID '{workflow_id}'. Run `berth workflow list` to see your workflows.")
+    return row
+
+
+def _check_capacity(context: ServerContext, entry: Entry, definition: WorkflowDefinition) -> None:
+    """Refuse at submission what no amount of waiting would place."""
+    replica = definition.replica
+    if replica is None:
+        return
+    views = context.store.node_views()
+    if not views:
+        raise CapacityError("No node has registered with this cluster yet. Start one (`berth up` or `berth node`).")
+    demand = scheduler.Demand(nodes=replica.nodes, gpus_per_node=replica.gpus_per_node,
+                              gpu_memory_gb=replica.gpu_memory_gb,
+                              utilization=replica.engine.gpu_memory_utilization)
+    reason = scheduler.rejection_reason(demand, views, context.settings.max_nodes_per_copy)
+    if reason is None:
+        return
+    hint = ""
+    if entry.model is not None and replica.gpus_per_node:
+        biggest = max((g.memory_gb for v in views for g in v.gpus), default=REFERENCE_GPU_GB)
+        need = memory_need(entry.model, replica.engine.max_model_len).total_gb
+        hint = (f" The model needs {need:.0f} GB at MaxContextSize={replica.engine.max_model_len}: that is "
+                f"GpusPerNode={gpus_needed(need / replica.nodes, biggest)} of this cluster's {biggest:.0f} GB GPUs"
+                f" per node, or a smaller MaxContextSize.")
+    raise CapacityError(f"Rejected: {reason}.{hint}")
+
+
+def _entry_summary(entry: Entry) -> dict[str, Any]:
+    return {"name": entry.name, "description": entry.description, "category": entry.category,
+            "tags": list(entry.tags), "kind": entry.kind}
+
+
+def _entry_detail(entry: Entry) -> dict[str, Any]:
+    detail = _entry_summary(entry)
+    detail["parameters"] = [p.model_dump(mode="json") for p in entry.parameters]
+    if entry.model is not None:
+        facts = entry.model
+        detail["model"] = facts.model_dump(mode="json")
+        contexts = sorted({8192, 32768, 131072, facts.default_context} & set(range(0, facts.max_context + 1)))
+        detail["memory"] = []
+        for ctx in contexts:
+            need = memory_need(facts, ctx)
+            detail["memory"].append({"context": ctx, "weights_gb": round(need.weights_gb, 1),
+                                     "kv_cache_gb": round(need.kv_cache_gb, 1),
+                                     "overhead_gb": need.overhead_gb, "total_gb": round(need.total_gb, 1),
+                                     "gpus_80gb": gpus_needed(need.total_gb), "default": ctx == facts.default_context})
+    return detail

@@ -1,0 +1,129 @@
+"""The control plane's SQL tables (SQLAlchemy 2 ORM; SQLite by default, Postgres when several hosts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    org: Mapped[str] = mapped_column(String(128))
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class GroupRow(Base):
+    __tablename__ = "groups"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    org: Mapped[str] = mapped_column(String(128))
+
+
+class MembershipRow(Base):
+    __tablename__ = "memberships"
+    user: Mapped[str] = mapped_column(String(128), primary_key=True)
+    group: Mapped[str] = mapped_column(String(128), primary_key=True)
+
+
+class WorkflowRow(Base):
+    __tablename__ = "workflows"
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    entry: Mapped[str] = mapped_column(String(128))
+    owner: Mapped[str] = mapped_column(String(128))
+    org: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[float] = mapped_column(Float)
+    # Encrypted at rest: the definition may hold an ApiKey or a generated key.
+    definition: Mapped[str] = mapped_column(Text)
+    values: Mapped[str] = mapped_column(Text, default="")
+    endpoint_id: Mapped[str] = mapped_column(String(64))
+    stop_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class EndpointRow(Base):
+    __tablename__ = "endpoints"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    workflow_id: Mapped[str] = mapped_column(String(128), index=True)
+    service: Mapped[str] = mapped_column(String(64))
+    scope: Mapped[str] = mapped_column(String(32))
+    owner: Mapped[str] = mapped_column(String(128))
+    org: Mapped[str] = mapped_column(String(128))
+    groups: Mapped[list[str]] = mapped_column(JSON, default=list)
+    model_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    # Where the endpoint's own service listens (e.g. its LiteLLM proxy); None = route to replicas.
+    service_url: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    annotations: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class ReplicaRow(Base):
+    __tablename__ = "replicas"
+    copy_id: Mapped[str] = mapped_column(String(160), primary_key=True)
+    endpoint_id: Mapped[str] = mapped_column(String(64), index=True)
+    workflow_id: Mapped[str] = mapped_column(String(128), index=True)
+    url: Mapped[str] = mapped_column(String(512))
+    ready: Mapped[bool] = mapped_column(Boolean, default=True)
+    draining: Mapped[bool] = mapped_column(Boolean, default=False)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    address: Mapped[str] = mapped_column(String(256))
+    engine: Mapped[str] = mapped_column(String(32))
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    taints: Mapped[list[str]] = mapped_column(JSON, default=list)
+    gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    cpus: Mapped[int] = mapped_column(Integer, default=0)
+    memory_gb: Mapped[float] = mapped_column(Float, default=0)
+    draining: Mapped[bool] = mapped_column(Boolean, default=False)
+    last_heartbeat: Mapped[float] = mapped_column(Float)
+    port_start: Mapped[int] = mapped_column(Integer)
+    port_end: Mapped[int] = mapped_column(Integer)
+    volumes: Mapped[list[str]] = mapped_column(JSON, default=list)
+
+
+class AllocationRow(Base):
+    """One GPU held by one copy; the unique constraint makes double-booking impossible."""
+
+    __tablename__ = "allocations"
+    __table_args__ = (UniqueConstraint("node_id", "gpu_index"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node_id: Mapped[str] = mapped_column(String(128))
+    gpu_index: Mapped[int] = mapped_column(Integer)
+    copy_id: Mapped[str] = mapped_column(String(160), index=True)
+
+
+class PortRow(Base):
+    __tablename__ = "ports"
+    __table_args__ = (UniqueConstraint("node_id", "port"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node_id: Mapped[str] = mapped_column(String(128))
+    port: Mapped[int] = mapped_column(Integer)
+    owner: Mapped[str] = mapped_column(String(160), index=True)
+
+
+class ReservationRow(Base):
+    __tablename__ = "reservations"
+    copy_id: Mapped[str] = mapped_column(String(160), primary_key=True)
+    workflow_id: Mapped[str] = mapped_column(String(128), index=True)
+    placement: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class SecretRow(Base):
+    __tablename__ = "secrets"
+    ref: Mapped[str] = mapped_column(String(300), primary_key=True)  # secret://user/alice/NAME form
+    scope: Mapped[str] = mapped_column(String(32))
+    owner: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(128))
+    type: Mapped[str] = mapped_column(String(32))
+    ciphertext: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)

@@ -1,0 +1,113 @@
+"""Placement: filter nodes that can hold a rank, score them, pick distinct nodes for a copy's ranks.
+
+Pure functions over snapshots, so the store can call them inside one locked transaction and the
+benchmark can call them on thousands of simulated nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Policy(str, Enum):
+    """How to choose among nodes that fit."""
+
+    PACK = "pack"  # fill busy nodes first: keeps whole nodes free for big copies
+    SPREAD = "spread"  # prefer empty nodes: fewer noisy neighbours
+
+    @staticmethod
+    def make(name: str) -> Policy:
+        try:
+            return Policy(name)
+        except ValueError:
+            raise ValueError(f"unknown placement policy '{name}'; choose one of "
+                             f"{', '.join(p.value for p in Policy)}") from None
+
+
+@dataclass(frozen=True)
+class GpuView:
+    index: int
+    memory_gb: float
+
+
+@dataclass(frozen=True)
+class NodeView:
+    id: str
+    ready: bool
+    gpus: tuple[GpuView, ...]
+    busy_gpus: frozenset[int] = frozenset()
+    taints: tuple[str, ...] = ()
+    volumes: frozenset[str] = frozenset()
+
+    def free_gpus(self, min_memory_gb: float) -> list[int]:
+        return [g.index for g in self.gpus if g.index not in self.busy_gpus and g.memory_gb >= min_memory_gb]
+
+    def capable_gpus(self, min_memory_gb: float) -> int:
+        return sum(1 for g in self.gpus if g.memory_gb >= min_memory_gb)
+
+
+@dataclass(frozen=True)
+class Demand:
+    nodes: int
+    gpus_per_node: int
+    gpu_memory_gb: float = 0  # need per GPU before utilization headroom
+    utilization: float = 0.9
+    prefer_volume: str | None = None
+
+    @property
+    def min_gpu_memory_gb(self) -> float:
+        return self.gpu_memory_gb / self.utilization if self.gpu_memory_gb else 0.0
+
+
+@dataclass
+class Decision:
+    """Either `ranks` (node id and GPU indices per rank) or the reason it must wait."""
+
+    ranks: list[tuple[str, list[int]]] = field(default_factory=list)
+    blocked_reason: str | None = None
+
+
+def rejection_reason(demand: Demand, nodes: list[NodeView], max_nodes_per_copy: int) -> str | None:
+    """Why no amount of waiting would place this copy, or None if it could fit once nodes free up."""
+    if demand.nodes > max_nodes_per_copy:
+        return (f"a copy may span at most {max_nodes_per_copy} nodes on this cluster, and Nodes={demand.nodes} "
+                f"asks for more; lower Nodes (and raise GpusPerNode) or ask your administrator")
+    capable = [n for n in nodes if not n.taints and n.capable_gpus(demand.min_gpu_memory_gb) >= demand.gpus_per_node]
+    if len(capable) < demand.nodes:
+        need = (f"{demand.gpus_per_node} GPU(s) with ≥ {demand.min_gpu_memory_gb:.0f} GB"
+                if demand.gpus_per_node else "a CPU slot")
+        return (f"the copy needs {demand.nodes} distinct node(s) each with {need}, but the cluster has only "
+                f"{len(capable)} such node(s) of {len(nodes)}")
+    return None
+
+
+def _score(node: NodeView, demand: Demand, policy: Policy) -> tuple[int, int, str]:
+    free = len(node.free_gpus(demand.min_gpu_memory_gb))
+    volume_bonus = 1 if demand.prefer_volume and demand.prefer_volume in node.volumes else 0
+    fill = -free if policy is Policy.PACK else free
+    # Higher is better for the first two; the node id breaks ties deterministically (ascending).
+    return (volume_bonus, fill, node.id)
+
+
+def place(demand: Demand, nodes: list[NodeView], policy: Policy = Policy.PACK) -> Decision:
+    candidates: list[NodeView] = []
+    reasons: dict[str, int] = {"offline": 0, "tainted": 0, "busy": 0}
+    for node in nodes:
+        if not node.ready:
+            reasons["offline"] += 1
+        elif node.taints:
+            reasons["tainted"] += 1
+        elif len(node.free_gpus(demand.min_gpu_memory_gb)) < demand.gpus_per_node:
+            reasons["busy"] += 1
+        else:
+            candidates.append(node)
+    if len(candidates) < demand.nodes:
+        detail = ", ".join(f"{count} {why}" for why, count in reasons.items() if count)
+        return Decision(blocked_reason=(
+            f"waiting for {demand.nodes} node(s) with {demand.gpus_per_node} free GPU(s) each; "
+            f"{len(candidates)} available now ({detail or 'no nodes'})"))
+    candidates.sort(key=lambda n: (-_score(n, demand, policy)[0], -_score(n, demand, policy)[1], n.id))
+    chosen = candidates[: demand.nodes]
+    ranks = [(node.id, node.free_gpus(demand.min_gpu_memory_gb)[: demand.gpus_per_node]) for node in chosen]
+    return Decision(ranks=ranks)

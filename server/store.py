@@ -1,0 +1,291 @@
+"""The control plane's store: identity, workflows, endpoints, replicas, nodes and reservations.
+
+Synchronous SQLAlchemy behind one lock for writes that must be atomic (placement); the API calls it
+from a thread pool.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import create_engine, delete, event, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from berth.errors import NotFoundError
+from berth.security import Cipher, Identity
+from server import scheduler
+from server.models import (
+    AllocationRow,
+    Base,
+    EndpointRow,
+    GroupRow,
+    MembershipRow,
+    NodeRow,
+    PortRow,
+    ReplicaRow,
+    ReservationRow,
+    UserRow,
+    WorkflowRow,
+)
+from workflows.payloads import Placement, RankPlacement, ReserveRequest, ReserveResult
+
+NODE_PORTS = 100
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")  # readers never wait for the writer
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+class Store:
+    def __init__(self, url: str, cipher: Cipher, node_offline_after_s: float = 60.0) -> None:
+        self.engine = make_engine(url)
+        Base.metadata.create_all(self.engine)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._placement_lock = threading.Lock()
+        self.cipher = cipher
+        self.node_offline_after_s = node_offline_after_s
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with self._sessions.begin() as session:
+            yield session
+
+    # --- identity -------------------------------------------------------------------------------
+    def ensure_user(self, name: str, org: str, groups: list[str], admin: bool = False) -> Identity:
+        with self.session() as s:
+            if s.get(UserRow, name) is None:
+                s.add(UserRow(name=name, org=org, admin=admin, created_at=time.time()))
+            for group in groups:
+                if s.get(GroupRow, group) is None:
+                    s.add(GroupRow(name=group, org=org))
+                if s.get(MembershipRow, (name, group)) is None:
+                    s.add(MembershipRow(user=name, group=group))
+        return self.identity(name)
+
+    def identity(self, name: str) -> Identity:
+        with self.session() as s:
+            user = s.get(UserRow, name)
+            if user is None:
+                raise NotFoundError(f"No user named '{name}'. Create it with `berth user create {name}`.")
+            groups = s.scalars(select(MembershipRow.group).where(MembershipRow.user == name)).all()
+            return Identity(user=user.name, groups=tuple(sorted(groups)), org=user.org, admin=user.admin)
+
+    # --- workflows ------------------------------------------------------------------------------
+    def add_workflow(self, row: WorkflowRow, definition: dict[str, Any], endpoint: EndpointRow) -> None:
+        row.definition = self.cipher.encrypt_json(definition)
+        with self.session() as s:
+            s.add(row)
+            s.add(endpoint)
+
+    def workflow(self, workflow_id: str) -> WorkflowRow:
+        with self.session() as s:
+            row = s.get(WorkflowRow, workflow_id)
+            if row is None:
+                raise NotFoundError(
+                    f"No workflow with ID '{workflow_id}'. Run `berth workflow list` to see your workflows."
+                )
+            return row
+
+    def workflow_definition(self, row: WorkflowRow) -> dict[str, Any]:
+        value = self.cipher.decrypt_json(row.definition)
+        assert isinstance(value, dict)
+        return value
+
+    def workflows(self, owner: str | None = None) -> list[WorkflowRow]:
+        with self.session() as s:
+            query = select(WorkflowRow).order_by(WorkflowRow.created_at.desc())
+            if owner is not None:
+                query = query.where(WorkflowRow.owner == owner)
+            return list(s.scalars(query).all())
+
+    def mark_stop_requested(self, workflow_id: str) -> None:
+        with self.session() as s:
+            row = s.get(WorkflowRow, workflow_id)
+            if row is not None:
+                row.stop_requested = True
+
+    # --- endpoints and replicas -----------------------------------------------------------------
+    def endpoints(self) -> list[EndpointRow]:
+        with self.session() as s:
+            return list(s.scalars(select(EndpointRow).order_by(EndpointRow.created_at)).all())
+
+    def endpoint(self, endpoint_id: str) -> EndpointRow:
+        with self.session() as s:
+            row = s.get(EndpointRow, endpoint_id)
+            if row is None:
+                raise NotFoundError(
+                    f"No endpoint with ID '{endpoint_id}'. Run `berth endpoint list` to see the endpoints."
+                )
+            return row
+
+    def set_endpoint_service(self, endpoint_id: str, service: str, url: str | None) -> None:
+        with self.session() as s:
+            row = s.get(EndpointRow, endpoint_id)
+            if row is None:
+                raise NotFoundError(f"No endpoint with ID '{endpoint_id}'.")
+            row.service = service
+            row.service_url = url
+
+    def remove_endpoint(self, endpoint_id: str) -> None:
+        with self.session() as s:
+            s.execute(delete(ReplicaRow).where(ReplicaRow.endpoint_id == endpoint_id))
+            s.execute(delete(EndpointRow).where(EndpointRow.id == endpoint_id))
+
+    def replicas(self, endpoint_id: str | None = None) -> list[ReplicaRow]:
+        with self.session() as s:
+            query = select(ReplicaRow)
+            if endpoint_id is not None:
+                query = query.where(ReplicaRow.endpoint_id == endpoint_id)
+            return list(s.scalars(query).all())
+
+    def upsert_replica(self, workflow_id: str, endpoint_id: str, copy_id: str, url: str, ready: bool,
+                       draining: bool = False) -> None:
+        with self.session() as s:
+            row = s.get(ReplicaRow, copy_id)
+            if row is None:
+                row = ReplicaRow(copy_id=copy_id, endpoint_id=endpoint_id, workflow_id=workflow_id, url=url,
+                                 ready=ready, draining=draining, updated_at=time.time())
+                s.add(row)
+            else:
+                row.url, row.ready, row.draining, row.updated_at = url, ready, draining, time.time()
+
+    def remove_replica(self, copy_id: str) -> None:
+        with self.session() as s:
+            s.execute(delete(ReplicaRow).where(ReplicaRow.copy_id == copy_id))
+
+    # --- nodes ----------------------------------------------------------------------------------
+    def heartbeat_node(self, node_id: str, inventory: dict[str, Any], port_start: int) -> NodeRow:
+        now = time.time()
+        with self.session() as s:
+            row = s.get(NodeRow, node_id)
+            if row is None:
+                row = NodeRow(id=node_id, last_heartbeat=now, port_start=port_start,
+                              port_end=port_start + NODE_PORTS)
+                s.add(row)
+            row.address = inventory["address"]
+            row.engine = inventory["engine"]
+            row.gpus = inventory.get("gpus", [])
+            row.cpus = int(inventory.get("cpus", 0))
+            row.memory_gb = float(inventory.get("memory_gb", 0))
+            row.labels = inventory.get("labels", {})
+            row.taints = inventory.get("taints", [])
+            row.volumes = inventory.get("volumes", [])
+            row.last_heartbeat = now
+            row.port_start, row.port_end = port_start, port_start + NODE_PORTS
+            return row
+
+    def nodes(self) -> list[NodeRow]:
+        with self.session() as s:
+            return list(s.scalars(select(NodeRow).order_by(NodeRow.id)).all())
+
+    def node_ready(self, node: NodeRow, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        return not node.draining and now - node.last_heartbeat <= self.node_offline_after_s
+
+    def node_state(self, node: NodeRow) -> str:
+        if time.time() - node.last_heartbeat > self.node_offline_after_s:
+            return "offline"
+        return "draining" if node.draining else "ready"
+
+    def allocations(self) -> list[AllocationRow]:
+        with self.session() as s:
+            return list(s.scalars(select(AllocationRow)).all())
+
+    def _views(self, s: Session, now: float) -> list[scheduler.NodeView]:
+        busy: dict[str, set[int]] = {}
+        for allocation in s.scalars(select(AllocationRow)).all():
+            busy.setdefault(allocation.node_id, set()).add(allocation.gpu_index)
+        views = []
+        for node in s.scalars(select(NodeRow)).all():
+            views.append(scheduler.NodeView(
+                id=node.id, ready=self.node_ready(node, now),
+                gpus=tuple(scheduler.GpuView(int(g["index"]), float(g["memory_gb"])) for g in node.gpus),
+                busy_gpus=frozenset(busy.get(node.id, set())), taints=tuple(node.taints),
+                volumes=frozenset(node.volumes),
+            ))
+        return views
+
+    def node_views(self) -> list[scheduler.NodeView]:
+        with self.session() as s:
+            return self._views(s, time.time())
+
+    def reserve(self, request: ReserveRequest) -> ReserveResult:
+        """Atomically place a copy: GPUs and ports for every rank, or the reason it must wait."""
+        with self._placement_lock, self.session() as s:
+            existing = s.get(ReservationRow, request.copy_id)
+            if existing is not None:  # an activity retry after a lost reply: same answer
+                return ReserveResult(placement=Placement.model_validate(existing.placement))
+            demand = scheduler.Demand(nodes=request.nodes, gpus_per_node=request.gpus_per_node,
+                                      gpu_memory_gb=request.gpu_memory_gb, prefer_volume=request.prefer_volume)
+            decision = scheduler.place(demand, self._views(s, time.time()))
+            if decision.blocked_reason is not None:
+                return ReserveResult(blocked_reason=decision.blocked_reason)
+            nodes = {n.id: n for n in s.scalars(select(NodeRow)).all()}
+            used_ports: dict[str, set[int]] = {}
+            for port in s.scalars(select(PortRow)).all():
+                used_ports.setdefault(port.node_id, set()).add(port.port)
+            ranks: list[RankPlacement] = []
+            master_port = 0
+            for rank, (node_id, gpus) in enumerate(decision.ranks):
+                node = nodes[node_id]
+                wanted = 2 if rank == 0 and request.nodes > 1 else 1
+                free = [p for p in range(node.port_start, node.port_end) if p not in used_ports.get(node_id, set())]
+                if len(free) < wanted:
+                    return ReserveResult(blocked_reason=f"node {node_id} has no free service port")
+                for gpu in gpus:
+                    s.add(AllocationRow(node_id=node_id, gpu_index=gpu, copy_id=request.copy_id))
+                for port in free[:wanted]:
+                    s.add(PortRow(node_id=node_id, port=port, owner=request.copy_id))
+                if wanted == 2:
+                    master_port = free[1]
+                ranks.append(RankPlacement(rank=rank, node_id=node_id, address=node.address,
+                                           gpus=tuple(gpus), port=free[0]))
+            placement = Placement(copy_id=request.copy_id, ranks=tuple(ranks), master_port=master_port)
+            s.add(ReservationRow(copy_id=request.copy_id, workflow_id=request.workflow_id,
+                                 placement=placement.model_dump(mode="json"), created_at=time.time()))
+            return ReserveResult(placement=placement)
+
+    def reserve_port(self, owner: str, node_id: str) -> int:
+        """One port on a node for a service (not a rank): LiteLLM proxy, gateway, OpenCode."""
+        with self._placement_lock, self.session() as s:
+            existing = s.scalars(select(PortRow).where(PortRow.owner == owner, PortRow.node_id == node_id)).first()
+            if existing is not None:
+                return existing.port
+            node = s.get(NodeRow, node_id)
+            if node is None:
+                raise NotFoundError(f"No node '{node_id}'.")
+            used = set(s.scalars(select(PortRow.port).where(PortRow.node_id == node_id)).all())
+            for port in range(node.port_start, node.port_end):
+                if port not in used:
+                    s.add(PortRow(node_id=node_id, port=port, owner=owner))
+                    return port
+            raise NotFoundError(f"Node '{node_id}' has no free service port.")
+
+    def release(self, copy_id: str) -> None:
+        with self._placement_lock, self.session() as s:
+            s.execute(delete(AllocationRow).where(AllocationRow.copy_id == copy_id))
+            s.execute(delete(PortRow).where(PortRow.owner == copy_id))
+            s.execute(delete(ReservationRow).where(ReservationRow.copy_id == copy_id))
+
+    def reservations(self, workflow_id: str | None = None) -> list[ReservationRow]:
+        with self.session() as s:
+            query = select(ReservationRow)
+            if workflow_id:
+                query = query.where(ReservationRow.workflow_id == workflow_id)
+            return list(s.scalars(query).all())

@@ -1,0 +1,43 @@
+"""The control worker: runs ServiceWorkflow/CopyWorkflow and the control-side activities."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+from temporalio.worker import Worker
+
+from activities.control import ControlActivities
+from berth.api_client import ApiClient
+from berth.security import Cipher
+from berth.settings import CONTROL_TASK_QUEUE, StateLayout
+from berth.temporal import connect
+from workflows.copy import CopyWorkflow
+from workflows.service import ServiceWorkflow
+
+
+async def run_worker(state_dir: Path, temporal_address: str, api_url: str, token: str,
+                     stop: asyncio.Event, task_queue: str = CONTROL_TASK_QUEUE) -> None:
+    cipher = Cipher.load_or_create(StateLayout(state_dir).keys)
+    client = await connect(temporal_address, cipher)
+    async with ApiClient(api_url, token) as api:
+        control = ControlActivities(api)
+        worker = Worker(
+            client, task_queue=task_queue, workflows=[ServiceWorkflow, CopyWorkflow],
+            activities=[control.reserve_placement, control.release_placement, control.publish_replica,
+                        control.unpublish_replica, control.remove_endpoint],
+        )
+        async with worker:
+            await stop.wait()
+
+
+def main(state_dir: Path, temporal_address: str, api_url: str, token: str) -> None:
+    async def runner() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_worker(state_dir, temporal_address, api_url, token, stop)
+
+    asyncio.run(runner())

@@ -1,0 +1,147 @@
+"""Test helpers: a real embedded stack in a temp state dir, driven through the real CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def ports_free(base: int, span: int = 8) -> bool:
+    for port in range(base, base + span):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+def free_port_base() -> int:
+    for _ in range(200):
+        base = random.randrange(21000, 59000, 10)
+        if ports_free(base) and ports_free(base + 100, 100 * 4):
+            return base
+    raise RuntimeError("no free port range")
+
+
+@dataclass
+class RunningStack:
+    state_dir: Path
+    port_base: int
+    nodes: int = 1
+    simulate_gpus: str | None = "4x80GB"
+    engine: str | None = None
+    hf_mirror: Path | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        env["BERTH_CONFIG"] = str(self.state_dir / "client.json")
+        env["BERTH_STATE_DIR"] = str(self.state_dir)
+        env.pop("BERTH_API_URL", None)
+        env.pop("BERTH_TOKEN", None)
+        return env
+
+    def cli(self, *args: str, check: bool = True, timeout: float = 300, input: str | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True,
+                                timeout=timeout, env=env or self.env, cwd=REPO, input=input)
+        if check and result.returncode != 0:
+            raise AssertionError(f"berth {' '.join(args)} failed ({result.returncode}):\n"
+                                 f"{result.stdout}\n{result.stderr}")
+        return result
+
+    def cli_json(self, *args: str) -> Any:
+        return json.loads(self.cli(*args, "-o", "json").stdout)
+
+    def up_args(self) -> list[str]:
+        args = ["up", "--detach", "--state-dir", str(self.state_dir), "--port-base", str(self.port_base),
+                "--nodes", str(self.nodes)]
+        if self.simulate_gpus:
+            args += ["--simulate-gpus", self.simulate_gpus]
+        if self.engine:
+            args += ["--engine", self.engine]
+        if self.hf_mirror:
+            args += ["--hf-mirror", str(self.hf_mirror)]
+        return args
+
+    def start(self) -> RunningStack:
+        env = self.env
+        env["BERTH_CONFIG"] = str(self.state_dir / "user-config.json")
+        self.cli(*self.up_args(), env=env, timeout=240)
+        self.info = json.loads((self.state_dir / "stack.json").read_text())
+        return self
+
+    def stop(self) -> None:
+        if (self.state_dir / "stack.json").exists():
+            self.cli("down", "--state-dir", str(self.state_dir), check=False, timeout=180)
+
+    @property
+    def token(self) -> str:
+        return json.loads((self.state_dir / "client.json").read_text())["token"]
+
+    def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return httpx.request(method, self.info["api_url"] + path,
+                             headers={"Authorization": f"Bearer {self.token}"}, timeout=30, **kwargs)
+
+    def start_entry(self, entry: str, values: str = "", watch: bool = True) -> str:
+        args = ["workflow", "catalog", "start", entry]
+        if values:
+            args += ["--values", values]
+        if watch:
+            args.append("--watch")
+        result = self.cli(*args, timeout=600)
+        return result.stdout.strip().splitlines()[0]
+
+    def describe(self, workflow_id: str) -> dict[str, Any]:
+        return self.api("GET", f"/v1/workflows/{workflow_id}").json()  # type: ignore[no-any-return]
+
+    def wait_phase(self, workflow_id: str, phases: set[str], timeout: float = 120) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        info: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            info = self.describe(workflow_id)
+            if info.get("phase") in phases:
+                return info
+            time.sleep(0.25)
+        raise AssertionError(f"{workflow_id} never reached {phases}; last: {json.dumps(info)[:2000]}")
+
+    def endpoint(self, workflow_id: str) -> dict[str, Any]:
+        for row in self.cli_json("endpoint", "list"):
+            if row["workflow_id"] == workflow_id:
+                return row  # type: ignore[no-any-return]
+        raise AssertionError(f"no endpoint for {workflow_id}")
+
+    def token_for(self, endpoint_id: str, expiration: str = "1h") -> str:
+        return self.cli("endpoint", "generate-token", endpoint_id, "--expiration", expiration).stdout.strip()
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that mention `text` (e.g. a state dir): orphan detection."""
+    found = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            if text in cmdline and int(pid) != os.getpid():
+                found.append(f"{pid}: {cmdline}")
+    return found

@@ -1,0 +1,223 @@
+"""Payloads shared by client, workflows and activities (pydantic models, one module)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from catalog.definition import EngineSpec, WeightsJob, WorkflowDefinition
+
+
+class Payload(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Owner(Payload):
+    user: str
+    groups: tuple[str, ...] = ()
+    org: str = ""
+
+
+class Phase(str, Enum):
+    """Where a service workflow is."""
+
+    DOWNLOADING = "downloading"  # weights job running
+    SCHEDULING = "scheduling"  # waiting for a placement for its copies
+    STARTING = "starting"  # ranks started, waiting for health
+    READY = "ready"  # at least one copy serves
+    SCALED_TO_ZERO = "scaled_to_zero"  # pool at zero by choice; a request wakes it
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+    @staticmethod
+    def terminal() -> frozenset[Phase]:
+        return frozenset({Phase.STOPPED, Phase.FAILED})
+
+
+class CopyStatus(str, Enum):
+    """Where one replica copy is."""
+
+    SCHEDULING = "scheduling"  # waiting for nodes
+    STARTING = "starting"  # ranks launched, not yet healthy
+    READY = "ready"  # published, serving
+    STOPPING = "stopping"
+    STOPPED = "stopped"  # stopped on request
+    FAILED = "failed"  # a rank ended; the copy was stopped as a unit
+    INTERRUPTED = "interrupted"  # its node agent went away cleanly (berth down); re-placed
+
+
+class Event(Payload):
+    at: datetime
+    kind: str
+    message: str
+    copy_id: str | None = None
+
+
+class ServiceInput(Payload):
+    workflow_id: str
+    endpoint_id: str
+    owner: Owner
+    definition: WorkflowDefinition
+
+
+class RankPlacement(Payload):
+    rank: int
+    node_id: str
+    address: str
+    gpus: tuple[int, ...] = ()
+    port: int
+
+
+class Placement(Payload):
+    copy_id: str
+    ranks: tuple[RankPlacement, ...]
+    master_port: int = 0
+
+    @property
+    def leader(self) -> RankPlacement:
+        return self.ranks[0]
+
+
+class ReserveRequest(Payload):
+    workflow_id: str
+    copy_id: str
+    nodes: int
+    gpus_per_node: int
+    gpu_memory_gb: float = 0
+    prefer_volume: str | None = None
+
+
+class ReserveResult(Payload):
+    placement: Placement | None = None
+    blocked_reason: str | None = None
+
+
+class CopyInput(Payload):
+    workflow_id: str
+    endpoint_id: str
+    copy_id: str
+    copy_index: int
+    engine: EngineSpec
+    nodes: int
+    gpus_per_node: int
+    gpu_memory_gb: float
+    model_dir: str
+    volume: str | None = None
+    parent_workflow_id: str
+    attempt: int = 0
+    blocked_since_events: int = Field(0, description="Carried across continue-as-new")
+
+
+class RankSpec(Payload):
+    workflow_id: str
+    copy_id: str
+    rank: int
+    nnodes: int
+    engine: EngineSpec
+    gpus_per_node: int
+    gpus: tuple[int, ...]
+    host: str
+    port: int
+    master_addr: str
+    master_port: int
+    model_dir: str
+    log_name: str
+
+
+class RankExit(Payload):
+    rank: int
+    node_id: str
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = "exited"  # exited | cancelled | agent-stopped | lost
+    log_tail: str = ""
+
+    def describe(self) -> str:
+        if self.reason == "lost":
+            return f"rank {self.rank} on node {self.node_id} was lost (its node agent stopped answering)"
+        if self.reason == "agent-stopped":
+            return f"rank {self.rank} on node {self.node_id} was stopped because its node agent shut down"
+        if self.signal is not None:
+            import signal as _signal
+
+            try:
+                name = _signal.Signals(self.signal).name
+            except ValueError:
+                name = str(self.signal)
+            return f"rank {self.rank} on node {self.node_id} was killed by signal {self.signal} ({name})"
+        return f"rank {self.rank} on node {self.node_id} exited with status {self.exit_code}"
+
+
+class ReadyCheck(Payload):
+    url: str
+    model_id: str
+    timeout_s: float = 1800
+
+
+class CopyResult(Payload):
+    copy_id: str
+    status: CopyStatus
+    failure: RankExit | None = None
+    message: str = ""
+
+
+class ReplicaInfo(Payload):
+    copy_id: str
+    status: CopyStatus
+    url: str | None = None
+    nodes: tuple[str, ...] = ()
+    detail: str = ""
+
+
+class WeightsInput(Payload):
+    workflow_id: str
+    job: WeightsJob
+    target_dir: str
+
+
+class WeightsResult(Payload):
+    model_dir: str
+    bytes_total: int = 0
+    bytes_transferred: int = 0
+    cache_hit: bool = False
+    dry_run: bool = False
+
+
+class DownloadProgress(Payload):
+    bytes_done: int
+    bytes_total: int
+    rate_bps: float = 0
+    eta_s: float | None = None
+    files_done: int = 0
+    files_total: int = 0
+
+
+class ReplicaRecord(Payload):
+    """What the store keeps about one serving copy (the endpoint proxy routes on these)."""
+
+    workflow_id: str
+    endpoint_id: str
+    copy_id: str
+    url: str
+    ready: bool = True
+
+
+class CleanupInput(Payload):
+    workflow_id: str
+    endpoint_id: str
+    ephemeral_dir: str | None = None
+
+
+class ServiceStatus(Payload):
+    """The answer to the `status` query."""
+
+    workflow_id: str
+    phase: Phase
+    desired_replicas: int
+    replicas: tuple[ReplicaInfo, ...]
+    events: tuple[Event, ...]
+    last_error: str | None = None
+    weights: WeightsResult | None = None

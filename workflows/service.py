@@ -1,0 +1,252 @@
+"""ServiceWorkflow: the one generic workflow every catalog entry runs — weights, then a pool of
+replica copies (child CopyWorkflows), until stopped or failed."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from berth.settings import CONTROL_TASK_QUEUE, NODES_TASK_QUEUE
+    from workflows.copy import CopyWorkflow
+    from workflows.payloads import (
+        CleanupInput,
+        CopyInput,
+        CopyResult,
+        CopyStatus,
+        Event,
+        Phase,
+        ReplicaInfo,
+        ServiceInput,
+        ServiceStatus,
+        WeightsInput,
+        WeightsResult,
+    )
+
+MAX_EVENTS = 200
+DOWNLOAD_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=30), maximum_attempts=5,
+    non_retryable_error_types=["GatedRepo", "RepoNotFound", "RevisionNotFound", "DiskFull", "BadRequest"],
+)
+SHORT = timedelta(seconds=60)
+
+
+@dataclass
+class ServiceState:
+    phase: Phase = Phase.DOWNLOADING
+    events: list[Event] = field(default_factory=list)
+    copies: dict[str, ReplicaInfo] = field(default_factory=dict)
+    desired: int = 1
+    next_copy: int = 0
+    replaced_failures: int = 0
+    last_error: str | None = None
+    weights: WeightsResult | None = None
+    stop_requested: bool = False
+    finished: dict[str, CopyResult] = field(default_factory=dict)
+
+
+@workflow.defn
+class ServiceWorkflow:
+    def __init__(self) -> None:
+        self.state = ServiceState()
+        self.input: ServiceInput | None = None
+
+    # --- reads and writes from outside ---------------------------------------------------------
+    @workflow.query
+    def status(self) -> ServiceStatus:
+        assert self.input is not None
+        return ServiceStatus(
+            workflow_id=self.input.workflow_id, phase=self.state.phase, desired_replicas=self.state.desired,
+            replicas=tuple(self.state.copies.values()), events=tuple(self.state.events),
+            last_error=self.state.last_error, weights=self.state.weights,
+        )
+
+    @workflow.signal
+    def stop(self) -> None:
+        if not self.state.stop_requested:
+            self.state.stop_requested = True
+            self._event("stop_requested", "stop requested")
+
+    @workflow.signal
+    def copy_event(self, event: Event) -> None:
+        self._append(event)
+
+    @workflow.signal
+    def copy_state(self, info: ReplicaInfo) -> None:
+        if info.copy_id in self.state.copies or not self.state.stop_requested:
+            self.state.copies[info.copy_id] = info
+        self._update_phase()
+
+    # --- helpers --------------------------------------------------------------------------------
+    def _append(self, event: Event) -> None:
+        self.state.events.append(event)
+        del self.state.events[:-MAX_EVENTS]
+
+    def _event(self, kind: str, message: str, copy_id: str | None = None) -> None:
+        self._append(Event(at=workflow.now(), kind=kind, message=message, copy_id=copy_id))
+
+    def _update_phase(self) -> None:
+        if self.state.phase in (Phase.DOWNLOADING, Phase.STOPPING) or self.state.phase in Phase.terminal():
+            return
+        statuses = {c.status for c in self.state.copies.values()}
+        if CopyStatus.READY in statuses:
+            self.state.phase = Phase.READY
+        elif CopyStatus.STARTING in statuses:
+            self.state.phase = Phase.STARTING
+        elif self.state.desired == 0:
+            self.state.phase = Phase.SCALED_TO_ZERO
+        else:
+            self.state.phase = Phase.SCHEDULING
+
+    # --- the run --------------------------------------------------------------------------------
+    @workflow.run
+    async def run(self, input: ServiceInput) -> ServiceStatus:
+        self.input = input
+        definition = input.definition
+        self._event("submitted", f"{definition.entry} submitted by {input.owner.user}")
+        model_dir = ""
+        try:
+            if definition.weights is not None and not self.state.stop_requested:
+                model_dir = await self._download(input)
+            if definition.replica is not None and not self.state.stop_requested:
+                self.state.desired = max(definition.pool.min_replicas, 1)
+                self.state.phase = Phase.SCHEDULING
+                await self._hold_pool(input, model_dir)
+        except ApplicationError as error:
+            self.state.last_error = error.message
+            self._event("failed", error.message)
+            await self._cleanup(input)
+            self.state.phase = Phase.FAILED
+            raise
+        await self._cleanup(input)
+        self.state.phase = Phase.STOPPED
+        self._event("stopped", "every rank stopped, GPUs released, endpoint removed")
+        return self.status()
+
+    async def _download(self, input: ServiceInput) -> str:
+        job = input.definition.weights
+        assert job is not None
+        self.state.phase = Phase.DOWNLOADING
+        where = f"persistent volume {job.volume}" if job.volume else "an ephemeral volume"
+        self._event("downloading", f"downloading {job.repo}@{job.revision or 'main'} into {where}")
+        download = workflow.start_activity(
+            "download_weights", WeightsInput(workflow_id=input.workflow_id, job=job, target_dir=""),
+            result_type=WeightsResult, task_queue=NODES_TASK_QUEUE, start_to_close_timeout=timedelta(hours=12),
+            heartbeat_timeout=timedelta(seconds=60), retry_policy=DOWNLOAD_RETRY,
+        )
+        await workflow.wait_condition(lambda: download.done() or self.state.stop_requested)
+        if not download.done():
+            download.cancel()
+            await workflow.wait([download])
+            return ""
+        try:
+            result = download.result()
+        except ActivityError as error:
+            cause = error.cause
+            message = cause.message if isinstance(cause, ApplicationError) else str(cause or error)
+            raise ApplicationError(f"downloading weights failed: {message}", non_retryable=True) from None
+        self.state.weights = result
+        if result.dry_run:
+            note = "dry run: the simulator needs no weights"
+        elif result.cache_hit:
+            note = f"cache hit: {job.repo} already on the volume, 0 bytes transferred"
+        else:
+            note = f"downloaded {result.bytes_transferred / 1e6:.1f} MB"
+        self._event("downloaded", note)
+        self.state.phase = Phase.SCHEDULING
+        return result.model_dir
+
+    def _copy_input(self, input: ServiceInput, model_dir: str) -> CopyInput:
+        replica = input.definition.replica
+        assert replica is not None
+        index = self.state.next_copy
+        self.state.next_copy += 1
+        weights = input.definition.weights
+        return CopyInput(
+            workflow_id=input.workflow_id, endpoint_id=input.endpoint_id,
+            copy_id=f"{input.workflow_id}.copy-{index}", copy_index=index, engine=replica.engine,
+            nodes=replica.nodes, gpus_per_node=replica.gpus_per_node, gpu_memory_gb=replica.gpu_memory_gb,
+            model_dir=model_dir, volume=weights.volume if weights else None,
+            parent_workflow_id=workflow.info().workflow_id,
+        )
+
+    async def _run_copy(self, copy: CopyInput) -> None:
+        self.state.copies[copy.copy_id] = ReplicaInfo(copy_id=copy.copy_id, status=CopyStatus.SCHEDULING)
+        try:
+            result: CopyResult = await workflow.execute_child_workflow(
+                CopyWorkflow.run, copy, id=copy.copy_id,
+                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+            )
+        except ChildWorkflowError as error:
+            result = CopyResult(copy_id=copy.copy_id, status=CopyStatus.FAILED, message=str(error.cause or error))
+        self.state.finished[copy.copy_id] = result
+        self.state.copies.pop(copy.copy_id, None)
+        self._update_phase()
+
+    async def _hold_pool(self, input: ServiceInput, model_dir: str) -> None:
+        pool = input.definition.pool
+        running: dict[str, asyncio.Task[None]] = {}
+        while True:
+            while not self.state.stop_requested and len(running) < self.state.desired:
+                copy = self._copy_input(input, model_dir)
+                running[copy.copy_id] = asyncio.create_task(self._run_copy(copy))
+                self._update_phase()
+            await workflow.wait_condition(
+                lambda: self.state.stop_requested or bool(self.state.finished)
+                or len(running) != self.state.desired
+            )
+            if self.state.stop_requested:
+                self.state.phase = Phase.STOPPING
+                for task in running.values():
+                    task.cancel()  # cancels the child workflow: it stops its ranks and releases GPUs
+                await workflow.wait(list(running.values()))
+                return
+            for copy_id, result in list(self.state.finished.items()):
+                del self.state.finished[copy_id]
+                running.pop(copy_id, None)
+                try:
+                    self._on_copy_finished(result, len(running), pool.min_replicas, pool.replace_failed_copies)
+                except ApplicationError:
+                    self.state.phase = Phase.STOPPING
+                    for task in running.values():
+                        task.cancel()
+                    await workflow.wait(list(running.values()))
+                    raise
+
+    def _on_copy_finished(self, result: CopyResult, remaining: int, minimum: int, replace_budget: int) -> None:
+        if result.status is CopyStatus.INTERRUPTED:
+            self._event("copy_interrupted", f"{result.copy_id}: {result.message}; placing it again", result.copy_id)
+            return  # desired unchanged: the loop places a fresh copy
+        if result.status is not CopyStatus.FAILED:
+            return
+        self.state.last_error = f"{result.copy_id}: {result.message}"
+        self._event("copy_failed", result.message, result.copy_id)
+        if self.state.replaced_failures < replace_budget:
+            self.state.replaced_failures += 1
+            self._event("copy_replaced", f"re-placing {result.copy_id} "
+                        f"({self.state.replaced_failures} of ReplaceFailedCopies={replace_budget})")
+            return
+        if remaining >= max(minimum, 1):
+            self.state.desired = remaining
+            self._event("copy_dropped", f"{result.copy_id} dropped; the pool stays above its minimum "
+                        f"({remaining} ≥ {minimum}); a later scale-up replaces it")
+            return
+        raise ApplicationError(f"a copy failed at the pool minimum ({minimum}): {result.message}",
+                               type="CopyFailed", non_retryable=True)
+
+    async def _cleanup(self, input: ServiceInput) -> None:
+        await workflow.execute_activity(
+            "remove_endpoint", CleanupInput(workflow_id=input.workflow_id, endpoint_id=input.endpoint_id),
+            task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
+        )
+        weights = input.definition.weights
+        if weights is not None and not weights.volume:
+            await workflow.execute_activity(
+                "delete_ephemeral_volume", input.workflow_id, task_queue=NODES_TASK_QUEUE,
+                start_to_close_timeout=timedelta(minutes=10),
+            )
