@@ -1,0 +1,1 @@
+"""Engine simulator: a test double and dry-run engine that answers like `vllm serve`."""

@@ -1,0 +1,490 @@
+"""Server: the ASGI app with vLLM's OpenAI-compatible routes, /health and /metrics over a simulated Engine."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from simulator.cli import EngineConfig
+from simulator.engine import (
+    Engine,
+    GenerationPlan,
+    count_prompt_tokens,
+    placeholder_arguments,
+    plan_generation,
+    reply_text,
+)
+
+SIMULATED_VERSION = "0.0.0+berth.simulator"
+_AUTO_TOOLS_DISABLED = (
+    '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+)
+
+
+class ApiError(Exception):
+    """An error the API returns as vLLM's `{"error": {...}}` body."""
+
+    def __init__(self, status: int, message: str, error_type: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.error_type = error_type
+        self.param = param
+
+    @classmethod
+    def bad_request(cls, message: str, param: str | None = None) -> ApiError:
+        return cls(400, message, "BadRequestError", param)
+
+    def response(self) -> JSONResponse:
+        error = {"message": self.message, "type": self.error_type, "param": self.param, "code": self.status}
+        return JSONResponse({"error": error}, status_code=self.status)
+
+
+@dataclass(frozen=True)
+class _Sampling:
+    """The request fields that shape generation, common to chat and completions."""
+
+    model: str
+    stream: bool
+    include_usage: bool
+    max_tokens: int | None
+    min_tokens: int
+    ignore_eos: bool
+
+
+def _sse(payload: Mapping[str, Any]) -> str:
+    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
+
+
+_SSE_DONE = "data: [DONE]\n\n"
+
+
+def _usage(plan: GenerationPlan, completion_tokens: int | None = None) -> dict[str, Any]:
+    completion = plan.completion_tokens if completion_tokens is None else completion_tokens
+    return {
+        "prompt_tokens": plan.prompt_tokens,
+        "total_tokens": plan.prompt_tokens + completion,
+        "completion_tokens": completion,
+        "prompt_tokens_details": None,
+    }
+
+
+def _message_text(content: Any) -> str:
+    """The text of a chat message's content: a string, or the text parts of a list of parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [part for part in content if isinstance(part, dict) and part.get("type") == "text"]
+        return " ".join(str(part.get("text", "")) for part in parts)
+    return ""
+
+
+def _optional_int(body: Mapping[str, Any], *names: str) -> int | None:
+    for name in names:
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ApiError.bad_request(f"{name} must be an integer, got {value!r}", name)
+        return value
+    return None
+
+
+class OpenAIRoutes:
+    """The HTTP handlers, holding the configuration and engine they serve."""
+
+    def __init__(self, config: EngineConfig, engine: Engine) -> None:
+        self.config = config
+        self.engine = engine
+        self.created = int(time.time())
+
+    # --- plain routes -------------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        return Response(status_code=200)
+
+    async def version(self, request: Request) -> Response:
+        return JSONResponse({"version": SIMULATED_VERSION})
+
+    async def metrics(self, request: Request) -> Response:
+        return Response(generate_latest(self.engine.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def models(self, request: Request) -> Response:
+        cards = [
+            {
+                "id": name,
+                "object": "model",
+                "created": self.created,
+                "owned_by": "vllm",
+                "root": self.config.model,
+                "parent": None,
+                "max_model_len": self.config.max_model_len,
+                "permission": [
+                    {
+                        "id": f"modelperm-{uuid.uuid4().hex}",
+                        "object": "model_permission",
+                        "created": self.created,
+                        "allow_create_engine": False,
+                        "allow_sampling": True,
+                        "allow_logprobs": True,
+                        "allow_search_indices": False,
+                        "allow_view": True,
+                        "allow_fine_tuning": False,
+                        "organization": "*",
+                        "group": None,
+                        "is_blocking": False,
+                    }
+                ],
+            }
+            for name in self.config.served_model_names
+        ]
+        return JSONResponse({"object": "list", "data": cards})
+
+    # --- shared request handling --------------------------------------------------------------
+
+    async def _read_body(self, request: Request) -> dict[str, Any]:
+        try:
+            body = json.loads(await request.body())
+        except ValueError as error:
+            raise ApiError.bad_request(f"Invalid JSON body: {error}") from None
+        if not isinstance(body, dict):
+            raise ApiError.bad_request("The request body must be a JSON object")
+        model = body.get("model")
+        if model is not None and model not in self.config.served_model_names:
+            raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+        return body
+
+    def _sampling(self, body: Mapping[str, Any]) -> _Sampling:
+        if body.get("n") not in (None, 1):
+            raise ApiError.bad_request("The simulator supports n=1 only", "n")
+        max_tokens = _optional_int(body, "max_completion_tokens", "max_tokens")
+        if max_tokens is not None and max_tokens < 1:
+            raise ApiError.bad_request(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
+        stream_options = body.get("stream_options")
+        if not isinstance(stream_options, dict):
+            stream_options = {}
+        return _Sampling(
+            model=body.get("model") or self.config.served_model_name,
+            stream=bool(body.get("stream", False)),
+            include_usage=bool(stream_options.get("include_usage", False)),
+            max_tokens=max_tokens,
+            min_tokens=_optional_int(body, "min_tokens") or 0,
+            ignore_eos=bool(body.get("ignore_eos", False)),
+        )
+
+    def _token_budget(self, prompt_tokens: int, max_tokens: int | None) -> int:
+        """The most tokens the reply may have; refuses prompts that do not fit, as vLLM does."""
+        limit = self.config.max_model_len
+        if prompt_tokens >= limit:
+            raise ApiError.bad_request(
+                f"This model's maximum context length is {limit} tokens. However, your request has "
+                f"{prompt_tokens} input tokens. Please reduce the length of the input messages."
+            )
+        if max_tokens is None:
+            return limit - prompt_tokens
+        if prompt_tokens + max_tokens > limit:
+            raise ApiError.bad_request(
+                f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum "
+                f"context length is {limit} tokens and your request has {prompt_tokens} input tokens "
+                f"({max_tokens} > {limit} - {prompt_tokens}).",
+                "max_tokens",
+            )
+        return max_tokens
+
+    def _plan(self, text: str, prompt_tokens: int, sampling: _Sampling) -> GenerationPlan:
+        return plan_generation(
+            text,
+            prompt_tokens,
+            self._token_budget(prompt_tokens, sampling.max_tokens),
+            min_tokens=sampling.min_tokens,
+            ignore_eos=sampling.ignore_eos,
+        )
+
+    # --- /v1/chat/completions -----------------------------------------------------------------
+
+    def _chosen_tool(self, body: Mapping[str, Any], messages: list[Any]) -> Mapping[str, Any] | None:
+        tools = body.get("tools") or []
+        tool_choice = body.get("tool_choice")
+        if not tools or tool_choice == "none":
+            return None
+        if tool_choice is None or tool_choice == "auto":
+            if not self.config.enable_auto_tool_choice:
+                raise ApiError.bad_request(_AUTO_TOOLS_DISABLED, "tool_choice")
+            # A tool result just came back: answer in words, so agent loops come to an end.
+            if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "tool":
+                return None
+            return tools[0]  # type: ignore[no-any-return]
+        if tool_choice == "required":
+            return tools[0]  # type: ignore[no-any-return]
+        if isinstance(tool_choice, dict):
+            wanted = (tool_choice.get("function") or {}).get("name")
+            for tool in tools:
+                if (tool.get("function") or {}).get("name") == wanted:
+                    return tool  # type: ignore[no-any-return]
+            raise ApiError.bad_request(f"Tool '{wanted}' has not been passed in `tools`.", "tool_choice")
+        raise ApiError.bad_request(f"Invalid tool_choice {tool_choice!r}", "tool_choice")
+
+    async def chat_completions(self, request: Request) -> Response:
+        body = await self._read_body(request)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ApiError.bad_request("messages must be a non-empty list", "messages")
+        sampling = self._sampling(body)
+        texts = [_message_text(message.get("content")) for message in messages if isinstance(message, dict)]
+        prompt_tokens = count_prompt_tokens(texts)
+        tool = self._chosen_tool(body, messages)
+        if tool is not None:
+            plan = self._plan(placeholder_arguments(tool), prompt_tokens, sampling)
+        else:
+            user_texts = [
+                _message_text(message.get("content"))
+                for message in messages
+                if isinstance(message, dict) and message.get("role") == "user"
+            ]
+            prompt = user_texts[-1] if user_texts else texts[-1]
+            plan = self._plan(reply_text(prompt, self.config.reply), prompt_tokens, sampling)
+        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        tool_call = None
+        if tool is not None:
+            name = (tool.get("function") or {}).get("name", "")
+            tool_call = {"id": f"chatcmpl-tool-{uuid.uuid4().hex}", "type": "function", "name": name}
+        if sampling.stream:
+            return StreamingResponse(
+                self._stream_chat(completion_id, sampling, plan, tool_call), media_type="text/event-stream"
+            )
+        async with aclosing(self.engine.generate(plan)) as tokens:
+            async for _ in tokens:
+                pass
+        finish_reason = plan.finish_reason.value
+        message: dict[str, Any] = {"role": "assistant", "reasoning_content": None}
+        if tool_call is None:
+            message.update(content=plan.text, tool_calls=[])
+        else:
+            message.update(
+                content=None,
+                tool_calls=[
+                    {
+                        "id": tool_call["id"],
+                        "type": "function",
+                        "function": {"name": tool_call["name"], "arguments": plan.text},
+                    }
+                ],
+            )
+            finish_reason = "tool_calls" if finish_reason == "stop" else finish_reason
+        return JSONResponse(
+            {
+                "id": completion_id,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": sampling.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "logprobs": None,
+                        "finish_reason": finish_reason,
+                        "stop_reason": None,
+                    }
+                ],
+                "usage": _usage(plan),
+                "prompt_logprobs": None,
+            }
+        )
+
+    async def _stream_chat(
+        self,
+        completion_id: str,
+        sampling: _Sampling,
+        plan: GenerationPlan,
+        tool_call: Mapping[str, str] | None,
+    ) -> AsyncIterator[str]:
+        created = int(time.time())
+
+        def chunk(delta: Mapping[str, Any], finish_reason: str | None = None) -> str:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            return _sse(
+                {
+                    "id": completion_id,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": sampling.model,
+                    "choices": [choice],
+                }
+            )
+
+        emitted = 0
+        async with aclosing(self.engine.generate(plan)) as tokens:
+            async for piece in tokens:
+                delta: dict[str, Any]
+                if tool_call is None:
+                    delta = {"content": piece}
+                elif emitted == 0:
+                    function = {"name": tool_call["name"], "arguments": piece}
+                    delta = {
+                        "tool_calls": [
+                            {"index": 0, "id": tool_call["id"], "type": "function", "function": function}
+                        ]
+                    }
+                else:
+                    delta = {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+                if emitted == 0:
+                    delta = {"role": "assistant", **delta}
+                emitted += 1
+                yield chunk(delta)
+        finish_reason = plan.finish_reason.value
+        if tool_call is not None and finish_reason == "stop":
+            finish_reason = "tool_calls"
+        yield chunk({}, finish_reason)
+        if sampling.include_usage:
+            yield _sse(
+                {
+                    "id": completion_id,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": sampling.model,
+                    "choices": [],
+                    "usage": _usage(plan, emitted),
+                }
+            )
+        yield _SSE_DONE
+
+    # --- /v1/completions ----------------------------------------------------------------------
+
+    async def completions(self, request: Request) -> Response:
+        body = await self._read_body(request)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+            prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, str):
+            prompt_text, prompt_tokens = prompt, count_prompt_tokens([prompt])
+        elif isinstance(prompt, list) and prompt and all(isinstance(token, int) for token in prompt):
+            prompt_text, prompt_tokens = "", len(prompt)  # token IDs: the count is known, the text is not
+        elif isinstance(prompt, list) and len(prompt) > 1:
+            raise ApiError.bad_request("The simulator supports one prompt per request", "prompt")
+        else:
+            raise ApiError.bad_request("prompt must be a string or a list of token IDs", "prompt")
+        sampling = self._sampling(body)
+        plan = self._plan(reply_text(prompt_text, self.config.reply), prompt_tokens, sampling)
+        completion_id = f"cmpl-{uuid.uuid4().hex}"
+        if sampling.stream:
+            return StreamingResponse(
+                self._stream_completion(completion_id, sampling, plan), media_type="text/event-stream"
+            )
+        async with aclosing(self.engine.generate(plan)) as tokens:
+            async for _ in tokens:
+                pass
+        return JSONResponse(
+            {
+                "id": completion_id,
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": sampling.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": plan.text,
+                        "logprobs": None,
+                        "finish_reason": plan.finish_reason.value,
+                        "stop_reason": None,
+                        "prompt_logprobs": None,
+                    }
+                ],
+                "usage": _usage(plan),
+            }
+        )
+
+    async def _stream_completion(
+        self, completion_id: str, sampling: _Sampling, plan: GenerationPlan
+    ) -> AsyncIterator[str]:
+        created = int(time.time())
+
+        def chunk(text: str, finish_reason: str | None = None) -> str:
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                "stop_reason": None,
+            }
+            return _sse(
+                {
+                    "id": completion_id,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": sampling.model,
+                    "choices": [choice],
+                }
+            )
+
+        emitted = 0
+        async with aclosing(self.engine.generate(plan)) as tokens:
+            async for piece in tokens:
+                emitted += 1
+                yield chunk(piece)
+        yield chunk("", plan.finish_reason.value)
+        if sampling.include_usage:
+            yield _sse(
+                {
+                    "id": completion_id,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": sampling.model,
+                    "choices": [],
+                    "usage": _usage(plan, emitted),
+                }
+            )
+        yield _SSE_DONE
+
+
+class _ApiKeyMiddleware:
+    """vLLM's `--api-key`: every /v1 route wants `Authorization: Bearer <key>`."""
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1"):
+            headers = dict(scope["headers"])
+            if headers.get(b"authorization") != self.expected:
+                await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _api_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, ApiError)
+    return error.response()
+
+
+def create_app(config: EngineConfig, engine: Engine | None = None) -> Starlette:
+    """Build the simulated vLLM API server for `config` (pass `engine` to share or inspect one)."""
+    routes = OpenAIRoutes(config, engine or Engine(config))
+    app = Starlette(
+        routes=[
+            Route("/health", routes.health, methods=["GET"]),
+            Route("/version", routes.version, methods=["GET"]),
+            Route("/metrics", routes.metrics, methods=["GET"]),
+            Route("/v1/models", routes.models, methods=["GET"]),
+            Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
+            Route("/v1/completions", routes.completions, methods=["POST"]),
+        ],
+        exception_handlers={ApiError: _api_error},
+    )
+    app.state.engine = routes.engine
+    app.state.config = config
+    if config.api_key:
+        app.add_middleware(_ApiKeyMiddleware, api_key=config.api_key)
+    return app
