@@ -173,6 +173,17 @@ def proxy(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 3,
     run_endpoint_proxy(_env("BERTH_API_URL"), _env("BERTH_TOKEN"), host, port)
 
 
+@app.command("admin-token")
+def admin_token(state_dir: StateDirOption = None,
+                user: Annotated[str, typer.Option(help="Administrator user name")] = "admin") -> None:
+    """Mint an administrator API token from the state dir's signing key (multi-host set-up)."""
+    from berth.security import Identity, SigningKey
+    from berth.settings import StateLayout
+
+    key = SigningKey.load_or_create(StateLayout(_state_dir(state_dir)).keys)
+    sys.stdout.write(key.api_token(Identity(user=user, groups=("default",), org="default", admin=True)) + "\n")
+
+
 @app.command("hf-mirror")
 def hf_mirror_command(directory: Annotated[Path, typer.Option("--dir")],
                       port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 4) -> None:
