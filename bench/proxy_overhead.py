@@ -1,0 +1,131 @@
+"""Endpoint proxy vs direct to the simulator vs stock LiteLLM (one worker), same run, loopback.
+
+Targets (issue 2): added p50 at concurrency 1 ≤ 1 ms; req/s at concurrency 32 (non-streamed)
+≥ 5× stock LiteLLM's; proxy CPU per streamed chunk ≤ 0.05 ms. Prints JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+from bench.common import REPO, cpu_seconds, emit, summary
+from berth.processes import free_port, stop_group_sync, wait_http_sync
+from tests.support import RunningStack, free_port_base
+
+LONG_REPLY = " ".join(["token"] * 400)
+BODY = {"model": "openai/gpt-oss-20b", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
+
+
+async def latencies(url: str, headers: dict[str, str], count: int) -> list[float]:
+    out = []
+    async with httpx.AsyncClient(timeout=30) as client:
+        for _ in range(20):
+            await client.post(url, json=BODY, headers=headers)
+        for _ in range(count):
+            started = time.perf_counter()
+            response = await client.post(url, json=BODY, headers=headers)
+            out.append((time.perf_counter() - started) * 1000)
+            response.raise_for_status()
+    return out
+
+
+async def throughput(url: str, headers: dict[str, str], concurrency: int, seconds: float) -> float:
+    done = 0
+    deadline = time.monotonic() + seconds
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+        async def loop() -> None:
+            nonlocal done
+            while time.monotonic() < deadline:
+                response = await client.post(url, json=BODY, headers=headers)
+                response.raise_for_status()
+                done += 1
+        started = time.monotonic()
+        await asyncio.gather(*(loop() for _ in range(concurrency)))
+        return done / (time.monotonic() - started)
+
+
+async def stream_chunks(url: str, headers: dict[str, str], requests: int) -> int:
+    chunks = 0
+    body = {**BODY, "max_tokens": 400, "stream": True}
+    async with httpx.AsyncClient(timeout=60) as client:
+        for _ in range(requests):
+            async with client.stream("POST", url, json=body, headers=headers) as response:
+                async for line in response.aiter_lines():
+                    if line.startswith("data:"):
+                        chunks += 1
+    return chunks
+
+
+def start_litellm(replica: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    config = {"model_list": [{"model_name": "openai/gpt-oss-20b",
+                              "litellm_params": {"model": "openai/openai/gpt-oss-20b", "api_base": replica + "/v1",
+                                                 "api_key": "none"}}],
+              "general_settings": {"master_key": "sk-bench-master"},
+              "litellm_settings": {"telemetry": False, "num_retries": 0}}
+    path = workdir / "litellm.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_LOG="ERROR")
+    log = open(workdir / "litellm.log", "wb")  # noqa: SIM115
+    process = subprocess.Popen([str(REPO / ".venv-litellm" / "bin" / "litellm"), "--config", str(path), "--port",
+                                str(port), "--host", "127.0.0.1", "--num_workers", "1"], env=env, stdout=log,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    wait_http_sync(f"http://127.0.0.1:{port}/health/liveliness", 120, process)
+    return process, f"http://127.0.0.1:{port}"
+
+
+def main() -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="berth-bench-proxy-"))
+    stack = RunningStack(state_dir=workdir / "state", port_base=free_port_base(), nodes=1, simulate_gpus="1x80GB",
+                         extra_env={"BERTH_SIM_TOKENS_PER_SECOND": "0", "BERTH_SIM_REPLY": LONG_REPLY,
+                                    "BERTH_SIM_MAX_NUM_SEQS": "256"}).start()
+    litellm = None
+    try:
+        workflow_id = stack.start_entry("GPT-OSS 20B")
+        replica = stack.describe(workflow_id)["replicas"][0]["url"]
+        endpoint = stack.endpoint(workflow_id)
+        auth = {"Authorization": f"Bearer {stack.token_for(endpoint['id'])}"}
+        direct_url, proxy_url = replica + "/v1/chat/completions", endpoint["url"] + "/v1/chat/completions"
+        direct = asyncio.run(latencies(direct_url, {}, 300))
+        proxied = asyncio.run(latencies(proxy_url, auth, 300))
+        added_p50 = summary(proxied)["p50"] - summary(direct)["p50"]
+        proxy_pid = next(c["pid"] for c in stack.info["children"] if c["name"] == "proxy")
+        before = cpu_seconds(proxy_pid)
+        chunks = asyncio.run(stream_chunks(proxy_url, auth, 20))
+        cpu_per_chunk_ms = (cpu_seconds(proxy_pid) - before) * 1000 / max(chunks, 1)
+        proxy_rps = asyncio.run(throughput(proxy_url, auth, 32, 8))
+        direct_rps = asyncio.run(throughput(direct_url, {}, 32, 8))
+        result: dict[str, object] = {
+            "latency_ms_concurrency_1": {"direct": summary(direct), "proxy": summary(proxied)},
+            "added_p50_ms": added_p50,
+            "rps_concurrency_32": {"direct": direct_rps, "proxy": proxy_rps},
+            "proxy_cpu_ms_per_streamed_chunk": cpu_per_chunk_ms, "streamed_chunks": chunks,
+        }
+        if (REPO / ".venv-litellm" / "bin" / "litellm").exists():
+            litellm, litellm_url = start_litellm(replica, workdir)
+            litellm_headers = {"Authorization": "Bearer sk-bench-master"}
+            litellm_rps = asyncio.run(throughput(litellm_url + "/v1/chat/completions", litellm_headers, 32, 8))
+            before = cpu_seconds(litellm.pid)
+            litellm_chunks = asyncio.run(stream_chunks(litellm_url + "/v1/chat/completions", litellm_headers, 5))
+            result["litellm_cpu_ms_per_streamed_chunk"] = (cpu_seconds(litellm.pid) - before) * 1000 / max(litellm_chunks, 1)
+            result["rps_concurrency_32"]["litellm"] = litellm_rps  # type: ignore[index]
+            result["proxy_vs_litellm_rps"] = proxy_rps / litellm_rps
+        result["targets"] = {"added_p50_ms": 1.0, "proxy_vs_litellm_rps": 5.0, "cpu_ms_per_chunk": 0.05}
+        emit("proxy_overhead", result)
+    finally:
+        if litellm is not None:
+            stop_group_sync(litellm.pid, 10)
+        stack.stop()
+
+
+if __name__ == "__main__":
+    main()
