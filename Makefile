@@ -32,6 +32,7 @@ demo-sim: venv
 	$(BIN)/python scripts/demo.py --simulate
 
 bench: venv $(BENCH_DEPS)
+	@command -v wrk >/dev/null || apt-get install -y -qq wrk >/dev/null 2>&1 || echo "wrk not installed: throughput uses httpx"
 	$(BIN)/python bench/run_all.py
 
 lint: venv

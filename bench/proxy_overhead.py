@@ -7,7 +7,10 @@ Targets (issue 2): added p50 at concurrency 1 ≤ 1 ms; req/s at concurrency 32 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -51,6 +54,28 @@ async def throughput(url: str, headers: dict[str, str], concurrency: int, second
         started = time.monotonic()
         await asyncio.gather(*(loop() for _ in range(concurrency)))
         return done / (time.monotonic() - started)
+
+
+def throughput_wrk(url: str, headers: dict[str, str], concurrency: int, seconds: float) -> float | None:
+    """req/s from wrk (a C load generator: it leaves the cores to what is measured), if installed."""
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        return None
+    script = Path(tempfile.mkdtemp()) / "post.lua"
+    header_lines = "".join(f'wrk.headers["{k}"] = "{v}"\n' for k, v in headers.items())
+    script.write_text('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+                      + header_lines + f"wrk.body = '{json.dumps(BODY)}'\n")
+    result = subprocess.run([wrk, "-t1", f"-c{concurrency}", f"-d{seconds:.0f}s", "-s", str(script), url],
+                            capture_output=True, text=True, check=True)
+    match = re.search(r"Requests/sec:\s+([\d.]+)", result.stdout)
+    if "Non-2xx" in result.stdout or match is None:
+        raise RuntimeError(f"wrk saw errors:\n{result.stdout}")
+    return float(match.group(1))
+
+
+async def rps(url: str, headers: dict[str, str], concurrency: int = 32, seconds: float = 8) -> float:
+    measured = throughput_wrk(url, headers, concurrency, seconds)
+    return measured if measured is not None else await throughput(url, headers, concurrency, seconds)
 
 
 async def stream_chunks(url: str, headers: dict[str, str], requests: int) -> int:
@@ -102,8 +127,10 @@ def main() -> None:
         before = cpu_seconds(proxy_pid)
         chunks = asyncio.run(stream_chunks(proxy_url, auth, 20))
         cpu_per_chunk_ms = (cpu_seconds(proxy_pid) - before) * 1000 / max(chunks, 1)
-        proxy_rps = asyncio.run(throughput(proxy_url, auth, 32, 8))
-        direct_rps = asyncio.run(throughput(direct_url, {}, 32, 8))
+        proxy_rps = asyncio.run(rps(proxy_url, auth))
+        direct_rps = asyncio.run(rps(direct_url, {}))
+        httpx_rps = {"direct": asyncio.run(throughput(direct_url, {}, 32, 6)),
+                     "proxy": asyncio.run(throughput(proxy_url, auth, 32, 6))}
         result: dict[str, object] = {
             "latency_ms_concurrency_1": {"direct": summary(direct), "proxy": summary(proxied)},
             "added_p50_ms": added_p50,
@@ -113,12 +140,16 @@ def main() -> None:
         if (REPO / ".venv-litellm" / "bin" / "litellm").exists():
             litellm, litellm_url = start_litellm(replica, workdir)
             litellm_headers = {"Authorization": "Bearer sk-bench-master"}
-            litellm_rps = asyncio.run(throughput(litellm_url + "/v1/chat/completions", litellm_headers, 32, 8))
+            litellm_rps = asyncio.run(rps(litellm_url + "/v1/chat/completions", litellm_headers))
             before = cpu_seconds(litellm.pid)
             litellm_chunks = asyncio.run(stream_chunks(litellm_url + "/v1/chat/completions", litellm_headers, 5))
             result["litellm_cpu_ms_per_streamed_chunk"] = (cpu_seconds(litellm.pid) - before) * 1000 / max(litellm_chunks, 1)
             result["rps_concurrency_32"]["litellm"] = litellm_rps  # type: ignore[index]
             result["proxy_vs_litellm_rps"] = proxy_rps / litellm_rps
+            httpx_rps["litellm"] = asyncio.run(throughput(litellm_url + "/v1/chat/completions", litellm_headers, 32, 6))
+            httpx_rps["proxy_vs_litellm"] = httpx_rps["proxy"] / httpx_rps["litellm"]
+        result["rps_concurrency_32_httpx_load_generator"] = httpx_rps
+        result["load_generator"] = "wrk" if shutil.which("wrk") else "httpx"
         result["targets"] = {"added_p50_ms": 1.0, "proxy_vs_litellm_rps": 5.0, "cpu_ms_per_chunk": 0.05}
         emit("proxy_overhead", result)
     finally:

@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from typing import Any
 
-import httpx
-
 from berth.api_client import ApiClient
 from berth.errors import AuthenticationError, BerthError
 from berth.security import Identity, TokenVerifier, endpoint_audience
 from catalog.definition import Scope
+from gateway.upstream import UpstreamError, UpstreamPool
 
 log = logging.getLogger("berth.proxy")
 
@@ -90,14 +89,11 @@ def find_token(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, bool]:
 
 
 class EndpointProxy:
-    def __init__(self, api: ApiClient, verifier: TokenVerifier, http: httpx.AsyncClient | None = None,
+    def __init__(self, api: ApiClient, verifier: TokenVerifier, upstream: UpstreamPool | None = None,
                  refresh_s: float = 1.0) -> None:
         self.api = api
         self.verifier = verifier
-        self.http = http or httpx.AsyncClient(
-            timeout=httpx.Timeout(connect=5.0, read=None, write=60.0, pool=10.0),
-            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
-        )
+        self.upstream = upstream or UpstreamPool()
         self.refresh_s = refresh_s
         self.routes: dict[str, Route] = {}
         self._last_refresh = 0.0
@@ -208,27 +204,24 @@ class EndpointProxy:
             body = _body_stream(first.get("body", b""), receive)
         else:
             body = first.get("body", b"")
-        request = self.http.build_request(scope["method"], url, headers=upstream_headers, content=body)
         try:
-            response = await self.http.send(request, stream=True)
-        except httpx.HTTPError as error:
-            log.warning("upstream %s failed: %s", target, type(error).__name__)
+            response = await self.upstream.request(scope["method"], url, upstream_headers, body)
+        except UpstreamError as error:
+            log.warning("upstream %s failed: %s", target, error)
             await _json(send, 502, b'{"error":{"message":"The model service did not answer; retry shortly.",'
                                    b'"type":"bad_gateway","code":502}}')
             return
+        await send({"type": "http.response.start", "status": response.status,
+                    "headers": [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]})
         try:
-            await send({"type": "http.response.start", "status": response.status_code,
-                        "headers": [(k, v) for k, v in response.headers.raw if k.lower() not in HOP_BY_HOP]})
-            async for chunk in response.aiter_raw():
-                if chunk:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except httpx.HTTPError as error:
+            async for chunk in response.body():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except UpstreamError as error:
             # Mid-stream failure: the status is already sent; end the body so the client sees it.
-            log.warning("upstream %s broke mid-response: %s", target, type(error).__name__)
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            log.warning("upstream %s broke mid-response: %s", target, error)
         finally:
-            await response.aclose()
+            response.release()  # a client that went away mid-stream must not leak the connection
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -239,7 +232,7 @@ class EndpointProxy:
             elif message["type"] == "lifespan.shutdown":
                 if self._refresher is not None:
                     self._refresher.cancel()
-                await self.http.aclose()
+                await self.upstream.aclose()
                 await self.api.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

@@ -1,0 +1,202 @@
+"""A lean pooled HTTP/1.1 client for the proxies' upstream hop: raw bytes, httptools parsing,
+keep-alive connections per upstream, bodies streamed both ways without buffering.
+
+Why not httpx here: on the hot path its per-request bookkeeping cost more than the rest of the proxy
+together (see docs/performance.md); the upstreams (vLLM, LiteLLM, OpenCode) speak plain HTTP/1.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import httptools
+
+READ_SIZE = 65536
+
+
+class UpstreamError(ConnectionError):
+    """The upstream could not be reached or broke the response; `sent_nothing` says whether the
+    response had not started (so a caller may safely retry elsewhere)."""
+
+    def __init__(self, message: str, sent_nothing: bool) -> None:
+        super().__init__(message)
+        self.sent_nothing = sent_nothing
+
+
+@dataclass
+class _Parsed:
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    headers_done: bool = False
+    body: list[bytes] = field(default_factory=list)
+    complete: bool = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        self.headers_done = True
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+
+class _Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+
+class UpstreamResponse:
+    def __init__(self, pool: UpstreamPool, key: tuple[str, int], connection: _Connection,
+                 parser: httptools.HttpResponseParser, parsed: _Parsed, head_only: bool) -> None:
+        self.status = parser.get_status_code()
+        self.headers = parsed.headers
+        self._pool, self._key, self._connection = pool, key, connection
+        self._parser, self._parsed = parser, parsed
+        self._head_only = head_only
+        self._released = False
+
+    async def body(self) -> AsyncIterator[bytes]:
+        parsed = self._parsed
+        try:
+            while True:
+                if parsed.body:
+                    chunks, parsed.body = parsed.body, []
+                    for chunk in chunks:
+                        yield chunk
+                if parsed.complete or self._head_only:
+                    return
+                data = await self._connection.reader.read(READ_SIZE)
+                if not data:
+                    # Close-delimited bodies end here; anything else is a broken response.
+                    with contextlib.suppress(httptools.HttpParserError):
+                        self._parser.feed_data(b"")
+                    if parsed.body:
+                        continue
+                    if not parsed.complete:
+                        raise UpstreamError("upstream closed the connection mid-response", sent_nothing=False)
+                    return
+                try:
+                    self._parser.feed_data(data)
+                except httptools.HttpParserError as error:
+                    raise UpstreamError(f"malformed upstream response: {error}", sent_nothing=False) from None
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        reusable = (self._parsed.complete or self._head_only) and self._parser.should_keep_alive()
+        if reusable:
+            self._pool._return(self._key, self._connection)
+        else:
+            self._connection.close()
+
+
+class UpstreamPool:
+    def __init__(self, connect_timeout_s: float = 5.0, max_idle_per_upstream: int = 256) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.max_idle = max_idle_per_upstream
+        self._idle: dict[tuple[str, int], deque[_Connection]] = {}
+
+    def _return(self, key: tuple[str, int], connection: _Connection) -> None:
+        idle = self._idle.setdefault(key, deque())
+        if len(idle) < self.max_idle:
+            idle.append(connection)
+        else:
+            connection.close()
+
+    async def _connect(self, key: tuple[str, int]) -> _Connection:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(*key), self.connect_timeout_s)
+        except (OSError, TimeoutError) as error:
+            raise UpstreamError(f"cannot connect to {key[0]}:{key[1]} ({type(error).__name__})", True) from None
+        return _Connection(reader, writer)
+
+    async def request(self, method: str, url: str, headers: list[tuple[bytes, bytes]],
+                      body: bytes | AsyncIterator[bytes]) -> UpstreamResponse:
+        parts = urlsplit(url)
+        host = parts.hostname or "127.0.0.1"
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        key = (host, port)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        lines = [f"{method} {target} HTTP/1.1\r\nhost: {parts.netloc}\r\n".encode("latin-1")]
+        lines.extend(name + b": " + value + b"\r\n" for name, value in headers)
+        streamed = not isinstance(body, bytes)
+        if streamed:
+            lines.append(b"transfer-encoding: chunked\r\n\r\n")
+        else:
+            assert isinstance(body, bytes)
+            if body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
+                lines.append(b"content-length: " + str(len(body)).encode() + b"\r\n")
+            lines.append(b"\r\n")
+        head = b"".join(lines)
+        # A pooled connection may have been closed by the upstream while idle: with a replayable
+        # body, retry once on a fresh connection when nothing came back.
+        for attempt in (0, 1):
+            idle = self._idle.get(key)
+            reused = bool(idle)
+            connection = idle.pop() if idle else await self._connect(key)
+            try:
+                return await self._exchange(key, connection, method, head, body, streamed)
+            except UpstreamError as error:
+                connection.close()
+                if attempt == 0 and reused and error.sent_nothing and not streamed:
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    async def _exchange(self, key: tuple[str, int], connection: _Connection, method: str, head: bytes,
+                        body: bytes | AsyncIterator[bytes], streamed: bool) -> UpstreamResponse:
+        writer = connection.writer
+        try:
+            if streamed:
+                writer.write(head)
+                assert not isinstance(body, bytes)
+                async for chunk in body:
+                    if chunk:
+                        writer.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                        await writer.drain()
+                writer.write(b"0\r\n\r\n")
+            else:
+                assert isinstance(body, bytes)
+                writer.write(head + body)
+            await writer.drain()
+        except (OSError, RuntimeError) as error:
+            raise UpstreamError(f"upstream write failed ({type(error).__name__})", sent_nothing=True) from None
+        parsed = _Parsed()
+        parser = httptools.HttpResponseParser(parsed)
+        received = False
+        while not parsed.headers_done:
+            try:
+                data = await connection.reader.read(READ_SIZE)
+            except OSError as error:
+                raise UpstreamError(f"upstream read failed ({type(error).__name__})", not received) from None
+            if not data:
+                raise UpstreamError("upstream closed the connection before answering", sent_nothing=not received)
+            received = True
+            try:
+                parser.feed_data(data)
+            except httptools.HttpParserUpgrade:
+                raise UpstreamError("upstream asked for a protocol upgrade", sent_nothing=False) from None
+            except httptools.HttpParserError as error:
+                raise UpstreamError(f"malformed upstream response: {error}", sent_nothing=False) from None
+        return UpstreamResponse(self, key, connection, parser, parsed, head_only=method == "HEAD")
+
+    async def aclose(self) -> None:
+        for idle in self._idle.values():
+            while idle:
+                idle.pop().close()
