@@ -34,15 +34,21 @@ class _Parsed:
     headers_done: bool = False
     body: list[bytes] = field(default_factory=list)
     complete: bool = False
+    keep_alive: bool = False
+    parser: httptools.HttpResponseParser | None = None
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
         self.headers_done = True
+        # Ask now: once the message completes, llhttp resets and always answers False.
+        assert self.parser is not None
+        self.keep_alive = self.parser.should_keep_alive()
 
     def on_body(self, body: bytes) -> None:
-        self.body.append(body)
+        if body:
+            self.body.append(body)
 
     def on_message_complete(self) -> None:
         self.complete = True
@@ -70,6 +76,7 @@ class UpstreamResponse:
 
     async def body(self) -> AsyncIterator[bytes]:
         parsed = self._parsed
+        eof = False
         try:
             while True:
                 if parsed.body:
@@ -80,18 +87,18 @@ class UpstreamResponse:
                     return
                 data = await self._connection.reader.read(READ_SIZE)
                 if not data:
-                    # Close-delimited bodies end here; anything else is a broken response.
-                    with contextlib.suppress(httptools.HttpParserError):
-                        self._parser.feed_data(b"")
-                    if parsed.body:
-                        continue
-                    if not parsed.complete:
+                    # End of stream: complete for a close-delimited body, otherwise a broken response.
+                    if eof:
                         raise UpstreamError("upstream closed the connection mid-response", sent_nothing=False)
-                    return
+                    eof = True
+                    if not any(name in (b"content-length", b"transfer-encoding") for name, _ in parsed.headers):
+                        return  # close-delimited body: the end of the stream is its end
                 try:
                     self._parser.feed_data(data)
                 except httptools.HttpParserError as error:
                     raise UpstreamError(f"malformed upstream response: {error}", sent_nothing=False) from None
+                if eof and not parsed.complete and not parsed.body:
+                    raise UpstreamError("upstream closed the connection mid-response", sent_nothing=False)
         finally:
             self.release()
 
@@ -99,7 +106,7 @@ class UpstreamResponse:
         if self._released:
             return
         self._released = True
-        reusable = (self._parsed.complete or self._head_only) and self._parser.should_keep_alive()
+        reusable = (self._parsed.complete or self._head_only) and self._parsed.keep_alive
         if reusable:
             self._pool._return(self._key, self._connection)
         else:
@@ -179,6 +186,7 @@ class UpstreamPool:
             raise UpstreamError(f"upstream write failed ({type(error).__name__})", sent_nothing=True) from None
         parsed = _Parsed()
         parser = httptools.HttpResponseParser(parsed)
+        parsed.parser = parser
         received = False
         while not parsed.headers_done:
             try:
