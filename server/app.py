@@ -426,8 +426,8 @@ def _what_would_fit(entry: Entry, replica: ReplicaSpec, views: list[scheduler.No
         min_gb = replica.gpu_memory_gb / utilization if replica.gpu_memory_gb else 0.0
         sizes = sorted({g.memory_gb for v in views if not v.taints for g in v.gpus}, reverse=True)
         largest = max((v.capable_gpus(min_gb) for v in views if not v.taints), default=0)
-        return (f" Each node must hold GpusPerNode={replica.gpus_per_node} GPUs of ≥ {min_gb:.0f} GB; no node "
-                f"has more than {largest} such GPUs, and the GPU sizes here are "
+        return (f" Each node must hold GpusPerNode={replica.gpus_per_node} GPUs of ≥ {min_gb:.0f} GB; "
+                f"no node has more than {largest} such GPUs, and the GPU sizes here are "
                 f"{', '.join(f'{s:g} GB' for s in sizes) or 'none'}. Lower GpusPerNode or GpuMemoryGb"
                 f"{' or Nodes' if replica.nodes > 1 else ''}.")
     context = replica.engine.max_model_len
@@ -465,8 +465,8 @@ def _what_would_fit(entry: Entry, replica: ReplicaSpec, views: list[scheduler.No
                            f"{_names(holders)})")
             break
     if not options:
-        return text + (" Neither a smaller MaxContextSize on these GPUs nor another GpusPerNode or Nodes fits "
-                       "this cluster; it needs nodes with more or larger GPUs: ask your administrator.")
+        return text + (" Neither a smaller MaxContextSize on these GPUs nor another GpusPerNode or Nodes "
+                       "fits this cluster; it needs nodes with more or larger GPUs: ask your administrator.")
     return text + " What would fit: " + "; or ".join(options) + "."
 
 
