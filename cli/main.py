@@ -246,8 +246,8 @@ def catalog_describe(name: str, output: OutputOption = Format.TABLE) -> None:
         emit_json(entry)
         return
     console.print(f"[bold]{entry['name']}[/] — {entry['description']}")
-    parameters = [{**p, "range": _parameter_range(p),
-                   "default": "(required)" if p["required"] else p["default"]} for p in entry["parameters"]]
+    parameters = [{**p, "range": _parameter_range(p), "default": _parameter_default(p, entry)}
+                  for p in entry["parameters"]]
     table(parameters, [("name", "PARAMETER"), ("type", "TYPE"), ("default", "DEFAULT"), ("range", "RANGE"),
                        ("help", "HELP")])
     if entry.get("memory"):
@@ -261,6 +261,16 @@ def catalog_describe(name: str, output: OutputOption = Format.TABLE) -> None:
         where = f"GpusPerNode={gpus}" if gpus else "GpusPerNode=0: the CPU engine"
         console.print(f"At its default context it needs {default['total_gb']} GB: {where} by default; lower "
                       "MaxContextSize to need less.", highlight=False)
+
+
+def _parameter_default(parameter: dict[str, Any], entry: dict[str, Any]) -> Any:
+    if parameter["required"]:
+        return "(required)"
+    memory_default = entry.get("default_gpus_per_node")
+    if parameter["name"] == "GpusPerNode" and parameter["default"] is None and memory_default is not None:
+        # What the memory model picks at the default context.
+        return f"auto ({memory_default})"
+    return parameter["default"]
 
 
 def _parameter_range(parameter: dict[str, Any]) -> str:

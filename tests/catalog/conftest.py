@@ -35,8 +35,12 @@ class CatalogApi:
 
     def add_node(self, node_id: str, gpus: list[float], taints: list[str] | None = None) -> None:
         inventory: dict[str, Any] = {
-            "address": "127.0.0.1", "engine": "simulator", "port_start": 40000,
-            "gpus": [{"index": i, "name": f"GPU {size:g}GB", "memory_gb": size} for i, size in enumerate(gpus)],
+            "address": "127.0.0.1",
+            "engine": "simulator",
+            "port_start": 40000,
+            "gpus": [
+                {"index": i, "name": f"GPU {size:g}GB", "memory_gb": size} for i, size in enumerate(gpus)
+            ],
             "taints": taints or [],
         }
         response = self.client.post(f"/v1/nodes/{node_id}/heartbeat", json=inventory)
@@ -52,8 +56,9 @@ def catalog_api(tmp_path: Path) -> Iterator[CatalogApi]:
     # every check reaches it and gets 503, which is how tests see that validation passed.
     context = build_context(tmp_path / "state", temporal_address="127.0.0.1:1")
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(context), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(context), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
     thread = threading.Thread(target=server.run, name="catalog-api", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -37,7 +37,11 @@ def test_kv_cache_formula() -> None:
 def test_qwen3_coder_needs_two_80gb_gpus_at_its_default_context() -> None:
     qwen = facts("Qwen3-Coder 30B")
     need = memory_need(qwen, qwen.default_context)
-    assert need.weights_gb == 61.1 and round(need.kv_cache_gb, 1) == 25.8 and need.overhead_gb == RUNTIME_OVERHEAD_GB
+    assert (
+        need.weights_gb == 61.1
+        and round(need.kv_cache_gb, 1) == 25.8
+        and need.overhead_gb == RUNTIME_OVERHEAD_GB
+    )
     assert round(need.total_gb, 1) == 88.9
     assert gpus_needed(need.total_gb) == 2  # 2 × 80 GB = the documents' 160 GB
     assert not fits(need.total_gb, 1, REFERENCE_GPU_GB)
@@ -61,14 +65,17 @@ def test_gpt_oss_20b_fits_one_gpu() -> None:
     assert gpus_needed(need.total_gb) == 1
 
 
-@pytest.mark.parametrize(("name", "total_gb", "gpus"), [
-    ("GPT-OSS 20B", 19.0, 1),
-    ("GPT-OSS 120B", 71.8, 1),  # the model card: "fits into a single 80GB GPU"
-    ("Qwen3-Coder 30B", 88.9, 2),
-    ("Llama 4 Scout", 245.8, 4),
-    ("Nemotron 3 Super", 245.3, 4),
-    ("SmolLM2 135M Instruct", 2.5, 1),  # on a GPU; its entry defaults to the CPU engine
-])
+@pytest.mark.parametrize(
+    ("name", "total_gb", "gpus"),
+    [
+        ("GPT-OSS 20B", 19.0, 1),
+        ("GPT-OSS 120B", 71.8, 1),  # the model card: "fits into a single 80GB GPU"
+        ("Qwen3-Coder 30B", 88.9, 2),
+        ("Llama 4 Scout", 245.8, 4),
+        ("Nemotron 3 Super", 245.3, 4),
+        ("SmolLM2 135M Instruct", 2.5, 1),  # on a GPU; its entry defaults to the CPU engine
+    ],
+)
 def test_need_at_the_default_context(name: str, total_gb: float, gpus: int) -> None:
     model = facts(name)
     need = memory_need(model, model.default_context)
@@ -76,8 +83,9 @@ def test_need_at_the_default_context(name: str, total_gb: float, gpus: int) -> N
     assert gpus_needed(need.total_gb) == gpus
 
 
-@pytest.mark.parametrize("name", ["GPT-OSS 20B", "GPT-OSS 120B", "Qwen3-Coder 30B", "Llama 4 Scout",
-                                  "Nemotron 3 Super"])
+@pytest.mark.parametrize(
+    "name", ["GPT-OSS 20B", "GPT-OSS 120B", "Qwen3-Coder 30B", "Llama 4 Scout", "Nemotron 3 Super"]
+)
 def test_gpus_per_node_defaults_to_what_the_memory_needs(name: str) -> None:
     entry = find_entry(name)
     model = facts(name)
@@ -87,16 +95,19 @@ def test_gpus_per_node_defaults_to_what_the_memory_needs(name: str) -> None:
     definition = render(entry, values)
     assert definition.replica is not None
     per_gpu = definition.replica.gpu_memory_gb
-    assert per_gpu * definition.replica.gpus_per_node == pytest.approx(memory_need(model, model.default_context)
-                                                                       .total_gb, abs=0.5)
+    assert per_gpu * definition.replica.gpus_per_node == pytest.approx(
+        memory_need(model, model.default_context).total_gb, abs=0.5
+    )
     assert per_gpu <= REFERENCE_GPU_GB * DEFAULT_UTILIZATION
 
 
 def test_nodes_split_the_need() -> None:
     values = resolve_values(find_entry("Nemotron 3 Super"), {"Nodes": "2"})
     assert values["GpusPerNode"] == 2  # 245 GB over two nodes: two 80 GB GPUs each
-    definition = render(find_entry("Nemotron 3 Super"), resolve_values(find_entry("Nemotron 3 Super"),
-                                                                       {"Nodes": "2", "GpusPerNode": "4"}))
+    definition = render(
+        find_entry("Nemotron 3 Super"),
+        resolve_values(find_entry("Nemotron 3 Super"), {"Nodes": "2", "GpusPerNode": "4"}),
+    )
     assert definition.replica is not None
     assert (definition.replica.nodes, definition.replica.gpus_per_node) == (2, 4)
     assert definition.replica.gpu_memory_gb == pytest.approx(245.3 / 8, abs=0.1)

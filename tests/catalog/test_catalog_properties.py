@@ -1,4 +1,4 @@
-"""Property: any in-bounds values, drawn from each entry's own parameter list, render to a valid definition."""
+"""Property: any in-bounds values drawn from an entry's own parameter list render to a valid definition."""
 
 from __future__ import annotations
 
@@ -36,10 +36,16 @@ def hf_model(entry: Entry) -> st.SearchStrategy[str]:
 def strategy(entry: Entry, parameter: Parameter) -> st.SearchStrategy[Any]:
     kind = parameter.type
     if kind is ParameterType.INT:
-        return st.integers(int(parameter.min or 0), int(parameter.max if parameter.max is not None else 1 << 20))
+        return st.integers(
+            int(parameter.min or 0), int(parameter.max if parameter.max is not None else 1 << 20)
+        )
     if kind is ParameterType.FLOAT:
-        return st.floats(parameter.min or 0.0, parameter.max if parameter.max is not None else 1e6,
-                         allow_nan=False, allow_infinity=False)
+        return st.floats(
+            parameter.min or 0.0,
+            parameter.max if parameter.max is not None else 1e6,
+            allow_nan=False,
+            allow_infinity=False,
+        )
     if kind is ParameterType.BOOL:
         return st.booleans()
     if kind is ParameterType.CHOICE:
@@ -67,8 +73,13 @@ def values_for(draw: st.DrawFn, entry: Entry) -> dict[str, Any]:
         if parameter.required or draw(st.booleans()):
             value = draw(strategy(entry, parameter))
             # Half as typed values (a --values-file), half as the strings --values sends.
-            raw[parameter.name] = value if draw(st.booleans()) else str(value).lower() if isinstance(
-                value, bool) else str(value)
+            raw[parameter.name] = (
+                value
+                if draw(st.booleans())
+                else str(value).lower()
+                if isinstance(value, bool)
+                else str(value)
+            )
     return raw
 
 
@@ -76,7 +87,7 @@ def values_for(draw: st.DrawFn, entry: Entry) -> dict[str, Any]:
 def test_any_in_bounds_values_render_a_valid_definition(name: str) -> None:
     entry = load_catalog()[name]
 
-    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(values_for(entry))
     def check(raw: dict[str, Any]) -> None:
         # The one documented cross-parameter refusal: api-key auth without the key to send.
@@ -84,7 +95,9 @@ def test_any_in_bounds_values_render_a_valid_definition(name: str) -> None:
         values = resolve_values(entry, raw)
         definition = render(entry, values)
         assert isinstance(definition, WorkflowDefinition)
-        again = WorkflowDefinition.model_validate(yaml.safe_load(yaml.safe_dump(definition.model_dump(mode="json"))))
+        again = WorkflowDefinition.model_validate(
+            yaml.safe_load(yaml.safe_dump(definition.model_dump(mode="json")))
+        )
         assert again == definition  # the definition round-trips through YAML (golden files, the store)
         if definition.replica is not None:
             assert definition.replica.engine.max_model_len == values["MaxContextSize"]
