@@ -127,7 +127,10 @@ class WorkflowDefinition(Frozen):
     model_id: str | None = Field(None, description="The id /v1/models lists, e.g. openai/gpt-oss-20b")
     weights: WeightsJob | None = None
     replica: ReplicaSpec | None = None
-    pool: PoolSpec = PoolSpec()
+    # Spelled out so mypy (no pydantic plugin here) sees every field given.
+    pool: PoolSpec = Field(
+        default_factory=lambda: PoolSpec(min_replicas=1, max_replicas=1, replace_failed_copies=0)
+    )
     proxy: bool = True
     endpoint: EndpointSpec = EndpointSpec()
     api_key: str | None = Field(None, description="LiteLLM master key (generated at start if unset)")
