@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from enum import Enum
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -11,7 +11,7 @@ SECRET_REF = re.compile(r"^secret://(user|group|organization)/[A-Za-z0-9][A-Za-z
 HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-class Scope(str, Enum):
+class Scope(StrEnum):
     """Who may call an endpoint."""
 
     USER = "user"  # the owner only
@@ -92,19 +92,56 @@ class EndpointSpec(Frozen):
     scope: Scope = Scope.GROUP
 
 
+class ServiceKind(StrEnum):
+    """The non-model services a catalog entry can run (their runtimes live outside the catalog)."""
+
+    GATEWAY = "gateway"  # LiteLLM Model Gateway: discovers annotated replicas, routes by model name
+    OPENCODE = "opencode"  # `opencode serve`, reaching the model endpoints its owner may call
+
+
+class ServiceSpec(Frozen):
+    """A service entry's one long-running server (the gateway, OpenCode), run instead of a replica pool.
+
+    `scope` is who may call the service's own endpoint; `options` holds the entry's service-specific
+    settings as JSON scalars (e.g. `routing_policy` for the gateway, `endpoint` and `endpoint_auth` for
+    OpenCode) so that adding one needs no schema change; `image` and `volume` are "" for the defaults
+    (the runtime's own image; an ephemeral volume)."""
+
+    kind: ServiceKind
+    scope: Scope = Scope.GROUP
+    image: str = ""
+    volume: str = ""
+    options: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+
+
 class WorkflowDefinition(Frozen):
-    """Everything the generic ServiceWorkflow needs; rendered from a catalog entry."""
+    """Everything the generic ServiceWorkflow needs; rendered from a catalog entry.
+
+    Model entries fill `weights` and `replica` (and `service` is None); service entries (kind
+    gateway / opencode) leave `weights` and `replica` None and describe their server in `service`,
+    with `pool` sizing that server and `endpoint.scope` who may call it.
+    """
 
     entry: str
     name: str
     model_id: str | None = Field(None, description="The id /v1/models lists, e.g. openai/gpt-oss-20b")
     weights: WeightsJob | None = None
     replica: ReplicaSpec | None = None
-    pool: PoolSpec = PoolSpec()
+    # Spelled out so mypy (no pydantic plugin here) sees every field given.
+    pool: PoolSpec = Field(
+        default_factory=lambda: PoolSpec(min_replicas=1, max_replicas=1, replace_failed_copies=0)
+    )
     proxy: bool = True
     endpoint: EndpointSpec = EndpointSpec()
     api_key: str | None = Field(None, description="LiteLLM master key (generated at start if unset)")
     api_key_secret: str | None = None
+    service: ServiceSpec | None = Field(None, description="The server a service entry runs (not models)")
+
+    @model_validator(mode="after")
+    def _service_scope(self) -> WorkflowDefinition:
+        if self.service is not None and self.service.scope is not self.endpoint.scope:
+            raise ValueError("service.scope must equal endpoint.scope (the service is the endpoint)")
+        return self
 
     @field_validator("api_key_secret")
     @classmethod

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import difflib
-from enum import Enum
+import re
+import shlex
+from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -17,19 +19,56 @@ from catalog.definition import HF_REPO, SECRET_REF
 CATALOG_DIR = Path(__file__).resolve().parent
 
 
-class ParameterType(str, Enum):
+class ParameterType(StrEnum):
     """The kinds of value a parameter takes; each has one parser below."""
 
-    STRING = "string"
+    STRING = "string"  # free text, optionally constrained by `pattern`
     INT = "int"
     FLOAT = "float"
     BOOL = "bool"
     CHOICE = "choice"  # one of `choices`
     SECRET = "secret"  # secret://user|group|organization/NAME
     HF_MODEL = "hf-model"  # hf://org/name[@revision][?options]
+    ARGS = "args"  # a shell-quoted command-line fragment (ExtraArgs)
+    ENV = "env"  # space-separated NAME=VALUE pairs, values shell-quoted (ExtraEnv)
+
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_EXAMPLE = "ExtraEnv='NCCL_SOCKET_IFNAME=eth0 NCCL_IB_HCA=mlx5'"
+
+
+def _bound(number: float) -> str:
+    """Bounds read as the user typed them: 1048576, not 1.04858e+06."""
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"
+
+
+def split_args(name: str, text: str) -> list[str]:
+    """Split a command-line fragment like a POSIX shell would (quotes group words)."""
+    try:
+        return shlex.split(text)
+    except ValueError as error:
+        raise UserInputError(
+            f"{name} cannot be split like a shell command line ({error}): {text!r}. Close the quote."
+        ) from None
+
+
+def split_env(name: str, text: str) -> dict[str, str]:
+    """`'A=1 B="two words"'` → {"A": "1", "B": "two words"}."""
+    pairs: dict[str, str] = {}
+    for word in split_args(name, text):
+        key, sep, value = word.partition("=")
+        if not sep or not ENV_NAME.match(key):
+            raise UserInputError(
+                f"{name} must be space-separated NAME=VALUE pairs; '{word}' is not one. "
+                f"Example: {ENV_EXAMPLE}."
+            )
+        pairs[key] = value
+    return pairs
 
 
 class Parameter(BaseModel):
+    """One typed entry parameter: its kind, default, bounds (numbers), choices, pattern and help."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
@@ -39,15 +78,36 @@ class Parameter(BaseModel):
     min: float | None = None
     max: float | None = None
     choices: tuple[str, ...] = ()
+    pattern: str | None = Field(None, description="Regular expression a string value must match whole")
+    example: str = Field("", description="A valid value, quoted in the error when `pattern` fails")
+    user_only: bool = Field(False, description="Secrets: only secret://user/… (it becomes an env var)")
     help: str = ""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Parameter:
+        if self.type is ParameterType.CHOICE and not self.choices:
+            raise ValueError(f"parameter {self.name} is a choice without choices")
+        if self.min is not None and self.max is not None and self.max < self.min:
+            raise ValueError(f"parameter {self.name} has max {self.max} below min {self.min}")
+        if self.pattern is not None:
+            re.compile(self.pattern)
+        return self
 
     def parse(self, raw: Any) -> Any:
         """Turn a user's value (a string from --values, or YAML-typed from a file) into a typed one."""
-        text = str(raw).strip() if not isinstance(raw, bool) else ("true" if raw else "false")
         kind = self.type
+        if kind is ParameterType.ARGS and isinstance(raw, (list, tuple)):
+            raw = shlex.join(str(word) for word in raw)  # a YAML list in --values-file
+        if kind is ParameterType.ENV and isinstance(raw, dict):
+            raw = " ".join(shlex.quote(f"{key}={value}") for key, value in raw.items())
+        if isinstance(raw, (dict, list, tuple)):
+            raise UserInputError(f"{self.name} takes a single value, not {type(raw).__name__} {raw!r}.")
+        text = str(raw).strip() if not isinstance(raw, bool) else ("true" if raw else "false")
         if kind is ParameterType.INT:
+            if isinstance(raw, float) and not raw.is_integer():
+                raise UserInputError(f"{self.name} must be a whole number, not '{text}'.")
             try:
-                value: Any = int(text)
+                value: Any = int(raw) if isinstance(raw, float) else int(text.replace("_", ""))
             except ValueError:
                 raise UserInputError(f"{self.name} must be a whole number, not '{text}'.") from None
         elif kind is ParameterType.FLOAT:
@@ -55,6 +115,8 @@ class Parameter(BaseModel):
                 value = float(text)
             except ValueError:
                 raise UserInputError(f"{self.name} must be a number, not '{text}'.") from None
+            if value != value or value in (float("inf"), float("-inf")):
+                raise UserInputError(f"{self.name} must be a finite number, not '{text}'.")
         elif kind is ParameterType.BOOL:
             lowered = text.lower()
             if lowered not in {"true", "false", "1", "0", "yes", "no"}:
@@ -69,17 +131,32 @@ class Parameter(BaseModel):
                 raise UserInputError(
                     f"{self.name} must be a secret reference like secret://user/NAME, not '{text}'."
                 )
+            if text and self.user_only and not text.startswith("secret://user/"):
+                raise UserInputError(
+                    f"{self.name} must be a user-scoped secret reference like secret://user/NAME, not "
+                    f"'{text}': group and organization secrets are refused for environment variables."
+                )
             value = text or None
         elif kind is ParameterType.HF_MODEL:
             parse_hf_uri(text, self.name)
             value = text
+        elif kind is ParameterType.ARGS:
+            split_args(self.name, text)
+            value = text
+        elif kind is ParameterType.ENV:
+            split_env(self.name, text)
+            value = text
         else:
+            if self.pattern is not None and not re.fullmatch(self.pattern, text):
+                like = f" like {self.example}" if self.example else ""
+                what = f" ({self.help})" if self.help else ""
+                raise UserInputError(f"{self.name} must be a value{like}{what}, not '{text}'.")
             value = text
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if self.min is not None and value < self.min:
-                raise UserInputError(f"{self.name}={value} is below its minimum {self.min:g}.")
+                raise UserInputError(f"{self.name}={value} is below its minimum {_bound(self.min)}.")
             if self.max is not None and value > self.max:
-                raise UserInputError(f"{self.name}={value} is above its maximum {self.max:g}.")
+                raise UserInputError(f"{self.name}={value} is above its maximum {_bound(self.max)}.")
         return value
 
 
@@ -91,7 +168,9 @@ def parse_hf_uri(text: str, parameter: str = "Model") -> tuple[str, str | None]:
     body = text[len("hf://"):].split("?", 1)[0]
     repo, _, revision = body.partition("@")
     if not HF_REPO.match(repo):
-        raise UserInputError(f"{parameter} must name a repository as org/name (e.g. {example}), not '{text}'.")
+        raise UserInputError(
+            f"{parameter} must name a repository as org/name (e.g. {example}), not '{text}'."
+        )
     return repo, revision or None
 
 
@@ -112,7 +191,30 @@ class ModelFacts(BaseModel):
     max_context: int = Field(gt=0)
     moe: bool = False
     gated: bool = False
-    kv_layers: int | None = Field(None, description="Layers with a full KV cache, when not all (hybrid models)")
+    kv_layers: int | None = Field(
+        None, description="Layers with a full-length KV cache, when not all (hybrid, sliding-window)"
+    )
+    native_context: int | None = Field(
+        None, description="Context the model was trained for, when `max_context` needs YaRN rope scaling"
+    )
+
+    @model_validator(mode="after")
+    def _contexts(self) -> ModelFacts:
+        if not self.default_context <= self.max_context:
+            raise ValueError(f"{self.repo}: default_context {self.default_context} > max {self.max_context}")
+        if self.kv_layers is not None and self.kv_layers > self.layers:
+            raise ValueError(f"{self.repo}: kv_layers {self.kv_layers} exceeds layers {self.layers}")
+        if self.native_context is not None and not self.native_context <= self.max_context:
+            raise ValueError(f"{self.repo}: native_context {self.native_context} > max {self.max_context}")
+        return self
+
+
+class EntryKind(StrEnum):
+    """What an entry runs; the workflow definition's shape follows from it."""
+
+    MODEL = "model"  # a vLLM replica pool (weights + replica)
+    GATEWAY = "gateway"  # the LiteLLM Model Gateway service
+    OPENCODE = "opencode"  # the OpenCode server
 
 
 class Entry(BaseModel):
@@ -125,8 +227,10 @@ class Entry(BaseModel):
     description: str
     category: str = "ML_AND_AI"
     tags: tuple[str, ...] = ()
-    kind: str = "model"
+    kind: EntryKind = EntryKind.MODEL
     model: ModelFacts | None = None
+    engine_args: tuple[str, ...] = Field((), description="vLLM flags this model needs, before ExtraArgs")
+    weights_allow: tuple[str, ...] = Field((), description="Files to download; () = the usual set")
     parameters: tuple[Parameter, ...] = ()
 
     @model_validator(mode="after")
@@ -134,6 +238,13 @@ class Entry(BaseModel):
         names = [p.name for p in self.parameters]
         if len(names) != len(set(names)):
             raise ValueError(f"entry {self.name} declares a parameter twice")
+        if self.model is not None:
+            # The published maximum is the one bound users meet, so the parameter must carry it.
+            context = next((p for p in self.parameters if p.name == "MaxContextSize"), None)
+            if context is None or context.max != self.model.max_context:
+                raise ValueError(f"entry {self.name}: MaxContextSize max must equal the model's max_context")
+            if context.default != self.model.default_context:
+                raise ValueError(f"entry {self.name}: MaxContextSize default must equal default_context")
         return self
 
     @property
@@ -174,7 +285,8 @@ def _expand_parameters(data: dict[str, Any]) -> list[dict[str, Any]]:
     shared = data.pop("parameters_from", None)
     overrides: dict[str, dict[str, Any]] = data.pop("overrides", None) or {}
     if shared:
-        parameters = [dict(p) for p in yaml.safe_load((CATALOG_DIR / "_shared" / f"{shared}-parameters.yaml").read_text())]
+        shared_file = CATALOG_DIR / "_shared" / f"{shared}-parameters.yaml"
+        parameters = [dict(p) for p in yaml.safe_load(shared_file.read_text())]
     known = {p["name"] for p in parameters}
     unknown = set(overrides) - known
     if unknown:

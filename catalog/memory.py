@@ -10,12 +10,17 @@ from catalog.entry import ModelFacts
 
 GB = 1_000_000_000
 REFERENCE_GPU_GB = 80.0  # "80 GB-class" GPUs, as the documents count them
-DEFAULT_UTILIZATION = 0.9
-RUNTIME_OVERHEAD_GB = 2.0  # activations, CUDA graphs, NCCL buffers: per copy, measured-ish
+DEFAULT_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default, which the entries keep
+RUNTIME_OVERHEAD_GB = 2.0  # activations, CUDA graphs, NCCL buffers, Mamba state: per copy, an estimate
+TABLE_CONTEXTS = (8192, 32768, 131072)  # the rows `catalog describe` shows, plus the entry's default
+CONTEXT_STEP = 1024  # suggested contexts are rounded down to this, so they read well and stay safe
+MIN_CONTEXT = 256  # the smallest MaxContextSize an entry accepts
 
 
 @dataclass(frozen=True)
 class MemoryNeed:
+    """What one copy of a model needs, in GB (1e9 bytes), at one context size."""
+
     weights_gb: float
     kv_cache_gb: float
     overhead_gb: float
@@ -27,6 +32,7 @@ class MemoryNeed:
 
 
 def kv_bytes_per_token(facts: ModelFacts) -> int:
+    """K and V (×2) for every layer that keeps a full-length cache."""
     layers = facts.kv_layers if facts.kv_layers is not None else facts.layers
     return layers * facts.kv_heads * facts.head_dim * 2 * facts.kv_dtype_bytes
 
@@ -50,3 +56,48 @@ def gpus_needed(total_gb: float, gpu_gb: float = REFERENCE_GPU_GB,
 
 def fits(total_gb: float, gpus: int, gpu_gb: float, utilization: float = DEFAULT_UTILIZATION) -> bool:
     return total_gb <= gpus * gpu_gb * utilization
+
+
+def max_context_that_fits(facts: ModelFacts, gpus: int, gpu_gb: float,
+                          utilization: float = DEFAULT_UTILIZATION) -> int | None:
+    """The largest MaxContextSize (a multiple of 1024, at most the model's maximum) whose need fits
+    `gpus` GPUs of `gpu_gb` each; None when even the weights do not fit."""
+    budget_gb = gpus * gpu_gb * utilization - facts.weights_gb - RUNTIME_OVERHEAD_GB
+    if budget_gb <= 0:
+        return None
+    tokens = int(budget_gb * GB // kv_bytes_per_token(facts))
+    tokens = min(tokens, facts.max_context)
+    if tokens != facts.max_context:
+        tokens -= tokens % CONTEXT_STEP
+    return tokens if tokens >= MIN_CONTEXT else None
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    """One row of `catalog describe`'s table: the need at a context and the 80 GB GPUs it implies."""
+
+    context: int
+    weights_gb: float
+    kv_cache_gb: float
+    overhead_gb: float
+    total_gb: float
+    gpus_80gb: int
+    default: bool
+
+    def as_json(self) -> dict[str, float | int | bool]:
+        return {"context": self.context, "weights_gb": self.weights_gb, "kv_cache_gb": self.kv_cache_gb,
+                "overhead_gb": self.overhead_gb, "total_gb": self.total_gb, "gpus_80gb": self.gpus_80gb,
+                "default": self.default}
+
+
+def memory_table(facts: ModelFacts) -> list[MemoryRow]:
+    """8k, 32k, 128k and the default context (those the model accepts), smallest first."""
+    contexts = sorted({c for c in TABLE_CONTEXTS if c <= facts.max_context} | {facts.default_context})
+    rows = []
+    for context in contexts:
+        need = memory_need(facts, context)
+        rows.append(MemoryRow(context=context, weights_gb=round(need.weights_gb, 1),
+                              kv_cache_gb=round(need.kv_cache_gb, 1), overhead_gb=need.overhead_gb,
+                              total_gb=round(need.total_gb, 1), gpus_80gb=gpus_needed(need.total_gb),
+                              default=context == facts.default_context))
+    return rows

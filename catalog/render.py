@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import shlex
+import math
 from typing import Any
 
 import yaml
@@ -13,33 +13,13 @@ from pydantic import ValidationError
 
 from berth.errors import UserInputError
 from catalog.definition import WorkflowDefinition
-from catalog.entry import CATALOG_DIR, Entry, parse_hf_uri
+from catalog.entry import CATALOG_DIR, Entry, parse_hf_uri, split_args, split_env
 from catalog.memory import gpus_needed, memory_need
 
 
-def _shlex_split(value: str | None) -> list[str]:
-    try:
-        return shlex.split(value or "")
-    except ValueError as error:
-        raise UserInputError(f"ExtraArgs cannot be split like a shell line ({error}): {value!r}.") from None
-
-
-def _env_pairs(value: str | None) -> dict[str, str]:
-    """`'A=1 B="two words"'` → {"A": "1", "B": "two words"} (space-separated NAME=VALUE pairs)."""
-    pairs: dict[str, str] = {}
-    try:
-        words = shlex.split(value or "")
-    except ValueError as error:
-        raise UserInputError(f"ExtraEnv cannot be parsed ({error}): {value!r}.") from None
-    for word in words:
-        name, sep, val = word.partition("=")
-        if not sep or not name:
-            raise UserInputError(
-                f"ExtraEnv must be space-separated NAME=VALUE pairs; '{word}' has no '='. "
-                "Example: ExtraEnv='NCCL_SOCKET_IFNAME=eth0 NCCL_IB_HCA=mlx5'."
-            )
-        pairs[name] = val
-    return pairs
+def _refuse(message: str) -> None:
+    """Templates call `refuse(…)` for cross-parameter rules; the message reaches the user as is."""
+    raise UserInputError(message)
 
 
 def _environment() -> SandboxedEnvironment:
@@ -48,8 +28,9 @@ def _environment() -> SandboxedEnvironment:
         autoescape=False,
     )
     env.filters["tojson"] = lambda value: json.dumps(value)
-    env.filters["shlex_split"] = _shlex_split
-    env.filters["env_pairs"] = _env_pairs
+    env.filters["shlex_split"] = lambda value: split_args("ExtraArgs", value or "")
+    env.filters["env_pairs"] = lambda value: split_env("ExtraEnv", value or "")
+    env.globals["refuse"] = _refuse
     env.globals["hf_repo"] = lambda uri: parse_hf_uri(uri)[0]
     env.globals["hf_revision"] = lambda uri: parse_hf_uri(uri)[1]
     return env
@@ -73,10 +54,28 @@ def resolve_values(entry: Entry, raw: dict[str, Any]) -> dict[str, Any]:
                 f"'{entry.name}' needs {parameter.name}{hint}. Add --values {parameter.name}=…"
             )
         values[parameter.name] = parameter.default
-    if entry.model is not None and values.get("GpusPerNode") is None:
-        context = int(values.get("MaxContextSize") or entry.model.default_context)
-        values["GpusPerNode"] = gpus_needed(memory_need(entry.model, context).total_gb)
+    if entry.model is not None:
+        _check_model(entry, values)
+        if values.get("GpusPerNode") is None:
+            # The documents' rule: as many 80 GB-class GPUs per node as the node's share needs.
+            context = int(values.get("MaxContextSize") or entry.model.default_context)
+            nodes = max(int(values.get("Nodes") or 1), 1)
+            values["GpusPerNode"] = gpus_needed(memory_need(entry.model, context).total_gb / nodes)
     return values
+
+
+def _check_model(entry: Entry, values: dict[str, Any]) -> None:
+    """A per-model entry's facts (memory, context) hold only for its own repository."""
+    assert entry.model is not None
+    uri = values.get("Model")
+    if not uri:
+        return
+    repo, _revision = parse_hf_uri(str(uri))
+    if repo.casefold() != entry.model.repo.casefold():
+        raise UserInputError(
+            f"'{entry.name}' serves {entry.model.repo}; Model={uri} names another repository. Pin a "
+            f"revision with Model=hf://{entry.model.repo}@REVISION, or start the vLLM entry for other models."
+        )
 
 
 def render(entry: Entry, values: dict[str, Any]) -> WorkflowDefinition:
@@ -87,8 +86,13 @@ def render(entry: Entry, values: dict[str, Any]) -> WorkflowDefinition:
         context["entry"] = entry
         context["model"] = entry.model
         if entry.model is not None:
-            need = memory_need(entry.model, int(values.get("MaxContextSize") or entry.model.default_context))
+            max_model_len = int(values.get("MaxContextSize") or entry.model.default_context)
+            need = memory_need(entry.model, max_model_len)
             context["memory_total_gb"] = round(need.total_gb, 1)
+            native = entry.model.native_context
+            # Beyond the trained context the model needs YaRN, scaled just enough (Qwen's guidance).
+            context["yarn_factor"] = (math.ceil(max_model_len / native * 100) / 100
+                                      if native and max_model_len > native else None)
         text = template.render(**context)
     except UserInputError:
         raise

@@ -257,11 +257,49 @@ def catalog_describe(name: str, output: OutputOption = Format.TABLE) -> None:
         emit_json(entry)
         return
     console.print(f"[bold]{entry['name']}[/] — {entry['description']}")
-    table(entry["parameters"], [("name", "PARAMETER"), ("type", "TYPE"), ("default", "DEFAULT"), ("help", "HELP")])
+    parameters = [{**p, "range": _parameter_range(p), "default": _parameter_default(p, entry)}
+                  for p in entry["parameters"]]
+    table(parameters, [("name", "PARAMETER"), ("type", "TYPE"), ("default", "DEFAULT"), ("range", "RANGE"),
+                       ("help", "HELP")])
     if entry.get("memory"):
-        rows = [{**m, "context": f"{m['context']:,}{' (default)' if m['default'] else ''}"} for m in entry["memory"]]
+        rows = [{**m, "context": f"{m['context']:,}{' (default)' if m['default'] else ''}"}
+                for m in entry["memory"]]
         table(rows, [("context", "CONTEXT"), ("weights_gb", "WEIGHTS GB"), ("kv_cache_gb", "KV CACHE GB"),
-                     ("total_gb", "TOTAL GB"), ("gpus_80gb", "80 GB GPUS")], title="GPU memory needed")
+                     ("overhead_gb", "OVERHEAD GB"), ("total_gb", "TOTAL GB"), ("gpus_80gb", "80 GB GPUS")],
+              title="GPU memory needed (within 90% of each GPU)")
+        default = next(m for m in entry["memory"] if m["default"])
+        gpus = entry.get("default_gpus_per_node", default["gpus_80gb"])
+        where = f"GpusPerNode={gpus}" if gpus else "GpusPerNode=0: the CPU engine"
+        console.print(f"At its default context it needs {default['total_gb']} GB: {where} by default; lower "
+                      "MaxContextSize to need less.", highlight=False)
+
+
+def _parameter_default(parameter: dict[str, Any], entry: dict[str, Any]) -> Any:
+    if parameter["required"]:
+        return "(required)"
+    memory_default = entry.get("default_gpus_per_node")
+    if parameter["name"] == "GpusPerNode" and parameter["default"] is None and memory_default is not None:
+        # What the memory model picks at the default context.
+        return f"auto ({memory_default})"
+    return parameter["default"]
+
+
+def _parameter_range(parameter: dict[str, Any]) -> str:
+    """Bounds or choices as one short cell: `256..131072`, `≥ 0`, `user|group`."""
+    if parameter.get("choices"):
+        return "|".join(parameter["choices"])
+    low, high = parameter.get("min"), parameter.get("max")
+
+    def number(value: float) -> str:
+        return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+    if low is not None and high is not None:
+        return f"{number(low)}..{number(high)}"
+    if low is not None:
+        return f"≥ {number(low)}"
+    if high is not None:
+        return f"≤ {number(high)}"
+    return ""
 
 
 @catalog_app.command("start")

@@ -32,9 +32,9 @@ from berth.processes import tail
 from berth.security import API_AUDIENCE, Cipher, Identity, SigningKey, TokenVerifier, generate_api_key
 from berth.settings import CONTROL_TASK_QUEUE, ClusterSettings, StateLayout
 from berth.temporal import connect
-from catalog.definition import Scope, WorkflowDefinition
+from catalog.definition import ReplicaSpec, Scope, WorkflowDefinition
 from catalog.entry import Entry, find_entry, load_catalog
-from catalog.memory import REFERENCE_GPU_GB, gpus_needed, memory_need
+from catalog.memory import gpus_needed, max_context_that_fits, memory_need, memory_table
 from catalog.render import render, resolve_values
 from server import scheduler
 from server.models import EndpointRow, WorkflowRow
@@ -383,46 +383,109 @@ async def _owned_workflow(context: ServerContext, workflow_id: str, who: Identit
 
 
 def _check_capacity(context: ServerContext, entry: Entry, definition: WorkflowDefinition) -> None:
-    """Refuse at submission what no amount of waiting would place."""
+    """Refuse at submission what no amount of waiting would place, saying what would fit."""
     replica = definition.replica
     if replica is None:
         return
     views = context.store.node_views()
     if not views:
-        raise CapacityError("No node has registered with this cluster yet. Start one (`berth up` or `berth node`).")
+        raise CapacityError(
+            "No node has registered with this cluster yet. Start one (`berth up` or `berth node`)."
+        )
     demand = scheduler.Demand(nodes=replica.nodes, gpus_per_node=replica.gpus_per_node,
                               gpu_memory_gb=replica.gpu_memory_gb,
                               utilization=replica.engine.gpu_memory_utilization)
-    reason = scheduler.rejection_reason(demand, views, context.settings.max_nodes_per_copy)
+    max_nodes = context.settings.max_nodes_per_copy
+    reason = scheduler.rejection_reason(demand, views, max_nodes)
     if reason is None:
         return
-    hint = ""
-    if entry.model is not None and replica.gpus_per_node:
-        biggest = max((g.memory_gb for v in views for g in v.gpus), default=REFERENCE_GPU_GB)
-        need = memory_need(entry.model, replica.engine.max_model_len).total_gb
-        hint = (f" The model needs {need:.0f} GB at MaxContextSize={replica.engine.max_model_len}: that is "
-                f"GpusPerNode={gpus_needed(need / replica.nodes, biggest)} of this cluster's {biggest:.0f} GB GPUs"
-                f" per node, or a smaller MaxContextSize.")
-    raise CapacityError(f"Rejected: {reason}.{hint}")
+    raise CapacityError(f"Rejected: {reason}.{_what_would_fit(entry, replica, views, max_nodes)}")
+
+
+def _names(nodes: list[scheduler.NodeView], limit: int = 5) -> str:
+    names = [n.id for n in nodes[:limit]]
+    return ", ".join(names) + (f" and {len(nodes) - limit} more" if len(nodes) > limit else "")
+
+
+def _holding(views: list[scheduler.NodeView], gpus: int, min_gb: float) -> list[scheduler.NodeView]:
+    """Untainted nodes with at least `gpus` GPUs of at least `min_gb` each."""
+    return [v for v in views if not v.taints and v.capable_gpus(min_gb) >= gpus]
+
+
+def _what_would_fit(entry: Entry, replica: ReplicaSpec, views: list[scheduler.NodeView],
+                    max_nodes: int) -> str:
+    """The alternatives a rejected copy could take on this cluster: a smaller context on the same GPUs,
+    more GPUs per node (or more nodes), and which nodes hold them."""
+    utilization = replica.engine.gpu_memory_utilization
+    if replica.gpus_per_node == 0:
+        cpu_nodes = [v for v in views if not v.taints]
+        return f" Lower Nodes to {max(1, min(len(cpu_nodes), max_nodes))} or fewer." if cpu_nodes else ""
+    facts = entry.model
+    if facts is None:
+        # The general entry has no memory model: say which nodes meet what it asked for, and what exists.
+        min_gb = replica.gpu_memory_gb / utilization if replica.gpu_memory_gb else 0.0
+        sizes = sorted({g.memory_gb for v in views if not v.taints for g in v.gpus}, reverse=True)
+        largest = max((v.capable_gpus(min_gb) for v in views if not v.taints), default=0)
+        return (f" Each node must hold GpusPerNode={replica.gpus_per_node} GPUs of ≥ {min_gb:.0f} GB; "
+                f"no node has more than {largest} such GPUs, and the GPU sizes here are "
+                f"{', '.join(f'{s:g} GB' for s in sizes) or 'none'}. Lower GpusPerNode or GpuMemoryGb"
+                f"{' or Nodes' if replica.nodes > 1 else ''}.")
+    context = replica.engine.max_model_len
+    need = memory_need(facts, context)
+    total = need.total_gb
+    text = (f" {entry.name} needs {total:.1f} GB at MaxContextSize={context} "
+            f"(weights {need.weights_gb:.1f} + KV cache {need.kv_cache_gb:.1f} + overhead "
+            f"{need.overhead_gb:.1f} GB), using at most {utilization:.0%} of each GPU.")
+    options: list[str] = []
+    # 1. The same GPUs with a smaller context: the best any GPU size on enough nodes allows.
+    shape_gpus = replica.gpus_per_node * replica.nodes
+    best: tuple[int, float] | None = None
+    for size in sorted({g.memory_gb for v in views for g in v.gpus}, reverse=True):
+        if len(_holding(views, replica.gpus_per_node, size)) < replica.nodes:
+            continue
+        fitting = max_context_that_fits(facts, shape_gpus, size, utilization)
+        if fitting is not None and fitting < context and (best is None or fitting > best[0]):
+            best = (fitting, size)
+    if best is not None:
+        options.append(f"MaxContextSize={best[0]} or less on the same {replica.gpus_per_node} GPU(s) "
+                       f"per node ({best[1]:g} GB GPUs)")
+    # 2. More GPUs: the smallest power-of-two shape that enough nodes hold, keeping Nodes if possible.
+    most_gpus = max((len(v.gpus) for v in views), default=0)
+    powers = [1 << k for k in range(8) if (1 << k) <= most_gpus]
+    shapes = sorted(((n, g) for n in range(1, max_nodes + 1) for g in powers),
+                    key=lambda shape: (shape[0] != replica.nodes, shape[0] * shape[1], shape[0]))
+    for nodes, gpus in shapes:
+        if (nodes, gpus) == (replica.nodes, replica.gpus_per_node):
+            continue
+        min_gb = round(total / (nodes * gpus), 1) / utilization
+        holders = _holding(views, gpus, min_gb)
+        if len(holders) >= nodes:
+            shape = f"GpusPerNode={gpus}" if nodes == replica.nodes else f"Nodes={nodes},GpusPerNode={gpus}"
+            options.append(f"{shape} at this context (nodes with {gpus} GPU(s) of ≥ {min_gb:.0f} GB: "
+                           f"{_names(holders)})")
+            break
+    if not options:
+        return text + (" Neither a smaller MaxContextSize on these GPUs nor another GpusPerNode or Nodes "
+                       "fits this cluster; it needs nodes with more or larger GPUs: ask your administrator.")
+    return text + " What would fit: " + "; or ".join(options) + "."
 
 
 def _entry_summary(entry: Entry) -> dict[str, Any]:
     return {"name": entry.name, "description": entry.description, "category": entry.category,
-            "tags": list(entry.tags), "kind": entry.kind}
+            "tags": list(entry.tags), "kind": entry.kind.value}
 
 
 def _entry_detail(entry: Entry) -> dict[str, Any]:
+    """An entry's summary, its parameters and, for model entries, the facts and the memory table."""
     detail = _entry_summary(entry)
     detail["parameters"] = [p.model_dump(mode="json") for p in entry.parameters]
     if entry.model is not None:
         facts = entry.model
         detail["model"] = facts.model_dump(mode="json")
-        contexts = sorted({8192, 32768, 131072, facts.default_context} & set(range(0, facts.max_context + 1)))
-        detail["memory"] = []
-        for ctx in contexts:
-            need = memory_need(facts, ctx)
-            detail["memory"].append({"context": ctx, "weights_gb": round(need.weights_gb, 1),
-                                     "kv_cache_gb": round(need.kv_cache_gb, 1),
-                                     "overhead_gb": need.overhead_gb, "total_gb": round(need.total_gb, 1),
-                                     "gpus_80gb": gpus_needed(need.total_gb), "default": ctx == facts.default_context})
+        detail["memory"] = [row.as_json() for row in memory_table(facts)]
+        default_gpus = entry.parameter("GpusPerNode").default
+        detail["default_gpus_per_node"] = (
+            default_gpus if default_gpus is not None
+            else gpus_needed(memory_need(facts, facts.default_context).total_gb)
+        )
     return detail

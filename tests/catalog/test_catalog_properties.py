@@ -1,0 +1,111 @@
+"""Property: any in-bounds values drawn from an entry's own parameter list render to a valid definition."""
+
+from __future__ import annotations
+
+import shlex
+import string
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from catalog.definition import WorkflowDefinition
+from catalog.entry import Entry, Parameter, ParameterType, load_catalog
+from catalog.render import render, resolve_values
+
+SAFE = string.ascii_letters + string.digits + "._-"
+WORD = st.text(SAFE, min_size=1, max_size=12)
+NAME = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True)
+ENV_NAME = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,15}", fullmatch=True)
+
+
+def secret(parameter: Parameter) -> st.SearchStrategy[str]:
+    scopes = ["user"] if parameter.user_only else ["user", "group", "organization"]
+    return st.builds(lambda scope, name: f"secret://{scope}/{name}", st.sampled_from(scopes), NAME)
+
+
+def hf_model(entry: Entry) -> st.SearchStrategy[str]:
+    revision = st.one_of(st.just(""), WORD.map(lambda r: f"@{r}"))
+    if entry.model is not None:  # a per-model entry serves only its own repository
+        return revision.map(lambda r: f"hf://{entry.model.repo}{r}")  # type: ignore[union-attr]
+    return st.builds(lambda org, name, rev: f"hf://{org}/{name}{rev}", NAME, NAME, revision)
+
+
+def strategy(entry: Entry, parameter: Parameter) -> st.SearchStrategy[Any]:
+    kind = parameter.type
+    if kind is ParameterType.INT:
+        return st.integers(
+            int(parameter.min or 0), int(parameter.max if parameter.max is not None else 1 << 20)
+        )
+    if kind is ParameterType.FLOAT:
+        return st.floats(
+            parameter.min or 0.0,
+            parameter.max if parameter.max is not None else 1e6,
+            allow_nan=False,
+            allow_infinity=False,
+        )
+    if kind is ParameterType.BOOL:
+        return st.booleans()
+    if kind is ParameterType.CHOICE:
+        return st.sampled_from(parameter.choices)
+    if kind is ParameterType.SECRET:
+        return secret(parameter)
+    if kind is ParameterType.HF_MODEL:
+        return hf_model(entry)
+    if kind is ParameterType.ARGS:
+        words = st.one_of(WORD.map(lambda w: f"--{w}"), st.text(SAFE + " ,=", max_size=10))
+        return st.lists(words, max_size=5).map(shlex.join)
+    if kind is ParameterType.ENV:
+        pairs = st.dictionaries(ENV_NAME, st.text(SAFE + " ,=:/", max_size=12), max_size=4)
+        return pairs.map(lambda env: " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()))
+    if parameter.pattern is not None:
+        return st.from_regex(parameter.pattern, fullmatch=True)
+    return st.text(SAFE, max_size=20)
+
+
+@st.composite
+def values_for(draw: st.DrawFn, entry: Entry) -> dict[str, Any]:
+    raw: dict[str, Any] = {}
+    for parameter in entry.parameters:
+        # Required parameters always; the others half the time, so defaults are exercised too.
+        if parameter.required or draw(st.booleans()):
+            value = draw(strategy(entry, parameter))
+            # Half as typed values (a --values-file), half as the strings --values sends.
+            raw[parameter.name] = (
+                value
+                if draw(st.booleans())
+                else str(value).lower()
+                if isinstance(value, bool)
+                else str(value)
+            )
+    return raw
+
+
+@pytest.mark.parametrize("name", sorted(load_catalog()))
+def test_any_in_bounds_values_render_a_valid_definition(name: str) -> None:
+    entry = load_catalog()[name]
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(values_for(entry))
+    def check(raw: dict[str, Any]) -> None:
+        # The one documented cross-parameter refusal: api-key auth without the key to send.
+        assume(not (raw.get("EndpointAuth") == "api-key" and not raw.get("ApiKeySecret")))
+        values = resolve_values(entry, raw)
+        definition = render(entry, values)
+        assert isinstance(definition, WorkflowDefinition)
+        again = WorkflowDefinition.model_validate(
+            yaml.safe_load(yaml.safe_dump(definition.model_dump(mode="json")))
+        )
+        assert again == definition  # the definition round-trips through YAML (golden files, the store)
+        if definition.replica is not None:
+            assert definition.replica.engine.max_model_len == values["MaxContextSize"]
+            assert definition.replica.gpus_per_node == values["GpusPerNode"]
+            assert definition.replica.nodes == values["Nodes"]
+            assert definition.pool.max_replicas >= definition.pool.min_replicas
+            assert definition.service is None
+        else:
+            assert definition.service is not None and definition.service.scope is definition.endpoint.scope
+
+    check()
