@@ -1,0 +1,1 @@
+"""Activities: the side-effecting steps Berth's workflows run on workers."""

@@ -1,0 +1,1 @@
+"""Berth: serve LLMs from a workflow catalog on GPU clusters."""
