@@ -176,16 +176,18 @@ def main() -> int:
         report["chat_answer"] = answer["choices"][0]["message"]["content"]
         report["mentions_paris"] = "paris" in report["chat_answer"].lower()
 
-        pieces, events = [], 0
+        pieces, events, done = [], 0, False
         with client.stream(
             "POST", "/v1/chat/completions", json={**chat, "max_tokens": 64, "stream": True}
         ) as stream:
             for line in stream.iter_lines():
+                done = done or line == "data: [DONE]"
                 if line.startswith("data: ") and line != "data: [DONE]":
                     events += 1
                     delta = json.loads(line[6:])["choices"][0]["delta"]
                     pieces.append(delta.get("content") or "")
         report["stream_events"] = events
+        report["stream_done_marker"] = done
         report["stream_matches_chat"] = "".join(pieces) == report["chat_answer"]
 
         completion = client.post(
