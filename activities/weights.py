@@ -197,7 +197,9 @@ def _resolve(api: HfApi, request: WeightsRequest) -> tuple[str, list[RemoteFile]
                 f"{request.repo_id} is a gated model ({info.gated} approval): {TOKEN_HINT} and accept "
                 f"the model's conditions on its Hugging Face page with that account."
             )
-        assert info.sha is not None, "the endpoint returned no commit for the revision"
+        if info.sha is None:
+            where = f"{request.repo_id}@{request.revision}"
+            raise HubRequestError(f"{request.endpoint} returned no commit for {where}")
         siblings = info.siblings or []
         if siblings and all(sibling.size is not None for sibling in siblings):
             listing = [
@@ -285,7 +287,9 @@ def _map_error(exc: BaseException, request: WeightsRequest, api: HfApi | None = 
         if status == 429 or (status is not None and status >= 500):
             return HubUnavailableError(f"{where}: the endpoint answered {status}; retry later.")
         return HubRequestError(f"{where}: the endpoint answered {status}: {exc}")
-    if isinstance(exc, (TransportError, OfflineModeIsEnabled, LocalEntryNotFoundError, ConnectionError)):
+    if isinstance(exc, OfflineModeIsEnabled):
+        return HubRequestError(f"HF_HUB_OFFLINE is set in the worker's environment: cannot download {where}.")
+    if isinstance(exc, (TransportError, LocalEntryNotFoundError, ConnectionError)):
         return HubUnavailableError(f"Cannot reach {request.endpoint} to download {request.repo_id}: {exc}")
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return VolumeFullError(
