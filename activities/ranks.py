@@ -19,6 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.vllm_command import rank_environment, vllm_serve_args
+from berth.api_client import ApiClient
 from berth.processes import stop_group, tail
 from berth.settings import StateLayout, repo_root
 from workflows.payloads import RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
@@ -56,6 +57,18 @@ class NodeContext:
         return self.node_dir / "ranks"
 
 
+def _short_alias(directory: Path) -> Path:
+    """A short /tmp symlink to `directory`: vLLM puts ZMQ IPC sockets in TMPDIR, and a socket path
+    may not exceed 107 bytes, which a state dir deep in a tree easily does."""
+    import hashlib
+
+    alias = Path("/tmp") / f"berth-{hashlib.sha1(str(directory).encode()).hexdigest()[:12]}"
+    if not alias.is_symlink():
+        with contextlib.suppress(FileExistsError):
+            alias.symlink_to(directory, target_is_directory=True)
+    return alias
+
+
 def _shm_entries() -> set[str]:
     try:
         return set(os.listdir("/dev/shm"))
@@ -66,8 +79,9 @@ def _shm_entries() -> set[str]:
 class NodeActivities:
     """Activities bound to one node agent (its id, engine and state dir)."""
 
-    def __init__(self, context: NodeContext) -> None:
+    def __init__(self, context: NodeContext, api: ApiClient | None = None) -> None:
         self.context = context
+        self.api = api  # resolves secrets at the last moment (never through Temporal)
 
     @activity.defn(name="run_rank")
     async def run_rank(self, spec: RankSpec) -> RankExit:
@@ -83,9 +97,15 @@ class NodeActivities:
         env = dict(os.environ)
         env.update(rank_environment(spec))
         # Each rank's scratch under the state dir: nothing lands in a shared /tmp or ~/.cache.
-        env["TMPDIR"] = str(run_dir / "tmp")
+        env["TMPDIR"] = str(_short_alias(run_dir / "tmp"))
         env["VLLM_CACHE_ROOT"] = str(run_dir / "vllm-cache")
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        if context.engine == "vllm-cpu":
+            # 1 GiB of KV cache is plenty for the small CPU models; no usage reporting, no Hub calls:
+            # the weights are already on the volume.
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+            env.setdefault("VLLM_NO_USAGE_STATS", "1")
+            env.setdefault("DO_NOT_TRACK", "1")
+            env.setdefault("HF_HUB_OFFLINE", "1")
         log_path = context.state.workflow_logs(spec.workflow_id) / spec.copy_id / f"{spec.log_name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         shm_before = _shm_entries()
@@ -131,6 +151,8 @@ class NodeActivities:
             _clean_shm(shm_before)
             with contextlib.suppress(OSError):
                 pidfile.unlink()
+            with contextlib.suppress(OSError):
+                _short_alias(run_dir / "tmp").unlink()
             shutil.rmtree(run_dir / "tmp", ignore_errors=True)
 
     @activity.defn(name="wait_ready")
@@ -163,7 +185,7 @@ class NodeActivities:
     async def download_weights(self, request: WeightsInput) -> WeightsResult:
         from activities.weights_activity import download_into_volume
 
-        return await download_into_volume(self.context, request)
+        return await download_into_volume(self.context, request, self.api)
 
     @activity.defn(name="delete_ephemeral_volume")
     async def delete_ephemeral_volume(self, workflow_id: str) -> None:

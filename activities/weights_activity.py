@@ -1,17 +1,24 @@
-"""The weights job as a node activity: resolve the volume, download (or dry-run), heartbeat progress."""
+"""The weights job as a node activity: resolve the volume and the token, download (or dry-run),
+heartbeat progress, and turn download errors into Temporal failures with the right retry verdict."""
 
 from __future__ import annotations
 
-import asyncio
+import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
+from berth.errors import BerthError
 from workflows.payloads import DownloadProgress, WeightsInput, WeightsResult
 
 if TYPE_CHECKING:
     from activities.ranks import NodeContext
+    from berth.api_client import ApiClient
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
 def model_dir_for(context: NodeContext, request: WeightsInput) -> Path:
@@ -24,20 +31,54 @@ def model_dir_for(context: NodeContext, request: WeightsInput) -> Path:
     return base / "models" / job.repo / revision
 
 
-async def download_into_volume(context: NodeContext, request: WeightsInput) -> WeightsResult:
+async def _token(request: WeightsInput, api: ApiClient | None) -> str | None:
+    ref = request.job.hf_token_secret
+    if not ref:
+        return None
+    if api is None:
+        raise ApplicationError("this node agent cannot resolve secrets (no API client)", type="SecretError",
+                               non_retryable=True)
+    try:
+        kind, value = await api.resolve_secret(ref, request.owner)
+    except BerthError as error:
+        raise ApplicationError(f"HfTokenSecret {ref}: {error}", type="SecretError", non_retryable=True) from None
+    if kind != "hf":
+        raise ApplicationError(f"HfTokenSecret {ref} is a '{kind}' secret; it must be of type hf "
+                               '(berth secret create … --type hf \'{"token":"hf_…"}\')', type="SecretError",
+                               non_retryable=True)
+    return str(json.loads(value)["token"])
+
+
+async def download_into_volume(context: NodeContext, request: WeightsInput,
+                               api: ApiClient | None = None) -> WeightsResult:
     target = model_dir_for(context, request)
+    job = request.job
     if context.engine == "simulator":
         # Dry run: the simulator needs no weights; report the published size as done so the
         # phases and progress bar behave as on a real cluster.
         target.mkdir(parents=True, exist_ok=True)
-        size = request.job.size_bytes_hint
+        size = job.size_bytes_hint
         activity.heartbeat(DownloadProgress(bytes_done=size, bytes_total=size).model_dump())
         return WeightsResult(model_dir=str(target), bytes_total=size, dry_run=True)
     from activities import weights
+    from activities.errors import WeightsError
 
-    loop = asyncio.get_running_loop()
+    token = await _token(request, api)
 
-    def report(progress: DownloadProgress) -> None:
-        loop.call_soon_threadsafe(activity.heartbeat, progress.model_dump())
+    def report(progress: weights.DownloadProgress) -> None:
+        activity.heartbeat(DownloadProgress(
+            bytes_done=progress.bytes_done, bytes_total=progress.bytes_total, rate_bps=progress.bytes_per_second,
+            eta_s=progress.eta_seconds, files_done=progress.files_done, files_total=progress.files_total,
+        ).model_dump())
 
-    return await weights.download_for_activity(request.job, target, report)
+    request_spec = weights.WeightsRequest(
+        repo_id=job.repo, local_dir=str(target), endpoint=os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT,
+        revision=job.revision or "main", allow_patterns=job.allow_patterns or None,
+        ignore_patterns=job.ignore_patterns or None, token=token,
+    )
+    try:
+        result = await weights.download_weights(request_spec, report)
+    except WeightsError as error:
+        raise ApplicationError(str(error), type=error.error_type, non_retryable=error.non_retryable) from None
+    return WeightsResult(model_dir=result.local_dir, bytes_total=result.bytes_total,
+                         bytes_transferred=result.bytes_downloaded, cache_hit=result.cache_hit)

@@ -109,6 +109,21 @@ class ApiClient:
     async def jwks(self) -> dict[str, Any]:
         return await self.request("GET", "/.well-known/jwks.json")  # type: ignore[no-any-return]
 
+    # --- secrets ------------------------------------------------------------------------------------
+    async def create_secret(self, ref: str, kind: str, value: str) -> dict[str, Any]:
+        return await self.request("POST", "/v1/secrets",  # type: ignore[no-any-return]
+                                  json={"ref": ref, "type": kind, "value": value})
+
+    async def secrets(self) -> list[dict[str, Any]]:
+        return await self.request("GET", "/v1/secrets")  # type: ignore[no-any-return]
+
+    async def delete_secret(self, ref: str) -> None:
+        await self.request("DELETE", "/v1/secrets", params={"ref": ref})
+
+    async def resolve_secret(self, ref: str, user: str) -> tuple[str, str]:
+        data = await self.request("POST", "/v1/internal/secrets/resolve", json={"ref": ref, "user": user})
+        return data["type"], data["value"]
+
     # --- internal (control worker, endpoint proxy) -------------------------------------------------
     async def internal_keys(self) -> dict[str, Any]:
         return await self.request("GET", "/v1/internal/keys")  # type: ignore[no-any-return]

@@ -254,3 +254,23 @@ def _git(repo: Path, *args: str) -> str:
         ["git", "-C", str(repo), *args], env=env, check=True, capture_output=True, text=True
     )
     return completed.stdout.strip()
+
+
+def serve_forever(mirrors_dir: Path, port: int, state_dir: Path) -> None:
+    """`berth hf-mirror`: run olah over `mirrors_dir` until SIGTERM/SIGINT (the stack supervises us)."""
+    import threading
+
+    if not (mirrors_dir / "models").is_dir():
+        raise SystemExit(f"{mirrors_dir} holds no models/ folder of git repositories; build one with "
+                         "`make smollm2` or see docs/vllm-cpu.md.")
+    mirror = MirrorProcess(MirrorConfig(mirrors_dir=mirrors_dir, state_dir=state_dir / "hf-mirror", port=port,
+                                        startup_timeout_seconds=60))
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    url = mirror.start()
+    print(f"hf-mirror serving {mirrors_dir} at {url}", flush=True)
+    try:
+        stop.wait()
+    finally:
+        mirror.stop()

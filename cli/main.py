@@ -27,6 +27,8 @@ workflow_app = typer.Typer(help="Workflows: start, inspect and stop served model
 catalog_app = typer.Typer(help="The workflow catalog.", no_args_is_help=True)
 endpoints_app = typer.Typer(help="Workflow endpoints.", no_args_is_help=True)
 endpoint_app = typer.Typer(help="Endpoints and their access tokens.", no_args_is_help=True)
+secret_app = typer.Typer(help="Secrets: typed values referenced as secret://user|group|organization/NAME.",
+                         no_args_is_help=True)
 node_app = typer.Typer(help="Run a node agent (no subcommand) or list nodes.", invoke_without_command=True)
 app.add_typer(workflow_app, name="workflow")
 workflow_app.add_typer(catalog_app, name="catalog")
@@ -34,6 +36,7 @@ workflow_app.add_typer(endpoints_app, name="endpoints")
 app.add_typer(catalog_app, name="catalog", help="Alias of `berth workflow catalog`.")
 app.add_typer(endpoint_app, name="endpoint")
 app.add_typer(node_app, name="node")
+app.add_typer(secret_app, name="secret")
 
 OutputOption = Annotated[Format, typer.Option("--output", "-o", help="table or json")]
 StateDirOption = Annotated[Path | None, typer.Option("--state-dir", help="State directory (default ~/.local/state/berth)")]
@@ -501,6 +504,39 @@ def endpoint_generate_token(endpoint_id: str,
 def endpoints_generate_token(endpoint_id: str, expiration: Annotated[str, typer.Option()] = "8h") -> None:
     """Mint a token bound to one endpoint (alias of `berth endpoint generate-token`)."""
     endpoint_generate_token(endpoint_id, expiration, Format.TABLE)
+
+
+# --- secrets -----------------------------------------------------------------------------------------
+@secret_app.command("create")
+def secret_create(
+    ref: Annotated[str, typer.Argument(help="secret://user/NAME (or group/organization)")],
+    value: Annotated[str | None, typer.Argument(help='For --type hf: \'{"token":"hf_…"}\'')] = None,
+    kind: Annotated[str, typer.Option("--type", help="hf or value (value: read from standard input)")] = "value",
+) -> None:
+    """Create or replace a secret. Values never appear in listings or logs."""
+    if value is None:
+        if sys.stdin.isatty():
+            raise fail("Give the value as an argument, or pipe it on standard input (printf 'sk-…' | berth secret create …).")
+        value = sys.stdin.read().rstrip("\n")
+    created = call(lambda api: api.create_secret(ref, kind, value))
+    console.print(f"Created {ref} (type {created['type']}).", highlight=False)
+
+
+@secret_app.command("list")
+def secret_list(output: OutputOption = Format.TABLE) -> None:
+    """List the secrets you can use (names and types, never values)."""
+    rows = call(lambda api: api.secrets())
+    if output is Format.JSON:
+        emit_json(rows)
+        return
+    table(rows, [("ref", "SECRET"), ("type", "TYPE"), ("scope", "SCOPE"), ("owner", "OWNER")])
+
+
+@secret_app.command("delete")
+def secret_delete(ref: str) -> None:
+    """Delete a secret."""
+    call(lambda api: api.delete_secret(ref))
+    console.print(f"Deleted {ref}.", highlight=False)
 
 
 def main() -> None:

@@ -98,7 +98,8 @@ class NodeAgent:
         await self.reap_orphans()
         cipher = Cipher.load_or_create(self.state.keys)
         client = await connect(self.config.temporal_address, cipher)
-        activities = NodeActivities(self.context)
+        secrets_api = ApiClient(self.config.api_url, self.config.token)
+        activities = NodeActivities(self.context, secrets_api)
         functions = [activities.run_rank, activities.wait_ready, activities.download_weights,
                      activities.delete_ephemeral_volume]
         # Generous graceful shutdown: ranks get SIGTERM then SIGKILL and report it before we exit.

@@ -30,6 +30,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--simulate", action="store_true", help="simulated GPUs and the engine simulator")
     parser.add_argument("--keep", action="store_true", help="leave the stack running at the end")
+    parser.add_argument("--hf-mirror", type=Path, default=REPO / ".state" / "hf-mirrors",
+                        help="local Hugging Face mirror holding SmolLM2 (make smollm2)")
     options = parser.parse_args()
     state = Path(tempfile.mkdtemp(prefix="berth-demo-"))
     env = dict(os.environ, BERTH_CONFIG=str(state / "client-config.json"))
@@ -38,11 +40,10 @@ def main() -> None:
         entry, values, model = "GPT-OSS 20B", "", "openai/gpt-oss-20b"
         up += ["--simulate-gpus", "4x80GB"]
     else:
-        from scripts.smollm2 import MIRROR_DIR, ensure_mirror
-
-        ensure_mirror()
+        if not (options.hf_mirror / "models" / "HuggingFaceTB" / "SmolLM2-135M-Instruct").exists():
+            raise SystemExit(f"demo: no SmolLM2 in {options.hf_mirror}; run `make smollm2` (make demo does).")
         entry, values, model = "SmolLM2 135M Instruct", "", "HuggingFaceTB/SmolLM2-135M-Instruct"
-        up += ["--hf-mirror", str(MIRROR_DIR)]
+        up += ["--hf-mirror", str(options.hf_mirror.resolve())]
     berth(*up, env=env)
     try:
         start = ["workflow", "catalog", "start", entry, "--watch"] + (["--values", values] if values else [])

@@ -38,6 +38,7 @@ from catalog.memory import gpus_needed, max_context_that_fits, memory_need, memo
 from catalog.render import render, resolve_values
 from server import scheduler
 from server.models import EndpointRow, WorkflowRow
+from server.secrets import Secrets
 from server.store import Store
 from workflows.payloads import Owner, ReplicaRecord, ReserveRequest, ServiceInput, ServiceStatus
 from workflows.service import ServiceWorkflow
@@ -78,6 +79,18 @@ class ServerContext:
 class StartRequest(BaseModel):
     entry: str
     values: dict[str, Any] = {}
+
+
+class SecretRequest(BaseModel):
+    ref: str
+    type: str
+    value: str
+    group: str | None = None
+
+
+class ResolveRequest(BaseModel):
+    ref: str
+    user: str
 
 
 class TokenRequest(BaseModel):
@@ -289,6 +302,27 @@ def create_app(context: ServerContext) -> FastAPI:
                                  f"({limit // 3600} h). Choose a shorter --expiration.")
         token = context.signing.endpoint_token(who, endpoint_id, ttl)
         return {"endpoint_id": endpoint_id, "token": token, "expires_at": time.time() + ttl}
+
+    # --- secrets ------------------------------------------------------------------------------------
+    secrets_api = Secrets(context.store)
+
+    @app.post("/v1/secrets", status_code=201)
+    async def create_secret(body: SecretRequest, who: Identity = Depends(caller)) -> dict[str, Any]:
+        return await run_in_threadpool(secrets_api.create, who, body.ref, body.type, body.value, body.group)
+
+    @app.get("/v1/secrets")
+    async def list_secrets(who: Identity = Depends(caller)) -> list[dict[str, Any]]:
+        return await run_in_threadpool(secrets_api.list, who)
+
+    @app.delete("/v1/secrets", status_code=204)
+    async def delete_secret(ref: str, who: Identity = Depends(caller)) -> None:
+        await run_in_threadpool(secrets_api.delete, who, ref)
+
+    @app.post("/v1/internal/secrets/resolve")
+    async def resolve_secret(body: ResolveRequest, _who: Identity = Depends(admin)) -> dict[str, str]:
+        owner = await run_in_threadpool(context.store.identity, body.user)
+        kind, value = await run_in_threadpool(secrets_api.resolve, owner, body.ref)
+        return {"type": kind, "value": value}
 
     # --- nodes --------------------------------------------------------------------------------------
     @app.post("/v1/nodes/{node_id}/heartbeat")

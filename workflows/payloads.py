@@ -175,7 +175,7 @@ class ReplicaInfo(Payload):
 class WeightsInput(Payload):
     workflow_id: str
     job: WeightsJob
-    target_dir: str
+    owner: str = Field("", description="Whose secrets HfTokenSecret resolves against")
 
 
 class WeightsResult(Payload):

@@ -31,7 +31,8 @@ with workflow.unsafe.imports_passed_through():
 MAX_EVENTS = 200
 DOWNLOAD_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=30), maximum_attempts=5,
-    non_retryable_error_types=["GatedRepo", "RepoNotFound", "RevisionNotFound", "DiskFull", "BadRequest"],
+    non_retryable_error_types=["GatedModel", "ModelNotFound", "RevisionNotFound", "VolumeFull", "HubRequest",
+                               "WeightsError", "SecretError"],
 )
 SHORT = timedelta(seconds=60)
 
@@ -135,7 +136,7 @@ class ServiceWorkflow:
         where = f"persistent volume {job.volume}" if job.volume else "an ephemeral volume"
         self._event("downloading", f"downloading {job.repo}@{job.revision or 'main'} into {where}")
         download = workflow.start_activity(
-            "download_weights", WeightsInput(workflow_id=input.workflow_id, job=job, target_dir=""),
+            "download_weights", WeightsInput(workflow_id=input.workflow_id, job=job, owner=input.owner.user),
             result_type=WeightsResult, task_queue=NODES_TASK_QUEUE, start_to_close_timeout=timedelta(hours=12),
             heartbeat_timeout=timedelta(seconds=60), retry_policy=DOWNLOAD_RETRY,
         )

@@ -1,0 +1,104 @@
+"""Secrets: typed values encrypted at rest, addressed as secret://user|group|organization/NAME and
+resolved only for the activity that uses them."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+from sqlalchemy import select
+
+from berth.errors import NotFoundError, PermissionDeniedError, UserInputError
+from berth.security import Identity
+from server.models import SecretRow
+from server.store import Store
+
+REFERENCE = re.compile(r"^secret://(user|group|organization)/([A-Za-z0-9][A-Za-z0-9._-]{0,127})$")
+TYPES = ("hf", "value")
+
+
+def parse_reference(ref: str) -> tuple[str, str]:
+    match = REFERENCE.match(ref)
+    if not match:
+        raise UserInputError(f"'{ref}' is not a secret reference; use secret://user/NAME "
+                             "(or secret://group/NAME, secret://organization/NAME).")
+    return match.group(1), match.group(2)
+
+
+def _owner_key(scope: str, who: Identity, group: str | None = None) -> str:
+    if scope == "user":
+        return who.user
+    if scope == "organization":
+        return who.org
+    if group is None:
+        if not who.groups:
+            raise PermissionDeniedError("You belong to no group, so you cannot use a group secret.")
+        group = who.groups[0]
+    if group not in who.groups:
+        raise PermissionDeniedError(f"You are not a member of group '{group}'.")
+    return group
+
+
+def validate_value(kind: str, value: str) -> str:
+    if kind not in TYPES:
+        raise UserInputError(f"Secret type must be one of {', '.join(TYPES)}, not '{kind}'.")
+    if kind == "hf":
+        try:
+            data = json.loads(value)
+        except ValueError:
+            raise UserInputError('An hf secret is JSON like \'{"token":"hf_…"}\'.') from None
+        if not isinstance(data, dict) or not isinstance(data.get("token"), str) or not data["token"]:
+            raise UserInputError('An hf secret needs a "token" string: \'{"token":"hf_…"}\'.')
+    elif not value:
+        raise UserInputError("A value secret cannot be empty; pass the value on standard input.")
+    return value
+
+
+class Secrets:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def create(self, who: Identity, ref: str, kind: str, value: str, group: str | None = None) -> dict[str, Any]:
+        scope, name = parse_reference(ref)
+        owner = _owner_key(scope, who, group)
+        validate_value(kind, value)
+        key = f"{scope}/{owner}/{name}"
+        with self.store.session() as s:
+            row = s.get(SecretRow, key)
+            if row is None:
+                row = SecretRow(ref=key, scope=scope, owner=owner, name=name, type=kind, ciphertext="",
+                                created_at=time.time())
+                s.add(row)
+            row.type = kind
+            row.ciphertext = self.store.cipher.encrypt_json({"value": value})
+        return {"ref": ref, "type": kind, "scope": scope, "owner": owner}
+
+    def list(self, who: Identity) -> list[dict[str, Any]]:
+        owners = {("user", who.user), ("organization", who.org)} | {("group", g) for g in who.groups}
+        with self.store.session() as s:
+            rows = s.scalars(select(SecretRow).order_by(SecretRow.name)).all()
+            return [{"ref": f"secret://{r.scope}/{r.name}", "type": r.type, "scope": r.scope, "owner": r.owner,
+                     "created_at": r.created_at} for r in rows if (r.scope, r.owner) in owners]
+
+    def delete(self, who: Identity, ref: str) -> None:
+        scope, name = parse_reference(ref)
+        key = f"{scope}/{_owner_key(scope, who)}/{name}"
+        with self.store.session() as s:
+            row = s.get(SecretRow, key)
+            if row is None:
+                raise NotFoundError(f"No secret {ref}. `berth secret list` shows yours.")
+            s.delete(row)
+
+    def resolve(self, owner: Identity, ref: str) -> tuple[str, str]:
+        """(type, value) of `ref` as seen by `owner`; for group secrets, the first group that has it."""
+        scope, name = parse_reference(ref)
+        candidates = [owner.user] if scope == "user" else [owner.org] if scope == "organization" else list(owner.groups)
+        with self.store.session() as s:
+            for candidate in candidates:
+                row = s.get(SecretRow, f"{scope}/{candidate}/{name}")
+                if row is not None:
+                    return row.type, str(self.store.cipher.decrypt_json(row.ciphertext)["value"])
+        raise NotFoundError(f"Secret {ref} does not exist for {owner.user}. Create it with "
+                            f"`berth secret create {ref} --type …`.")
