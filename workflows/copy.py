@@ -159,6 +159,9 @@ class CopyWorkflow:
                 first = exit_info
         if first is not None:
             message = ("copy stopped as a unit: " + first.describe())
+            if not published and first.log_tail:
+                # Died while starting: its own last words are what the user needs to see.
+                message += "; last lines of its log:\n" + first.log_tail
         else:
             error = ready.exception() if ready.done() else None
             cause = error.cause if isinstance(error, ActivityError) and error.cause else error
@@ -180,7 +183,8 @@ class CopyWorkflow:
             if not task.done():
                 task.cancel()
         # Wait until every rank's process is gone (the activities stop them: SIGTERM, then SIGKILL).
-        await workflow.wait(list(ranks.values()))
+        if ranks:
+            await workflow.wait(list(ranks.values()))
         for task in ranks.values():
             if not task.cancelled():
                 task.exception()  # retrieved: the outcome is already reported above

@@ -205,7 +205,8 @@ class ServiceWorkflow:
                 self.state.phase = Phase.STOPPING
                 for task in running.values():
                     task.cancel()  # cancels the child workflow: it stops its ranks and releases GPUs
-                await workflow.wait(list(running.values()))
+                if running:
+                    await workflow.wait(list(running.values()))
                 return
             for copy_id, result in list(self.state.finished.items()):
                 del self.state.finished[copy_id]
@@ -216,7 +217,8 @@ class ServiceWorkflow:
                     self.state.phase = Phase.STOPPING
                     for task in running.values():
                         task.cancel()
-                    await workflow.wait(list(running.values()))
+                    if running:
+                        await workflow.wait(list(running.values()))
                     raise
 
     def _on_copy_finished(self, result: CopyResult, remaining: int, minimum: int, replace_budget: int) -> None:

@@ -134,3 +134,17 @@ def test_stop_frees_everything(sim_stack: RunningStack) -> None:
     assert not [g for n in nodes for g in n["gpus"] if (g["allocated_to"] or "").startswith(workflow_id)]
     assert endpoint["id"] not in {e["id"] for e in sim_stack.cli_json("endpoint", "list")}
     assert not (sim_stack.state_dir / "volumes" / "ephemeral" / workflow_id).exists()
+
+
+def test_rank_dying_during_startup_shows_its_log(sim_stack: RunningStack) -> None:
+    # vLLM (and the simulator) refuse --enable-auto-tool-choice without --tool-call-parser and exit 2.
+    workflow_id = sim_stack.start_entry("vLLM", "Model=hf://Qwen/Qwen3-0.6B,ExtraArgs=--enable-auto-tool-choice",
+                                        watch=False)
+    info = sim_stack.wait_phase(workflow_id, {"failed"}, timeout=60)
+    error = info["last_error"]
+    assert "rank 0 on node" in error and "exited with status 2" in error
+    assert "last lines of its log" in error and "tool-call-parser" in error
+    text = sim_stack.cli("workflow", "describe", workflow_id).stdout
+    assert "Last error" in text and "tool-call-parser" in text
+    nodes = sim_stack.cli_json("node", "list")
+    assert not [g for n in nodes for g in n["gpus"] if (g["allocated_to"] or "").startswith(workflow_id)]
