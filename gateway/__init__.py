@@ -1,0 +1,1 @@
+"""Gateway: the endpoint proxy, the LiteLLM hooks, and the discovering gateway."""
