@@ -1,22 +1,19 @@
 """The per-model LiteLLM proxy as Berth runs it: a real litellm process, its hooks, its error texts."""
 
 # One LiteLLM process (plus one without a reachable JWKS) serves the whole module: each takes
-# about 6 s to start. In front of it: a loopback "control plane" (replica list, JWKS, rate sink) and
-# two minimal OpenAI-compatible upstreams.
-#
-# TEMPORARY: the upstreams are a minimal FastAPI double written here, because the engine simulator
-# (`python -m simulator serve`, branch `sim`) was not committed when this was written. Once it is
-# merged, the `upstreams` fixture should start the repo's own simulator instead.
+# about 6 s to start. Around it, on loopback: a "control plane" (replica list, JWKS, rate sink) in a
+# thread, and two engine simulators (`python -m simulator serve`, the vLLM double) as the replicas,
+# each answering with its own fixed reply so a test can tell which one served.
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import secrets
 import socket
 import stat
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -33,7 +30,7 @@ import pytest_asyncio
 import uvicorn
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import FastAPI, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 from jwt.algorithms import OKPAlgorithm
 from pydantic import SecretStr
 
@@ -104,85 +101,72 @@ class ThreadedServer:
         self._socket.close()
 
 
-def upstream_app(name: str) -> FastAPI:
-    """A minimal OpenAI-compatible engine that names itself in every answer."""
-    app: Final = FastAPI()
+# TEMPORARY: the engine simulator is still on branch `sim` (worktree /work/wt-sim). Until the lead
+# merges it, the simulator processes run with PYTHONPATH=/work/wt-sim; once `simulator/` is in this
+# repository, SIMULATOR_ROOT is the repository root and the /work/wt-sim fallback must go.
+REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+SIMULATOR_ROOT: Final = (
+    REPO_ROOT if (REPO_ROOT / "simulator" / "__main__.py").exists() else Path("/work/wt-sim")  # TEMPORARY
+)
 
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "vllm"}]}
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> Any:
-        body: Final = await request.json()
-        words: Final = ["hello ", "from ", name]
-        if not body.get("stream"):
-            return {
-                "id": f"chatcmpl-{name}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body["model"],
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": "".join(words)},
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4},
-            }
+@dataclass(frozen=True)
+class Engine:
+    """One running engine simulator, serving MODEL under its own fixed reply."""
 
-        def chunk(delta: dict[str, str], finish_reason: str | None) -> str:
-            payload: Final = {
-                "id": f"chatcmpl-{name}",
-                "object": "chat.completion.chunk",
-                "created": int(time.time()),
-                "model": body["model"],
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
-            }
-            return f"data: {json.dumps(payload)}\n\n"
+    process: asyncio.subprocess.Process
+    url: str
+    log_path: Path
 
-        async def stream() -> AsyncIterator[str]:
-            yield chunk({"role": "assistant", "content": ""}, None)
-            for word in words:
-                yield chunk({"content": word}, None)
-            yield chunk({}, "stop")
-            yield "data: [DONE]\n\n"
+    async def stop(self) -> None:
+        if self.process.returncode is None:
+            self.process.terminate()
+            try:
+                await asyncio.wait_for(self.process.wait(), 10)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
 
-        return StreamingResponse(stream(), media_type="text/event-stream")
 
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Any:
-        body: Final = await request.json()
-        words: Final = ["hello ", "from ", name]
-
-        def choice(text: str, finish_reason: str | None) -> dict[str, Any]:
-            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-
-        def completion(choices: list[dict[str, Any]]) -> dict[str, Any]:
-            return {
-                "id": f"cmpl-{name}",
-                "object": "text_completion",
-                "created": int(time.time()),
-                "model": body["model"],
-                "choices": choices,
-            }
-
-        if not body.get("stream"):
-            return {
-                **completion([choice("".join(words), "stop")]),
-                "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4},
-            }
-
-        async def stream() -> AsyncIterator[str]:
-            for index, word in enumerate(words):
-                finish_reason = "stop" if index == len(words) - 1 else None
-                yield f"data: {json.dumps(completion([choice(word, finish_reason)]))}\n\n"
-            yield "data: [DONE]\n\n"
-
-        return StreamingResponse(stream(), media_type="text/event-stream")
-
-    return app
+async def start_engine(name: str, log_path: Path) -> Engine:
+    if not (SIMULATOR_ROOT / "simulator" / "__main__.py").exists():
+        pytest.skip(f"no engine simulator under {SIMULATOR_ROOT}")
+    port: Final = free_port()
+    environment: Final = {
+        **{key: value for key, value in os.environ.items() if not key.startswith("BERTH_SIM_")},
+        "PYTHONPATH": str(SIMULATOR_ROOT),
+        "BERTH_SIM_REPLY": f"hello from {name}",
+        "BERTH_SIM_TOKENS_PER_SECOND": "0",
+    }
+    log: Final = await asyncio.to_thread(log_path.open, "wb")
+    with log:
+        process: Final = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "simulator",
+            "serve",
+            MODEL,
+            "--port",
+            str(port),
+            "--served-model-name",
+            MODEL,
+            stdout=log,
+            stderr=asyncio.subprocess.STDOUT,
+            env=environment,
+        )
+    engine: Final = Engine(process=process, url=f"http://127.0.0.1:{port}", log_path=log_path)
+    deadline: Final = time.monotonic() + 20
+    async with httpx.AsyncClient(timeout=1, trust_env=False) as http:
+        while True:
+            try:
+                if (await http.get(f"{engine.url}/health")).status_code == 200:
+                    return engine
+            except httpx.TransportError:
+                pass
+            if process.returncode is not None or time.monotonic() > deadline:
+                await engine.stop()
+                raise RuntimeError(f"engine simulator {name} did not start; see {log_path}")
+            await asyncio.sleep(0.05)
 
 
 @dataclass
@@ -213,9 +197,9 @@ class ControlPlane:
 
         return app
 
-    def set_replicas(self, *replicas: tuple[str, ThreadedServer, bool]) -> None:
+    def set_replicas(self, *replicas: tuple[str, Engine, bool]) -> None:
         self.replicas = [
-            {"id": name, "url": f"{server.url}/v1", "ready": ready} for name, server, ready in replicas
+            {"id": name, "url": f"{engine.url}/v1", "ready": ready} for name, engine, ready in replicas
         ]
 
     def assertion(
@@ -246,8 +230,8 @@ class ControlPlane:
 @dataclass(frozen=True)
 class Stack:
     control: ControlPlane
-    upstream_a: ThreadedServer
-    upstream_b: ThreadedServer
+    upstream_a: Engine
+    upstream_b: Engine
     proxy: LiteLLMProcess
     proxy_without_jwks: LiteLLMProcess
     master_key: str
@@ -275,22 +259,32 @@ def litellm_executable() -> str:
 
 
 @pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[ControlPlane, ThreadedServer, ThreadedServer, ThreadedServer]]:
+def control_plane() -> Iterator[tuple[ControlPlane, ThreadedServer]]:
     control: Final = ControlPlane()
-    with (
-        ThreadedServer(control.app()) as control_server,
-        ThreadedServer(upstream_app("A")) as upstream_a,
-        ThreadedServer(upstream_app("B")) as upstream_b,
-    ):
-        yield control, control_server, upstream_a, upstream_b
+    with ThreadedServer(control.app()) as control_server:
+        yield control, control_server
+
+
+@pytest_asyncio.fixture(scope="module")
+async def engines(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Engine, Engine]]:
+    logs: Final = tmp_path_factory.mktemp("engines")
+    engine_a, engine_b = await asyncio.gather(
+        start_engine("A", logs / "a.log"), start_engine("B", logs / "b.log")
+    )
+    try:
+        yield engine_a, engine_b
+    finally:
+        await asyncio.gather(engine_a.stop(), engine_b.stop())
 
 
 @pytest_asyncio.fixture(scope="module")
 async def stack(
-    servers: tuple[ControlPlane, ThreadedServer, ThreadedServer, ThreadedServer],
+    control_plane: tuple[ControlPlane, ThreadedServer],
+    engines: tuple[Engine, Engine],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[Stack]:
-    control, control_server, upstream_a, upstream_b = servers
+    control, control_server = control_plane
+    upstream_a, upstream_b = engines
     executable: Final = litellm_executable()
     master_key: Final = f"sk-berth-{secrets.token_urlsafe(24)}"
     spec: Final = LiteLLMServiceSpec(
@@ -365,9 +359,7 @@ async def routed_replicas(client: httpx.AsyncClient, key: str) -> list[str]:
     return replicas
 
 
-async def serve(
-    stack: Stack, client: httpx.AsyncClient, *replicas: tuple[str, ThreadedServer, bool]
-) -> float:
+async def serve(stack: Stack, client: httpx.AsyncClient, *replicas: tuple[str, Engine, bool]) -> float:
     """Publish `replicas`; return the seconds until LiteLLM routes to exactly the ready ones."""
     stack.control.set_replicas(*replicas)
     expected: Final = sorted(name for name, _, ready in replicas if ready)
