@@ -1,1 +1,1 @@
-"""The request path: the endpoint proxy, the LiteLLM hooks and the discovering gateway."""
+"""Gateway: the endpoint proxy, the LiteLLM hooks, and the discovering gateway."""

@@ -1,0 +1,321 @@
+"""Replica sync: keep LiteLLM's router equal to the pool's ready replicas; count requests for autoscaling."""
+
+# Runs inside the LiteLLM proxy process (the .venv-litellm interpreter): it may import only what
+# that venv has — litellm, fastapi/starlette, httpx, pydantic, the stdlib.
+#
+# Wiring (rendered by gateway.litellm_service): LITELLM_WORKER_STARTUP_HOOKS=gateway.litellm_sync:start.
+# LiteLLM 1.108.7 imports the module and awaits `start()` in every worker's lifespan start-up
+# (litellm/proxy/proxy_server.py, proxy_startup_event, "RUN WORKER STARTUP HOOKS"), BEFORE it loads
+# the config: `proxy_server.llm_router` does not exist yet when `start()` runs, so the sync loop
+# looks it up afresh on every tick.
+#
+# Environment:
+#   BERTH_MODEL_NAME         model id clients ask for and /v1/models lists, e.g. openai/gpt-oss-20b
+#   BERTH_REPLICAS_URL       GET -> {"replicas": [{"id": "...", "url": "http://host:port/v1", "ready": true}]}
+#   BERTH_SERVED_MODEL_NAME  name the replicas serve the model under (default: BERTH_MODEL_NAME)
+#   BERTH_SYNC_INTERVAL_S    poll interval (default 1.0)
+#   BERTH_RATE_URL           optional: POST the request counters there every interval
+#
+# Request counters: GET /berth/requests (master key) answers this worker's RequestSnapshot as JSON.
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Final
+
+import httpx
+import litellm
+from fastapi import Depends, FastAPI
+from litellm.integrations.custom_logger import CustomLogger
+from litellm.proxy.auth.user_api_key_auth import user_api_key_auth
+from litellm.router import Router
+from litellm.types.router import Deployment, LiteLLM_Params, ModelInfo
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+# vLLM speaks the OpenAI API; LiteLLM's hosted_vllm provider adds vLLM's own parameters
+# (reasoning_effort, tool schemas without `strict`) on top of the OpenAI transformation.
+PROVIDER_PREFIX: Final = "hosted_vllm/"
+DEPLOYMENT_ID_PREFIX: Final = "berth-replica-"
+# vLLM does not check keys; LiteLLM still wants one for an OpenAI-style client.
+UPSTREAM_API_KEY: Final = "none"
+REPLICAS_TIMEOUT_S: Final = 2.0
+ROUTER_WAIT_S: Final = 0.1
+RATE_WINDOW_S: Final = 60
+REQUESTS_ROUTE: Final = "/berth/requests"
+_STATE_KEY: Final = "berth_replica_sync"
+
+# A child of LiteLLM's proxy logger, so its lines reach LiteLLM's handler and format; INFO because
+# replica changes are what an operator reads the log for, while LiteLLM's own logger stays at WARNING.
+logger: Final = logging.getLogger("LiteLLM Proxy").getChild("berth_sync")
+logger.setLevel(logging.INFO)
+
+
+class Replica(BaseModel):
+    """One replica as the pool publishes it."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: str
+    url: str
+    ready: bool
+
+
+class ReplicaList(BaseModel):
+    """The body of BERTH_REPLICAS_URL."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    replicas: list[Replica]
+
+
+@dataclass(frozen=True, slots=True)
+class SyncSettings:
+    """What the sync loop needs, read once from the environment."""
+
+    model_name: str
+    served_model_name: str
+    replicas_url: str
+    interval_s: float
+    rate_url: str
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> SyncSettings:
+        model_name: Final = environ.get("BERTH_MODEL_NAME", "").strip()
+        replicas_url: Final = environ.get("BERTH_REPLICAS_URL", "").strip()
+        if not model_name or not replicas_url:
+            # Raising here fails LiteLLM's start-up: better than a proxy that never gains a replica.
+            raise ValueError("gateway.litellm_sync needs BERTH_MODEL_NAME and BERTH_REPLICAS_URL")
+        interval_s: Final = float(environ.get("BERTH_SYNC_INTERVAL_S", "1.0"))
+        if interval_s <= 0:
+            raise ValueError("BERTH_SYNC_INTERVAL_S must be positive")
+        return cls(
+            model_name=model_name,
+            served_model_name=environ.get("BERTH_SERVED_MODEL_NAME", "").strip() or model_name,
+            replicas_url=replicas_url,
+            interval_s=interval_s,
+            rate_url=environ.get("BERTH_RATE_URL", "").strip(),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSnapshot:
+    """This worker's request counters; a reader sums workers and derives a rate from two snapshots."""
+
+    model: str
+    pid: int
+    started_at: float
+    requests_total: int  # inference requests admitted by auth since the worker started
+    # Of those, the ones that arrived while no replica was ready: the demand that must wake a pool at zero.
+    requests_without_replica_total: int
+    requests_last_60s: int
+    replicas: tuple[str, ...]  # ids of the replicas the router sends this model's requests to, now
+
+
+class RequestCounter(CustomLogger):
+    """Counts admitted inference requests through LiteLLM's proxy pre-call hook."""
+
+    def __init__(self, model_name: str) -> None:
+        super().__init__()
+        self.model_name: Final = model_name
+        self.started_at: Final = time.time()
+        self.requests_total = 0
+        self.requests_without_replica_total = 0
+        self.replicas: tuple[str, ...] = ()
+        # Requests per whole second over the last RATE_WINDOW_S seconds: bounded memory at any rate.
+        self._per_second: dict[int, int] = {}
+
+    async def async_pre_call_hook(
+        self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any
+    ) -> None:
+        # Called once per chat/completions/embeddings request after auth and before routing, so
+        # requests that fail for lack of a replica are counted too: that demand must wake the pool.
+        self.requests_total += 1
+        if not self.replicas:
+            self.requests_without_replica_total += 1
+        second: Final = int(time.time())
+        self._per_second[second] = self._per_second.get(second, 0) + 1
+        if len(self._per_second) > RATE_WINDOW_S:
+            self._forget_before(second - RATE_WINDOW_S)
+        return None
+
+    def _forget_before(self, second: int) -> None:
+        for stale in [bucket for bucket in self._per_second if bucket <= second]:
+            del self._per_second[stale]
+
+    def snapshot(self) -> RequestSnapshot:
+        now: Final = int(time.time())
+        self._forget_before(now - RATE_WINDOW_S)
+        return RequestSnapshot(
+            model=self.model_name,
+            pid=os.getpid(),
+            started_at=self.started_at,
+            requests_total=self.requests_total,
+            requests_without_replica_total=self.requests_without_replica_total,
+            requests_last_60s=sum(self._per_second.values()),
+            replicas=self.replicas,
+        )
+
+
+def deployment_id(replica_id: str) -> str:
+    return f"{DEPLOYMENT_ID_PREFIX}{replica_id}"
+
+
+def current_deployments(router: Router, model_name: str) -> dict[str, str | None]:
+    """Deployment id -> api_base of every deployment the router holds for the model."""
+    found: Final[dict[str, str | None]] = {}
+    for entry in list(router.model_list):
+        if entry.get("model_name") != model_name:
+            continue
+        model_info: Mapping[str, Any] = entry.get("model_info") or {}
+        litellm_params: Mapping[str, Any] = entry.get("litellm_params") or {}
+        identifier = model_info.get("id")
+        if isinstance(identifier, str):
+            found[identifier] = litellm_params.get("api_base")
+    return found
+
+
+def apply_replicas(router: Router, settings: SyncSettings, ready: Mapping[str, str]) -> tuple[int, int]:
+    """Make the model's deployments equal `ready` (replica id -> url); return (added, removed)."""
+    desired: Final = {deployment_id(replica_id): url for replica_id, url in ready.items()}
+    current: Final = current_deployments(router, settings.model_name)
+    removed = 0
+    added = 0
+    # Every deployment of the model is ours to manage, including any a config file declared.
+    for identifier, api_base in current.items():
+        if desired.get(identifier) != api_base:
+            router.delete_deployment(id=identifier)
+            removed += 1
+    for identifier, url in desired.items():
+        if current.get(identifier) == url:
+            continue
+        router.add_deployment(
+            Deployment(
+                model_name=settings.model_name,
+                litellm_params=LiteLLM_Params(
+                    model=f"{PROVIDER_PREFIX}{settings.served_model_name}",
+                    api_base=url,
+                    api_key=UPSTREAM_API_KEY,
+                ),
+                model_info=ModelInfo(id=identifier),
+            )
+        )
+        added += 1
+    return added, removed
+
+
+class ReplicaSync:
+    """Polls the pool's replica list and applies it to the running proxy's router."""
+
+    def __init__(self, settings: SyncSettings, client: httpx.AsyncClient) -> None:
+        self.settings: Final = settings
+        self.counter: Final = RequestCounter(settings.model_name)
+        self._client: Final = client
+        self._failing = False
+
+    async def run(self) -> None:
+        try:
+            while True:
+                router = _router()
+                if router is None:
+                    await asyncio.sleep(ROUTER_WAIT_S)
+                    continue
+                try:
+                    # A config reload may rebuild litellm.callbacks; the manager skips duplicates.
+                    litellm.logging_callback_manager.add_litellm_callback(self.counter)
+                    await self.tick(router)
+                except Exception:
+                    # One bad tick (a replica LiteLLM refuses, a router change mid-update) must not end
+                    # the loop: then the proxy would silently stop following the pool for good.
+                    logger.exception("berth replica sync: tick failed; retrying next interval")
+                await asyncio.sleep(self.settings.interval_s)
+        finally:
+            await self._client.aclose()
+
+    async def tick(self, router: Router) -> None:
+        ready: Final = await self._fetch_ready()
+        if ready is not None:
+            added, removed = apply_replicas(router, self.settings, ready)
+            # Read back from the router, so the counters say what LiteLLM routes to, not what it was told.
+            routed: Final = current_deployments(router, self.settings.model_name)
+            self.counter.replicas = tuple(
+                sorted(identifier.removeprefix(DEPLOYMENT_ID_PREFIX) for identifier in routed)
+            )
+            if added or removed:
+                logger.info(
+                    "berth replica sync: %s routes to %d replica(s) %s (+%d -%d)",
+                    self.settings.model_name,
+                    len(self.counter.replicas),
+                    list(self.counter.replicas),
+                    added,
+                    removed,
+                )
+        if self.settings.rate_url:
+            await self._push_counters()
+
+    async def _fetch_ready(self) -> dict[str, str] | None:
+        """Replica id -> url of the ready replicas, or None when the list cannot be read."""
+        try:
+            response: Final = await self._client.get(self.settings.replicas_url)
+            response.raise_for_status()
+            replicas: Final = ReplicaList.model_validate_json(response.content).replicas
+        except (httpx.HTTPError, ValidationError) as error:
+            # Keep serving the replicas last seen: a control-plane hiccup must not empty the pool.
+            if not self._failing:
+                logger.warning(
+                    "berth replica sync: replica list unreadable (%s); keeping the last one", error
+                )
+            self._failing = True
+            return None
+        if self._failing:
+            logger.info("berth replica sync: replica list readable again")
+        self._failing = False
+        return {replica.id: replica.url for replica in replicas if replica.ready}
+
+    async def _push_counters(self) -> None:
+        try:
+            await self._client.post(self.settings.rate_url, json=asdict(self.counter.snapshot()))
+        except httpx.HTTPError as error:
+            logger.debug("berth replica sync: request counters not pushed: %s", error)
+
+
+def _router() -> Router | None:
+    from litellm.proxy import proxy_server
+
+    router: Router | None = proxy_server.llm_router
+    return router
+
+
+def _add_requests_route(app: FastAPI, sync: ReplicaSync) -> None:
+    async def requests_counters() -> dict[str, Any]:
+        return asdict(sync.counter.snapshot())
+
+    # LiteLLM's auth (and so gateway.litellm_auth) guards it: the master key reads it, an assertion
+    # caller gets 403.
+    app.add_api_route(
+        REQUESTS_ROUTE,
+        requests_counters,
+        methods=["GET"],
+        dependencies=[Depends(user_api_key_auth)],
+        include_in_schema=False,
+    )
+    # Pass-through endpoints and lazily attached features can add catch-all routes; first match wins.
+    app.router.routes.insert(0, app.router.routes.pop())
+
+
+async def start() -> None:
+    """LITELLM_WORKER_STARTUP_HOOKS entry point: start this worker's replica sync."""
+    from litellm.proxy import proxy_server
+
+    settings: Final = SyncSettings.from_environment(os.environ)
+    client: Final = httpx.AsyncClient(timeout=httpx.Timeout(REPLICAS_TIMEOUT_S), trust_env=False)
+    sync: Final = ReplicaSync(settings, client)
+    app: Final[FastAPI] = proxy_server.app
+    _add_requests_route(app, sync)
+    # The app state holds the task: an unreferenced asyncio task may be garbage-collected mid-run.
+    setattr(app.state, _STATE_KEY, (sync, asyncio.create_task(sync.run(), name="berth-replica-sync")))
+    logger.info("berth replica sync: following %s for %s", settings.replicas_url, settings.model_name)
