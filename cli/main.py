@@ -102,7 +102,7 @@ def _print_stack(info: dict[str, Any], detached: bool) -> None:
     console.print(f"  State dir    {info['state_dir']}")
     console.print(f"  Client config written to {ClientConfig.path()}")
     if detached:
-        console.print("Stop it with `berth down`" + (f" --state-dir {info['state_dir']}" if info.get("state_dir") else ""))
+        console.print(f"Stop it with `berth down --state-dir {info['state_dir']}`", highlight=False)
     else:
         console.print("Press Ctrl-C to stop.", highlight=False)
     sys.stdout.flush()
@@ -381,6 +381,11 @@ def _clock(value: str) -> str:
 
 
 # --- workflows ---------------------------------------------------------------------------------------
+@workflow_app.command("watch")
+def workflow_watch(workflow_id: str) -> None:
+    """Follow a workflow (events, download progress, phases) until it is ready or ends."""
+    _watch(workflow_id)
+
 @workflow_app.command("list")
 def workflow_list(output: OutputOption = Format.TABLE) -> None:
     """List workflows."""

@@ -46,9 +46,10 @@ def main() -> None:
         up += ["--hf-mirror", str(options.hf_mirror.resolve())]
     berth(*up, env=env)
     try:
-        start = ["workflow", "catalog", "start", entry, "--watch"] + (["--values", values] if values else [])
+        start = ["workflow", "catalog", "start", entry] + (["--values", values] if values else [])
         workflow_id = berth(*start, env=env, capture=True).splitlines()[0].strip()
-        print(f"workflow {workflow_id} is ready")
+        print(f"workflow {workflow_id}")
+        berth("workflow", "watch", workflow_id, env=env)
         endpoints = json.loads(berth("endpoint", "list", "-o", "json", env=env, capture=True))
         endpoint = next(e for e in endpoints if e["workflow_id"] == workflow_id)
         token = berth("endpoint", "generate-token", endpoint["id"], "--expiration", "1h", env=env, capture=True).strip()
