@@ -101,13 +101,8 @@ class ThreadedServer:
         self._socket.close()
 
 
-# TEMPORARY: the engine simulator is still on branch `sim` (worktree /work/wt-sim). Until the lead
-# merges it, the simulator processes run with PYTHONPATH=/work/wt-sim; once `simulator/` is in this
-# repository, SIMULATOR_ROOT is the repository root and the /work/wt-sim fallback must go.
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
-SIMULATOR_ROOT: Final = (
-    REPO_ROOT if (REPO_ROOT / "simulator" / "__main__.py").exists() else Path("/work/wt-sim")  # TEMPORARY
-)
+SIMULATOR_ROOT: Final = REPO_ROOT
 
 
 @dataclass(frozen=True)
