@@ -39,7 +39,7 @@ from catalog.render import render, resolve_values
 from server import scheduler
 from server.models import EndpointRow, WorkflowRow
 from server.store import Store
-from workflows.payloads import Owner, ReplicaRecord, ReserveRequest, ServiceInput, ServiceStatus
+from workflows.payloads import CopyTimings, Owner, ReplicaRecord, ReserveRequest, ServiceInput, ServiceStatus
 from workflows.service import ServiceWorkflow
 
 DURATION = re.compile(r"^(\d+)([smhdw])$")
@@ -173,7 +173,9 @@ def create_app(context: ServerContext) -> FastAPI:
             await client.start_workflow(
                 ServiceWorkflow.run,
                 ServiceInput(workflow_id=workflow_id, endpoint_id=endpoint_id,
-                             owner=Owner(user=who.user, groups=who.groups, org=who.org), definition=definition),
+                             owner=Owner(user=who.user, groups=who.groups, org=who.org), definition=definition,
+                             timings=CopyTimings(rank_heartbeat_timeout_s=context.settings.rank_heartbeat_timeout_s,
+                                                 rank_adopt_window_s=context.settings.rank_adopt_window_s)),
                 id=workflow_id, task_queue=CONTROL_TASK_QUEUE,
             )
         except (RPCError, UnavailableError) as error:

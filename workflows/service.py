@@ -172,7 +172,7 @@ class ServiceWorkflow:
             copy_id=f"{input.workflow_id}.copy-{index}", copy_index=index, engine=replica.engine,
             nodes=replica.nodes, gpus_per_node=replica.gpus_per_node, gpu_memory_gb=replica.gpu_memory_gb,
             model_dir=model_dir, volume=weights.volume if weights else None,
-            parent_workflow_id=workflow.info().workflow_id,
+            parent_workflow_id=workflow.info().workflow_id, timings=input.timings,
         )
 
     async def _run_copy(self, copy: CopyInput) -> None:
@@ -231,10 +231,10 @@ class ServiceWorkflow:
             self._event("copy_replaced", f"re-placing {result.copy_id} "
                         f"({self.state.replaced_failures} of ReplaceFailedCopies={replace_budget})")
             return
-        if remaining >= max(minimum, 1):
+        if remaining >= minimum:  # the pool was above its minimum: drop the copy
             self.state.desired = remaining
-            self._event("copy_dropped", f"{result.copy_id} dropped; the pool stays above its minimum "
-                        f"({remaining} ≥ {minimum}); a later scale-up replaces it")
+            self._event("copy_dropped", f"{result.copy_id} dropped; the pool was above its minimum "
+                        f"({remaining + 1} > MinReplicas={minimum}); a later scale-up replaces it")
             return
         raise ApplicationError(f"a copy failed at the pool minimum ({minimum}): {result.message}",
                                type="CopyFailed", non_retryable=True)
