@@ -66,6 +66,8 @@ class NodeAgent:
                                    state=self.state)
 
     def inventory(self) -> dict[str, Any]:
+        if not self.config.simulate_gpus and self.gpus:
+            self.gpus, _reason = nvml_gpus()  # free memory and temperature move: read them each heartbeat
         volumes_dir = self.state.volumes / "persistent"
         volumes = sorted(p.name for p in volumes_dir.iterdir()) if volumes_dir.exists() else []
         return {"address": self.config.address, "engine": self.engine, "gpus": self.gpus,
