@@ -130,7 +130,7 @@ class NodeActivities:
             return RankExit(
                 rank=spec.rank, node_id=context.node_id,
                 exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
-                reason="exited", log_tail=tail(log_path, 15),
+                signal_name=signal_name(-code) if code < 0 else "", reason="exited", log_tail=tail(log_path, 15),
             )
         except asyncio.CancelledError:
             await stop_group(process.pid, STOP_GRACE_S)

@@ -143,6 +143,7 @@ class RankExit(Payload):
     signal: int | None = None
     reason: str = "exited"  # exited | cancelled | agent-stopped | lost | spawn-failed
     log_tail: str = ""
+    signal_name: str = ""  # filled by the node activity: workflow code cannot use the signal module
     note: str = ""  # what else the copy should say (e.g. why the exit status is unknown)
 
     def describe(self) -> str:
@@ -156,13 +157,7 @@ class RankExit(Payload):
         elif self.reason == "cancelled":
             text = f"{where} was stopped with its copy"
         elif self.signal is not None:
-            import signal as _signal
-
-            try:
-                name = _signal.Signals(self.signal).name
-            except ValueError:
-                name = str(self.signal)
-            text = f"{where} was killed by signal {self.signal} ({name})"
+            text = f"{where} was killed by signal {self.signal} ({self.signal_name or 'unknown'})"
         elif self.exit_code is not None:
             text = f"{where} exited with status {self.exit_code}"
         else:

@@ -204,18 +204,21 @@ class ServiceWorkflow:
                 self.state.phase = Phase.STOPPING
                 for task in running.values():
                     task.cancel()  # cancels the child workflow: it stops its ranks and releases GPUs
-                await workflow.wait(list(running.values()))
+                if running:  # workflow.wait refuses an empty list (e.g. a pool scaled to zero)
+                    await workflow.wait(list(running.values()))
                 return
             for copy_id, result in list(self.state.finished.items()):
                 del self.state.finished[copy_id]
                 running.pop(copy_id, None)
                 try:
                     self._on_copy_finished(result, len(running), pool.min_replicas, pool.replace_failed_copies)
+                    self._update_phase()  # e.g. dropped to zero copies
                 except ApplicationError:
                     self.state.phase = Phase.STOPPING
                     for task in running.values():
                         task.cancel()
-                    await workflow.wait(list(running.values()))
+                    if running:  # workflow.wait refuses an empty list
+                        await workflow.wait(list(running.values()))
                     raise
 
     def _on_copy_finished(self, result: CopyResult, remaining: int, minimum: int, replace_budget: int) -> None:
