@@ -188,8 +188,7 @@ class NodeActivities:
                     last_beat = time.monotonic()
                 await asyncio.sleep(ADOPTED_POLL_S)
             return RankExit(rank=spec.rank, node_id=context.node_id, reason="exited",
-                            note="exit status unknown: the process was adopted by a restarted node agent, "
-                                 "which is not its parent",
+                            note="the process was adopted by a restarted node agent, which is not its parent",
                             log_tail=tail(log_path, 15))
         except asyncio.CancelledError:
             await stop_group(pid, STOP_GRACE_S)
