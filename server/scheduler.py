@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cached_property
 
 
 class Policy(str, Enum):
@@ -44,6 +45,16 @@ class NodeView:
 
     def free_gpus(self, min_memory_gb: float) -> list[int]:
         return [g.index for g in self.gpus if g.index not in self.busy_gpus and g.memory_gb >= min_memory_gb]
+
+    @cached_property
+    def _smallest_gpu_gb(self) -> float:
+        return min((g.memory_gb for g in self.gpus), default=0.0)
+
+    def free_count(self, min_memory_gb: float) -> int:
+        """How many GPUs are free and big enough; O(1) when every GPU is big enough (the usual case)."""
+        if min_memory_gb <= self._smallest_gpu_gb:
+            return len(self.gpus) - len(self.busy_gpus)
+        return len(self.free_gpus(min_memory_gb))
 
     def capable_gpus(self, min_memory_gb: float) -> int:
         return sum(1 for g in self.gpus if g.memory_gb >= min_memory_gb)
@@ -95,7 +106,7 @@ def place(demand: Demand, nodes: list[NodeView], policy: Policy = Policy.PACK) -
     """Filter (ready, not draining, untainted, enough free GPUs with enough memory), then score and
     take the best `demand.nodes` distinct nodes; or say why the copy must wait."""
     min_memory = demand.min_gpu_memory_gb
-    scored: list[tuple[tuple[int, int, str], NodeView, list[int]]] = []
+    scored: list[tuple[tuple[int, int, str], NodeView]] = []
     reasons: dict[str, int] = {"offline": 0, "draining": 0, "tainted": 0, "busy": 0}
     for node in nodes:
         if not node.ready:
@@ -105,11 +116,11 @@ def place(demand: Demand, nodes: list[NodeView], policy: Policy = Policy.PACK) -
         elif node.taints:
             reasons["tainted"] += 1
         else:
-            free = node.free_gpus(min_memory)
-            if len(free) < demand.gpus_per_node:
+            free = node.free_count(min_memory)
+            if free < demand.gpus_per_node:
                 reasons["busy"] += 1
             else:
-                scored.append((_score(node, len(free), demand, policy), node, free))
+                scored.append((_score(node, free, demand, policy), node))
     if len(scored) < demand.nodes:
         detail = ", ".join(f"{count} {why}" for why, count in reasons.items() if count)
         memory = f" with ≥ {min_memory:.0f} GB" if min_memory else ""
@@ -117,4 +128,4 @@ def place(demand: Demand, nodes: list[NodeView], policy: Policy = Policy.PACK) -
             f"waiting for {demand.nodes} node(s) with {demand.gpus_per_node} free GPU(s){memory} each; "
             f"{len(scored)} available now ({detail or 'no nodes'})"))
     chosen = heapq.nsmallest(demand.nodes, scored, key=lambda item: item[0])
-    return Decision(ranks=[(node.id, free[: demand.gpus_per_node]) for _key, node, free in chosen])
+    return Decision(ranks=[(node.id, node.free_gpus(min_memory)[: demand.gpus_per_node]) for _key, node in chosen])

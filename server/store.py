@@ -219,16 +219,19 @@ class Store:
             return list(s.scalars(select(AllocationRow)).all())
 
     def _views(self, s: Session, now: float) -> list[scheduler.NodeView]:
+        """Snapshots for the scheduler, read as plain columns (no ORM objects: placement reads every node)."""
         busy: dict[str, set[int]] = {}
-        for allocation in s.scalars(select(AllocationRow)).all():
-            busy.setdefault(allocation.node_id, set()).add(allocation.gpu_index)
+        for node_id, gpu_index in s.execute(select(AllocationRow.node_id, AllocationRow.gpu_index)):
+            busy.setdefault(node_id, set()).add(gpu_index)
         views = []
-        for node in s.scalars(select(NodeRow)).all():
+        columns = select(NodeRow.id, NodeRow.last_heartbeat, NodeRow.gpus, NodeRow.taints, NodeRow.volumes,
+                         NodeRow.draining)
+        for node_id, last_heartbeat, gpus, taints, volumes, draining in s.execute(columns):
             views.append(scheduler.NodeView(
-                id=node.id, ready=self.node_ready(node, now),
-                gpus=tuple(scheduler.GpuView(int(g["index"]), float(g["memory_gb"])) for g in node.gpus),
-                busy_gpus=frozenset(busy.get(node.id, set())), taints=tuple(node.taints),
-                volumes=frozenset(node.volumes), draining=node.draining,
+                id=node_id, ready=now - last_heartbeat <= self.node_offline_after_s,
+                gpus=tuple(scheduler.GpuView(int(g["index"]), float(g["memory_gb"])) for g in gpus),
+                busy_gpus=frozenset(busy.get(node_id, ())), taints=tuple(taints or ()),
+                volumes=frozenset(volumes or ()), draining=bool(draining),
             ))
         return views
 
@@ -247,10 +250,11 @@ class Store:
             decision = scheduler.place(demand, self._views(s, time.time()), self.policy)
             if decision.blocked_reason is not None:
                 return ReserveResult(blocked_reason=decision.blocked_reason)
-            nodes = {n.id: n for n in s.scalars(select(NodeRow)).all()}
+            chosen = [node_id for node_id, _gpus in decision.ranks]
+            nodes = {n.id: n for n in s.scalars(select(NodeRow).where(NodeRow.id.in_(chosen)))}
             used_ports: dict[str, set[int]] = {}
-            for port in s.scalars(select(PortRow)).all():
-                used_ports.setdefault(port.node_id, set()).add(port.port)
+            for node_id, port in s.execute(select(PortRow.node_id, PortRow.port).where(PortRow.node_id.in_(chosen))):
+                used_ports.setdefault(node_id, set()).add(port)
             ranks: list[RankPlacement] = []
             master_port = 0
             for rank, (node_id, gpus) in enumerate(decision.ranks):
