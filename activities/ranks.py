@@ -130,7 +130,8 @@ class NodeActivities:
             return RankExit(
                 rank=spec.rank, node_id=context.node_id,
                 exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
-                signal_name=signal_name(-code) if code < 0 else "", reason="exited", log_tail=tail(log_path, 15),
+                signal_name=signal_name(-code) if code < 0 else "", reason="exited",
+                log_tail=tail(log_path, 15),
             )
         except asyncio.CancelledError:
             await stop_group(process.pid, STOP_GRACE_S)
@@ -161,8 +162,8 @@ class NodeActivities:
         except (OSError, ValueError, KeyError):
             return RankExit(rank=spec.rank, node_id=context.node_id, reason="lost",
                             note="the restarted node agent found no record of its process")
-        log_path = Path(record.get("log") or context.state.workflow_logs(spec.workflow_id) / spec.copy_id
-                        / f"{spec.log_name}.log")
+        default_log = context.state.workflow_logs(spec.workflow_id) / spec.copy_id / f"{spec.log_name}.log"
+        log_path = Path(record.get("log") or default_log)
         if not _same_process(pid, record.get("start_ticks")):
             with contextlib.suppress(OSError):
                 pidfile.unlink()
@@ -172,8 +173,8 @@ class NodeActivities:
         record.update({"adopted_by": os.getpid(), "adopted_at": time.time()})
         pidfile.write_text(json.dumps(record))
         with contextlib.suppress(OSError), open(log_path, "ab", buffering=0) as log:
-            log.write(f"[berth] node {context.node_id}: restarted agent adopted rank {spec.rank} (pid {pid})\n"
-                      .encode())
+            log.write(f"[berth] node {context.node_id}: restarted agent adopted rank {spec.rank} "
+                      f"(pid {pid})\n".encode())
         shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
         last_beat = 0.0
         try:
@@ -181,7 +182,8 @@ class NodeActivities:
                 if shutdown.done():
                     await stop_group(pid, STOP_GRACE_S)
                     raise ApplicationError(
-                        f"node agent {context.node_id} shut down; rank {spec.rank} was stopped", type="AgentStopped",
+                        f"node agent {context.node_id} shut down; rank {spec.rank} was stopped",
+                        type="AgentStopped",
                     )
                 if time.monotonic() - last_beat >= HEARTBEAT_EVERY_S:
                     activity.heartbeat()

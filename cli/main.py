@@ -235,9 +235,11 @@ def node_list(output: OutputOption = Format.TABLE) -> None:
              "labels": ",".join(f"{k}={v}" for k, v in n["labels"].items()), "taints": ",".join(n["taints"])}
             for n in nodes]
     table(rows, [("id", "NODE"), ("state", "STATE"), ("engine", "ENGINE"), ("gpus", "GPUS"),
-                 ("free", "FREE GPUS"), ("allocated", "ALLOCATED"), ("labels", "LABELS"), ("taints", "TAINTS")])
-    gpus = [{"node": n["id"], **g, "memory": f"{g.get('memory_free_gb', 0):g}/{g.get('memory_gb', 0):g} GB",
-             "allocated_to": g["allocated_to"] or ""} for n in nodes for g in n["gpus"]]
+                 ("free", "FREE GPUS"), ("allocated", "ALLOCATED"), ("labels", "LABELS"),
+                 ("taints", "TAINTS")])
+    gpus = [{"node": n["id"], **g, "allocated_to": g["allocated_to"] or "",
+             "memory": f"{g.get('memory_free_gb', 0):g}/{g.get('memory_gb', 0):g} GB"}
+            for n in nodes for g in n["gpus"]]
     if gpus:
         table(gpus, [("node", "NODE"), ("index", "GPU"), ("name", "NAME"), ("memory", "FREE/TOTAL"),
                      ("id", "UUID / PCI BUS ID"), ("allocated_to", "ALLOCATED TO")], title="GPUs")

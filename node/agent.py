@@ -130,8 +130,8 @@ class NodeAgent:
         activities = NodeActivities(self.context)
         reaper = asyncio.create_task(self.reap_orphans(
             orphans, activities, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
-        functions = [activities.run_rank, activities.adopt_rank, activities.wait_ready, activities.download_weights,
-                     activities.delete_ephemeral_volume]
+        functions = [activities.run_rank, activities.adopt_rank, activities.wait_ready,
+                     activities.download_weights, activities.delete_ephemeral_volume]
         # Generous graceful shutdown: ranks get SIGTERM then SIGKILL and report it before we exit.
         # Cancellation reaches an activity only through a heartbeat, so heartbeats must not be
         # throttled for long: a stopped copy's ranks get SIGTERM within about a second.

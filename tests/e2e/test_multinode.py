@@ -30,7 +30,9 @@ MODEL = "Model=hf://nvidia/some-model,Nodes=2,GpusPerNode=4"
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
     state = Path(tmp_path_factory.mktemp("multinode")) / "state"
-    running = RunningStack(state_dir=state, port_base=free_port_base(), nodes=3, simulate_gpus="4x80GB").start()
+    running = RunningStack(
+        state_dir=state, port_base=free_port_base(), nodes=3, simulate_gpus="4x80GB"
+    ).start()
     try:
         yield running
     finally:
@@ -39,10 +41,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
 
 def _chat(stack: RunningStack, workflow_id: str) -> httpx.Response:
     endpoint = stack.endpoint(workflow_id)
-    return httpx.post(endpoint["url"] + "/v1/chat/completions", timeout=30,
-                      headers={"Authorization": f"Bearer {stack.token_for(endpoint['id'])}"},
-                      json={"model": "nvidia/some-model", "max_tokens": 8,
-                            "messages": [{"role": "user", "content": "What is the capital of France?"}]})
+    return httpx.post(
+        endpoint["url"] + "/v1/chat/completions",
+        timeout=30,
+        headers={"Authorization": f"Bearer {stack.token_for(endpoint['id'])}"},
+        json={
+            "model": "nvidia/some-model",
+            "max_tokens": 8,
+            "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        },
+    )
 
 
 def _serving_copy(stack: RunningStack, workflow_id: str) -> dict[str, object]:
@@ -71,8 +79,9 @@ def test_two_node_copy_fails_as_a_unit_at_the_minimum(stack: RunningStack) -> No
         assert env["NCCL_SOCKET_IFNAME"] == "lo" and env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
 
     os.kill(int(follower["pid"]), signal.SIGKILL)
-    info = wait_for(lambda: (d := stack.describe(workflow_id))["status"] == "failed" and d, 60,
-                    "the workflow to fail")
+    info = wait_for(
+        lambda: (d := stack.describe(workflow_id))["status"] == "failed" and d, 60, "the workflow to fail"
+    )
     expected = f"rank 1 on node {follower['node_id']} was killed by signal 9 (SIGKILL)"
     assert expected in info["last_error"] and "pool minimum" in info["last_error"]
     assert info["phase"] == "failed"
@@ -118,8 +127,15 @@ def test_replace_failed_copies_places_the_copy_again(stack: RunningStack) -> Non
 
 
 def test_more_nodes_than_the_cluster_has_is_rejected(stack: RunningStack) -> None:
-    result = stack.cli("workflow", "catalog", "start", "vLLM", "--values",
-                       "Model=hf://nvidia/some-model,Nodes=4,GpusPerNode=4", check=False)
+    result = stack.cli(
+        "workflow",
+        "catalog",
+        "start",
+        "vLLM",
+        "--values",
+        "Model=hf://nvidia/some-model,Nodes=4,GpusPerNode=4",
+        check=False,
+    )
     assert result.returncode != 0
     assert "Rejected" in result.stderr and "only 3 such node(s) of 3" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -141,8 +157,11 @@ def test_three_copies_on_two_free_nodes_one_waits_then_serves(stack: RunningStac
     assert "pending: waiting" in stack.cli("workflow", "describe", pool).stdout
     started = time.monotonic()
     stack.cli("workflow", "stop", occupant)
-    wait_for(lambda: [r["status"] for r in stack.describe(pool)["replicas"]].count("ready") == 3, 60,
-             "the third copy to serve once a node freed")
+    wait_for(
+        lambda: [r["status"] for r in stack.describe(pool)["replicas"]].count("ready") == 3,
+        60,
+        "the third copy to serve once a node freed",
+    )
     assert time.monotonic() - started < 30
     assert gpus_held(stack, pool) == 12
     stack.cli("workflow", "stop", pool)

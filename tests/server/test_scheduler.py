@@ -22,10 +22,16 @@ from server.store import Store
 from workflows.payloads import ReserveRequest
 
 
-def node(node_id: str, gpus: int = 4, memory_gb: float = 80, busy: set[int] | None = None, **kwargs: object) -> NodeView:
-    return NodeView(id=node_id, ready=kwargs.pop("ready", True),  # type: ignore[arg-type]
-                    gpus=tuple(GpuView(i, memory_gb) for i in range(gpus)),
-                    busy_gpus=frozenset(busy or set()), **kwargs)  # type: ignore[arg-type]
+def node(
+    node_id: str, gpus: int = 4, memory_gb: float = 80, busy: set[int] | None = None, **kwargs: object
+) -> NodeView:
+    return NodeView(
+        id=node_id,
+        ready=kwargs.pop("ready", True),  # type: ignore[arg-type]
+        gpus=tuple(GpuView(i, memory_gb) for i in range(gpus)),
+        busy_gpus=frozenset(busy or set()),
+        **kwargs,
+    )  # type: ignore[arg-type]
 
 
 # --- filter and score ----------------------------------------------------------------------------------
@@ -54,8 +60,9 @@ def test_offline_draining_and_tainted_nodes_take_no_copy() -> None:
     nodes = [node("a", ready=False), node("b", draining=True), node("c", taints=("gpu-broken",)), node("d")]
     assert place(Demand(nodes=1, gpus_per_node=4), nodes).ranks == [("d", [0, 1, 2, 3])]
     reason = place(Demand(nodes=2, gpus_per_node=4), nodes).blocked_reason
-    assert reason == ("waiting for 2 node(s) with 4 free GPU(s) each; 1 available now "
-                      "(1 offline, 1 draining, 1 tainted)")
+    assert reason == (
+        "waiting for 2 node(s) with 4 free GPU(s) each; 1 available now (1 offline, 1 draining, 1 tainted)"
+    )
 
 
 def test_pack_spread_volume_and_deterministic_ties() -> None:
@@ -93,15 +100,17 @@ def _store(tmp_path: Path, nodes: int, gpus: int) -> Store:
 
 
 def _inventory(gpus: int) -> dict[str, object]:
-    return {"address": "127.0.0.1", "engine": "simulator",
-            "gpus": [{"index": i, "name": "Simulated GPU 80GB", "memory_gb": 80} for i in range(gpus)]}
+    return {
+        "address": "127.0.0.1",
+        "engine": "simulator",
+        "gpus": [{"index": i, "name": "Simulated GPU 80GB", "memory_gb": 80} for i in range(gpus)],
+    }
 
 
 def _assert_no_double_booking(store: Store, expected: int) -> None:
     held = [(a.node_id, a.gpu_index) for a in store.allocations()]
     assert len(held) == expected and len(set(held)) == expected
-    ports = [(r["node_id"], r["port"]) for p in store.reservations()
-             for r in p.placement["ranks"]]
+    ports = [(r["node_id"], r["port"]) for p in store.reservations() for r in p.placement["ranks"]]
     assert len(ports) == len(set(ports))
 
 
@@ -146,11 +155,14 @@ def api(tmp_path: Path) -> Iterator[tuple[str, str]]:
     """The real control-plane API on a loopback port (Temporal is not needed for reservations)."""
     context = build_context(tmp_path, "127.0.0.1:1")
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(context), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(context), host="127.0.0.1", port=port, log_level="warning")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     token = SigningKey.load_or_create(tmp_path / "keys").api_token(
-        Identity(user="admin", groups=("default",), org="default", admin=True))
+        Identity(user="admin", groups=("default",), org="default", admin=True)
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(200):
         try:
@@ -174,8 +186,9 @@ def test_concurrent_reservations_through_the_api(api: tuple[str, str]) -> None:
 
     def reserve(index: int) -> bool:
         body = ReserveRequest(workflow_id="wf", copy_id=f"wf.copy-{index}", nodes=1, gpus_per_node=1)
-        response = httpx.post(f"{url}/v1/internal/reservations", json=body.model_dump(mode="json"),
-                              headers=headers, timeout=30)
+        response = httpx.post(
+            f"{url}/v1/internal/reservations", json=body.model_dump(mode="json"), headers=headers, timeout=30
+        )
         response.raise_for_status()
         return response.json()["placement"] is not None
 
