@@ -57,10 +57,11 @@ class CopyWorkflow:
     async def _tell_parent(self, kind: str | None = None, message: str = "") -> None:
         assert self.input is not None
         parent = workflow.get_external_workflow_handle(self.input.parent_workflow_id)
+        # State first: whoever sees the event (e.g. scheduling_blocked) then also sees the detail.
+        await parent.signal("copy_state", self.info())
         if kind:
             event = Event(at=workflow.now(), kind=kind, message=message, copy_id=self.input.copy_id)
             await parent.signal("copy_event", event)
-        await parent.signal("copy_state", self.info())
 
     @workflow.run
     async def run(self, input: CopyInput) -> CopyResult:
