@@ -20,11 +20,12 @@ from temporalio.exceptions import ApplicationError
 
 from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
-from berth.processes import stop_group, tail
+from berth.processes import group_alive, pid_alive, process_start_ticks, stop_group, tail
 from berth.settings import StateLayout, repo_root
 from workflows.payloads import RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
 
 HEARTBEAT_EVERY_S = 2.0
+ADOPTED_POLL_S = 0.25
 STOP_GRACE_S = 10.0
 ENGINES = ("vllm", "vllm-cpu", "simulator")
 
@@ -82,6 +83,8 @@ class NodeActivities:
     def __init__(self, context: NodeContext, api: ApiClient | None = None) -> None:
         self.context = context
         self.api = api  # resolves secrets at the last moment (never through Temporal)
+        # Rank directories a restarted agent took back (adopt_rank); the orphan reaper spares them.
+        self.adopted: set[str] = set()
 
     @activity.defn(name="run_rank")
     async def run_rank(self, spec: RankSpec) -> RankExit:
@@ -111,13 +114,21 @@ class NodeActivities:
         shm_before = _shm_entries()
         with open(log_path, "ab", buffering=0) as log:
             log.write(f"[berth] node {context.node_id} starting: {' '.join(argv)}\n".encode())
-            process = await asyncio.create_subprocess_exec(
-                *argv, stdout=log, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
-                env=env, cwd=str(run_dir), start_new_session=True,
-            )
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *argv, stdout=log, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
+                    env=env, cwd=str(run_dir), start_new_session=True,
+                )
+            except OSError as error:
+                message = f"node {context.node_id} could not start rank {spec.rank} ({argv[0]}): {error}"
+                log.write(f"[berth] {message}\n".encode())
+                # Retrying would fail the same way: bad engine path, permissions, no memory.
+                raise ApplicationError(message, type="RankSpawnFailed", non_retryable=True) from None
         pidfile = run_dir / "rank.json"
-        pidfile.write_text(json.dumps({"pid": process.pid, "spec": spec.model_dump(mode="json"),
-                                       "started": time.time()}))
+        # The pidfile lets a restarted agent adopt the live process; the start time guards pid reuse.
+        pidfile.write_text(json.dumps({"pid": process.pid, "start_ticks": process_start_ticks(process.pid),
+                                       "spec": spec.model_dump(mode="json"), "started": time.time(),
+                                       "log": str(log_path)}))
         shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
         try:
             while True:
@@ -139,7 +150,8 @@ class NodeActivities:
             return RankExit(
                 rank=spec.rank, node_id=context.node_id,
                 exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
-                reason="exited", log_tail=tail(log_path, 15),
+                signal_name=signal_name(-code) if code < 0 else "", reason="exited",
+                log_tail=tail(log_path, 15),
             )
         except asyncio.CancelledError:
             await stop_group(process.pid, STOP_GRACE_S)
@@ -154,6 +166,65 @@ class NodeActivities:
             with contextlib.suppress(OSError):
                 _short_alias(run_dir / "tmp").unlink()
             shutil.rmtree(run_dir / "tmp", ignore_errors=True)
+
+    @activity.defn(name="adopt_rank")
+    async def adopt_rank(self, spec: RankSpec) -> RankExit:
+        """Take back a rank whose previous agent died: watch the live process (found through its
+        pidfile) until it ends, exactly as run_rank would, and stop it on cancellation.
+
+        The process is not this agent's child, so its exit status cannot be known: say so.
+        """
+        context = self.context
+        run_dir = context.ranks_dir / f"{spec.copy_id}-r{spec.rank}"
+        pidfile = run_dir / "rank.json"
+        self.adopted.add(run_dir.name)
+        try:
+            record = json.loads(pidfile.read_text())
+            pid = int(record["pid"])
+        except (OSError, ValueError, KeyError):
+            return RankExit(rank=spec.rank, node_id=context.node_id, reason="lost",
+                            note="the restarted node agent found no record of its process")
+        default_log = context.state.workflow_logs(spec.workflow_id) / spec.copy_id / f"{spec.log_name}.log"
+        log_path = Path(record.get("log") or default_log)
+        if not _same_process(pid, record.get("start_ticks")):
+            with contextlib.suppress(OSError):
+                pidfile.unlink()
+            return RankExit(rank=spec.rank, node_id=context.node_id, reason="lost",
+                            note="its process ended while the node agent was down (exit status unknown)",
+                            log_tail=tail(log_path, 15))
+        record.update({"adopted_by": os.getpid(), "adopted_at": time.time()})
+        pidfile.write_text(json.dumps(record))
+        with contextlib.suppress(OSError), open(log_path, "ab", buffering=0) as log:
+            log.write(f"[berth] node {context.node_id}: restarted agent adopted rank {spec.rank} "
+                      f"(pid {pid})\n".encode())
+        shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+        last_beat = 0.0
+        try:
+            while pid_alive(pid):
+                if shutdown.done():
+                    await stop_group(pid, STOP_GRACE_S)
+                    raise ApplicationError(
+                        f"node agent {context.node_id} shut down; rank {spec.rank} was stopped",
+                        type="AgentStopped",
+                    )
+                if time.monotonic() - last_beat >= HEARTBEAT_EVERY_S:
+                    activity.heartbeat()
+                    last_beat = time.monotonic()
+                await asyncio.sleep(ADOPTED_POLL_S)
+            return RankExit(rank=spec.rank, node_id=context.node_id, reason="exited",
+                            note="the process was adopted by a restarted node agent, which is not its parent",
+                            log_tail=tail(log_path, 15))
+        except asyncio.CancelledError:
+            await stop_group(pid, STOP_GRACE_S)
+            raise
+        finally:
+            shutdown.cancel()
+            if group_alive(pid):
+                await stop_group(pid, STOP_GRACE_S)
+            with contextlib.suppress(OSError):
+                pidfile.unlink()
+            shutil.rmtree(run_dir / "tmp", ignore_errors=True)
+            self.adopted.discard(run_dir.name)
 
     @activity.defn(name="wait_ready")
     async def wait_ready(self, check: ReadyCheck) -> None:
@@ -191,6 +262,13 @@ class NodeActivities:
     async def delete_ephemeral_volume(self, workflow_id: str) -> None:
         path = self.context.state.ephemeral_volume(workflow_id)
         await asyncio.to_thread(shutil.rmtree, path, True)
+
+
+def _same_process(pid: int, start_ticks: int | None) -> bool:
+    """The pid is alive and is still the process the pidfile recorded (not a reused pid)."""
+    if not pid_alive(pid):
+        return False
+    return start_ticks is None or process_start_ticks(pid) == start_ticks
 
 
 def _clean_shm(before: set[str]) -> None:

@@ -27,7 +27,7 @@ def vllm_serve_args(spec: RankSpec) -> list[str]:
     if spec.nnodes > 1:
         if engine.data_parallel or engine.expert_parallel:
             args += [
-                "--data-parallel-size", str(spec.nnodes),
+                "-dp", str(spec.nnodes),
                 "--data-parallel-size-local", "1",
                 "--data-parallel-address", spec.master_addr,
                 "--data-parallel-rpc-port", str(spec.master_port),

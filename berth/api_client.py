@@ -103,6 +103,10 @@ class ApiClient:
     async def nodes(self) -> list[dict[str, Any]]:
         return await self.request("GET", "/v1/nodes")  # type: ignore[no-any-return]
 
+    async def set_node_draining(self, node_id: str, draining: bool) -> dict[str, Any]:
+        action = "drain" if draining else "undrain"
+        return await self.request("POST", f"/v1/nodes/{node_id}/{action}")  # type: ignore[no-any-return]
+
     async def heartbeat_node(self, node_id: str, inventory: dict[str, Any]) -> dict[str, Any]:
         return await self.request("POST", f"/v1/nodes/{node_id}/heartbeat", json=inventory)  # type: ignore[no-any-return]
 

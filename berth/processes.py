@@ -41,6 +41,15 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def process_start_ticks(pid: int) -> int | None:
+    """When the process started (clock ticks since boot): with the pid, it names one process for good."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)

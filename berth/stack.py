@@ -203,14 +203,39 @@ class Stack:
     # --- stop ---------------------------------------------------------------------------------------
     def stop(self) -> None:
         # Reverse order: proxy and nodes first (ranks stop while Temporal can still record it).
+        nodes_stopped = False
         for child in reversed(self.children):
+            if child.name == "worker" and nodes_stopped:
+                self._wait_copies_released(15)
             if child.process.poll() is None:
                 stop_group_sync(child.process.pid, grace_s=40 if child.name.startswith("node") else 15)
+                nodes_stopped = nodes_stopped or child.name.startswith("node")
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.process.wait(timeout=1)
         self.children.clear()
         with contextlib.suppress(OSError):
             self.layout.stack_file.unlink()
+
+    def _wait_copies_released(self, timeout_s: float) -> None:
+        """Once the node agents stopped their ranks, give the control worker time to record it (every
+        copy interrupted, its GPUs released) before it stops too: otherwise the next `berth up` starts
+        from workflows that still believe their copies serve."""
+        import httpx
+
+        try:
+            token = ClientConfig.model_validate_json(self.layout.client_config.read_text()).token
+        except (OSError, ValueError):
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                nodes = httpx.get(f"http://127.0.0.1:{self.ports.api}/v1/nodes", timeout=2,
+                                  headers={"Authorization": f"Bearer {token}"}).json()
+            except (httpx.HTTPError, ValueError):
+                return
+            if not any(n.get("allocated") for n in nodes):
+                return
+            time.sleep(0.1)
 
     def supervise(self, stop_requested: list[bool]) -> None:
         """Wait for a stop request, reporting (not restarting) a component that dies on its own."""

@@ -228,15 +228,43 @@ def node(
 
 @node_app.command("list")
 def node_list(output: OutputOption = Format.TABLE) -> None:
-    """List nodes, their GPUs and what is allocated."""
+    """List nodes (ready, offline or draining), their GPUs, free memory and what is allocated."""
     nodes = call(lambda api: api.nodes())
     if output is Format.JSON:
         emit_json(nodes)
         return
-    rows = [{**n, "gpus": f"{len(n['gpus'])} ({', '.join(sorted({g['name'] for g in n['gpus']})) or 'CPU only'})"}
+    rows = [{**n, "gpus": _gpu_summary(n["gpus"]),
+             "free": f"{sum(1 for g in n['gpus'] if not g['allocated_to'])}/{len(n['gpus'])}",
+             "labels": ",".join(f"{k}={v}" for k, v in n["labels"].items()), "taints": ",".join(n["taints"])}
             for n in nodes]
     table(rows, [("id", "NODE"), ("state", "STATE"), ("engine", "ENGINE"), ("gpus", "GPUS"),
-                 ("allocated", "ALLOCATED"), ("cpus", "CPUS"), ("taints", "TAINTS")])
+                 ("free", "FREE GPUS"), ("allocated", "ALLOCATED"), ("labels", "LABELS"),
+                 ("taints", "TAINTS")])
+    gpus = [{"node": n["id"], **g, "allocated_to": g["allocated_to"] or "",
+             "memory": f"{g.get('memory_free_gb', 0):g}/{g.get('memory_gb', 0):g} GB"}
+            for n in nodes for g in n["gpus"]]
+    if gpus:
+        table(gpus, [("node", "NODE"), ("index", "GPU"), ("name", "NAME"), ("memory", "FREE/TOTAL"),
+                     ("id", "UUID / PCI BUS ID"), ("allocated_to", "ALLOCATED TO")], title="GPUs")
+
+
+def _gpu_summary(gpus: list[dict[str, Any]]) -> str:
+    names = ", ".join(sorted({g["name"] for g in gpus}))
+    return f"{len(gpus)} ({names})" if gpus else "CPU only"
+
+
+@node_app.command("drain")
+def node_drain(node_id: str) -> None:
+    """Stop placing new copies on a node (its copies keep serving)."""
+    result = call(lambda api: api.set_node_draining(node_id, True))
+    console.print(f"Node {result['id']} is {result['state']}: it takes no new copies.")
+
+
+@node_app.command("undrain")
+def node_undrain(node_id: str) -> None:
+    """Let a drained node take new copies again."""
+    result = call(lambda api: api.set_node_draining(node_id, False))
+    console.print(f"Node {result['id']} is {result['state']}.")
 
 
 # --- catalog -----------------------------------------------------------------------------------------

@@ -127,7 +127,10 @@ class EndpointProxy:
 
     async def _route(self, endpoint_id: str) -> Route | None:
         route = self.routes.get(endpoint_id)
-        if route is None and time.monotonic() - self._last_refresh > 0.2:
+        # Unknown, or known with nothing to route to: a replica may have been published since the last
+        # refresh (the workflow says ready before the periodic refresh sees it), so look again.
+        stale = route is None or (not route.replicas and not route.service_url)
+        if stale and time.monotonic() - self._last_refresh > 0.2:
             with contextlib.suppress(BerthError):
                 await self.refresh()
             route = self.routes.get(endpoint_id)

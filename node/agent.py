@@ -18,9 +18,9 @@ from temporalio.worker import Worker
 from activities.ranks import NodeActivities, NodeContext
 from berth.api_client import ApiClient
 from berth.errors import BerthError
-from berth.processes import group_alive, stop_group
+from berth.processes import group_alive, pid_alive, process_start_ticks, stop_group
 from berth.security import Cipher
-from berth.settings import NODES_TASK_QUEUE, StateLayout, node_task_queue
+from berth.settings import NODES_TASK_QUEUE, ClusterSettings, StateLayout, node_task_queue
 from berth.temporal import connect
 from node.inventory import host_facts, nvml_gpus, simulated_gpus
 
@@ -66,24 +66,52 @@ class NodeAgent:
                                    state=self.state)
 
     def inventory(self) -> dict[str, Any]:
+        if not self.config.simulate_gpus and self.gpus:
+            self.gpus, _reason = nvml_gpus()  # free memory and temperature move: read them each heartbeat
         volumes_dir = self.state.volumes / "persistent"
         volumes = sorted(p.name for p in volumes_dir.iterdir()) if volumes_dir.exists() else []
         return {"address": self.config.address, "engine": self.engine, "gpus": self.gpus,
                 "gpu_source": self.gpu_note, **host_facts(), "labels": self.config.labels or {},
                 "taints": list(self.config.taints), "volumes": volumes, "port_start": self.config.port_start}
 
-    async def reap_orphans(self) -> None:
-        """Ranks left by a previous agent that died without stopping them: stop them now, so a copy
-        is never left half-alive (the copy's workflow sees the rank as lost and fails it as a unit)."""
+    def find_orphans(self) -> dict[str, int]:
+        """Rank processes a previous agent left running (it died without stopping them), by rank dir.
+
+        Records of processes already gone are removed here."""
+        orphans: dict[str, int] = {}
         ranks_dir = self.context.ranks_dir
         if not ranks_dir.exists():
-            return
+            return orphans
         for pidfile in ranks_dir.glob("*/rank.json"):
             with contextlib.suppress(OSError, ValueError, KeyError):
-                pid = int(json.loads(pidfile.read_text())["pid"])
-                if group_alive(pid):
-                    log.warning("stopping orphaned rank process group %s (%s)", pid, pidfile.parent.name)
-                    await stop_group(pid, 10.0)
+                record = json.loads(pidfile.read_text())
+                pid = int(record["pid"])
+                ticks = record.get("start_ticks")
+                if pid_alive(pid) and (ticks is None or process_start_ticks(pid) == ticks):
+                    orphans[pidfile.parent.name] = pid
+                else:
+                    pidfile.unlink()
+        return orphans
+
+    async def reap_orphans(self, orphans: dict[str, int], activities: NodeActivities, grace_s: float) -> None:
+        """Give each orphan `grace_s` to be adopted by its copy (adopt_rank), then stop whatever was not:
+        a rank nobody watches must not serve on as half of a copy."""
+        if not orphans:
+            return
+        log.warning("found %d live rank process(es) of a previous agent; %.0f s for their copies to adopt "
+                    "them: %s", len(orphans), grace_s, ", ".join(sorted(orphans)))
+        await asyncio.sleep(grace_s)
+        await self.stop_unadopted(orphans, activities)
+
+    async def stop_unadopted(self, orphans: dict[str, int], activities: NodeActivities) -> None:
+        for name, pid in orphans.items():
+            pidfile = self.context.ranks_dir / name / "rank.json"
+            if name in activities.adopted or not pidfile.exists():
+                continue
+            if group_alive(pid):
+                log.warning("stopping orphaned rank process group %s (%s): no copy adopted it", pid, name)
+                await stop_group(pid, 10.0)
+            with contextlib.suppress(OSError):
                 pidfile.unlink()
 
     async def heartbeat_forever(self, api: ApiClient) -> None:
@@ -95,13 +123,16 @@ class NodeAgent:
             await asyncio.sleep(HEARTBEAT_S)
 
     async def run(self, stop: asyncio.Event) -> None:
-        await self.reap_orphans()
+        orphans = self.find_orphans()
+        settings = ClusterSettings.load(self.config.state_dir)
         cipher = Cipher.load_or_create(self.state.keys)
         client = await connect(self.config.temporal_address, cipher)
         secrets_api = ApiClient(self.config.api_url, self.config.token)
         activities = NodeActivities(self.context, secrets_api)
-        functions = [activities.run_rank, activities.wait_ready, activities.download_weights,
-                     activities.delete_ephemeral_volume]
+        reaper = asyncio.create_task(self.reap_orphans(
+            orphans, activities, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
+        functions = [activities.run_rank, activities.adopt_rank, activities.wait_ready,
+                     activities.download_weights, activities.delete_ephemeral_volume]
         # Generous graceful shutdown: ranks get SIGTERM then SIGKILL and report it before we exit.
         # Cancellation reaches an activity only through a heartbeat, so heartbeats must not be
         # throttled for long: a stopped copy's ranks get SIGTERM within about a second.
@@ -119,10 +150,13 @@ class NodeAgent:
                      len(self.gpus), self.gpu_note)
             await stop.wait()
             beat.cancel()
+            reaper.cancel()
             await asyncio.gather(own.shutdown(), shared.shutdown())
             for run in runs:
                 with contextlib.suppress(Exception):
                     await run
+            # A clean shutdown stops every rank it owns; orphans still waiting for adoption too.
+            await self.stop_unadopted(orphans, activities)
 
 
 def run_agent(config: AgentConfig) -> None:

@@ -40,7 +40,7 @@ from server import scheduler
 from server.models import EndpointRow, WorkflowRow
 from server.secrets import Secrets
 from server.store import Store
-from workflows.payloads import Owner, ReplicaRecord, ReserveRequest, ServiceInput, ServiceStatus
+from workflows.payloads import CopyTimings, Owner, ReplicaRecord, ReserveRequest, ServiceInput, ServiceStatus
 from workflows.service import ServiceWorkflow
 
 DURATION = re.compile(r"^(\d+)([smhdw])$")
@@ -102,7 +102,8 @@ def build_context(state_dir: Path, temporal_address: str, database_url: str | No
     settings = ClusterSettings.load(state_dir)
     cipher = Cipher.load_or_create(state.keys)
     signing = SigningKey.load_or_create(state.keys)
-    store = Store(database_url or f"sqlite:///{state.store_db}", cipher, settings.node_offline_after_s)
+    store = Store(database_url or f"sqlite:///{state.store_db}", cipher, settings.node_offline_after_s,
+                  scheduler.Policy.make(settings.placement_policy))
     admin = os.environ.get("BERTH_ADMIN_USER", "admin")
     store.ensure_user(admin, org="default", groups=["default"], admin=True)
     return ServerContext(state=state, settings=settings, store=store, signing=signing,
@@ -186,7 +187,8 @@ def create_app(context: ServerContext) -> FastAPI:
             await client.start_workflow(
                 ServiceWorkflow.run,
                 ServiceInput(workflow_id=workflow_id, endpoint_id=endpoint_id,
-                             owner=Owner(user=who.user, groups=who.groups, org=who.org), definition=definition),
+                             owner=Owner(user=who.user, groups=who.groups, org=who.org),
+                             definition=definition, timings=_copy_timings(context)),
                 id=workflow_id, task_queue=CONTROL_TASK_QUEUE,
             )
         except (RPCError, UnavailableError) as error:
@@ -338,12 +340,22 @@ def create_app(context: ServerContext) -> FastAPI:
         out = []
         for node in nodes:
             held = {a.gpu_index: a.copy_id for a in allocations if a.node_id == node.id}
-            gpus = [{**g, "allocated_to": held.get(int(g["index"]))} for g in node.gpus]
+            gpus = [_gpu_row(g, held.get(int(g["index"]))) for g in node.gpus]
             out.append({"id": node.id, "state": context.store.node_state(node), "address": node.address,
                         "engine": node.engine, "gpus": gpus, "allocated": len(held), "cpus": node.cpus,
                         "memory_gb": node.memory_gb, "labels": node.labels, "taints": node.taints,
-                        "last_heartbeat": node.last_heartbeat})
+                        "draining": node.draining, "last_heartbeat": node.last_heartbeat})
         return out
+
+    @app.post("/v1/nodes/{node_id}/drain")
+    async def drain_node(node_id: str, _who: Identity = Depends(admin)) -> dict[str, Any]:
+        row = await run_in_threadpool(context.store.set_draining, node_id, True)
+        return {"id": row.id, "state": context.store.node_state(row)}
+
+    @app.post("/v1/nodes/{node_id}/undrain")
+    async def undrain_node(node_id: str, _who: Identity = Depends(admin)) -> dict[str, Any]:
+        row = await run_in_threadpool(context.store.set_draining, node_id, False)
+        return {"id": row.id, "state": context.store.node_state(row)}
 
     # --- internal -----------------------------------------------------------------------------------
     @app.post("/v1/internal/reservations")
@@ -388,6 +400,27 @@ def _timedelta(seconds: float):  # type: ignore[no-untyped-def]
     from datetime import timedelta
 
     return timedelta(seconds=seconds)
+
+
+# vLLM takes this share of a GPU's memory (--gpu-memory-utilization): what a simulated GPU reports used.
+SIMULATED_USED_SHARE = 0.9
+
+
+def _gpu_row(gpu: dict[str, Any], copy_id: str | None) -> dict[str, Any]:
+    """One GPU as `node list` shows it. NVML reports free memory itself; a simulated GPU is free
+    whole, or for the share vLLM leaves once a copy holds it."""
+    row = {**gpu, "allocated_to": copy_id}
+    total = float(gpu.get("memory_gb", 0))
+    if gpu.get("simulated") or "memory_free_gb" not in gpu:
+        row["memory_free_gb"] = round(total * (1 - SIMULATED_USED_SHARE), 1) if copy_id else total
+    row["id"] = gpu.get("uuid") or gpu.get("pci_bus_id")
+    return row
+
+
+def _copy_timings(context: ServerContext) -> CopyTimings:
+    settings = context.settings
+    return CopyTimings(rank_heartbeat_timeout_s=settings.rank_heartbeat_timeout_s,
+                       rank_adopt_window_s=settings.rank_adopt_window_s)
 
 
 def _temporal_status(status: WorkflowExecutionStatus | None) -> str:

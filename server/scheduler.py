@@ -6,8 +6,10 @@ benchmark can call them on thousands of simulated nodes.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cached_property
 
 
 class Policy(str, Enum):
@@ -34,14 +36,25 @@ class GpuView:
 @dataclass(frozen=True)
 class NodeView:
     id: str
-    ready: bool
+    ready: bool  # heartbeating (not offline)
     gpus: tuple[GpuView, ...]
     busy_gpus: frozenset[int] = frozenset()
     taints: tuple[str, ...] = ()
     volumes: frozenset[str] = frozenset()
+    draining: bool = False  # keeps its copies, takes no new ones
 
     def free_gpus(self, min_memory_gb: float) -> list[int]:
         return [g.index for g in self.gpus if g.index not in self.busy_gpus and g.memory_gb >= min_memory_gb]
+
+    @cached_property
+    def _smallest_gpu_gb(self) -> float:
+        return min((g.memory_gb for g in self.gpus), default=0.0)
+
+    def free_count(self, min_memory_gb: float) -> int:
+        """How many GPUs are free and big enough; O(1) when every GPU is big enough (the usual case)."""
+        if min_memory_gb <= self._smallest_gpu_gb:
+            return len(self.gpus) - len(self.busy_gpus)
+        return len(self.free_gpus(min_memory_gb))
 
     def capable_gpus(self, min_memory_gb: float) -> int:
         return sum(1 for g in self.gpus if g.memory_gb >= min_memory_gb)
@@ -82,32 +95,38 @@ def rejection_reason(demand: Demand, nodes: list[NodeView], max_nodes_per_copy: 
     return None
 
 
-def _score(node: NodeView, demand: Demand, policy: Policy) -> tuple[int, int, str]:
-    free = len(node.free_gpus(demand.min_gpu_memory_gb))
-    volume_bonus = 1 if demand.prefer_volume and demand.prefer_volume in node.volumes else 0
-    fill = -free if policy is Policy.PACK else free
-    # Higher is better for the first two; the node id breaks ties deterministically (ascending).
-    return (volume_bonus, fill, node.id)
+def _score(node: NodeView, free: int, demand: Demand, policy: Policy) -> tuple[int, int, str]:
+    """Sort key, smallest first: model already on the node's volume, then pack or spread, then id."""
+    on_volume = 0 if demand.prefer_volume and demand.prefer_volume in node.volumes else 1
+    fill = free if policy is Policy.PACK else -free
+    return (on_volume, fill, node.id)
 
 
 def place(demand: Demand, nodes: list[NodeView], policy: Policy = Policy.PACK) -> Decision:
-    candidates: list[NodeView] = []
-    reasons: dict[str, int] = {"offline": 0, "tainted": 0, "busy": 0}
+    """Filter (ready, not draining, untainted, enough free GPUs with enough memory), then score and
+    take the best `demand.nodes` distinct nodes; or say why the copy must wait."""
+    min_memory = demand.min_gpu_memory_gb
+    scored: list[tuple[tuple[int, int, str], NodeView]] = []
+    reasons: dict[str, int] = {"offline": 0, "draining": 0, "tainted": 0, "busy": 0}
     for node in nodes:
         if not node.ready:
             reasons["offline"] += 1
+        elif node.draining:
+            reasons["draining"] += 1
         elif node.taints:
             reasons["tainted"] += 1
-        elif len(node.free_gpus(demand.min_gpu_memory_gb)) < demand.gpus_per_node:
-            reasons["busy"] += 1
         else:
-            candidates.append(node)
-    if len(candidates) < demand.nodes:
+            free = node.free_count(min_memory)
+            if free < demand.gpus_per_node:
+                reasons["busy"] += 1
+            else:
+                scored.append((_score(node, free, demand, policy), node))
+    if len(scored) < demand.nodes:
         detail = ", ".join(f"{count} {why}" for why, count in reasons.items() if count)
+        memory = f" with ≥ {min_memory:.0f} GB" if min_memory else ""
         return Decision(blocked_reason=(
-            f"waiting for {demand.nodes} node(s) with {demand.gpus_per_node} free GPU(s) each; "
-            f"{len(candidates)} available now ({detail or 'no nodes'})"))
-    candidates.sort(key=lambda n: (-_score(n, demand, policy)[0], -_score(n, demand, policy)[1], n.id))
-    chosen = candidates[: demand.nodes]
-    ranks = [(node.id, node.free_gpus(demand.min_gpu_memory_gb)[: demand.gpus_per_node]) for node in chosen]
-    return Decision(ranks=ranks)
+            f"waiting for {demand.nodes} node(s) with {demand.gpus_per_node} free GPU(s){memory} each; "
+            f"{len(scored)} available now ({detail or 'no nodes'})"))
+    chosen = heapq.nsmallest(demand.nodes, scored, key=lambda item: item[0])
+    gpus = demand.gpus_per_node
+    return Decision(ranks=[(node.id, node.free_gpus(min_memory)[:gpus]) for _key, node in chosen])

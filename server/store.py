@@ -53,8 +53,10 @@ def make_engine(url: str) -> Engine:
 
 
 class Store:
-    def __init__(self, url: str, cipher: Cipher, node_offline_after_s: float = 60.0) -> None:
+    def __init__(self, url: str, cipher: Cipher, node_offline_after_s: float = 60.0,
+                 policy: scheduler.Policy = scheduler.Policy.PACK) -> None:
         self.engine = make_engine(url)
+        self.policy = policy
         Base.metadata.create_all(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._placement_lock = threading.Lock()
@@ -195,8 +197,17 @@ class Store:
             return list(s.scalars(select(NodeRow).order_by(NodeRow.id)).all())
 
     def node_ready(self, node: NodeRow, now: float | None = None) -> bool:
+        """Heartbeating recently (draining nodes are ready but take no new copies)."""
         now = time.time() if now is None else now
-        return not node.draining and now - node.last_heartbeat <= self.node_offline_after_s
+        return now - node.last_heartbeat <= self.node_offline_after_s
+
+    def set_draining(self, node_id: str, draining: bool) -> NodeRow:
+        with self._placement_lock, self.session() as s:
+            row = s.get(NodeRow, node_id)
+            if row is None:
+                raise NotFoundError(f"No node '{node_id}'. Run `berth node list` to see the nodes.")
+            row.draining = draining
+            return row
 
     def node_state(self, node: NodeRow) -> str:
         if time.time() - node.last_heartbeat > self.node_offline_after_s:
@@ -208,16 +219,19 @@ class Store:
             return list(s.scalars(select(AllocationRow)).all())
 
     def _views(self, s: Session, now: float) -> list[scheduler.NodeView]:
+        """Snapshots for the scheduler, read as plain columns (no ORM objects: placement reads every node)."""
         busy: dict[str, set[int]] = {}
-        for allocation in s.scalars(select(AllocationRow)).all():
-            busy.setdefault(allocation.node_id, set()).add(allocation.gpu_index)
+        for node_id, gpu_index in s.execute(select(AllocationRow.node_id, AllocationRow.gpu_index)):
+            busy.setdefault(node_id, set()).add(gpu_index)
         views = []
-        for node in s.scalars(select(NodeRow)).all():
+        columns = select(NodeRow.id, NodeRow.last_heartbeat, NodeRow.gpus, NodeRow.taints, NodeRow.volumes,
+                         NodeRow.draining)
+        for node_id, last_heartbeat, gpus, taints, volumes, draining in s.execute(columns):
             views.append(scheduler.NodeView(
-                id=node.id, ready=self.node_ready(node, now),
-                gpus=tuple(scheduler.GpuView(int(g["index"]), float(g["memory_gb"])) for g in node.gpus),
-                busy_gpus=frozenset(busy.get(node.id, set())), taints=tuple(node.taints),
-                volumes=frozenset(node.volumes),
+                id=node_id, ready=now - last_heartbeat <= self.node_offline_after_s,
+                gpus=tuple(scheduler.GpuView(int(g["index"]), float(g["memory_gb"])) for g in gpus),
+                busy_gpus=frozenset(busy.get(node_id, ())), taints=tuple(taints or ()),
+                volumes=frozenset(volumes or ()), draining=bool(draining),
             ))
         return views
 
@@ -233,13 +247,15 @@ class Store:
                 return ReserveResult(placement=Placement.model_validate(existing.placement))
             demand = scheduler.Demand(nodes=request.nodes, gpus_per_node=request.gpus_per_node,
                                       gpu_memory_gb=request.gpu_memory_gb, prefer_volume=request.prefer_volume)
-            decision = scheduler.place(demand, self._views(s, time.time()))
+            decision = scheduler.place(demand, self._views(s, time.time()), self.policy)
             if decision.blocked_reason is not None:
                 return ReserveResult(blocked_reason=decision.blocked_reason)
-            nodes = {n.id: n for n in s.scalars(select(NodeRow)).all()}
+            chosen = [node_id for node_id, _gpus in decision.ranks]
+            nodes = {n.id: n for n in s.scalars(select(NodeRow).where(NodeRow.id.in_(chosen)))}
             used_ports: dict[str, set[int]] = {}
-            for port in s.scalars(select(PortRow)).all():
-                used_ports.setdefault(port.node_id, set()).add(port.port)
+            ports = select(PortRow.node_id, PortRow.port).where(PortRow.node_id.in_(chosen))
+            for node_id, port in s.execute(ports):
+                used_ports.setdefault(node_id, set()).add(port)
             ranks: list[RankPlacement] = []
             master_port = 0
             for rank, (node_id, gpus) in enumerate(decision.ranks):

@@ -145,3 +145,32 @@ def processes_mentioning(text: str) -> list[str]:
             if text in cmdline and int(pid) != os.getpid():
                 found.append(f"{pid}: {cmdline}")
     return found
+
+
+def rank_record(state_dir: Path, copy_id: str, rank: int) -> dict[str, Any]:
+    """The pidfile (`rank.json`) a node agent keeps for a running rank, with the node it runs on."""
+    for path in (state_dir / "nodes").glob(f"*/ranks/{copy_id}-r{rank}/rank.json"):
+        record = json.loads(path.read_text())
+        record["node_id"] = path.parents[2].name
+        return record  # type: ignore[no-any-return]
+    raise AssertionError(f"no running rank {rank} of {copy_id} under {state_dir / 'nodes'}")
+
+
+def process_environment(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+def gpus_held(stack: RunningStack, prefix: str) -> int:
+    nodes = stack.cli_json("node", "list")
+    return sum(1 for n in nodes for g in n["gpus"] if (g["allocated_to"] or "").startswith(prefix))
+
+
+def wait_for(predicate: Any, timeout: float, what: str, every: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")

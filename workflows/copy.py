@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
 
 with workflow.unsafe.imports_passed_through():
     from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
@@ -29,10 +29,13 @@ with workflow.unsafe.imports_passed_through():
 
 CONTROL_TIMEOUT = timedelta(seconds=30)
 CONTROL_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
-RANK_HEARTBEAT = timedelta(seconds=30)
 # A rank is one process: if it dies it must not be restarted behind the copy's back.
 ONCE = RetryPolicy(maximum_attempts=1)
+# Readiness probing is idempotent: a probe lost with its node agent is simply asked again.
+PROBE_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["NotReady"])
 MAX_BLOCKED_BACKOFF_S = 5.0
+# A rank re-adopted by restarted agents this many times in a row is given up as lost.
+MAX_ADOPTIONS = 5
 
 
 @workflow.defn
@@ -43,6 +46,7 @@ class CopyWorkflow:
         self.url: str | None = None
         self.nodes: tuple[str, ...] = ()
         self.input: CopyInput | None = None
+        self._stopping = False
 
     @workflow.query
     def info(self) -> ReplicaInfo:
@@ -53,10 +57,11 @@ class CopyWorkflow:
     async def _tell_parent(self, kind: str | None = None, message: str = "") -> None:
         assert self.input is not None
         parent = workflow.get_external_workflow_handle(self.input.parent_workflow_id)
+        # State first: whoever sees the event (e.g. scheduling_blocked) then also sees the detail.
+        await parent.signal("copy_state", self.info())
         if kind:
             event = Event(at=workflow.now(), kind=kind, message=message, copy_id=self.input.copy_id)
             await parent.signal("copy_event", event)
-        await parent.signal("copy_state", self.info())
 
     @workflow.run
     async def run(self, input: CopyInput) -> CopyResult:
@@ -96,6 +101,9 @@ class CopyWorkflow:
         self.status = CopyStatus.STARTING
         self.detail = "ranks starting on " + ", ".join(self.nodes)
         await self._tell_parent("copy_placed", f"{input.copy_id} placed on {', '.join(self.nodes)}")
+        timings = input.timings
+        heartbeat = timedelta(seconds=timings.rank_heartbeat_timeout_s)
+        self._stopping = False
         ranks: dict[int, asyncio.Task[RankExit]] = {}
         for rank in placement.ranks:
             spec = RankSpec(
@@ -105,11 +113,7 @@ class CopyWorkflow:
                 master_addr=leader.address, master_port=placement.master_port, model_dir=input.model_dir,
                 log_name=f"vllm-rank-{rank.rank}",
             )
-            ranks[rank.rank] = workflow.start_activity(
-                "run_rank", spec, result_type=RankExit, task_queue=node_task_queue(rank.node_id),
-                start_to_close_timeout=timedelta(days=3650), heartbeat_timeout=RANK_HEARTBEAT,
-                retry_policy=ONCE, cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            )
+            ranks[rank.rank] = asyncio.create_task(self._rank_life(spec, rank.node_id))
         url = f"http://{leader.address}:{leader.port}"
         published = False
         try:
@@ -118,7 +122,7 @@ class CopyWorkflow:
                                          timeout_s=input.engine.startup_timeout_s),
                 task_queue=node_task_queue(leader.node_id),
                 start_to_close_timeout=timedelta(seconds=input.engine.startup_timeout_s + 60),
-                heartbeat_timeout=RANK_HEARTBEAT, retry_policy=ONCE,
+                heartbeat_timeout=heartbeat, retry_policy=PROBE_RETRY,
             )
             await workflow.wait([ready, *ranks.values()], return_when=asyncio.FIRST_COMPLETED)
             if ready.done() and ready.exception() is None and not any(t.done() for t in ranks.values()):
@@ -153,8 +157,8 @@ class CopyWorkflow:
             task = ranks[rank_index]
             if not task.done():
                 continue
-            exit_info, was_interrupted = _rank_outcome(task, rank_index, self.nodes[rank_index])
-            interrupted = interrupted or was_interrupted
+            exit_info = _rank_outcome(task, rank_index, self.nodes[rank_index])
+            interrupted = interrupted or exit_info.reason == "agent-stopped"
             if first is None:
                 first = exit_info
         if first is not None:
@@ -173,7 +177,55 @@ class CopyWorkflow:
         self.status, self.detail = status, message
         return CopyResult(copy_id=input.copy_id, status=status, failure=first, message=message)
 
+    async def _rank_life(self, spec: RankSpec, node_id: str) -> RankExit:
+        """Run one rank until it ends; outlive its node agent: when the agent stops heartbeating, ask
+        a restarted agent on the same node to adopt the live process, and call the rank lost only when
+        none does within the adopt window. Always returns how the rank ended (never raises, except on
+        cancellation of the copy)."""
+        assert self.input is not None
+        timings = self.input.timings
+        heartbeat = timedelta(seconds=timings.rank_heartbeat_timeout_s)
+        activity_name = "run_rank"
+        adoptions = 0
+        while True:
+            try:
+                return await workflow.execute_activity(
+                    activity_name, spec, result_type=RankExit, task_queue=node_task_queue(node_id),
+                    start_to_close_timeout=timedelta(days=3650), heartbeat_timeout=heartbeat,
+                    schedule_to_start_timeout=(timedelta(seconds=timings.rank_adopt_window_s)
+                                               if activity_name == "adopt_rank" else None),
+                    retry_policy=ONCE,
+                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                )
+            except ActivityError as error:
+                cause = error.cause
+                if isinstance(cause, CancelledError) or self._stopping:
+                    return RankExit(rank=spec.rank, node_id=node_id, reason="cancelled")
+                if isinstance(cause, ApplicationError) and cause.type == "AgentStopped":
+                    return RankExit(rank=spec.rank, node_id=node_id, reason="agent-stopped")
+                if isinstance(cause, ApplicationError) and cause.type == "RankSpawnFailed":
+                    return RankExit(rank=spec.rank, node_id=node_id, reason="spawn-failed",
+                                    note=cause.message)
+                if isinstance(cause, TimeoutError) and cause.type == TimeoutType.HEARTBEAT \
+                        and adoptions < MAX_ADOPTIONS:
+                    adoptions += 1
+                    activity_name = "adopt_rank"
+                    await self._tell_parent(
+                        "rank_unresponsive",
+                        f"node agent of {node_id} stopped answering for rank {spec.rank} of {spec.copy_id}; "
+                        f"the rank keeps running and a restarted agent has "
+                        f"{timings.rank_adopt_window_s:.0f} s to adopt it",
+                    )
+                    continue
+                if isinstance(cause, TimeoutError):
+                    return RankExit(rank=spec.rank, node_id=node_id, reason="lost",
+                                    note=f"no node agent on {node_id} adopted it within "
+                                         f"{timings.rank_adopt_window_s:.0f} s")
+                message = cause.message if isinstance(cause, ApplicationError) else str(cause or error)
+                return RankExit(rank=spec.rank, node_id=node_id, reason="exited", note=message)
+
     async def _stop_ranks(self, ranks: dict[int, asyncio.Task[RankExit]], published: bool, input: CopyInput) -> None:
+        self._stopping = True
         if published:
             await workflow.execute_activity(
                 "unpublish_replica", input.copy_id, task_queue=CONTROL_TASK_QUEUE,
@@ -190,15 +242,10 @@ class CopyWorkflow:
                 task.exception()  # retrieved: the outcome is already reported above
 
 
-def _rank_outcome(task: asyncio.Task[RankExit], rank: int, node_id: str) -> tuple[RankExit, bool]:
+def _rank_outcome(task: asyncio.Task[RankExit], rank: int, node_id: str) -> RankExit:
     if task.cancelled():
-        return RankExit(rank=rank, node_id=node_id, reason="cancelled"), False
+        return RankExit(rank=rank, node_id=node_id, reason="cancelled")
     error = task.exception()
-    if error is None:
-        return task.result(), False
-    cause = error.cause if isinstance(error, ActivityError) else error
-    if isinstance(cause, ApplicationError) and cause.type == "AgentStopped":
-        return RankExit(rank=rank, node_id=node_id, reason="agent-stopped"), True
-    if isinstance(cause, TimeoutError):
-        return RankExit(rank=rank, node_id=node_id, reason="lost"), False
-    return RankExit(rank=rank, node_id=node_id, reason="exited", log_tail=str(cause)), False
+    if error is not None:  # _rank_life returns rather than raises; say what escaped anyway
+        return RankExit(rank=rank, node_id=node_id, reason="exited", note=str(error))
+    return task.result()

@@ -56,11 +56,19 @@ class Event(Payload):
     copy_id: str | None = None
 
 
+class CopyTimings(Payload):
+    """How long a copy trusts a silent node agent (cluster settings, fixed when the workflow starts)."""
+
+    rank_heartbeat_timeout_s: float = 30.0  # a rank's agent silent this long → try to re-adopt the rank
+    rank_adopt_window_s: float = 60.0  # no agent took the rank back within this → the rank is lost
+
+
 class ServiceInput(Payload):
     workflow_id: str
     endpoint_id: str
     owner: Owner
     definition: WorkflowDefinition
+    timings: CopyTimings = CopyTimings()
 
 
 class RankPlacement(Payload):
@@ -109,6 +117,7 @@ class CopyInput(Payload):
     parent_workflow_id: str
     attempt: int = 0
     blocked_since_events: int = Field(0, description="Carried across continue-as-new")
+    timings: CopyTimings = CopyTimings()
 
 
 class RankSpec(Payload):
@@ -132,23 +141,28 @@ class RankExit(Payload):
     node_id: str
     exit_code: int | None = None
     signal: int | None = None
-    reason: str = "exited"  # exited | cancelled | agent-stopped | lost
+    reason: str = "exited"  # exited | cancelled | agent-stopped | lost | spawn-failed
     log_tail: str = ""
+    signal_name: str = ""  # filled by the node activity: workflow code cannot use the signal module
+    note: str = ""  # what else the copy should say (e.g. why the exit status is unknown)
 
     def describe(self) -> str:
+        where = f"rank {self.rank} on node {self.node_id}"
         if self.reason == "lost":
-            return f"rank {self.rank} on node {self.node_id} was lost (its node agent stopped answering)"
-        if self.reason == "agent-stopped":
-            return f"rank {self.rank} on node {self.node_id} was stopped because its node agent shut down"
-        if self.signal is not None:
-            import signal as _signal
-
-            try:
-                name = _signal.Signals(self.signal).name
-            except ValueError:
-                name = str(self.signal)
-            return f"rank {self.rank} on node {self.node_id} was killed by signal {self.signal} ({name})"
-        return f"rank {self.rank} on node {self.node_id} exited with status {self.exit_code}"
+            text = f"{where} was lost (its node agent stopped answering)"
+        elif self.reason == "agent-stopped":
+            text = f"{where} was stopped because its node agent shut down"
+        elif self.reason == "spawn-failed":
+            text = f"{where} could not be started"
+        elif self.reason == "cancelled":
+            text = f"{where} was stopped with its copy"
+        elif self.signal is not None:
+            text = f"{where} was killed by signal {self.signal} ({self.signal_name or 'unknown'})"
+        elif self.exit_code is not None:
+            text = f"{where} exited with status {self.exit_code}"
+        else:
+            text = f"{where} exited (exit status unknown)"
+        return f"{text}: {self.note}" if self.note else text
 
 
 class ReadyCheck(Payload):

@@ -173,7 +173,7 @@ class ServiceWorkflow:
             copy_id=f"{input.workflow_id}.copy-{index}", copy_index=index, engine=replica.engine,
             nodes=replica.nodes, gpus_per_node=replica.gpus_per_node, gpu_memory_gb=replica.gpu_memory_gb,
             model_dir=model_dir, volume=weights.volume if weights else None,
-            parent_workflow_id=workflow.info().workflow_id,
+            parent_workflow_id=workflow.info().workflow_id, timings=input.timings,
         )
 
     async def _run_copy(self, copy: CopyInput) -> None:
@@ -205,7 +205,7 @@ class ServiceWorkflow:
                 self.state.phase = Phase.STOPPING
                 for task in running.values():
                     task.cancel()  # cancels the child workflow: it stops its ranks and releases GPUs
-                if running:
+                if running:  # workflow.wait refuses an empty list (e.g. a pool scaled to zero)
                     await workflow.wait(list(running.values()))
                 return
             for copy_id, result in list(self.state.finished.items()):
@@ -213,11 +213,12 @@ class ServiceWorkflow:
                 running.pop(copy_id, None)
                 try:
                     self._on_copy_finished(result, len(running), pool.min_replicas, pool.replace_failed_copies)
+                    self._update_phase()  # e.g. dropped to zero copies
                 except ApplicationError:
                     self.state.phase = Phase.STOPPING
                     for task in running.values():
                         task.cancel()
-                    if running:
+                    if running:  # workflow.wait refuses an empty list
                         await workflow.wait(list(running.values()))
                     raise
 
@@ -234,10 +235,10 @@ class ServiceWorkflow:
             self._event("copy_replaced", f"re-placing {result.copy_id} "
                         f"({self.state.replaced_failures} of ReplaceFailedCopies={replace_budget})")
             return
-        if remaining >= max(minimum, 1):
+        if remaining >= minimum:  # the pool was above its minimum: drop the copy
             self.state.desired = remaining
-            self._event("copy_dropped", f"{result.copy_id} dropped; the pool stays above its minimum "
-                        f"({remaining} ≥ {minimum}); a later scale-up replaces it")
+            self._event("copy_dropped", f"{result.copy_id} dropped; the pool was above its minimum "
+                        f"({remaining + 1} > MinReplicas={minimum}); a later scale-up replaces it")
             return
         raise ApplicationError(f"a copy failed at the pool minimum ({minimum}): {result.message}",
                                type="CopyFailed", non_retryable=True)
