@@ -143,7 +143,8 @@ def main() -> None:
             litellm_rps = asyncio.run(rps(litellm_url + "/v1/chat/completions", litellm_headers))
             before = cpu_seconds(litellm.pid)
             litellm_chunks = asyncio.run(stream_chunks(litellm_url + "/v1/chat/completions", litellm_headers, 5))
-            result["litellm_cpu_ms_per_streamed_chunk"] = (cpu_seconds(litellm.pid) - before) * 1000 / max(litellm_chunks, 1)
+            litellm_cpu = cpu_seconds(litellm.pid) - before
+            result["litellm_cpu_ms_per_streamed_chunk"] = litellm_cpu * 1000 / max(litellm_chunks, 1)
             result["rps_concurrency_32"]["litellm"] = litellm_rps  # type: ignore[index]
             result["proxy_vs_litellm_rps"] = proxy_rps / litellm_rps
             httpx_rps["litellm"] = asyncio.run(throughput(litellm_url + "/v1/chat/completions", litellm_headers, 32, 6))

@@ -99,7 +99,8 @@ async def stop_group(pgid: int, grace_s: float = 10.0) -> None:
         await asyncio.sleep(0.05)
     signal_group(pgid, signal.SIGKILL)
     deadline = time.monotonic() + 5
-    while group_alive(pgid) and time.monotonic() < deadline:
+    # Polling, not an event: the processes are not our children to wait on, only a group to probe.
+    while group_alive(pgid) and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.05)
 
 

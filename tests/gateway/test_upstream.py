@@ -35,7 +35,8 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     return head, body
 
 
-async def _collect(pool: UpstreamPool, method: str, url: str, body: bytes | AsyncIterator[bytes] = b"") -> tuple[int, bytes]:
+async def _collect(pool: UpstreamPool, method: str, url: str,
+                   body: bytes | AsyncIterator[bytes] = b"") -> tuple[int, bytes]:
     response = await pool.request(method, url, [(b"x-test", b"1")], body)
     data = b"".join([chunk async for chunk in response.body()])
     return response.status, data
