@@ -1,4 +1,4 @@
-"""Running the real OpenCode binary in tests: isolated HOME/XDG dirs, offline switches, a served `opencode serve`."""
+"""Running the real OpenCode binary in tests: isolated HOME/XDG dirs, offline switches, `opencode serve`."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def run_opencode(project: Path, config: dict[str, Any], args: list[str], env_ext
 
 @contextmanager
 def serving(command: ServeCommand, log: Path, timeout: float = 60) -> Iterator[str]:
-    """Start `opencode serve` as rendered, wait until it answers (401 counts), stop its process group after."""
+    """Start `opencode serve` as rendered, wait until it answers (401 counts), stop its process group."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", **command.env}
     with log.open("w") as output:
         process = subprocess.Popen(list(command.argv), cwd=command.cwd, env=env, stdout=output,
@@ -57,13 +57,15 @@ def serving(command: ServeCommand, log: Path, timeout: float = 60) -> Iterator[s
         deadline = time.monotonic() + timeout
         while True:
             if process.poll() is not None:
-                raise AssertionError(f"opencode serve exited {process.returncode}:\n{log.read_text()[-2000:]}")
+                tail = log.read_text()[-2000:]
+                raise AssertionError(f"opencode serve exited {process.returncode}:\n{tail}")
             try:
                 httpx.get(command.url + "/session", timeout=2)
                 break
             except httpx.TransportError:
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"opencode serve never answered:\n{log.read_text()[-2000:]}") from None
+                    tail = log.read_text()[-2000:]
+                    raise AssertionError(f"opencode serve never answered:\n{tail}") from None
                 time.sleep(0.3)
         yield command.url
     finally:

@@ -1,5 +1,5 @@
-"""Real clients against a simulator-backed Berth endpoint with tool calling on: the OpenAI SDK's tool calls and
-exceptions, `berth endpoint opencode-config`, the real OpenCode binary (run, serve, attach) and the
+"""Real clients against a simulator-backed Berth endpoint with tool calling on: the OpenAI SDK's tool calls
+and exceptions, `berth endpoint opencode-config`, the real OpenCode binary (run, serve, attach) and the
 OpenCode entry's submission checks and endpoint pre-flight."""
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ CONTEXT = 32768
 @pytest.fixture(scope="module")
 def tools_endpoint(sim_stack: RunningStack) -> dict[str, str]:
     workflow_id = sim_stack.start_entry(
-        "GPT-OSS 20B", f"MaxContextSize={CONTEXT},ExtraArgs='--enable-auto-tool-choice --tool-call-parser hermes'")
+        "GPT-OSS 20B",
+        f"MaxContextSize={CONTEXT},ExtraArgs='--enable-auto-tool-choice --tool-call-parser hermes'")
     endpoint = sim_stack.endpoint(workflow_id)
     return {"workflow_id": workflow_id, "id": endpoint["id"], "url": endpoint["url"],
             "token": sim_stack.token_for(endpoint["id"], "1h")}
@@ -61,12 +62,13 @@ def test_sdk_tool_calls(tools_endpoint: dict[str, str]) -> None:
 
 def test_sdk_errors_are_the_sdks_exceptions(tools_endpoint: dict[str, str]) -> None:
     messages: Any = [{"role": "user", "content": "hi"}]
+    client = _client(tools_endpoint)
     with pytest.raises(openai.AuthenticationError):
         _client(tools_endpoint, token="not-a-token").models.list()
     with pytest.raises(openai.NotFoundError, match="does not exist"):
-        _client(tools_endpoint).chat.completions.create(model="no/such-model", messages=messages, max_tokens=4)
+        client.chat.completions.create(model="no/such-model", messages=messages, max_tokens=4)
     with pytest.raises(openai.BadRequestError, match="maximum context length"):
-        _client(tools_endpoint).chat.completions.create(model=MODEL, messages=messages, max_tokens=CONTEXT + 1)
+        client.chat.completions.create(model=MODEL, messages=messages, max_tokens=CONTEXT + 1)
 
 
 def test_opencode_config_command(sim_stack: RunningStack, tools_endpoint: dict[str, str]) -> None:
@@ -75,11 +77,12 @@ def test_opencode_config_command(sim_stack: RunningStack, tools_endpoint: dict[s
     provider = config["provider"]["berth"]
     assert provider["npm"] == "@ai-sdk/openai-compatible"
     assert provider["options"] == {"baseURL": tools_endpoint["url"] + "/v1", "apiKey": "{env:BERTH_TOKEN}"}
-    assert provider["models"] == {MODEL: {"name": f"{MODEL} on Berth", "limit": {"context": CONTEXT, "output": 8192}}}
+    limit = {"context": CONTEXT, "output": 8192}
+    assert provider["models"] == {MODEL: {"name": f"{MODEL} on Berth", "limit": limit}}
     assert config["model"] == f"berth/{MODEL}"
     assert "generate-token" in result.stderr and "without --enable-auto-tool-choice" not in result.stderr
-    other = json.loads(sim_stack.cli("endpoint", "opencode-config", tools_endpoint["id"], "--provider", "cluster",
-                                     "--output-limit", "1024", "--no-verify").stdout)
+    other = json.loads(sim_stack.cli("endpoint", "opencode-config", tools_endpoint["id"], "--provider",
+                                     "cluster", "--output-limit", "1024", "--no-verify").stdout)
     assert other["model"] == f"cluster/{MODEL}"
     assert other["provider"]["cluster"]["models"][MODEL]["limit"] == {"context": CONTEXT, "output": 1024}
     bad = sim_stack.cli("endpoint", "opencode-config", "ep-nosuch", check=False)
@@ -119,11 +122,13 @@ def test_opencode_serve_password_and_http_api(sim_stack: RunningStack, tools_end
         auth = {"Authorization": basic_credentials(password)}
         assert httpx.get(url + "/config", headers=auth, timeout=10).json()["model"] == f"berth/{MODEL}"
         session = httpx.post(url + "/session", headers=auth, json={}, timeout=30).json()
+        prompt = {"parts": [{"type": "text", "text": "Reply with the single word: ready"}]}
         reply = httpx.post(url + f"/session/{session['id']}/message", headers=auth, timeout=180,
-                           json={"parts": [{"type": "text", "text": "Reply with the single word: ready"}]}).json()
+                           json=prompt).json()
         assert reply["info"]["role"] == "assistant" and "error" not in reply["info"], reply["info"]
         assert any(p.get("type") == "text" and p.get("text") for p in reply["parts"]), reply["parts"]
-        assert [s["id"] for s in httpx.get(url + "/session", headers=auth, timeout=10).json()] == [session["id"]]
+        sessions = httpx.get(url + "/session", headers=auth, timeout=10).json()
+        assert [s["id"] for s in sessions] == [session["id"]]
         # `opencode attach` is a TUI; `opencode run --attach` is its non-interactive form.
         attached = run_opencode(tmp_path / "client", {}, ["run", "--attach", url, "-p", password,
                                                           "Reply with the single word: ready"], {})
