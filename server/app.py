@@ -36,6 +36,7 @@ from catalog.definition import ReplicaSpec, Scope, WorkflowDefinition
 from catalog.entry import Entry, find_entry, load_catalog
 from catalog.memory import gpus_needed, max_context_that_fits, memory_need, memory_table
 from catalog.render import render, resolve_values
+from server import opencode as opencode_checks
 from server import scheduler
 from server.models import EndpointRow, WorkflowRow
 from server.secrets import Secrets
@@ -170,6 +171,8 @@ def create_app(context: ServerContext) -> FastAPI:
         values = resolve_values(entry, body.values)
         definition = render(entry, values)
         _check_capacity(context, entry, definition)
+        await run_in_threadpool(opencode_checks.check_submission, context.store, definition,
+                                context.settings.proxy_url)
         if definition.proxy and definition.replica is not None and not (definition.api_key or definition.api_key_secret):
             definition = definition.model_copy(update={"api_key": generate_api_key()})
         workflow_id = f"{entry.slug}-{secrets.token_hex(4)}"
@@ -304,6 +307,16 @@ def create_app(context: ServerContext) -> FastAPI:
                                  f"({limit // 3600} h). Choose a shorter --expiration.")
         token = context.signing.endpoint_token(who, endpoint_id, ttl)
         return {"endpoint_id": endpoint_id, "token": token, "expires_at": time.time() + ttl}
+
+    @app.get("/v1/endpoints/{endpoint_id}/client-config")
+    async def endpoint_client_config(endpoint_id: str, who: Identity = Depends(caller)) -> dict[str, Any]:
+        """What a client (OpenCode, an SDK) needs: URL, the model id /v1/models lists, its context."""
+        endpoint = await run_in_threadpool(context.store.endpoint, endpoint_id)
+        if not who.admin and not _in_scope(endpoint, who):
+            raise PermissionDeniedError(f"You are outside endpoint {endpoint_id}'s scope ({endpoint.scope}); "
+                                        f"ask its owner {endpoint.owner}.")
+        return await run_in_threadpool(opencode_checks.client_facts, context.store, endpoint,
+                                       _endpoint_url(context, endpoint_id))
 
     # --- secrets ------------------------------------------------------------------------------------
     secrets_api = Secrets(context.store)

@@ -1,0 +1,232 @@
+"""OpenCode: its provider block for Berth endpoints, `opencode serve` rendering, the endpoint pre-flight."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from berth.errors import UserInputError
+from berth.settings import repo_root
+
+# What `make opencode` installs (mk/opencode.mk); the entry's default image carries the same binary.
+OPENCODE_VERSION = "1.18.33"
+# The user name `opencode serve` expects in HTTP Basic credentials (OPENCODE_SERVER_USERNAME's default).
+SERVER_USERNAME = "opencode"
+WORKSPACE_DIR = "/data/workspace"
+DEFAULT_PROVIDER = "berth"
+TOKEN_ENV = "BERTH_TOKEN"
+LITELLM_KEY_ENV = "LITELLM_KEY"
+# Read from OpenCode 1.18's bundled code: without these it fetches https://models.dev/api.json at start
+# and every hour (10 s timeout), and looks up its latest release to update itself.
+OFFLINE_ENV: Mapping[str, str] = {
+    "OPENCODE_DISABLE_MODELS_FETCH": "1",
+    "OPENCODE_DISABLE_AUTOUPDATE": "1",
+    "OPENCODE_DISABLE_SHARE": "1",
+    "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+}
+# The same, as config keys: they also hold where the environment is not ours (a workstation).
+OFFLINE_CONFIG: Mapping[str, Any] = {"autoupdate": False, "share": "disabled"}
+
+
+def opencode_binary() -> Path:
+    """The `opencode` executable: BERTH_OPENCODE_BIN, else what `make opencode` installed, else PATH."""
+    override = os.environ.get("BERTH_OPENCODE_BIN")
+    if override:
+        return Path(override)
+    installed = repo_root() / ".tools" / "opencode" / "node_modules" / ".bin" / "opencode"
+    if installed.exists():
+        return installed
+    found = shutil.which("opencode")
+    if found:
+        return Path(found)
+    raise UserInputError("OpenCode is not installed: run `make opencode` or set BERTH_OPENCODE_BIN.")
+
+
+def default_output_limit(context: int) -> int:
+    """A quarter of the context, at most 8192 (the document's 32768 → 8192), so a prompt keeps room."""
+    return max(1, min(8192, context // 4))
+
+
+@dataclass(frozen=True)
+class ProviderTarget:
+    """One OpenAI-compatible base (a Berth endpoint or an outside API) and the models it lists."""
+
+    url: str  # without /v1
+    model_ids: tuple[str, ...]
+    max_context: int
+    output_limit: int | None = None
+    api_key: str = "{env:" + TOKEN_ENV + "}"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    label: str = "Berth"
+
+    def __post_init__(self) -> None:
+        if not self.model_ids:
+            raise UserInputError(f"{self.url} lists no model yet: retry once /v1/models lists one.")
+        output = self.output_limit or default_output_limit(self.max_context)
+        if output >= self.max_context:
+            raise UserInputError(f"The output limit ({output}) must be below the context "
+                                 f"({self.max_context}).")
+
+    def block(self) -> dict[str, Any]:
+        """The `provider.<key>` object of opencode.json (seeds/001 "Configure OpenCode")."""
+        output = self.output_limit or default_output_limit(self.max_context)
+        options: dict[str, Any] = {"baseURL": self.url.rstrip("/") + "/v1", "apiKey": self.api_key}
+        if self.headers:
+            options["headers"] = dict(self.headers)
+        return {
+            "npm": "@ai-sdk/openai-compatible",
+            "name": self.label,
+            "options": options,
+            "models": {model: {"name": f"{model} on {self.label}",
+                               "limit": {"context": self.max_context, "output": output}}
+                       for model in self.model_ids},
+        }
+
+
+def opencode_config(targets: Mapping[str, ProviderTarget], default_model: str | None = None,
+                    offline: bool = False) -> dict[str, Any]:
+    """A whole opencode.json: one provider per key, `model` = `<provider key>/<model id>` exactly."""
+    if not targets:
+        raise UserInputError("No model endpoint to configure OpenCode with.")
+    config: dict[str, Any] = {"$schema": "https://opencode.ai/config.json"}
+    if offline:
+        config.update(OFFLINE_CONFIG)
+    config["provider"] = {key: target.block() for key, target in targets.items()}
+    known = [f"{key}/{model}" for key, target in targets.items() for model in target.model_ids]
+    if default_model is None:
+        config["model"] = known[0]
+    else:
+        chosen = [name for name in known if name == default_model or name.split("/", 1)[1] == default_model]
+        if not chosen:
+            raise UserInputError(f"Model={default_model} is not listed by the endpoint(s); they list "
+                                 f"{', '.join(n.split('/', 1)[1] for n in known)}. Use exactly an id from "
+                                 "/v1/models.")
+        config["model"] = chosen[0]
+    return config
+
+
+# --- `opencode serve` ------------------------------------------------------------------------------
+def generate_password() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def basic_credentials(password: str, username: str = SERVER_USERNAME) -> str:
+    """The Authorization header value `opencode serve` accepts: Basic BASE64(opencode:PASSWORD)."""
+    return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
+
+
+@dataclass(frozen=True)
+class ServeCommand:
+    """Everything a service runner needs to start `opencode serve`: argv, environment and directories."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: Path
+    config_path: Path
+    url: str
+
+
+def render_serve(config: Mapping[str, Any], password: str, *, host: str, port: int, data_dir: Path,
+                 token: str | None = None, litellm_key: str | None = None,
+                 binary: Path | None = None, workspace: Path | None = None) -> ServeCommand:
+    """Write opencode.json under `data_dir` and render `opencode serve` with HOME and XDG dirs there, so
+    sessions live on the workflow's volume and nothing is read from or written to the node's user.
+    `token` (the workflow's minted Berth token) and `litellm_key` travel as environment variables the
+    config names with {env:…}; neither is written to disk."""
+    workspace = workspace or data_dir / "workspace"
+    home = data_dir / "home"
+    for directory in (workspace, home):
+        directory.mkdir(parents=True, exist_ok=True)
+    config_path = data_dir / "opencode.json"
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
+    config_path.chmod(0o600)
+    env = {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+        "OPENCODE_CONFIG": str(config_path),
+        "OPENCODE_SERVER_USERNAME": SERVER_USERNAME,
+        "OPENCODE_SERVER_PASSWORD": password,
+        **OFFLINE_ENV,
+    }
+    if token:
+        env[TOKEN_ENV] = token
+    if litellm_key:
+        env[LITELLM_KEY_ENV] = litellm_key
+    argv = (str(binary or opencode_binary()), "serve", "--hostname", host, "--port", str(port))
+    return ServeCommand(argv=argv, env=env, cwd=workspace, config_path=config_path, url=f"http://{host}:{port}")
+
+
+# --- pre-flight: can the workflow reach its Endpoint? -------------------------------------------------
+class EndpointUnreachableError(UserInputError):
+    """The Endpoint the OpenCode workflow was given cannot serve it; the message says which and why."""
+
+
+async def preflight(url: str, token: str | None = None, litellm_key: str | None = None,
+                    transport: httpx.AsyncBaseTransport | None = None,
+                    timeout_s: float = 10.0) -> tuple[str, ...]:
+    """GET <url>/v1/models as the workflow will; return the model ids it lists, or raise saying why not."""
+    headers: dict[str, str] = {}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    if litellm_key:
+        headers["x-litellm-api-key"] = litellm_key
+    models_url = url.rstrip("/") + "/v1/models"
+    timeout = httpx.Timeout(timeout_s, connect=5.0)
+    fail = EndpointUnreachableError
+    async with httpx.AsyncClient(transport=transport, timeout=timeout) as client:
+        try:
+            response = await client.get(models_url, headers=headers)
+        except httpx.ConnectError as error:
+            raise fail(f"Endpoint {url} is unreachable: cannot connect ({error}).") from None
+        except httpx.TimeoutException:
+            raise fail(f"Endpoint {url} is unreachable: no answer within {timeout_s:.0f} s.") from None
+        except httpx.TransportError as error:
+            raise fail(f"Endpoint {url} is unreachable: {error}.") from None
+    body = response.text.strip()[:300]
+    if response.status_code == 401:
+        why = ("it wants a Berth token and the workflow has none"
+               if not token else "it refused the workflow's Berth token (expired, or for another endpoint)")
+        raise fail(f"Endpoint {url} answered 401 ({body}): {why}.")
+    if response.status_code == 403:
+        raise fail(f"Endpoint {url} answered 403 ({body}): the workflow's owner is outside "
+                   "its scope; ask its owner, or pin an endpoint you may reach.")
+    if response.status_code == 404:
+        raise fail(f"Endpoint {url} answered 404 ({body}): no such endpoint (stopped, or a "
+                   "mistyped URL). `berth endpoint list` shows the ones you may reach.")
+    if not response.is_success:
+        raise fail(f"Endpoint {url} answered {response.status_code} ({body}).")
+    try:
+        models = tuple(str(item["id"]) for item in response.json().get("data", []))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise fail(f"Endpoint {url} is not an OpenAI-compatible API: /v1/models "
+                   f"returned {body!r}.") from None
+    if not models:
+        raise fail(f"Endpoint {url} lists no model yet (no replica is ready): retry once "
+                   "/v1/models lists one.")
+    return models
+
+
+def check_context(requested: int, served: int, where: str) -> None:
+    """Refuse a MaxContextSize above the model's: OpenCode would send prompts the model rejects."""
+    if requested > served:
+        raise UserInputError(f"MaxContextSize={requested} is larger than {where} serves ({served} tokens); "
+                             f"use MaxContextSize={served} or less.")
+
+
+__all__: Sequence[str] = (
+    "OFFLINE_CONFIG", "OFFLINE_ENV", "OPENCODE_VERSION", "EndpointUnreachableError", "ProviderTarget",
+    "ServeCommand", "basic_credentials", "check_context", "default_output_limit", "generate_password",
+    "opencode_binary", "opencode_config", "preflight", "render_serve",
+)
