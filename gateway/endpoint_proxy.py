@@ -58,8 +58,6 @@ class Route:
     pool: list[Replica] = field(default_factory=list)  # every published copy, draining ones included
     policy: routing.Policy = field(default_factory=routing.RoundRobin)
     wakeable: bool = False  # a replica pool (not a service): a request may wake it from zero
-    held: int = 0  # requests waiting for a routable copy
-    last_wake: float = 0.0
 
     def target(self, session_id: str | None = None, exclude: frozenset[str] = frozenset()) -> Replica | None:
         """The service, or the replica the endpoint's routing policy picks among the eligible ones."""
@@ -123,6 +121,9 @@ class EndpointProxy:
         self.max_held = MAX_HELD_PER_ENDPOINT
         # Load figures outlive routing-table refreshes: keyed by copy id (a copy's URL never changes).
         self._replicas: dict[str, Replica] = {}
+        # Per endpoint, not per Route: a refresh replaces Route objects while requests are held.
+        self._held: dict[str, int] = {}
+        self._last_wake: dict[str, float] = {}
         self.scraper = MetricsScraper(self._scrape_targets)
 
     def _scrape_targets(self) -> list[tuple[str, ReplicaMetrics]]:
@@ -147,7 +148,6 @@ class EndpointProxy:
                     workflow_id=item.get("workflow_id", ""), pool=pool,
                     policy=old.policy if old is not None and keep_policy else _policy(policy_name),
                     wakeable=bool(item.get("wakeable")),
-                    held=old.held if old else 0, last_wake=old.last_wake if old else 0.0,
                 )
             self._replicas = known
             # A copy that just became ready is scraped now, not at the next round: it serves at once.
@@ -250,7 +250,7 @@ class EndpointProxy:
                     session_id: str | None) -> Replica | None:
         """Hold a request for a pool with no routable copy: wake the pool, then wait for a copy until
         the deadline (120 s, or less with `x-request-timeout`). Capped per endpoint."""
-        if route.held >= self.max_held:
+        if self._held.get(route.id, 0) >= self.max_held:
             await _json(send, 429, b'{"error":{"message":"Too many requests are waiting for this endpoint '
                                    b'to wake up; retry later.","type":"too_many_requests","code":429}}',
                         [(b"retry-after", b"5")])
@@ -261,20 +261,16 @@ class EndpointProxy:
             with contextlib.suppress(ValueError):
                 deadline_s = max(0.0, min(deadline_s, float(asked)))
         started = time.monotonic()
-        route.held += 1
+        self._held[route.id] = self._held.get(route.id, 0) + 1
         try:
             while True:
-                current = self.routes.get(route.id, route)
-                if current is not route:  # a refresh replaced the route: move the count along
-                    current.held += 1
-                    route.held -= 1
-                    route = current
+                route = self.routes.get(route.id, route)  # a refresh may have replaced it
                 target = route.target(session_id)
                 if target is not None:
                     return target
                 now = time.monotonic()
-                if now - route.last_wake >= WAKE_EVERY_S:
-                    route.last_wake = now
+                if now - self._last_wake.get(route.id, 0.0) >= WAKE_EVERY_S:
+                    self._last_wake[route.id] = now
                     asyncio.create_task(self._wake(route))
                 if now - started >= deadline_s:
                     break
@@ -283,7 +279,7 @@ class EndpointProxy:
                     with contextlib.suppress(BerthError):
                         await self.refresh()
         finally:
-            route.held -= 1
+            self._held[route.id] -= 1
         waited = f"{time.monotonic() - started:.0f}"
         await _json(send, 503, b'{"error":{"message":"No replica of this endpoint became ready within '
                     + waited.encode() + b' s; it is starting, retry shortly.","type":"service_unavailable",'

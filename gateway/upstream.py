@@ -155,8 +155,10 @@ class UpstreamPool:
         # body, retry once on a fresh connection when nothing came back.
         for attempt in (0, 1):
             idle = self._idle.get(key)
-            reused = bool(idle)
-            connection = idle.pop() if idle else await self._connect(key)
+            # The retry takes a fresh connection: the other idle ones were likely closed by the same
+            # upstream keep-alive timeout (uvicorn: 5 s), and popping them one by one would fail again.
+            reused = bool(idle) and attempt == 0
+            connection = idle.pop() if reused and idle else await self._connect(key)
             try:
                 return await self._exchange(key, connection, method, head, body, streamed)
             except UpstreamError as error:
