@@ -145,6 +145,9 @@ class ApiClient:
     async def unpublish_replica(self, copy_id: str) -> None:
         await self.request("DELETE", f"/v1/internal/replicas/{copy_id}")
 
+    async def report_load(self, endpoint_id: str, requests: int) -> None:
+        await self.request("POST", f"/v1/internal/endpoints/{endpoint_id}/load", json={"requests": requests})
+
     async def drain_replica(self, copy_id: str) -> None:
         await self.request("POST", f"/v1/internal/replicas/{copy_id}/drain")
 

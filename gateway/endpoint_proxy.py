@@ -123,6 +123,9 @@ class EndpointProxy:
         self._replicas: dict[str, Replica] = {}
         # Per endpoint, not per Route: a refresh replaces Route objects while requests are held.
         self._held: dict[str, int] = {}
+        # Requests admitted per pool endpoint since the last report: the autoscaler's rate and idle clock.
+        self._arrivals: dict[str, int] = {}
+        self._reporter: asyncio.Task[None] | None = None
         self._last_wake: dict[str, float] = {}
         self.scraper = MetricsScraper(self._scrape_targets)
 
@@ -233,6 +236,8 @@ class EndpointProxy:
                 message = f"Forbidden: endpoint {endpoint_id} is {route.scope.value}-scoped and you are outside it"
                 await _plain(send, 403, message.encode())
                 return
+        if route.wakeable:
+            self._arrivals[endpoint_id] = self._arrivals.get(endpoint_id, 0) + 1
         session_id = _header(headers, b"x-session-id")
         target = route.target(session_id)
         if target is None:
@@ -285,6 +290,17 @@ class EndpointProxy:
                     + waited.encode() + b' s; it is starting, retry shortly.","type":"service_unavailable",'
                     b'"code":503}}', [(b"retry-after", b"10")])
         return None
+
+    async def _report_load_forever(self) -> None:
+        """Every second, tell the control plane how many requests each pool endpoint admitted."""
+        while True:
+            await asyncio.sleep(1.0)
+            arrivals, self._arrivals = self._arrivals, {}
+            for endpoint_id, count in arrivals.items():
+                try:
+                    await self.api.report_load(endpoint_id, count)
+                except BerthError as error:
+                    log.warning("load report for %s failed: %s", endpoint_id, error)
 
     async def _wake(self, route: Route) -> None:
         try:
@@ -357,10 +373,13 @@ class EndpointProxy:
             if message["type"] == "lifespan.startup":
                 self._refresher = asyncio.create_task(self._refresh_forever())
                 self.scraper.start()
+                self._reporter = asyncio.create_task(self._report_load_forever())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if self._refresher is not None:
                     self._refresher.cancel()
+                if self._reporter is not None:
+                    self._reporter.cancel()
                 await self.scraper.aclose()
                 await self.upstream.aclose()
                 await self.api.aclose()

@@ -3,6 +3,9 @@ internal routes the control worker and the endpoint proxy use."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
 import re
 import secrets
@@ -37,6 +40,7 @@ from catalog.entry import Entry, find_entry, load_catalog
 from catalog.memory import gpus_needed, max_context_that_fits, memory_need, memory_table
 from catalog.render import render, resolve_values
 from server import scheduler
+from server.autoscaler import FrontDoorRates, PoolMemory, decide, policy_from_annotations
 from server.models import EndpointRow, WorkflowRow
 from server.secrets import Secrets
 from server.store import Store
@@ -113,6 +117,14 @@ class WakeBody(BaseModel):
     reason: str = ""
 
 
+class LoadBody(BaseModel):
+    requests: int
+
+
+log = logging.getLogger("berth.server")
+AUTOSCALE_EVERY_S = 1.0
+
+
 def build_context(state_dir: Path, temporal_address: str, database_url: str | None = None) -> ServerContext:
     state = StateLayout(state_dir)
     settings = ClusterSettings.load(state_dir)
@@ -130,7 +142,13 @@ def build_context(state_dir: Path, temporal_address: str, database_url: str | No
 def create_app(context: ServerContext) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):  # type: ignore[no-untyped-def]
+        task = asyncio.create_task(_autoscale_forever(context, rates))
         yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    rates = FrontDoorRates()
 
     app = FastAPI(title="Berth control plane", lifespan=lifespan)
 
@@ -333,6 +351,7 @@ def create_app(context: ServerContext) -> FastAPI:
         if not who.admin and not _in_scope(endpoint, who):
             raise NotFoundError(f"No endpoint with ID '{endpoint_id}'. "
                                 "Run `berth endpoint list` to see the endpoints.")
+        rates.add(endpoint_id, 1, time.monotonic())  # demand: keeps the woken pool from idling back to zero
         client = await context.temporal()
         try:
             await client.get_workflow_handle(endpoint.workflow_id).signal(
@@ -424,6 +443,11 @@ def create_app(context: ServerContext) -> FastAPI:
         await run_in_threadpool(context.store.upsert_replica, record.workflow_id, record.endpoint_id, copy_id,
                                 record.url, record.ready)
 
+    @app.post("/v1/internal/endpoints/{endpoint_id}/load", status_code=204)
+    async def report_load(endpoint_id: str, body: LoadBody, _who: Identity = Depends(admin)) -> None:
+        """Requests the endpoint proxy admitted for this endpoint since its last report."""
+        rates.add(endpoint_id, body.requests, time.monotonic())
+
     @app.post("/v1/internal/replicas/{copy_id}/drain", status_code=204)
     async def drain_replica(copy_id: str, _who: Identity = Depends(admin)) -> None:
         await run_in_threadpool(context.store.drain_replica, copy_id)
@@ -466,7 +490,46 @@ def _pool_facts(definition: WorkflowDefinition) -> dict[str, Any]:
         return {}
     pool = definition.pool
     return {"pool": True, "proxy": definition.proxy, "routing_policy": pool.routing_policy,
-            "min_replicas": pool.min_replicas, "max_replicas": pool.max_replicas}
+            "min_replicas": pool.min_replicas, "max_replicas": pool.max_replicas,
+            "target_requests_per_s": pool.target_requests_per_s,
+            "scale_down_delay_s": pool.scale_down_delay_s,
+            "scale_to_zero_after_s": pool.scale_to_zero_after_s}
+
+
+async def _autoscale_forever(context: ServerContext, rates: FrontDoorRates) -> None:
+    memories: dict[str, PoolMemory] = {}
+    while True:
+        await asyncio.sleep(AUTOSCALE_EVERY_S)
+        try:
+            await _autoscale_once(context, rates, memories)
+        except Exception as error:  # noqa: BLE001 — the loop must outlive any one failure; say what it was
+            log.warning("autoscaler tick failed: %s: %s", type(error).__name__, error)
+
+
+async def _autoscale_once(context: ServerContext, rates: FrontDoorRates,
+                          memories: dict[str, PoolMemory]) -> None:
+    endpoints = await run_in_threadpool(context.store.endpoints)
+    pools = [(e, policy_from_annotations(e.annotations or {})) for e in endpoints]
+    active = [(e, p) for e, p in pools
+              if p is not None and (p.min_replicas == 0 or p.target_requests_per_s > 0)]
+    if not active:
+        return
+    client = await context.temporal()
+    now = time.monotonic()
+    for endpoint, policy in active:
+        assert policy is not None
+        handle = client.get_workflow_handle(endpoint.workflow_id)
+        status: ServiceStatus = await handle.query(ServiceWorkflow.status, rpc_timeout=_timedelta(5))
+        if status.phase.value not in ("ready", "scaled_to_zero", "starting", "scheduling"):
+            continue
+        memory = memories.setdefault(endpoint.id, PoolMemory())
+        decision = decide(policy, status.desired_replicas, rates.load(endpoint.id, now), memory, now)
+        if decision is None or decision[0] == status.desired_replicas:
+            continue
+        with contextlib.suppress(WorkflowUpdateFailedError):  # e.g. stopping meanwhile
+            await handle.execute_update(
+                ServiceWorkflow.scale,
+                ScaleRequest(replicas=decision[0], reason=decision[1], source="autoscaler"))
 
 
 def _replica_view(replica: Any) -> dict[str, Any]:
