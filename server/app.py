@@ -520,8 +520,8 @@ async def _autoscale_once(context: ServerContext, rates: FrontDoorRates,
         assert policy is not None
         handle = client.get_workflow_handle(endpoint.workflow_id)
         status: ServiceStatus = await handle.query(ServiceWorkflow.status, rpc_timeout=_timedelta(5))
-        if status.phase.value not in ("ready", "scaled_to_zero", "starting", "scheduling"):
-            continue
+        if status.phase.value != "ready":
+            continue  # starting copies are not idle, a pool at zero waits for a request, stopping is final
         memory = memories.setdefault(endpoint.id, PoolMemory())
         decision = decide(policy, status.desired_replicas, rates.load(endpoint.id, now), memory, now)
         if decision is None or decision[0] == status.desired_replicas:

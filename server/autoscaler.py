@@ -9,7 +9,6 @@ the same requests one hop later, can feed the same interface once it runs per mo
 from __future__ import annotations
 
 import math
-import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
@@ -20,7 +19,7 @@ RATE_WINDOW_S = 10.0  # the rate is the mean over this window: smooth enough, qu
 @dataclass(frozen=True)
 class Load:
     rate_rps: float  # requests per second over the window
-    idle_s: float  # seconds since the last request (or since the source started)
+    idle_s: float  # seconds since the last request (or since the source first saw the endpoint)
 
 
 class RateSource(Protocol):
@@ -32,7 +31,6 @@ class FrontDoorRates:
 
     def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
         self.window_s = window_s
-        self.started_at = time.monotonic()
         self._counts: dict[str, deque[tuple[float, int]]] = {}
         self._last_request: dict[str, float] = {}
 
@@ -48,7 +46,8 @@ class FrontDoorRates:
     def load(self, endpoint_id: str, now: float) -> Load:
         counts = self._counts.get(endpoint_id, deque())
         total = sum(n for at, n in counts if at >= now - self.window_s)
-        last = self._last_request.get(endpoint_id, self.started_at)
+        # An endpoint never seen before starts its idle clock now (not at the server's start).
+        last = self._last_request.setdefault(endpoint_id, now)
         return Load(rate_rps=total / self.window_s, idle_s=max(0.0, now - last))
 
 

@@ -129,3 +129,32 @@ def test_held_requests_are_capped_and_time_out(stack: RunningStack, pool: dict[s
     time.sleep(1.5)
     short = chat(pool, **{"x-request-timeout": "0.5"})
     assert short.status_code == 503 and short.headers["retry-after"]
+
+
+def test_load_scales_up_to_max_then_down_then_idle_to_zero(stack: RunningStack) -> None:
+    workflow_id = stack.start_entry(
+        "vLLM", f"Model=hf://{MODEL},GpusPerNode=1,MinReplicas=0,MaxReplicas=3,TargetRequestRate=1,"
+                "ScaleDownDelay=2,ScaleToZeroAfter=15,DrainGrace=5")
+    endpoint = stack.endpoint(workflow_id)
+    target = {"url": endpoint["url"], "token": stack.token_for(endpoint["id"])}
+
+    def desired() -> int:
+        return int(stack.describe(workflow_id)["desired_replicas"])
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(4) as executor:
+        statuses: list[int] = []
+        while desired() < 3 and time.monotonic() - started < 40:
+            statuses += [f.result().status_code for f in [executor.submit(chat, target) for _ in range(4)]]
+            time.sleep(0.3)
+    assert desired() == 3, "the load never drove the pool to MaxReplicas"
+    assert set(statuses) == {200}
+    print(f"load → 3 copies in {time.monotonic() - started:.1f} s")
+    # Load stops: ScaleDownDelay, then ScaleToZeroAfter without a request.
+    wait_for(lambda: desired() == 1, 30, "scale back down to 1 after the load stopped")
+    stack.wait_phase(workflow_id, {"scaled_to_zero"}, timeout=30)
+    events = stack.describe(workflow_id)["events"]
+    reasons = [e["message"] for e in events if e["kind"] in ("scale_up", "scale_down")]
+    assert any("TargetRequestRate" in r for r in reasons) and any("ScaleToZeroAfter" in r for r in reasons)
+    assert chat(target).status_code == 200  # and a request wakes it again
+    stack.cli("workflow", "stop", workflow_id)
