@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
+import httpx
 from temporalio import activity
 
 from berth.api_client import ApiClient
-from workflows.payloads import CleanupInput, ReplicaRecord, ReserveRequest, ReserveResult
+from gateway.metrics import parse
+from workflows.payloads import (
+    CleanupInput,
+    DrainInput,
+    DrainResult,
+    ReplicaRecord,
+    ReserveRequest,
+    ReserveResult,
+)
+
+# Proxies refresh their routing table every second: after this long none sends a draining copy new work.
+ROUTES_SETTLE_S = 1.5
 
 
 class ControlActivities:
@@ -31,3 +46,26 @@ class ControlActivities:
     @activity.defn(name="remove_endpoint")
     async def remove_endpoint(self, request: CleanupInput) -> None:
         await self.api.remove_endpoint(request.endpoint_id)
+
+    @activity.defn(name="drain_replica")
+    async def drain_replica(self, request: DrainInput) -> DrainResult:
+        """Mark the copy draining (proxies stop choosing it), then wait until its vLLM reports nothing
+        running or waiting, or the grace runs out."""
+        started = time.monotonic()
+        await self.api.drain_replica(request.copy_id)
+        await asyncio.sleep(min(ROUTES_SETTLE_S, request.grace_s))
+        if request.url is None:
+            return DrainResult(drained=True, waited_s=time.monotonic() - started)
+        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as client:
+            while time.monotonic() - started < request.grace_s:
+                try:
+                    figures = parse((await client.get(f"{request.url}/metrics")).text)
+                except httpx.HTTPError:
+                    break  # the engine is gone: nothing left to wait for
+                if figures.get("running", 0.0) + figures.get("waiting", 0.0) == 0:
+                    return DrainResult(drained=True, waited_s=time.monotonic() - started)
+                activity.heartbeat()
+                await asyncio.sleep(0.25)
+            else:
+                return DrainResult(drained=False, waited_s=time.monotonic() - started)
+        return DrainResult(drained=True, waited_s=time.monotonic() - started)

@@ -148,6 +148,23 @@ class ApiClient:
     async def unpublish_replica(self, copy_id: str) -> None:
         await self.request("DELETE", f"/v1/internal/replicas/{copy_id}")
 
+    async def report_load(self, endpoint_id: str, requests: int) -> None:
+        await self.request("POST", f"/v1/internal/endpoints/{endpoint_id}/load", json={"requests": requests})
+
+    async def drain_replica(self, copy_id: str) -> None:
+        await self.request("POST", f"/v1/internal/replicas/{copy_id}/drain")
+
+    async def wake_endpoint(self, endpoint_id: str, reason: str = "") -> dict[str, Any]:
+        return await self.request("POST", f"/v1/endpoints/{endpoint_id}/wake",  # type: ignore[no-any-return]
+                                  json={"reason": reason})
+
+    async def scale_workflow(self, workflow_id: str, replicas: int) -> dict[str, Any]:
+        return await self.request("POST", f"/v1/workflows/{workflow_id}/scale",  # type: ignore[no-any-return]
+                                  json={"replicas": replicas})
+
+    async def endpoint_detail(self, endpoint_id: str) -> dict[str, Any]:
+        return await self.request("GET", f"/v1/endpoints/{endpoint_id}")  # type: ignore[no-any-return]
+
     async def remove_endpoint(self, endpoint_id: str) -> None:
         await self.request("DELETE", f"/v1/internal/endpoints/{endpoint_id}")
 

@@ -80,6 +80,12 @@ class PoolSpec(Frozen):
     min_replicas: int = Field(1, ge=0)
     max_replicas: int = Field(1, ge=1)
     replace_failed_copies: int = Field(0, ge=0)
+    # Rate autoscaling (Proxy=true): desired copies = ceil(measured rate / this); 0 = no rate autoscaling.
+    target_requests_per_s: float = Field(0.0, ge=0)
+    scale_down_delay_s: float = Field(60.0, ge=0)  # the rate must allow fewer copies this long first
+    scale_to_zero_after_s: float = Field(300.0, ge=0)  # no request this long → 0 copies (MinReplicas=0)
+    drain_grace_s: float = Field(30.0, ge=0)  # in-flight requests of a copy scaled in get this long
+    routing_policy: str = "least_queue"  # gateway.routing.POLICIES
 
     @model_validator(mode="after")
     def _bounds(self) -> PoolSpec:

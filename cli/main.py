@@ -471,6 +471,18 @@ def workflow_get(workflow_id: str) -> None:
     sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
 
 
+@workflow_app.command("scale")
+def workflow_scale(workflow_id: str,
+                   replicas: Annotated[int, typer.Option("--replicas", help="Copies the pool should run")],
+                   output: OutputOption = Format.TABLE) -> None:
+    """Set a replica pool's size (between MinReplicas and MaxReplicas); scale-in drains copies first."""
+    result = call(lambda api: api.scale_workflow(workflow_id, replicas))
+    if output is Format.JSON:
+        emit_json(result)
+        return
+    console.print(f"{workflow_id}: desired copies {result['previous']} → {result['desired']}.")
+
+
 @workflow_app.command("stop")
 def workflow_stop(workflow_id: str,
                   wait: Annotated[bool, typer.Option(help="Wait until every rank stopped")] = True) -> None:

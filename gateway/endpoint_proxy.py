@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,9 @@ from berth.api_client import ApiClient
 from berth.errors import AuthenticationError, BerthError
 from berth.security import Identity, TokenVerifier, endpoint_audience
 from catalog.definition import Scope
+from gateway import routing
+from gateway.metrics import MetricsScraper
+from gateway.routing import Replica, ReplicaMetrics
 from gateway.upstream import UpstreamError, UpstreamPool
 
 log = logging.getLogger("berth.proxy")
@@ -33,6 +37,11 @@ HOP_BY_HOP = frozenset({
     b"transfer-encoding", b"upgrade", b"host", b"content-length",
 })
 STRIPPED_REQUEST = HOP_BY_HOP | {b"berth-authorization", b"x-berth-caller"}
+# A request for a pool with no routable copy waits this long at most (x-request-timeout shortens it).
+HOLD_TIMEOUT_S = 120.0
+MAX_HELD_PER_ENDPOINT = 100
+WAKE_EVERY_S = 5.0  # re-send the wake-up while requests wait (a lost signal must not strand them)
+STREAMED = re.compile(rb'"stream"\s*:\s*true')
 
 
 @dataclass
@@ -45,13 +54,21 @@ class Route:
     service_url: str | None
     replicas: list[str]
     counter: itertools.count = field(default_factory=itertools.count)  # type: ignore[type-arg]
+    workflow_id: str = ""
+    pool: list[Replica] = field(default_factory=list)  # every published copy, draining ones included
+    policy: routing.Policy = field(default_factory=routing.RoundRobin)
+    wakeable: bool = False  # a replica pool (not a service): a request may wake it from zero
 
-    def target(self) -> str | None:
+    def target(self, session_id: str | None = None, exclude: frozenset[str] = frozenset()) -> Replica | None:
+        """The service, or the replica the endpoint's routing policy picks among the eligible ones."""
         if self.service_url:
-            return self.service_url
-        if not self.replicas:
+            return Replica(copy_id="service", url=self.service_url)
+        if self.pool:
+            return routing.choose(self.policy, self.pool, time.monotonic(), session_id, exclude)
+        if not self.replicas:  # a control plane that lists no pool details: plain round robin
             return None
-        return self.replicas[next(self.counter) % len(self.replicas)]
+        url = self.replicas[next(self.counter) % len(self.replicas)]
+        return Replica(copy_id=url, url=url)
 
     def admits(self, who: Identity) -> bool:
         if self.scope is Scope.PUBLIC or who.user == self.owner:
@@ -100,22 +117,56 @@ class EndpointProxy:
         self._refresh_lock = asyncio.Lock()
         self._refresher: asyncio.Task[None] | None = None
         self._verified: dict[tuple[str, str], tuple[Identity, float]] = {}
+        self.hold_timeout_s = HOLD_TIMEOUT_S
+        self.max_held = MAX_HELD_PER_ENDPOINT
+        # Load figures outlive routing-table refreshes: keyed by copy id (a copy's URL never changes).
+        self._replicas: dict[str, Replica] = {}
+        # Per endpoint, not per Route: a refresh replaces Route objects while requests are held.
+        self._held: dict[str, int] = {}
+        # Requests admitted per pool endpoint since the last report: the autoscaler's rate and idle clock.
+        self._arrivals: dict[str, int] = {}
+        self._reporter: asyncio.Task[None] | None = None
+        self._last_wake: dict[str, float] = {}
+        self.scraper = MetricsScraper(self._scrape_targets)
+
+    def _scrape_targets(self) -> list[tuple[str, ReplicaMetrics]]:
+        return [(r.url, r.metrics) for r in self._replicas.values()]
 
     # --- routing table ----------------------------------------------------------------------------
     async def refresh(self) -> None:
         async with self._refresh_lock:
             data = await self.api.routes()
             routes: dict[str, Route] = {}
+            known: dict[str, Replica] = {}
             for item in data["endpoints"]:
                 old = self.routes.get(item["id"])
+                pool = [self._replica(entry, known) for entry in item.get("pool") or []]
+                policy_name = item.get("routing_policy") or routing.DEFAULT_POLICY
+                keep_policy = old is not None and old.policy.name == policy_name
                 routes[item["id"]] = Route(
                     id=item["id"], scope=Scope(item["scope"]), owner=item["owner"], org=item["org"],
                     groups=frozenset(item.get("groups") or []), service_url=item.get("service_url"),
                     replicas=list(item.get("replicas") or []),
                     counter=old.counter if old else itertools.count(),
+                    workflow_id=item.get("workflow_id", ""), pool=pool,
+                    policy=old.policy if old is not None and keep_policy else _policy(policy_name),
+                    wakeable=bool(item.get("wakeable")),
                 )
+            self._replicas = known
+            # A copy that just became ready is scraped now, not at the next round: it serves at once.
+            fresh = [r for r in known.values() if r.ready and r.metrics.scraped_at is None]
+            if fresh:
+                await asyncio.gather(*(self.scraper.scrape_now(r.url, r.metrics) for r in fresh))
             self.routes = routes
             self._last_refresh = time.monotonic()
+
+    def _replica(self, entry: dict[str, Any], known: dict[str, Replica]) -> Replica:
+        replica = self._replicas.get(entry["copy_id"])
+        if replica is None or replica.url != entry["url"]:
+            replica = Replica(copy_id=entry["copy_id"], url=entry["url"])
+        replica.ready, replica.draining = bool(entry.get("ready", True)), bool(entry.get("draining"))
+        known[replica.copy_id] = replica
+        return replica
 
     async def _refresh_forever(self) -> None:
         while True:
@@ -185,56 +236,151 @@ class EndpointProxy:
                 message = f"Forbidden: endpoint {endpoint_id} is {route.scope.value}-scoped and you are outside it"
                 await _plain(send, 403, message.encode())
                 return
-        target = route.target()
+        if route.wakeable:
+            self._arrivals[endpoint_id] = self._arrivals.get(endpoint_id, 0) + 1
+        session_id = _header(headers, b"x-session-id")
+        target = route.target(session_id)
         if target is None:
-            await _json(send, 503, b'{"error":{"message":"No replica of this endpoint is ready yet; retry shortly.",'
-                                   b'"type":"service_unavailable","code":503}}')
-            return
-        await self._forward(scope, receive, send, target, rest, headers, from_authorization and identity is not None)
+            if not route.wakeable:
+                await _json(send, 503, b'{"error":{"message":"No replica of this endpoint is ready yet; '
+                                       b'retry shortly.","type":"service_unavailable","code":503}}')
+                return
+            target = await self._hold(route, send, headers, session_id)
+            if target is None:
+                return  # answered: 429 (too many waiting) or 503 (deadline passed)
+        await self._forward(scope, receive, send, route, target, rest, headers,
+                            from_authorization and identity is not None, session_id)
 
-    async def _forward(self, scope: dict[str, Any], receive: Receive, send: Send, target: str, rest: str,
-                       headers: list[tuple[bytes, bytes]], strip_authorization: bool) -> None:
+    async def _hold(self, route: Route, send: Send, headers: list[tuple[bytes, bytes]],
+                    session_id: str | None) -> Replica | None:
+        """Hold a request for a pool with no routable copy: wake the pool, then wait for a copy until
+        the deadline (120 s, or less with `x-request-timeout`). Capped per endpoint."""
+        if self._held.get(route.id, 0) >= self.max_held:
+            await _json(send, 429, b'{"error":{"message":"Too many requests are waiting for this endpoint '
+                                   b'to wake up; retry later.","type":"too_many_requests","code":429}}',
+                        [(b"retry-after", b"5")])
+            return None
+        deadline_s = self.hold_timeout_s
+        asked = _header(headers, b"x-request-timeout")
+        if asked:
+            with contextlib.suppress(ValueError):
+                deadline_s = max(0.0, min(deadline_s, float(asked)))
+        started = time.monotonic()
+        self._held[route.id] = self._held.get(route.id, 0) + 1
+        try:
+            while True:
+                route = self.routes.get(route.id, route)  # a refresh may have replaced it
+                target = route.target(session_id)
+                if target is not None:
+                    return target
+                now = time.monotonic()
+                if now - self._last_wake.get(route.id, 0.0) >= WAKE_EVERY_S:
+                    self._last_wake[route.id] = now
+                    asyncio.create_task(self._wake(route))
+                if now - started >= deadline_s:
+                    break
+                await asyncio.sleep(min(0.2, max(0.0, deadline_s - (now - started))))
+                if time.monotonic() - self._last_refresh > 0.2:
+                    with contextlib.suppress(BerthError):
+                        await self.refresh()
+        finally:
+            self._held[route.id] -= 1
+        waited = f"{time.monotonic() - started:.0f}"
+        await _json(send, 503, b'{"error":{"message":"No replica of this endpoint became ready within '
+                    + waited.encode() + b' s; it is starting, retry shortly.","type":"service_unavailable",'
+                    b'"code":503}}', [(b"retry-after", b"10")])
+        return None
+
+    async def _report_load_forever(self) -> None:
+        """Every second, tell the control plane how many requests each pool endpoint admitted."""
+        while True:
+            await asyncio.sleep(1.0)
+            arrivals, self._arrivals = self._arrivals, {}
+            for endpoint_id, count in arrivals.items():
+                try:
+                    await self.api.report_load(endpoint_id, count)
+                except BerthError as error:
+                    log.warning("load report for %s failed: %s", endpoint_id, error)
+
+    async def _wake(self, route: Route) -> None:
+        try:
+            await self.api.wake_endpoint(route.id, "a request arrived at the endpoint proxy")
+            log.info("woke endpoint %s (workflow %s)", route.id, route.workflow_id)
+        except BerthError as error:
+            log.warning("waking endpoint %s failed: %s", route.id, error)
+
+    async def _forward(self, scope: dict[str, Any], receive: Receive, send: Send, route: Route,
+                       target: Replica, rest: str, headers: list[tuple[bytes, bytes]],
+                       strip_authorization: bool, session_id: str | None = None) -> None:
         upstream_headers = [
             (name, value) for name, value in headers
             if name not in STRIPPED_REQUEST and not (strip_authorization and name == b"authorization")
         ]
-        url = f"{target}/{rest}"
+        path = f"/{rest}"
         if scope.get("query_string"):
-            url += "?" + scope["query_string"].decode("latin-1")
+            path += "?" + scope["query_string"].decode("latin-1")
         first = await receive()
         body: bytes | AsyncIterator[bytes]
         if first.get("more_body"):
             body = _body_stream(first.get("body", b""), receive)
         else:
             body = first.get("body", b"")
+        # One retry on another replica when nothing reached the client and the request can be replayed:
+        # a whole body in hand and not a streamed completion.
+        retriable = isinstance(body, bytes) and not STREAMED.search(body)
+        method = scope["method"]
+        target.in_flight += 1
         try:
-            response = await self.upstream.request(scope["method"], url, upstream_headers, body)
-        except UpstreamError as error:
-            log.warning("upstream %s failed: %s", target, error)
-            await _json(send, 502, b'{"error":{"message":"The model service did not answer; retry shortly.",'
-                                   b'"type":"bad_gateway","code":502}}')
-            return
-        await send({"type": "http.response.start", "status": response.status,
-                    "headers": [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]})
-        try:
-            async for chunk in response.body():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except UpstreamError as error:
-            # Mid-stream failure: the status is already sent; end the body so the client sees it.
-            log.warning("upstream %s broke mid-response: %s", target, error)
+            try:
+                response = await self.upstream.request(method, target.url + path, upstream_headers, body)
+            except UpstreamError as error:
+                log.warning("upstream %s failed: %s", target.url, error)
+                other = (route.target(session_id, exclude=frozenset({target.copy_id}))
+                         if retriable and error.sent_nothing and route.pool else None)
+                target.metrics.failed_at = time.monotonic()  # out until a scrape succeeds again
+                if other is None:
+                    await _json(send, 502, b'{"error":{"message":"The model service did not answer; '
+                                           b'retry shortly.","type":"bad_gateway","code":502}}')
+                    return
+                target.in_flight -= 1
+                target = other
+                target.in_flight += 1
+                try:
+                    response = await self.upstream.request(method, target.url + path, upstream_headers, body)
+                except UpstreamError as retry_error:
+                    target.metrics.failed_at = time.monotonic()
+                    log.warning("retry on %s failed too: %s", target.url, retry_error)
+                    await _json(send, 502, b'{"error":{"message":"The model service did not answer; '
+                                           b'retry shortly.","type":"bad_gateway","code":502}}')
+                    return
+            await send({"type": "http.response.start", "status": response.status,
+                        "headers": [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]})
+            try:
+                async for chunk in response.body():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except UpstreamError as error:
+                # Mid-stream failure: the status is already sent; end the body so the client sees it.
+                log.warning("upstream %s broke mid-response: %s", target.url, error)
+            finally:
+                response.release()  # a client that went away mid-stream must not leak the connection
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            response.release()  # a client that went away mid-stream must not leak the connection
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+            target.in_flight -= 1
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 self._refresher = asyncio.create_task(self._refresh_forever())
+                self.scraper.start()
+                self._reporter = asyncio.create_task(self._report_load_forever())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if self._refresher is not None:
                     self._refresher.cancel()
+                if self._reporter is not None:
+                    self._reporter.cancel()
+                await self.scraper.aclose()
                 await self.upstream.aclose()
                 await self.api.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
@@ -260,7 +406,23 @@ async def _plain(send: Send, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def _json(send: Send, status: int, body: bytes) -> None:
+async def _json(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()), *(extra or [])]})
     await send({"type": "http.response.body", "body": body})
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
+    for key, value in headers:
+        if key == name:
+            return value.decode("latin-1").strip() or None
+    return None
+
+
+def _policy(name: str) -> routing.Policy:
+    try:
+        return routing.make(name)
+    except ValueError as error:
+        log.warning("%s; using %s", error, routing.DEFAULT_POLICY)
+        return routing.make(routing.DEFAULT_POLICY)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import uvicorn
 
@@ -24,5 +25,8 @@ def run_endpoint_proxy(api_url: str, token: str, host: str, port: int) -> None:
 
     verifier = asyncio.run(load_keys())
     app = EndpointProxy(ApiClient(api_url, token), verifier)
+    # How long a request for a pool at zero is held, and how many may wait per endpoint.
+    app.hold_timeout_s = float(os.environ.get("BERTH_PROXY_HOLD_TIMEOUT_S", app.hold_timeout_s))
+    app.max_held = int(os.environ.get("BERTH_PROXY_MAX_HELD", app.max_held))
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, loop="uvloop",
                 http="httptools", lifespan="on")

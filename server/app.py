@@ -3,6 +3,9 @@ internal routes the control worker and the endpoint proxy use."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
 import re
 import secrets
@@ -16,7 +19,7 @@ from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from berth.errors import (
@@ -38,10 +41,19 @@ from catalog.memory import gpus_needed, max_context_that_fits, memory_need, memo
 from catalog.render import render, resolve_values
 from server import opencode as opencode_checks
 from server import scheduler
+from server.autoscaler import FrontDoorRates, PoolMemory, decide, policy_from_annotations
 from server.models import EndpointRow, WorkflowRow
 from server.secrets import Secrets
 from server.store import Store
-from workflows.payloads import CopyTimings, Owner, ReplicaRecord, ReserveRequest, ServiceInput, ServiceStatus
+from workflows.payloads import (
+    CopyTimings,
+    Owner,
+    ReplicaRecord,
+    ReserveRequest,
+    ScaleRequest,
+    ServiceInput,
+    ServiceStatus,
+)
 from workflows.service import ServiceWorkflow
 
 DURATION = re.compile(r"^(\d+)([smhdw])$")
@@ -98,6 +110,22 @@ class TokenRequest(BaseModel):
     expiration: str = "8h"
 
 
+class ScaleBody(BaseModel):
+    replicas: int
+
+
+class WakeBody(BaseModel):
+    reason: str = ""
+
+
+class LoadBody(BaseModel):
+    requests: int
+
+
+log = logging.getLogger("berth.server")
+AUTOSCALE_EVERY_S = 1.0
+
+
 def build_context(state_dir: Path, temporal_address: str, database_url: str | None = None) -> ServerContext:
     state = StateLayout(state_dir)
     settings = ClusterSettings.load(state_dir)
@@ -115,7 +143,13 @@ def build_context(state_dir: Path, temporal_address: str, database_url: str | No
 def create_app(context: ServerContext) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):  # type: ignore[no-untyped-def]
+        task = asyncio.create_task(_autoscale_forever(context, rates))
         yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    rates = FrontDoorRates()
 
     app = FastAPI(title="Berth control plane", lifespan=lifespan)
 
@@ -183,7 +217,7 @@ def create_app(context: ServerContext) -> FastAPI:
         endpoint = EndpointRow(id=endpoint_id, workflow_id=workflow_id, service="vllm",
                                scope=definition.endpoint.scope.value, owner=who.user, org=who.org,
                                groups=list(who.groups), model_id=definition.model_id, created_at=now,
-                               annotations={})
+                               annotations=_pool_facts(definition))
         await run_in_threadpool(context.store.add_workflow, row, definition.model_dump(mode="json"), endpoint)
         try:
             client = await context.temporal()
@@ -259,6 +293,26 @@ def create_app(context: ServerContext) -> FastAPI:
         await run_in_threadpool(context.store.mark_stop_requested, workflow_id)
         return {"id": workflow_id, "stop_requested": True}
 
+    @app.post("/v1/workflows/{workflow_id}/scale")
+    async def scale_workflow(workflow_id: str, body: ScaleBody,
+                             who: Identity = Depends(caller)) -> dict[str, Any]:
+        row = await _owned_workflow(context, workflow_id, who)
+        if row.owner != who.user and not who.admin:
+            raise PermissionDeniedError("Only the workflow's owner or an administrator may scale it.")
+        if body.replicas < 0:
+            raise UserInputError(f"--replicas must be 0 or more, not {body.replicas}.")
+        client = await context.temporal()
+        try:
+            result = await client.get_workflow_handle(workflow_id).execute_update(
+                ServiceWorkflow.scale, ScaleRequest(replicas=body.replicas, reason=f"by {who.user}"),
+            )
+        except WorkflowUpdateFailedError as error:
+            cause = error.cause
+            raise UserInputError(getattr(cause, "message", None) or str(cause or error)) from None
+        except RPCError as error:
+            raise NotFoundError(f"Workflow '{workflow_id}' is not running ({error.message}).") from None
+        return {"id": workflow_id, **result.model_dump(mode="json")}
+
     @app.get("/v1/workflows/{workflow_id}/logs")
     async def workflow_logs(workflow_id: str, job: str | None = None, lines: int = 200,
                             who: Identity = Depends(caller)) -> dict[str, Any]:
@@ -280,18 +334,35 @@ def create_app(context: ServerContext) -> FastAPI:
     async def list_endpoints(who: Identity = Depends(caller)) -> list[dict[str, Any]]:
         endpoints = await run_in_threadpool(context.store.endpoints)
         replicas = await run_in_threadpool(context.store.replicas)
-        out = []
-        for endpoint in endpoints:
-            if not who.admin and not _in_scope(endpoint, who):
-                continue
-            ready = [r for r in replicas if r.endpoint_id == endpoint.id and r.ready and not r.draining]
-            out.append({
-                "id": endpoint.id, "workflow_id": endpoint.workflow_id, "service": endpoint.service,
-                "url": _endpoint_url(context, endpoint.id), "scope": endpoint.scope, "owner": endpoint.owner,
-                "model_id": endpoint.model_id, "ready": bool(ready) or bool(endpoint.service_url),
-                "replicas": len(ready),
-            })
-        return out
+        return [_endpoint_view(context, endpoint, replicas) for endpoint in endpoints
+                if who.admin or _in_scope(endpoint, who)]
+
+    @app.get("/v1/endpoints/{endpoint_id}")
+    async def endpoint_detail(endpoint_id: str, who: Identity = Depends(caller)) -> dict[str, Any]:
+        endpoint = await run_in_threadpool(context.store.endpoint, endpoint_id)
+        if not who.admin and not _in_scope(endpoint, who):
+            raise NotFoundError(f"No endpoint with ID '{endpoint_id}'. "
+                                "Run `berth endpoint list` to see the endpoints.")
+        replicas = await run_in_threadpool(context.store.replicas, endpoint_id)
+        return _endpoint_view(context, endpoint, replicas)
+
+    @app.post("/v1/endpoints/{endpoint_id}/wake")
+    async def wake_endpoint(endpoint_id: str, body: WakeBody,
+                            who: Identity = Depends(caller)) -> dict[str, Any]:
+        """A request reached a pool with no copy: ask its workflow for one (anyone in scope may)."""
+        endpoint = await run_in_threadpool(context.store.endpoint, endpoint_id)
+        if not who.admin and not _in_scope(endpoint, who):
+            raise NotFoundError(f"No endpoint with ID '{endpoint_id}'. "
+                                "Run `berth endpoint list` to see the endpoints.")
+        rates.add(endpoint_id, 1, time.monotonic())  # demand: keeps the woken pool from idling back to zero
+        client = await context.temporal()
+        try:
+            await client.get_workflow_handle(endpoint.workflow_id).signal(
+                ServiceWorkflow.wake, body.reason or f"a request from {who.user}")
+        except RPCError as error:
+            raise NotFoundError(
+                f"Workflow '{endpoint.workflow_id}' is not running ({error.message}).") from None
+        return {"endpoint_id": endpoint_id, "workflow_id": endpoint.workflow_id, "woken": True}
 
     @app.post("/v1/endpoints/{endpoint_id}/tokens")
     async def generate_token(endpoint_id: str, body: TokenRequest, who: Identity = Depends(caller)) -> dict[str, Any]:
@@ -385,6 +456,15 @@ def create_app(context: ServerContext) -> FastAPI:
         await run_in_threadpool(context.store.upsert_replica, record.workflow_id, record.endpoint_id, copy_id,
                                 record.url, record.ready)
 
+    @app.post("/v1/internal/endpoints/{endpoint_id}/load", status_code=204)
+    async def report_load(endpoint_id: str, body: LoadBody, _who: Identity = Depends(admin)) -> None:
+        """Requests the endpoint proxy admitted for this endpoint since its last report."""
+        rates.add(endpoint_id, body.requests, time.monotonic())
+
+    @app.post("/v1/internal/replicas/{copy_id}/drain", status_code=204)
+    async def drain_replica(copy_id: str, _who: Identity = Depends(admin)) -> None:
+        await run_in_threadpool(context.store.drain_replica, copy_id)
+
     @app.delete("/v1/internal/replicas/{copy_id}", status_code=204)
     async def unpublish(copy_id: str, _who: Identity = Depends(admin)) -> None:
         await run_in_threadpool(context.store.remove_replica, copy_id)
@@ -401,12 +481,101 @@ def create_app(context: ServerContext) -> FastAPI:
         for replica in replicas:
             if replica.ready and not replica.draining:
                 by_endpoint.setdefault(replica.endpoint_id, []).append(replica.url)
+        pools: dict[str, list[dict[str, Any]]] = {}
+        for replica in replicas:
+            pools.setdefault(replica.endpoint_id, []).append(_replica_view(replica))
         return {"endpoints": [{
             "id": e.id, "scope": e.scope, "owner": e.owner, "org": e.org, "groups": e.groups,
             "service_url": e.service_url, "replicas": sorted(by_endpoint.get(e.id, [])),
+            # The pool as routing needs it: every published copy with its state, the policy, and
+            # whether a request may wake it (a pool with no copy, not a service).
+            "workflow_id": e.workflow_id, "pool": sorted(pools.get(e.id, []), key=lambda r: r["copy_id"]),
+            "routing_policy": (e.annotations or {}).get("routing_policy", "least_queue"),
+            "wakeable": bool((e.annotations or {}).get("pool")),
         } for e in endpoints]}
 
     return app
+
+
+def _pool_facts(definition: WorkflowDefinition) -> dict[str, Any]:
+    """What the endpoint row keeps about its pool, for routing and discovery."""
+    if definition.replica is None:
+        return {}
+    pool = definition.pool
+    return {"pool": True, "proxy": definition.proxy, "routing_policy": pool.routing_policy,
+            "min_replicas": pool.min_replicas, "max_replicas": pool.max_replicas,
+            "target_requests_per_s": pool.target_requests_per_s,
+            "scale_down_delay_s": pool.scale_down_delay_s,
+            "scale_to_zero_after_s": pool.scale_to_zero_after_s}
+
+
+async def _autoscale_forever(context: ServerContext, rates: FrontDoorRates) -> None:
+    memories: dict[str, PoolMemory] = {}
+    while True:
+        await asyncio.sleep(AUTOSCALE_EVERY_S)
+        try:
+            await _autoscale_once(context, rates, memories)
+        except Exception as error:  # noqa: BLE001 — the loop must outlive any one failure; say what it was
+            log.warning("autoscaler tick failed: %s: %s", type(error).__name__, error)
+
+
+async def _autoscale_once(context: ServerContext, rates: FrontDoorRates,
+                          memories: dict[str, PoolMemory]) -> None:
+    endpoints = await run_in_threadpool(context.store.endpoints)
+    pools = [(e, policy_from_annotations(e.annotations or {})) for e in endpoints]
+    active = [(e, p) for e, p in pools
+              if p is not None and (p.min_replicas == 0 or p.target_requests_per_s > 0)]
+    if not active:
+        return
+    client = await context.temporal()
+    now = time.monotonic()
+    for endpoint, policy in active:
+        assert policy is not None
+        handle = client.get_workflow_handle(endpoint.workflow_id)
+        status: ServiceStatus = await handle.query(ServiceWorkflow.status, rpc_timeout=_timedelta(5))
+        if status.phase.value != "ready":
+            continue  # starting copies are not idle, a pool at zero waits for a request, stopping is final
+        memory = memories.setdefault(endpoint.id, PoolMemory())
+        decision = decide(policy, status.desired_replicas, rates.load(endpoint.id, now), memory, now)
+        if decision is None or decision[0] == status.desired_replicas:
+            continue
+        with contextlib.suppress(WorkflowUpdateFailedError):  # e.g. stopping meanwhile
+            await handle.execute_update(
+                ServiceWorkflow.scale,
+                ScaleRequest(replicas=decision[0], reason=decision[1], source="autoscaler"))
+
+
+def _replica_view(replica: Any) -> dict[str, Any]:
+    return {"copy_id": replica.copy_id, "url": replica.url, "ready": bool(replica.ready),
+            "draining": bool(replica.draining)}
+
+
+def _endpoint_view(context: ServerContext, endpoint: EndpointRow, replicas: list[Any]) -> dict[str, Any]:
+    """An endpoint as the endpoints API lists it, with its per-replica addresses and discovery annotations.
+
+    A Proxy=true pool is not discoverable: its replicas sit behind LiteLLM and its key, so a gateway
+    must not route around them; `discoverable` says so and `not_discoverable_reason` says why."""
+    mine = sorted((_replica_view(r) for r in replicas if r.endpoint_id == endpoint.id),
+                  key=lambda r: r["copy_id"])
+    ready = [r for r in mine if r["ready"] and not r["draining"]]
+    facts = endpoint.annotations or {}
+    is_pool = bool(facts.get("pool"))
+    discoverable = is_pool and not facts.get("proxy", True)
+    annotations: dict[str, Any] = {
+        "model_id": endpoint.model_id, "workflow_id": endpoint.workflow_id, "owner": endpoint.owner,
+        "scope": endpoint.scope, "ready": bool(ready), "discoverable": discoverable,
+        "routing_policy": facts.get("routing_policy"),
+    }
+    if is_pool and not discoverable:
+        annotations["not_discoverable_reason"] = (
+            "started with Proxy=true: its replicas are behind its LiteLLM proxy; restart the model with "
+            "Proxy=false to make it discoverable by a gateway")
+    return {
+        "id": endpoint.id, "workflow_id": endpoint.workflow_id, "service": endpoint.service,
+        "url": _endpoint_url(context, endpoint.id), "scope": endpoint.scope, "owner": endpoint.owner,
+        "model_id": endpoint.model_id, "ready": bool(ready) or bool(endpoint.service_url),
+        "ready_replicas": len(ready), "replicas": mine if discoverable else [], "annotations": annotations,
+    }
 
 
 def _timedelta(seconds: float):  # type: ignore[no-untyped-def]

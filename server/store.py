@@ -167,6 +167,13 @@ class Store:
             else:
                 row.url, row.ready, row.draining, row.updated_at = url, ready, draining, time.time()
 
+    def drain_replica(self, copy_id: str) -> None:
+        """Mark a copy draining: proxies stop choosing it; it stays listed until it is unpublished."""
+        with self.session() as s:
+            row = s.get(ReplicaRow, copy_id)
+            if row is not None:
+                row.draining, row.updated_at = True, time.time()
+
     def remove_replica(self, copy_id: str) -> None:
         with self.session() as s:
             s.execute(delete(ReplicaRow).where(ReplicaRow.copy_id == copy_id))

@@ -235,3 +235,30 @@ class ServiceStatus(Payload):
     events: tuple[Event, ...]
     last_error: str | None = None
     weights: WeightsResult | None = None
+
+
+class ScaleRequest(Payload):
+    """Set a pool's desired size: by hand (`berth workflow scale`), by the autoscaler, or a wake-up."""
+
+    replicas: int
+    reason: str = ""
+    source: str = "manual"  # manual | autoscaler | wake
+
+
+class ScaleResult(Payload):
+    previous: int
+    desired: int
+    message: str
+
+
+class DrainInput(Payload):
+    """Stop routing new requests to a copy, then wait (up to the grace) for its in-flight ones."""
+
+    copy_id: str
+    url: str | None = None
+    grace_s: float = 30.0
+
+
+class DrainResult(Payload):
+    drained: bool  # in-flight requests finished within the grace (False: the grace ran out)
+    waited_s: float = 0.0

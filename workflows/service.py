@@ -19,9 +19,13 @@ with workflow.unsafe.imports_passed_through():
         CopyInput,
         CopyResult,
         CopyStatus,
+        DrainInput,
+        DrainResult,
         Event,
         Phase,
         ReplicaInfo,
+        ScaleRequest,
+        ScaleResult,
         ServiceInput,
         ServiceStatus,
         WeightsInput,
@@ -49,6 +53,7 @@ class ServiceState:
     weights: WeightsResult | None = None
     stop_requested: bool = False
     finished: dict[str, CopyResult] = field(default_factory=dict)
+    draining: list[str] = field(default_factory=list)  # copies being scaled in (no new requests)
 
 
 @workflow.defn
@@ -72,6 +77,45 @@ class ServiceWorkflow:
         if not self.state.stop_requested:
             self.state.stop_requested = True
             self._event("stop_requested", "stop requested")
+
+    @workflow.update
+    def scale(self, request: ScaleRequest) -> ScaleResult:
+        """Set the pool's desired size (manual, autoscaler); the pool loop starts or drains copies."""
+        previous = self.state.desired
+        self.state.desired = request.replicas
+        if request.replicas != previous:
+            why = f" ({request.reason})" if request.reason else ""
+            verb = "scale_up" if request.replicas > previous else "scale_down"
+            self._event(verb, f"{request.source}: {previous} → {request.replicas} copies{why}")
+            self._update_phase()
+        return ScaleResult(previous=previous, desired=request.replicas,
+                           message=f"desired copies {previous} → {request.replicas}")
+
+    @scale.validator
+    def _check_scale(self, request: ScaleRequest) -> None:
+        assert self.input is not None
+        if self.input.definition.replica is None:
+            raise ApplicationError("This workflow runs a service, not a replica pool; it cannot be scaled.")
+        if self.state.stop_requested or self.state.phase in Phase.terminal():
+            raise ApplicationError("The workflow is stopping; it cannot be scaled.")
+        pool = self.input.definition.pool
+        if request.replicas > pool.max_replicas:
+            raise ApplicationError(
+                f"Cannot scale to {request.replicas} copies: MaxReplicas is {pool.max_replicas}.")
+        if request.replicas < pool.min_replicas:
+            raise ApplicationError(
+                f"Cannot scale to {request.replicas} copies: MinReplicas is {pool.min_replicas}.")
+
+    @workflow.signal
+    def wake(self, reason: str) -> None:
+        """A request reached the pool while it had no copy: bring one up (a no-op when copies exist)."""
+        if self.state.stop_requested or self.state.desired > 0 or self.input is None:
+            return
+        if self.input.definition.replica is None:
+            return
+        self.state.desired = 1
+        self._event("woken", f"0 → 1 copy: {reason or 'a request arrived'}")
+        self._update_phase()
 
     @workflow.signal
     def copy_event(self, event: Event) -> None:
@@ -192,17 +236,28 @@ class ServiceWorkflow:
     async def _hold_pool(self, input: ServiceInput, model_dir: str) -> None:
         pool = input.definition.pool
         running: dict[str, asyncio.Task[None]] = {}
+        drains: list[asyncio.Task[None]] = []
+
+        def active() -> int:  # copies that count toward the desired size (not being drained)
+            return len(running) - sum(1 for c in running if c in self.state.draining)
+
         while True:
-            while not self.state.stop_requested and len(running) < self.state.desired:
+            while not self.state.stop_requested and active() < self.state.desired:
                 copy = self._copy_input(input, model_dir)
                 running[copy.copy_id] = asyncio.create_task(self._run_copy(copy))
                 self._update_phase()
+            if not self.state.stop_requested and active() > self.state.desired:
+                for copy_id in self._scale_in_order(running, active() - self.state.desired):
+                    self.state.draining.append(copy_id)
+                    drains.append(asyncio.create_task(self._drain(copy_id, running, pool.drain_grace_s)))
             await workflow.wait_condition(
                 lambda: self.state.stop_requested or bool(self.state.finished)
-                or len(running) != self.state.desired
+                or active() != self.state.desired
             )
             if self.state.stop_requested:
                 self.state.phase = Phase.STOPPING
+                for drain in drains:
+                    drain.cancel()
                 for task in running.values():
                     task.cancel()  # cancels the child workflow: it stops its ranks and releases GPUs
                 if running:  # workflow.wait refuses an empty list (e.g. a pool scaled to zero)
@@ -211,6 +266,8 @@ class ServiceWorkflow:
             for copy_id, result in list(self.state.finished.items()):
                 del self.state.finished[copy_id]
                 running.pop(copy_id, None)
+                if copy_id in self.state.draining:
+                    continue  # scaled in on purpose: its end is the drain's business
                 try:
                     self._on_copy_finished(result, len(running), pool.min_replicas, pool.replace_failed_copies)
                     self._update_phase()  # e.g. dropped to zero copies
@@ -221,6 +278,39 @@ class ServiceWorkflow:
                     if running:  # workflow.wait refuses an empty list
                         await workflow.wait(list(running.values()))
                     raise
+
+    def _scale_in_order(self, running: dict[str, asyncio.Task[None]], count: int) -> list[str]:
+        """Which copies to scale in: ones not yet serving first (nothing to drain), then the newest."""
+        candidates = [c for c in running if c not in self.state.draining]
+        serving = {c for c, info in self.state.copies.items() if info.status is CopyStatus.READY}
+        candidates.sort(key=lambda c: (c in serving, -int(c.rsplit("-", 1)[-1])))
+        return candidates[:count]
+
+    async def _drain(self, copy_id: str, running: dict[str, asyncio.Task[None]], grace_s: float) -> None:
+        """Scale one copy in: no new requests, in-flight ones finish (up to the grace), then stop it."""
+        info = self.state.copies.get(copy_id)
+        task = running.get(copy_id)
+        try:
+            if info is not None and info.status is CopyStatus.READY:
+                self._event("copy_draining", f"{copy_id} takes no new requests; in-flight ones get "
+                            f"up to {grace_s:.0f} s", copy_id)
+                result: DrainResult = await workflow.execute_activity(
+                    "drain_replica", DrainInput(copy_id=copy_id, url=info.url, grace_s=grace_s),
+                    result_type=DrainResult, task_queue=CONTROL_TASK_QUEUE,
+                    start_to_close_timeout=timedelta(seconds=grace_s + 60),
+                )
+                note = (f"in-flight requests finished in {result.waited_s:.1f} s" if result.drained
+                        else f"grace of {grace_s:.0f} s ran out with requests still in flight")
+                self._event("copy_drained", f"{copy_id}: {note}; stopping it", copy_id)
+            if task is not None and not task.done():
+                task.cancel()  # cancels the child workflow: it stops its ranks and releases its GPUs
+                await workflow.wait([task])
+        finally:
+            running.pop(copy_id, None)
+            self.state.copies.pop(copy_id, None)
+            if copy_id in self.state.draining:
+                self.state.draining.remove(copy_id)
+            self._update_phase()
 
     def _on_copy_finished(self, result: CopyResult, remaining: int, minimum: int, replace_budget: int) -> None:
         if result.status is CopyStatus.INTERRUPTED:

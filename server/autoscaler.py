@@ -1,0 +1,117 @@
+"""Autoscaler: size each replica pool from the request rate measured at its front door, and scale an
+idle MinReplicas=0 pool to zero; decisions go to the workflow's `scale` update with their reason.
+
+The rate source is pluggable (`RateSource`). Today it is the endpoint proxy, which counts requests per
+endpoint and reports them every second (`FrontDoorRates`); the LiteLLM proxy's sync hook, which counts
+the same requests one hop later, can feed the same interface once it runs per model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+RATE_WINDOW_S = 10.0  # the rate is the mean over this window: smooth enough, quick enough
+
+
+@dataclass(frozen=True)
+class Load:
+    rate_rps: float  # requests per second over the window
+    idle_s: float  # seconds since the last request (or since the source first saw the endpoint)
+
+
+class RateSource(Protocol):
+    def load(self, endpoint_id: str, now: float) -> Load: ...
+
+
+class FrontDoorRates:
+    """Request counts reported by the endpoint proxy, kept in memory for the window."""
+
+    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._counts: dict[str, deque[tuple[float, int]]] = {}
+        self._last_request: dict[str, float] = {}
+
+    def add(self, endpoint_id: str, requests: int, now: float) -> None:
+        if requests <= 0:
+            return
+        counts = self._counts.setdefault(endpoint_id, deque())
+        counts.append((now, requests))
+        self._last_request[endpoint_id] = now
+        while counts and counts[0][0] < now - self.window_s:
+            counts.popleft()
+
+    def load(self, endpoint_id: str, now: float) -> Load:
+        counts = self._counts.get(endpoint_id, deque())
+        total = sum(n for at, n in counts if at >= now - self.window_s)
+        # An endpoint never seen before starts its idle clock now (not at the server's start).
+        last = self._last_request.setdefault(endpoint_id, now)
+        return Load(rate_rps=total / self.window_s, idle_s=max(0.0, now - last))
+
+
+@dataclass(frozen=True)
+class PoolPolicy:
+    """A pool's sizing settings (from its definition, kept in the endpoint's annotations)."""
+
+    min_replicas: int
+    max_replicas: int
+    target_requests_per_s: float = 0.0  # 0: no rate autoscaling
+    scale_down_delay_s: float = 60.0
+    scale_to_zero_after_s: float = 300.0
+    rate_autoscaling: bool = True  # False for Proxy=false pools (as documented): only idle → zero
+
+
+@dataclass
+class PoolMemory:
+    """What the autoscaler remembers between ticks about one pool."""
+
+    below_since: float | None = None  # since when the rate has allowed fewer copies
+
+
+def decide(policy: PoolPolicy, current: int, load: Load, memory: PoolMemory,
+           now: float) -> tuple[int, str] | None:
+    """The size the pool should have and why, or None to leave it as it is."""
+    if policy.min_replicas == 0 and load.idle_s >= policy.scale_to_zero_after_s:
+        memory.below_since = None
+        if current > 0:
+            return 0, (f"no request for {load.idle_s:.0f} s "
+                       f"(ScaleToZeroAfter={policy.scale_to_zero_after_s:.0f} s)")
+        return None
+    if not policy.rate_autoscaling or policy.target_requests_per_s <= 0 or current == 0:
+        return None  # at zero, a request wakes the pool (the proxy holds it meanwhile)
+    want = math.ceil(load.rate_rps / policy.target_requests_per_s)
+    want = max(policy.min_replicas, 1, min(policy.max_replicas, want))
+    reason = (f"{load.rate_rps:.2f} req/s over {RATE_WINDOW_S:.0f} s at TargetRequestRate="
+              f"{policy.target_requests_per_s:g} per copy")
+    if want > current:
+        memory.below_since = None
+        return want, reason
+    if want < current:
+        if memory.below_since is None:
+            memory.below_since = now
+        if now - memory.below_since >= policy.scale_down_delay_s:
+            memory.below_since = None
+            return want, f"{reason}, for {policy.scale_down_delay_s:.0f} s (ScaleDownDelay)"
+        return None
+    memory.below_since = None
+    return None
+
+
+def policy_from_annotations(facts: dict[str, object]) -> PoolPolicy | None:
+    """The sizing policy an endpoint row keeps for its pool, or None for a service endpoint."""
+    if not facts.get("pool"):
+        return None
+
+    def number(name: str, default: float) -> float:
+        value = facts.get(name, default)
+        return float(value) if isinstance(value, int | float) else default
+
+    return PoolPolicy(
+        min_replicas=int(number("min_replicas", 1)), max_replicas=int(number("max_replicas", 1)),
+        target_requests_per_s=number("target_requests_per_s", 0.0),
+        scale_down_delay_s=number("scale_down_delay_s", 60.0),
+        scale_to_zero_after_s=number("scale_to_zero_after_s", 300.0),
+        rate_autoscaling=bool(facts.get("proxy", True)),
+    )

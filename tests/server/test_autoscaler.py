@@ -1,0 +1,56 @@
+"""Autoscaler decisions: rate → size, scale-down delay, idle → zero, and the front-door rate window."""
+
+from __future__ import annotations
+
+from server.autoscaler import FrontDoorRates, Load, PoolMemory, PoolPolicy, decide, policy_from_annotations
+
+POLICY = PoolPolicy(min_replicas=0, max_replicas=3, target_requests_per_s=2, scale_down_delay_s=5,
+                    scale_to_zero_after_s=30)
+
+
+def test_rate_scales_up_at_once_and_caps_at_max() -> None:
+    memory = PoolMemory()
+    assert decide(POLICY, 1, Load(rate_rps=5, idle_s=0), memory, 0)[0] == 3  # type: ignore[index]
+    assert decide(POLICY, 1, Load(rate_rps=50, idle_s=0), memory, 0)[0] == 3  # type: ignore[index]
+    assert decide(POLICY, 3, Load(rate_rps=5.5, idle_s=0), memory, 0) is None
+
+
+def test_scale_down_waits_for_the_delay() -> None:
+    memory = PoolMemory()
+    assert decide(POLICY, 3, Load(rate_rps=1, idle_s=0.5), memory, 100) is None
+    assert decide(POLICY, 3, Load(rate_rps=1, idle_s=0.5), memory, 104) is None
+    decision = decide(POLICY, 3, Load(rate_rps=1, idle_s=0.5), memory, 105)
+    assert decision is not None and decision[0] == 1 and "ScaleDownDelay" in decision[1]
+
+
+def test_a_burst_resets_the_scale_down_clock() -> None:
+    memory = PoolMemory()
+    decide(POLICY, 3, Load(rate_rps=1, idle_s=0), memory, 100)
+    decide(POLICY, 3, Load(rate_rps=6, idle_s=0), memory, 103)
+    assert decide(POLICY, 3, Load(rate_rps=1, idle_s=0), memory, 106) is None
+
+
+def test_idle_goes_to_zero_only_when_min_is_zero() -> None:
+    decision = decide(POLICY, 1, Load(rate_rps=0, idle_s=31), PoolMemory(), 0)
+    assert decision is not None and decision[0] == 0 and "ScaleToZeroAfter" in decision[1]
+    kept = PoolPolicy(min_replicas=1, max_replicas=3, target_requests_per_s=2, scale_to_zero_after_s=30)
+    assert decide(kept, 1, Load(rate_rps=0, idle_s=999), PoolMemory(), 0) is None
+    assert decide(POLICY, 0, Load(rate_rps=0, idle_s=999), PoolMemory(), 0) is None  # already there
+
+
+def test_proxy_false_pools_only_scale_to_zero() -> None:
+    policy = policy_from_annotations({"pool": True, "proxy": False, "min_replicas": 0, "max_replicas": 3,
+                                      "target_requests_per_s": 2, "scale_to_zero_after_s": 30})
+    assert policy is not None and not policy.rate_autoscaling
+    assert decide(policy, 1, Load(rate_rps=50, idle_s=0), PoolMemory(), 0) is None
+    assert decide(policy, 1, Load(rate_rps=0, idle_s=40), PoolMemory(), 0) is not None
+    assert policy_from_annotations({}) is None
+
+
+def test_front_door_rate_window() -> None:
+    rates = FrontDoorRates(window_s=10)
+    for second in range(10):
+        rates.add("ep", 4, 1000.0 + second)
+    assert rates.load("ep", 1009.5).rate_rps == 4.0
+    assert rates.load("ep", 1015.0).rate_rps == 2.0  # only the reports of 1005..1009 are in the window
+    assert rates.load("ep", 1015.0).idle_s == 6.0
