@@ -177,6 +177,15 @@ def proxy(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 3,
     run_endpoint_proxy(_env("BERTH_API_URL"), _env("BERTH_TOKEN"), host, port)
 
 
+@app.command()
+def gateway(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 7,
+            host: Annotated[str, typer.Option()] = "127.0.0.1") -> None:
+    """Run the discovering model gateway with BERTH_TOKEN's identity (what the catalog entry runs)."""
+    from gateway.model_gateway import run_gateway
+
+    run_gateway(_env("BERTH_API_URL"), _env("BERTH_TOKEN"), host, port)
+
+
 @app.command("admin-token")
 def admin_token(state_dir: StateDirOption = None,
                 user: Annotated[str, typer.Option(help="Administrator user name")] = "admin") -> None:
@@ -440,6 +449,8 @@ def workflow_describe(workflow_id: str, output: OutputOption = Format.TABLE) -> 
                   f"Temporal status {info.get('status')}", highlight=False)
     console.print(f"  {'Ready: service running and health check passed.' if ready else 'Not ready yet.'}")
     console.print(f"  Endpoint {info['endpoint']['id']}: {info['endpoint']['url']}/v1", highlight=False)
+    if info["endpoint"].get("note"):
+        console.print(f"  [yellow]{info['endpoint']['note']}[/]", highlight=False)
     download = info.get("download")
     if download and download.get("bytes_total"):
         done, total = download["bytes_done"], download["bytes_total"]

@@ -256,6 +256,12 @@ def create_app(context: ServerContext) -> FastAPI:
         handle = client.get_workflow_handle(workflow_id)
         result: dict[str, Any] = {"id": row.id, "entry": row.entry, "owner": row.owner, "created_at": row.created_at,
                                   "endpoint": {"id": row.endpoint_id, "url": _endpoint_url(context, row.endpoint_id)}}
+        with contextlib.suppress(NotFoundError):
+            endpoint = await run_in_threadpool(context.store.endpoint, row.endpoint_id)
+            notes = _endpoint_view(context, endpoint, [])["annotations"]
+            result["endpoint"]["discoverable"] = notes["discoverable"]
+            if notes.get("not_discoverable_reason"):
+                result["endpoint"]["note"] = "not discoverable by a gateway: " + notes["not_discoverable_reason"]
         try:
             description = await handle.describe()
             result["status"] = _temporal_status(description.status)

@@ -1,0 +1,276 @@
+"""ModelGateway: one OpenAI base URL for every model its owner may reach — discovers the annotated
+replicas of `Proxy=false` pools through the endpoints API, routes by the request's `model` with the
+shared routing policies, follows pools as they scale and wakes pools at zero.
+
+A bare ASGI app like the endpoint proxy (same upstream client, same routing and metrics modules)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from berth.api_client import ApiClient
+from berth.errors import BerthError
+from gateway import routing
+from gateway.metrics import MetricsScraper
+from gateway.upstream import UpstreamError, UpstreamPool
+
+log = logging.getLogger("berth.gateway")
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"upgrade", b"host", b"content-length",
+                        b"te", b"trailer", b"proxy-authorization", b"proxy-authenticate"})
+# Credentials meant for Berth never go on to the model servers.
+STRIPPED = HOP_BY_HOP | {b"authorization", b"berth-authorization", b"x-berth-caller", b"cookie"}
+MAX_BODY = 32 * 1024 * 1024
+HOLD_DEADLINE_S = 120.0
+
+
+@dataclass
+class Pool:
+    """One discovered endpoint (a Proxy=false pool) serving a model."""
+
+    endpoint_id: str
+    workflow_id: str
+    model_id: str
+    policy: routing.Policy
+    replicas: dict[str, routing.Replica] = field(default_factory=dict)
+
+
+class ModelGateway:
+    def __init__(self, api: ApiClient, upstream: UpstreamPool | None = None, refresh_s: float = 2.0,
+                 hold_deadline_s: float = HOLD_DEADLINE_S) -> None:
+        self.api = api
+        self.upstream = upstream or UpstreamPool()
+        self.refresh_s = refresh_s
+        self.hold_deadline_s = hold_deadline_s
+        self.pools: dict[str, Pool] = {}
+        self.not_discoverable: dict[str, str] = {}
+        self._told: set[str] = set()
+        self._changed = asyncio.Event()
+        self._scraper = MetricsScraper(self._targets)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _targets(self) -> list[tuple[str, routing.ReplicaMetrics]]:
+        return [(r.url, r.metrics) for pool in self.pools.values() for r in pool.replicas.values()]
+
+    # --- discovery --------------------------------------------------------------------------------
+    async def refresh(self) -> None:
+        endpoints = await self.api.endpoints()
+        seen: set[str] = set()
+        for endpoint in endpoints:
+            notes = endpoint.get("annotations") or {}
+            model_id = notes.get("model_id") or endpoint.get("model_id")
+            if not model_id:
+                continue
+            if not notes.get("discoverable"):
+                reason = notes.get("not_discoverable_reason") or "it is not annotated for discovery"
+                self.not_discoverable[endpoint["id"]] = f"{model_id} ({endpoint['workflow_id']}): {reason}"
+                if endpoint["id"] not in self._told:
+                    self._told.add(endpoint["id"])
+                    log.warning("not serving %s from workflow %s: %s", model_id, endpoint["workflow_id"], reason)
+                continue
+            seen.add(endpoint["id"])
+            pool = self.pools.get(endpoint["id"])
+            if pool is None:
+                pool = Pool(endpoint_id=endpoint["id"], workflow_id=endpoint["workflow_id"], model_id=model_id,
+                            policy=routing.make(notes.get("routing_policy") or "least_queue"))
+                self.pools[endpoint["id"]] = pool
+                log.info("discovered %s at endpoint %s", model_id, endpoint["id"])
+            current = {r["copy_id"]: r for r in endpoint.get("replicas") or []}
+            for copy_id in list(pool.replicas):
+                if copy_id not in current:
+                    del pool.replicas[copy_id]
+            for copy_id, item in current.items():
+                replica = pool.replicas.get(copy_id)
+                if replica is None:
+                    replica = routing.Replica(copy_id=copy_id, url=item["url"])
+                    pool.replicas[copy_id] = replica
+                    await self._scraper.scrape_now(replica.url, replica.metrics)
+                replica.ready, replica.draining = bool(item.get("ready")), bool(item.get("draining"))
+        for endpoint_id in list(self.pools):
+            if endpoint_id not in seen:
+                log.info("dropped %s (endpoint %s is gone or out of reach)", self.pools[endpoint_id].model_id,
+                         endpoint_id)
+                del self.pools[endpoint_id]
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except BerthError as error:
+                log.warning("discovery failed: %s", error)
+            await asyncio.sleep(self.refresh_s)
+
+    def models(self) -> list[str]:
+        return sorted({pool.model_id for pool in self.pools.values()})
+
+    def pick(self, model: str, session_id: str | None) -> tuple[Pool, routing.Replica] | None:
+        now = time.monotonic()
+        best: tuple[Pool, routing.Replica] | None = None
+        for pool in self.pools.values():
+            if pool.model_id != model:
+                continue
+            replica = routing.choose(pool.policy, list(pool.replicas.values()), now, session_id)
+            if replica is not None and (best is None or replica.queue < best[1].queue):
+                best = (pool, replica)
+        return best
+
+    # --- ASGI -------------------------------------------------------------------------------------
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        if path in ("/health", "/healthz"):
+            await _json(send, 200, {"status": "ok"})
+            return
+        if path in ("/v1/models", "/models"):
+            data = [{"id": m, "object": "model", "created": 0, "owned_by": "berth"} for m in self.models()]
+            await _json(send, 200, {"object": "list", "data": data})
+            return
+        if scope["method"] != "POST":
+            await _json(send, 404, _error(f"No route {path}; this gateway serves /v1/models and POST /v1/…", 404))
+            return
+        body = await _read_body(receive)
+        if body is None:
+            await _json(send, 413, _error(f"Request body above {MAX_BODY} bytes.", 413))
+            return
+        try:
+            model = json.loads(body).get("model")
+        except (ValueError, AttributeError):
+            model = None
+        if not isinstance(model, str) or not model:
+            await _json(send, 400, _error('The request names no "model".', 400))
+            return
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        session = next((v.decode("latin-1") for k, v in headers if k == b"x-session-id"), None)
+        choice = self.pick(model, session)
+        if choice is None:
+            choice = await self._wake_and_wait(model, session, _deadline(headers, self.hold_deadline_s))
+        if choice is None:
+            if not any(p.model_id == model for p in self.pools.values()):
+                hint = "; ".join(v for v in self.not_discoverable.values() if v.startswith(model + " "))
+                message = f"The model `{model}` is not served here. Models: {', '.join(self.models()) or 'none'}."
+                if hint:
+                    message += f" {hint}"
+                await _json(send, 404, _error(message, 404))
+            else:
+                await _json(send, 503, _error(f"No replica of {model} became ready in time; retry.", 503),
+                            extra=[(b"retry-after", b"10")])
+            return
+        pool, replica = choice
+        forward = [(k, v) for k, v in headers if k not in STRIPPED]
+        query = scope.get("query_string") or b""
+        target = replica.url + path + ("?" + query.decode("latin-1") if query else "")
+        replica.in_flight += 1
+        try:
+            try:
+                response = await self.upstream.request("POST", target, forward, body)
+            except UpstreamError as error:
+                replica.metrics.failed_at = time.monotonic()
+                log.warning("replica %s of %s failed: %s", replica.copy_id, pool.model_id, error)
+                await _json(send, 502, _error("The model server did not answer; retry.", 502))
+                return
+            await send({"type": "http.response.start", "status": response.status,
+                        "headers": [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]})
+            try:
+                async for chunk in response.body():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except UpstreamError as error:
+                log.warning("replica %s broke mid-response: %s", replica.copy_id, error)
+            finally:
+                response.release()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            replica.in_flight -= 1
+
+    async def _wake_and_wait(self, model: str, session: str | None, deadline_s: float
+                             ) -> tuple[Pool, routing.Replica] | None:
+        pools = [p for p in self.pools.values() if p.model_id == model]
+        if not pools:
+            return None
+        deadline = time.monotonic() + deadline_s
+        last_wake = 0.0
+        while time.monotonic() < deadline:
+            if time.monotonic() - last_wake > 5:
+                last_wake = time.monotonic()
+                for pool in pools:
+                    with contextlib.suppress(BerthError):
+                        await self.api.wake_endpoint(pool.endpoint_id, f"gateway request for {model}")
+            changed = self._changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), timeout=min(1.0, max(0.05, deadline - time.monotonic())))
+            choice = self.pick(model, session)
+            if choice is not None:
+                return choice
+        return None
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self._tasks.append(asyncio.create_task(self._refresh_forever()))
+                self._scraper.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                for task in self._tasks:
+                    task.cancel()
+                await self._scraper.aclose()
+                await self.upstream.aclose()
+                await self.api.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def _deadline(headers: list[tuple[bytes, bytes]], default: float) -> float:
+    for name, value in headers:
+        if name == b"x-request-timeout":
+            with contextlib.suppress(ValueError):
+                return max(0.0, min(default, float(value)))
+    return default
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        parts.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+def _error(message: str, code: int) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "code": code}}
+
+
+async def _json(send: Send, status: int, data: dict[str, Any], extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = json.dumps(data).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *(extra or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def run_gateway(api_url: str, token: str, host: str, port: int) -> None:
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    uvicorn.run(ModelGateway(ApiClient(api_url, token)), host=host, port=port, log_level="warning",
+                access_log=False, loop="uvloop", http="httptools", lifespan="on")

@@ -1,0 +1,133 @@
+"""The discovering gateway (`berth gateway`) over three workflows of two models with different owners
+and scopes: it serves exactly what its owner may reach, follows scaling and wakes a pool at zero."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from berth.processes import free_port, stop_group_sync, wait_http_sync
+from berth.security import Identity, SigningKey
+from tests.support import REPO, RunningStack, free_port_base
+
+ALICE = Identity("alice", ("team-a",), "acme")
+BOB = Identity("bob", ("team-b",), "acme")
+CAROL = Identity("carol", ("team-c",), "other")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+    state = Path(tmp_path_factory.mktemp("gateway")) / "state"
+    stack = RunningStack(state_dir=state, port_base=free_port_base(), nodes=1, simulate_gpus="8x80GB",
+                         extra_env={"BERTH_SIM_TOKENS_PER_SECOND": "0"}).start()
+    key = SigningKey.load_or_create(state / "keys")
+    tokens = {who.user: key.api_token(who) for who in (ALICE, BOB, CAROL)}
+
+    def start(who: Identity, entry: str, values: dict[str, str]) -> dict[str, str]:
+        response = httpx.post(stack.info["api_url"] + "/v1/workflows", timeout=30,
+                              headers={"Authorization": f"Bearer {tokens[who.user]}"},
+                              json={"entry": entry, "values": values})
+        response.raise_for_status()
+        return response.json()  # type: ignore[no-any-return]
+
+    workflows = {
+        "alice-gpt": start(ALICE, "GPT-OSS 20B", {"Proxy": "false", "Scope": "group", "MinReplicas": "0"}),
+        "bob-qwen": start(BOB, "vLLM", {"Model": "hf://Qwen/Qwen3-0.6B", "Proxy": "false", "Scope": "organization",
+                                        "MaxReplicas": "2"}),
+        "carol-gpt": start(CAROL, "GPT-OSS 20B", {"Proxy": "false", "Scope": "user"}),
+        "alice-proxied": start(ALICE, "vLLM", {"Model": "hf://Qwen/Qwen3-1.7B"}),
+    }
+    for created in workflows.values():
+        stack.wait_phase(created["id"], {"ready"}, timeout=120)
+    port = free_port()
+    env = dict(stack.env, BERTH_API_URL=stack.info["api_url"], BERTH_TOKEN=tokens["alice"])
+    log = open(state / "gateway.log", "wb")  # noqa: SIM115
+    gateway = subprocess.Popen([sys.executable, "-m", "cli", "gateway", "--port", str(port)], cwd=REPO, env=env,
+                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_http_sync(f"http://127.0.0.1:{port}/health", 60, gateway)
+        yield {"stack": stack, "workflows": workflows, "url": f"http://127.0.0.1:{port}", "log": state / "gateway.log",
+               "tokens": tokens}
+    finally:
+        stop_group_sync(gateway.pid, 10)
+        log.close()
+        stack.stop()
+
+
+def _models(url: str) -> list[str]:
+    return [m["id"] for m in httpx.get(url + "/v1/models", timeout=10).json()["data"]]
+
+
+def _chat(url: str, model: str, timeout: float = 30) -> httpx.Response:
+    return httpx.post(url + "/v1/chat/completions", timeout=timeout,
+                      json={"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+
+
+def _served(stack: RunningStack, workflow_id: str) -> float:
+    url = stack.describe(workflow_id)["replicas"][0]["url"]
+    text = httpx.get(url + "/metrics", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:request_success_total"))
+
+
+def test_serves_exactly_what_its_owner_may_reach(world: dict[str, object]) -> None:
+    url, stack = str(world["url"]), world["stack"]
+    assert isinstance(stack, RunningStack)
+    workflows = world["workflows"]
+    assert isinstance(workflows, dict)
+    deadline = time.monotonic() + 30
+    while set(_models(url)) != {"openai/gpt-oss-20b", "Qwen/Qwen3-0.6B"} and time.monotonic() < deadline:
+        time.sleep(0.5)
+    # alice's own group pool and bob's organization pool; not carol's (user scope, other organization),
+    # not alice's Proxy=true model (behind its LiteLLM proxy).
+    assert set(_models(url)) == {"openai/gpt-oss-20b", "Qwen/Qwen3-0.6B"}
+    carol_before = _served(stack, workflows["carol-gpt"]["id"])
+    for _ in range(10):
+        assert _chat(url, "openai/gpt-oss-20b").status_code == 200
+        assert _chat(url, "Qwen/Qwen3-0.6B").status_code == 200
+    assert _served(stack, workflows["carol-gpt"]["id"]) == carol_before, "routed to a pool alice may not reach"
+    missing = _chat(url, "Qwen/Qwen3-1.7B")
+    assert missing.status_code == 404 and "Proxy=false" in missing.json()["error"]["message"]
+    assert "restart the model with Proxy=false" in Path(str(world["log"])).read_text()
+    described = stack.cli("workflow", "describe", workflows["alice-proxied"]["id"]).stdout
+    assert "not discoverable by a gateway" in described
+
+
+def test_follows_scaling_and_wakes_a_pool_at_zero(world: dict[str, object]) -> None:
+    url, stack = str(world["url"]), world["stack"]
+    assert isinstance(stack, RunningStack)
+    workflows = world["workflows"]
+    assert isinstance(workflows, dict)
+    bob = workflows["bob-qwen"]["id"]
+    bob_token = world["tokens"]["bob"]  # type: ignore[index]
+    httpx.post(stack.info["api_url"] + f"/v1/workflows/{bob}/scale", json={"replicas": 2}, timeout=30,
+               headers={"Authorization": f"Bearer {bob_token}"}).raise_for_status()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        copies = [r for r in stack.describe(bob)["replicas"] if r["status"] == "ready"]
+        if len(copies) == 2:
+            break
+        time.sleep(0.5)
+    time.sleep(3)  # a discovery refresh and a scrape
+    for _ in range(20):
+        assert _chat(url, "Qwen/Qwen3-0.6B").status_code == 200
+    served = []
+    for replica in stack.describe(bob)["replicas"]:
+        text = httpx.get(replica["url"] + "/metrics", timeout=5).text
+        served.append(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                          if line.startswith("vllm:request_success_total")))
+    assert all(count > 0 for count in served), f"the new replica got no traffic: {served}"
+    alice = workflows["alice-gpt"]["id"]
+    stack.cli("workflow", "scale", alice, "--replicas", "0")
+    stack.wait_phase(alice, {"scaled_to_zero"}, timeout=60)
+    time.sleep(3)
+    started = time.monotonic()
+    woken = _chat(url, "openai/gpt-oss-20b", timeout=130)
+    assert woken.status_code == 200, woken.text
+    assert time.monotonic() - started < 60
