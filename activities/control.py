@@ -1,11 +1,20 @@
-"""Control-side activities: placement, replica publication and endpoint clean-up, through the API."""
+"""Control-side activities: placement, service ports, replica publication, the endpoint's service and
+endpoint clean-up, through the API."""
 
 from __future__ import annotations
 
 from temporalio import activity
 
 from berth.api_client import ApiClient
-from workflows.payloads import CleanupInput, ReplicaRecord, ReserveRequest, ReserveResult
+from workflows.payloads import (
+    CleanupInput,
+    EndpointService,
+    ReplicaRecord,
+    ReserveRequest,
+    ReserveResult,
+    ServicePort,
+    ServicePortRequest,
+)
 
 
 class ControlActivities:
@@ -31,3 +40,11 @@ class ControlActivities:
     @activity.defn(name="remove_endpoint")
     async def remove_endpoint(self, request: CleanupInput) -> None:
         await self.api.remove_endpoint(request.endpoint_id)
+
+    @activity.defn(name="reserve_service_port")
+    async def reserve_service_port(self, request: ServicePortRequest) -> ServicePort:
+        return await self.api.reserve_service_port(request)
+
+    @activity.defn(name="set_endpoint_service")
+    async def set_endpoint_service(self, update: EndpointService) -> None:
+        await self.api.set_endpoint_service(update)

@@ -1,5 +1,6 @@
 """EndpointProxy: the single public entry — authenticate the caller, enforce the endpoint's scope,
-strip Berth credentials, and stream the request to the endpoint's service or one of its replicas.
+strip Berth credentials, tell the service who the caller is (a signed `x-berth-caller` assertion), and
+stream the request to the endpoint's service or one of its replicas.
 
 A bare ASGI app (no framework) on purpose: it is the hot path for every request.
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 from berth.api_client import ApiClient
 from berth.errors import AuthenticationError, BerthError
-from berth.security import Identity, TokenVerifier, endpoint_audience
+from berth.security import Identity, SigningKey, TokenVerifier, endpoint_audience
 from catalog.definition import Scope
 from gateway.upstream import UpstreamError, UpstreamPool
 
@@ -32,7 +33,13 @@ HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
     b"transfer-encoding", b"upgrade", b"host", b"content-length",
 })
-STRIPPED_REQUEST = HOP_BY_HOP | {b"berth-authorization", b"x-berth-caller"}
+CALLER_HEADER = b"x-berth-caller"
+# A client's own x-berth-caller is always dropped: only this proxy may speak for a caller.
+STRIPPED_REQUEST = HOP_BY_HOP | {b"berth-authorization", CALLER_HEADER}
+ASSERTION_TTL_S = 60.0
+# An assertion is reused this long (signing costs ~50 µs; the hot path signs at most twice a minute
+# per caller and endpoint), leaving it ≥ 30 s of life when it reaches the service.
+ASSERTION_REUSE_S = 30.0
 
 
 @dataclass
@@ -45,10 +52,13 @@ class Route:
     service_url: str | None
     replicas: list[str]
     counter: itertools.count = field(default_factory=itertools.count)  # type: ignore[type-arg]
+    service: str = "vllm"
 
     def target(self) -> str | None:
         if self.service_url:
             return self.service_url
+        if self.service == "litellm":
+            return None  # a pool behind LiteLLM is never reached around it (its key would be bypassed)
         if not self.replicas:
             return None
         return self.replicas[next(self.counter) % len(self.replicas)]
@@ -90,9 +100,11 @@ def find_token(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, bool]:
 
 class EndpointProxy:
     def __init__(self, api: ApiClient, verifier: TokenVerifier, upstream: UpstreamPool | None = None,
-                 refresh_s: float = 1.0) -> None:
+                 refresh_s: float = 1.0, signer: SigningKey | None = None) -> None:
         self.api = api
         self.verifier = verifier
+        self.signer = signer  # None: no caller assertions (the service then wants a key)
+        self._assertions: dict[tuple[Identity, str], tuple[bytes, float]] = {}
         self.upstream = upstream or UpstreamPool()
         self.refresh_s = refresh_s
         self.routes: dict[str, Route] = {}
@@ -113,6 +125,7 @@ class EndpointProxy:
                     groups=frozenset(item.get("groups") or []), service_url=item.get("service_url"),
                     replicas=list(item.get("replicas") or []),
                     counter=old.counter if old else itertools.count(),
+                    service=item.get("service") or "vllm",
                 )
             self.routes = routes
             self._last_refresh = time.monotonic()
@@ -149,6 +162,20 @@ class EndpointProxy:
         self._verified[key] = (identity, float(claims["exp"]))
         return identity
 
+    def _assertion(self, identity: Identity, endpoint_id: str) -> bytes | None:
+        if self.signer is None:
+            return None
+        key = (identity, endpoint_id)
+        now = time.monotonic()
+        cached = self._assertions.get(key)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        token = self.signer.caller_assertion(identity, endpoint_id, ASSERTION_TTL_S).encode()
+        if len(self._assertions) > 10_000:
+            self._assertions.clear()
+        self._assertions[key] = (token, now + ASSERTION_REUSE_S)
+        return token
+
     # --- ASGI -------------------------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -177,27 +204,36 @@ class EndpointProxy:
                 identity = self._identity(token, endpoint_id)
             except AuthenticationError:
                 identity = None
-        if route.scope is not Scope.PUBLIC:
+        # A valid Berth token is consumed here even when it identifies nobody to the service.
+        strip_authorization = from_authorization and identity is not None
+        if route.scope is Scope.PUBLIC:
+            # Public: everyone passes; a token only identifies a caller of the endpoint's organization.
+            if identity is not None and identity.org != route.org:
+                identity = None
+        else:
             if identity is None:
                 await _plain(send, 401, b"Unauthorized")
                 return
             if not route.admits(identity):
-                message = f"Forbidden: endpoint {endpoint_id} is {route.scope.value}-scoped and you are outside it"
-                await _plain(send, 403, message.encode())
+                await _plain(send, 403, _forbidden(endpoint_id, route).encode())
                 return
         target = route.target()
         if target is None:
             await _json(send, 503, b'{"error":{"message":"No replica of this endpoint is ready yet; retry shortly.",'
                                    b'"type":"service_unavailable","code":503}}')
             return
-        await self._forward(scope, receive, send, target, rest, headers, from_authorization and identity is not None)
+        caller = self._assertion(identity, endpoint_id) if identity is not None else None
+        await self._forward(scope, receive, send, target, rest, headers, strip_authorization, caller)
 
     async def _forward(self, scope: dict[str, Any], receive: Receive, send: Send, target: str, rest: str,
-                       headers: list[tuple[bytes, bytes]], strip_authorization: bool) -> None:
+                       headers: list[tuple[bytes, bytes]], strip_authorization: bool,
+                       caller: bytes | None = None) -> None:
         upstream_headers = [
             (name, value) for name, value in headers
             if name not in STRIPPED_REQUEST and not (strip_authorization and name == b"authorization")
         ]
+        if caller is not None:
+            upstream_headers.append((CALLER_HEADER, caller))
         url = f"{target}/{rest}"
         if scope.get("query_string"):
             url += "?" + scope["query_string"].decode("latin-1")
@@ -239,6 +275,14 @@ class EndpointProxy:
                 await self.api.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _forbidden(endpoint_id: str, route: Route) -> str:
+    """The 403 body: which scope shut the caller out."""
+    who = {Scope.USER: f"only its owner ({route.owner})", Scope.GROUP: "members of its groups",
+           Scope.ORGANIZATION: f"members of organization {route.org}"}.get(route.scope, "")
+    return (f"Forbidden: endpoint {endpoint_id} is {route.scope.value}-scoped ({who} may call it) "
+            "and you are outside it")
 
 
 async def _body_stream(first: bytes, receive: Receive) -> AsyncIterator[bytes]:

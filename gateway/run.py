@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 
 import uvicorn
 
 from berth.api_client import ApiClient
 from berth.errors import BerthError
-from berth.security import TokenVerifier
+from berth.security import SigningKey, TokenVerifier
+from berth.settings import StateLayout
 from gateway.endpoint_proxy import EndpointProxy
+
+
+def load_signer() -> SigningKey | None:
+    """The control plane's signing key from BERTH_STATE_DIR, to sign caller assertions locally (no
+    network on the hot path). Absent (a proxy host without the state dir): no assertions."""
+    state_dir = os.environ.get("BERTH_STATE_DIR")
+    if not state_dir or not (StateLayout(Path(state_dir)).keys / "signing.pem").exists():
+        return None
+    return SigningKey.load_or_create(StateLayout(Path(state_dir)).keys)
 
 
 def run_endpoint_proxy(api_url: str, token: str, host: str, port: int) -> None:
@@ -23,6 +35,6 @@ def run_endpoint_proxy(api_url: str, token: str, host: str, port: int) -> None:
         raise SystemExit(f"cannot load the signing keys from {api_url}")
 
     verifier = asyncio.run(load_keys())
-    app = EndpointProxy(ApiClient(api_url, token), verifier)
+    app = EndpointProxy(ApiClient(api_url, token), verifier, signer=load_signer())
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, loop="uvloop",
                 http="httptools", lifespan="on")
