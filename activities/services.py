@@ -66,15 +66,18 @@ class ServiceActivities:
         """Own one service process from start to exit; heartbeat while it lives; SIGTERM then SIGKILL
         its process group on cancellation. Returns how it ended."""
         if run.kind not in KINDS:
-            raise ApplicationError(f"unknown service kind '{run.kind}'", type="ServiceConfig", non_retryable=True)
+            raise ApplicationError(f"unknown service kind '{run.kind}'", type="ServiceConfig",
+                                   non_retryable=True)
         context = self.context
         workdir = context.node_dir / "services" / f"{run.workflow_id}.{run.name}"
         log_path = context.state.workflow_logs(run.workflow_id) / run.name / f"{run.name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         launch = await self._litellm_launch(run, workdir)
-        with open(log_path, "ab", buffering=0) as log:
+        # A local file opened once per service start: not worth a thread hop.
+        with open(log_path, "ab", buffering=0) as log:  # noqa: ASYNC230
             # The command line holds no secret (the key lives only in the process environment).
-            log.write(f"[berth] node {context.node_id} starting {run.name}: {' '.join(launch.argv)}\n".encode())
+            argv = " ".join(launch.argv)
+            log.write(f"[berth] node {context.node_id} starting {run.name}: {argv}\n".encode())
             try:
                 process = await asyncio.create_subprocess_exec(
                     *launch.argv, cwd=launch.working_directory, env=dict(launch.environment),
