@@ -97,7 +97,8 @@ MATRIX = {
 @pytest.mark.parametrize("scope", list(MATRIX))
 def test_scope_matrix(stack: RunningStack, world: dict[str, Any], scope: str) -> None:
     for person, expected in zip(["admin", "bob", "carol", "dave", None], MATRIX[scope], strict=True):
-        headers = {} if person is None else {"Authorization": f"Bearer {endpoint_token(stack, world, person, scope)}"}
+        token = None if person is None else endpoint_token(stack, world, person, scope)
+        headers = {} if token is None else {"Authorization": f"Bearer {token}"}
         response = get_models(world, scope, headers)
         if expected == NO_KEY:  # public: let through, but LiteLLM learned nothing about the caller
             assert response.status_code == 401 and NO_KEY in response.text, (person, response.text)
@@ -126,7 +127,8 @@ def test_row_public_without_key_asks_for_one(world: dict[str, Any]) -> None:
 
 def test_row_wrong_key_decides_even_with_a_valid_identity(stack: RunningStack, world: dict[str, Any]) -> None:
     token = endpoint_token(stack, world, "admin", "group")
-    response = get_models(world, "group", {"Authorization": f"Bearer {token}", "x-litellm-api-key": "sk-stale-key"})
+    headers = {"Authorization": f"Bearer {token}", "x-litellm-api-key": "sk-stale-key"}
+    response = get_models(world, "group", headers)
     assert response.status_code == 401 and "Invalid proxy server token" in response.text
     response = get_models(world, "public", {"Authorization": "Bearer sk-wrong-wrong"})
     assert response.status_code == 401 and "Invalid proxy server token" in response.text
@@ -137,9 +139,11 @@ def test_right_keys_admit(stack: RunningStack, world: dict[str, Any]) -> None:
     assert get_models(world, "public", {"Authorization": f"Bearer {SECRET_KEY}"}).status_code == 200
     # Generated: the owner reads it with `workflow get`; nobody else may.
     definition = stack.cli("workflow", "get", world["workflows"]["group"]).stdout
-    generated = next(word.strip('",') for word in definition.split() if word.strip('",').startswith("sk-berth-"))
+    words = [word.strip('",') for word in definition.split()]
+    generated = next(word for word in words if word.startswith("sk-berth-"))
     token = endpoint_token(stack, world, "admin", "group")
-    response = get_models(world, "group", {"Authorization": f"Bearer {token}", "x-litellm-api-key": generated})
+    headers = {"Authorization": f"Bearer {token}", "x-litellm-api-key": generated}
+    response = get_models(world, "group", headers)
     assert response.status_code == 200
     env = {**stack.env, "BERTH_TOKEN": world["api_tokens"]["bob"]}
     refused = stack.cli("workflow", "get", world["workflows"]["group"], env=env, check=False)
@@ -150,8 +154,8 @@ def test_row_no_replica_ready(stack: RunningStack, world: dict[str, Any]) -> Non
     headers = {"Authorization": f"Bearer {endpoint_token(stack, world, 'admin', 'empty')}"}
     listing = httpx.get(world["endpoints"]["empty"]["url"] + "/v1/models", headers=headers, timeout=30)
     assert listing.status_code == 200 and listing.json()["data"] == []
-    chat = httpx.post(world["endpoints"]["empty"]["url"] + "/v1/chat/completions", headers=headers, timeout=30,
-                      json=CHAT)
+    chat = httpx.post(world["endpoints"]["empty"]["url"] + "/v1/chat/completions", headers=headers,
+                      timeout=30, json=CHAT)
     assert chat.status_code == 400 and "Invalid model name" in chat.text
 
 
