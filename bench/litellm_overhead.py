@@ -30,9 +30,9 @@ def main() -> None:
     if not litellm_bin():
         raise SystemExit("no litellm executable (set BERTH_LITELLM_BIN)")
     workdir = Path(tempfile.mkdtemp(prefix="berth-bench-litellm-"))
+    simulator = {"BERTH_SIM_TOKENS_PER_SECOND": "0", "BERTH_SIM_REPLY": LONG_REPLY, "BERTH_SIM_MAX_NUM_SEQS": "256"}
     stack = RunningStack(state_dir=workdir / "state", port_base=free_port_base(), nodes=1,
-                         simulate_gpus="1x80GB", extra_env={"BERTH_SIM_TOKENS_PER_SECOND": "0", "BERTH_SIM_REPLY": LONG_REPLY,
-                                    "BERTH_SIM_MAX_NUM_SEQS": "256"}).start()
+                         simulate_gpus="1x80GB", extra_env=simulator).start()
     stock = None
     try:
         workflow_id = stack.start_entry("GPT-OSS 20B")  # Proxy=true: endpoint proxy → LiteLLM → replica
