@@ -30,7 +30,8 @@ def main() -> None:
     if not litellm_bin():
         raise SystemExit("no litellm executable (set BERTH_LITELLM_BIN)")
     workdir = Path(tempfile.mkdtemp(prefix="berth-bench-litellm-"))
-    simulator = {"BERTH_SIM_TOKENS_PER_SECOND": "0", "BERTH_SIM_REPLY": LONG_REPLY, "BERTH_SIM_MAX_NUM_SEQS": "256"}
+    simulator = {"BERTH_SIM_TOKENS_PER_SECOND": "0", "BERTH_SIM_REPLY": LONG_REPLY,
+                 "BERTH_SIM_MAX_NUM_SEQS": "256"}
     stack = RunningStack(state_dir=workdir / "state", port_base=free_port_base(), nodes=1,
                          simulate_gpus="1x80GB", extra_env=simulator).start()
     stock = None
