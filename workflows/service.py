@@ -5,6 +5,7 @@ or failed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -25,8 +26,8 @@ with workflow.unsafe.imports_passed_through():
         LiveCheck,
         Phase,
         ReplicaInfo,
-        ServiceInput,
         ServiceExit,
+        ServiceInput,
         ServicePort,
         ServicePortRequest,
         ServiceRun,
@@ -298,7 +299,8 @@ class ServiceWorkflow:
                     return
                 self.state.service_restarts += 1
                 self._event("service_exited", f"{exit_message}; restarting it in {backoff:.0f} s")
-                await workflow.wait_condition(self._stopping_service, timeout=timedelta(seconds=backoff))
+                with contextlib.suppress(asyncio.TimeoutError):  # the back-off ran out: start it again
+                    await workflow.wait_condition(self._stopping_service, timeout=timedelta(seconds=backoff))
                 backoff = min(backoff * 2, SERVICE_BACKOFF_MAX_S)
         finally:
             await workflow.execute_activity(
@@ -311,8 +313,8 @@ class ServiceWorkflow:
         queue = node_task_queue(port.node_id)
         process = workflow.start_activity(
             "run_service", run, result_type=ServiceExit, task_queue=queue,
-            start_to_close_timeout=timedelta(days=3650), heartbeat_timeout=SERVICE_HEARTBEAT, retry_policy=ONCE,
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            start_to_close_timeout=timedelta(days=3650), heartbeat_timeout=SERVICE_HEARTBEAT,
+            retry_policy=ONCE, cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
         live = workflow.start_activity(
             "wait_live", LiveCheck(url=run.url), result_type=float, task_queue=queue,
