@@ -140,9 +140,10 @@ class EndpointProxy:
 
     async def _route(self, endpoint_id: str) -> Route | None:
         route = self.routes.get(endpoint_id)
-        # Unknown, or known with nothing to route to: a replica may have been published since the last
-        # refresh (the workflow says ready before the periodic refresh sees it), so look again.
-        stale = route is None or (not route.replicas and not route.service_url)
+        # Unknown, or known with nothing to route to: a replica or the endpoint's LiteLLM proxy may have
+        # been published since the last refresh (the workflow says ready before the periodic refresh
+        # sees it), so look again.
+        stale = route is None or (not route.service_url and (route.service == "litellm" or not route.replicas))
         if stale and time.monotonic() - self._last_refresh > 0.2:
             with contextlib.suppress(BerthError):
                 await self.refresh()
