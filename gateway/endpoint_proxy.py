@@ -143,8 +143,8 @@ class EndpointProxy:
         # Unknown, or known with nothing to route to: a replica or the endpoint's LiteLLM proxy may have
         # been published since the last refresh (the workflow says ready before the periodic refresh
         # sees it), so look again.
-        nothing = route is not None and not route.service_url and (route.service == "litellm" or not route.replicas)
-        stale = route is None or nothing
+        stale = route is None or (
+            not route.service_url and (route.service == "litellm" or not route.replicas))
         if stale and time.monotonic() - self._last_refresh > 0.2:
             with contextlib.suppress(BerthError):
                 await self.refresh()
