@@ -1,4 +1,5 @@
-"""Control-side activities: placement, replica publication and endpoint clean-up, through the API."""
+"""Control-side activities: placement, service ports, replica publication, the endpoint's service and
+endpoint clean-up, through the API."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ from workflows.payloads import (
     CleanupInput,
     DrainInput,
     DrainResult,
+    EndpointService,
     ReplicaRecord,
     ReserveRequest,
     ReserveResult,
+    ServicePort,
+    ServicePortRequest,
 )
 
 # Proxies refresh their routing table every second: after this long none sends a draining copy new work.
@@ -69,3 +73,11 @@ class ControlActivities:
             else:
                 return DrainResult(drained=False, waited_s=time.monotonic() - started)
         return DrainResult(drained=True, waited_s=time.monotonic() - started)
+
+    @activity.defn(name="reserve_service_port")
+    async def reserve_service_port(self, request: ServicePortRequest) -> ServicePort:
+        return await self.api.reserve_service_port(request)
+
+    @activity.defn(name="set_endpoint_service")
+    async def set_endpoint_service(self, update: EndpointService) -> None:
+        await self.api.set_endpoint_service(update)

@@ -21,7 +21,7 @@ import yaml
 
 from bench.common import REPO, cpu_seconds, emit, summary
 from berth.processes import free_port, stop_group_sync, wait_http_sync
-from tests.support import RunningStack, free_port_base
+from tests.support import RunningStack, free_port_base, litellm_bin
 
 LONG_REPLY = " ".join(["token"] * 400)
 BODY = {"model": "openai/gpt-oss-20b", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
@@ -101,7 +101,7 @@ def start_litellm(replica: str, workdir: Path) -> tuple[subprocess.Popen[bytes],
     path.write_text(yaml.safe_dump(config))
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_LOG="ERROR")
     log = open(workdir / "litellm.log", "wb")  # noqa: SIM115
-    process = subprocess.Popen([str(REPO / ".venv-litellm" / "bin" / "litellm"), "--config", str(path), "--port",
+    process = subprocess.Popen([litellm_bin() or "litellm", "--config", str(path), "--port",
                                 str(port), "--host", "127.0.0.1", "--num_workers", "1"], env=env, stdout=log,
                                stderr=subprocess.STDOUT, start_new_session=True)
     wait_http_sync(f"http://127.0.0.1:{port}/health/liveliness", 120, process)
@@ -115,7 +115,8 @@ def main() -> None:
                                     "BERTH_SIM_MAX_NUM_SEQS": "256"}).start()
     litellm = None
     try:
-        workflow_id = stack.start_entry("GPT-OSS 20B")
+        # Proxy=false: this bench measures the endpoint proxy alone (bench/litellm_overhead.py: the full path).
+        workflow_id = stack.start_entry("GPT-OSS 20B", "Proxy=false")
         replica = stack.describe(workflow_id)["replicas"][0]["url"]
         endpoint = stack.endpoint(workflow_id)
         auth = {"Authorization": f"Bearer {stack.token_for(endpoint['id'])}"}
@@ -137,7 +138,7 @@ def main() -> None:
             "rps_concurrency_32": {"direct": direct_rps, "proxy": proxy_rps},
             "proxy_cpu_ms_per_streamed_chunk": cpu_per_chunk_ms, "streamed_chunks": chunks,
         }
-        if (REPO / ".venv-litellm" / "bin" / "litellm").exists():
+        if litellm_bin():
             litellm, litellm_url = start_litellm(replica, workdir)
             litellm_headers = {"Authorization": "Bearer sk-bench-master"}
             litellm_rps = asyncio.run(rps(litellm_url + "/v1/chat/completions", litellm_headers))

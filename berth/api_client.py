@@ -17,7 +17,14 @@ from berth.errors import (
     UnavailableError,
     UserInputError,
 )
-from workflows.payloads import ReplicaRecord, ReserveRequest, ReserveResult
+from workflows.payloads import (
+    EndpointService,
+    ReplicaRecord,
+    ReserveRequest,
+    ReserveResult,
+    ServicePort,
+    ServicePortRequest,
+)
 
 _ERRORS: dict[int, type[BerthError]] = {
     400: UserInputError, 401: AuthenticationError, 403: PermissionDeniedError, 404: NotFoundError,
@@ -167,6 +174,40 @@ class ApiClient:
 
     async def remove_endpoint(self, endpoint_id: str) -> None:
         await self.request("DELETE", f"/v1/internal/endpoints/{endpoint_id}")
+
+    async def reserve_service_port(self, request: ServicePortRequest) -> ServicePort:
+        data = await self.request("POST", "/v1/internal/service-ports", json=request.model_dump(mode="json"))
+        return ServicePort.model_validate(data)
+
+    async def set_endpoint_service(self, update: EndpointService) -> None:
+        await self.request("PUT", f"/v1/internal/endpoints/{update.endpoint_id}/service",
+                           json=update.model_dump(mode="json"))
+
+    async def service_token(self, endpoint_id: str) -> str:
+        data = await self.request("POST", f"/v1/internal/endpoints/{endpoint_id}/service-token")
+        return str(data["token"])
+
+    # --- identity -----------------------------------------------------------------------------------
+    async def create_user(self, name: str, org: str, groups: list[str], admin: bool) -> dict[str, Any]:
+        return await self.request("POST", "/v1/users",  # type: ignore[no-any-return]
+                                  json={"name": name, "org": org, "groups": groups, "admin": admin})
+
+    async def users(self) -> list[dict[str, Any]]:
+        return await self.request("GET", "/v1/users")  # type: ignore[no-any-return]
+
+    async def create_group(self, name: str, org: str) -> dict[str, Any]:
+        return await self.request("POST", "/v1/groups", json={"name": name, "org": org})  # type: ignore[no-any-return]
+
+    async def add_member(self, group: str, user: str) -> dict[str, Any]:
+        return await self.request("POST", f"/v1/groups/{group}/members",  # type: ignore[no-any-return]
+                                  json={"user": user})
+
+    async def user_token(self, name: str, expiration: str) -> dict[str, Any]:
+        return await self.request("POST", f"/v1/users/{name}/tokens",  # type: ignore[no-any-return]
+                                  json={"expiration": expiration})
+
+    async def whoami(self) -> dict[str, Any]:
+        return await self.request("GET", "/v1/whoami")  # type: ignore[no-any-return]
 
     async def routes(self) -> dict[str, Any]:
         return await self.request("GET", "/v1/internal/routes")  # type: ignore[no-any-return]

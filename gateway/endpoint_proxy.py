@@ -1,5 +1,6 @@
 """EndpointProxy: the single public entry — authenticate the caller, enforce the endpoint's scope,
-strip Berth credentials, and stream the request to the endpoint's service or one of its replicas.
+strip Berth credentials, tell the service who the caller is (a signed `x-berth-caller` assertion), and
+stream the request to the endpoint's service or one of its replicas.
 
 A bare ASGI app (no framework) on purpose: it is the hot path for every request.
 """
@@ -19,7 +20,7 @@ from typing import Any
 
 from berth.api_client import ApiClient
 from berth.errors import AuthenticationError, BerthError
-from berth.security import Identity, TokenVerifier, endpoint_audience
+from berth.security import Identity, SigningKey, TokenVerifier, endpoint_audience
 from catalog.definition import Scope
 from gateway import routing
 from gateway.metrics import MetricsScraper
@@ -36,12 +37,18 @@ HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
     b"transfer-encoding", b"upgrade", b"host", b"content-length",
 })
-STRIPPED_REQUEST = HOP_BY_HOP | {b"berth-authorization", b"x-berth-caller"}
+CALLER_HEADER = b"x-berth-caller"
+# A client's own x-berth-caller is always dropped: only this proxy may speak for a caller.
+STRIPPED_REQUEST = HOP_BY_HOP | {b"berth-authorization", CALLER_HEADER}
 # A request for a pool with no routable copy waits this long at most (x-request-timeout shortens it).
 HOLD_TIMEOUT_S = 120.0
 MAX_HELD_PER_ENDPOINT = 100
 WAKE_EVERY_S = 5.0  # re-send the wake-up while requests wait (a lost signal must not strand them)
 STREAMED = re.compile(rb'"stream"\s*:\s*true')
+ASSERTION_TTL_S = 60.0
+# An assertion is reused this long (signing costs ~50 µs; the hot path signs at most twice a minute
+# per caller and endpoint), leaving it ≥ 30 s of life when it reaches the service.
+ASSERTION_REUSE_S = 30.0
 
 
 @dataclass
@@ -58,17 +65,27 @@ class Route:
     pool: list[Replica] = field(default_factory=list)  # every published copy, draining ones included
     policy: routing.Policy = field(default_factory=routing.RoundRobin)
     wakeable: bool = False  # a replica pool (not a service): a request may wake it from zero
+    service: str = "vllm"
 
     def target(self, session_id: str | None = None, exclude: frozenset[str] = frozenset()) -> Replica | None:
         """The service, or the replica the endpoint's routing policy picks among the eligible ones."""
         if self.service_url:
-            return Replica(copy_id="service", url=self.service_url)
+            return Replica(copy_id="service", url=self.service_url) if self._any_ready() else None
+        if self.service == "litellm":
+            return None  # a pool behind LiteLLM is never reached around it (its key would be bypassed)
         if self.pool:
             return routing.choose(self.policy, self.pool, time.monotonic(), session_id, exclude)
         if not self.replicas:  # a control plane that lists no pool details: plain round robin
             return None
         url = self.replicas[next(self.counter) % len(self.replicas)]
         return Replica(copy_id=url, url=url)
+
+    def _any_ready(self) -> bool:
+        """A service in front of a pool (LiteLLM) is worth calling only once the pool has a ready copy;
+        until then the request is held and the pool woken, as for a pool without a service."""
+        if not self.wakeable or not self.pool:
+            return True
+        return any(r.ready and not r.draining for r in self.pool)
 
     def admits(self, who: Identity) -> bool:
         if self.scope is Scope.PUBLIC or who.user == self.owner:
@@ -107,9 +124,11 @@ def find_token(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, bool]:
 
 class EndpointProxy:
     def __init__(self, api: ApiClient, verifier: TokenVerifier, upstream: UpstreamPool | None = None,
-                 refresh_s: float = 1.0) -> None:
+                 refresh_s: float = 1.0, signer: SigningKey | None = None) -> None:
         self.api = api
         self.verifier = verifier
+        self.signer = signer  # None: no caller assertions (the service then wants a key)
+        self._assertions: dict[tuple[Identity, str], tuple[bytes, float]] = {}
         self.upstream = upstream or UpstreamPool()
         self.refresh_s = refresh_s
         self.routes: dict[str, Route] = {}
@@ -151,6 +170,7 @@ class EndpointProxy:
                     workflow_id=item.get("workflow_id", ""), pool=pool,
                     policy=old.policy if old is not None and keep_policy else _policy(policy_name),
                     wakeable=bool(item.get("wakeable")),
+                    service=item.get("service") or "vllm",
                 )
             self._replicas = known
             # A copy that just became ready is scraped now, not at the next round: it serves at once.
@@ -178,9 +198,11 @@ class EndpointProxy:
 
     async def _route(self, endpoint_id: str) -> Route | None:
         route = self.routes.get(endpoint_id)
-        # Unknown, or known with nothing to route to: a replica may have been published since the last
-        # refresh (the workflow says ready before the periodic refresh sees it), so look again.
-        stale = route is None or (not route.replicas and not route.service_url)
+        # Unknown, or known with nothing to route to: a replica or the endpoint's LiteLLM proxy may have
+        # been published since the last refresh (the workflow says ready before the periodic refresh
+        # sees it), so look again.
+        stale = route is None or (
+            not route.service_url and (route.service == "litellm" or not route.replicas))
         if stale and time.monotonic() - self._last_refresh > 0.2:
             with contextlib.suppress(BerthError):
                 await self.refresh()
@@ -199,6 +221,20 @@ class EndpointProxy:
             self._verified.clear()
         self._verified[key] = (identity, float(claims["exp"]))
         return identity
+
+    def _assertion(self, identity: Identity, endpoint_id: str) -> bytes | None:
+        if self.signer is None:
+            return None
+        key = (identity, endpoint_id)
+        now = time.monotonic()
+        cached = self._assertions.get(key)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        token = self.signer.caller_assertion(identity, endpoint_id, ASSERTION_TTL_S).encode()
+        if len(self._assertions) > 10_000:
+            self._assertions.clear()
+        self._assertions[key] = (token, now + ASSERTION_REUSE_S)
+        return token
 
     # --- ASGI -------------------------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
@@ -228,13 +264,18 @@ class EndpointProxy:
                 identity = self._identity(token, endpoint_id)
             except AuthenticationError:
                 identity = None
-        if route.scope is not Scope.PUBLIC:
+        # A valid Berth token is consumed here even when it identifies nobody to the service.
+        strip_authorization = from_authorization and identity is not None
+        if route.scope is Scope.PUBLIC:
+            # Public: everyone passes; a token only identifies a caller of the endpoint's organization.
+            if identity is not None and identity.org != route.org:
+                identity = None
+        else:
             if identity is None:
                 await _plain(send, 401, b"Unauthorized")
                 return
             if not route.admits(identity):
-                message = f"Forbidden: endpoint {endpoint_id} is {route.scope.value}-scoped and you are outside it"
-                await _plain(send, 403, message.encode())
+                await _plain(send, 403, _forbidden(endpoint_id, route).encode())
                 return
         if route.wakeable:
             self._arrivals[endpoint_id] = self._arrivals.get(endpoint_id, 0) + 1
@@ -248,8 +289,9 @@ class EndpointProxy:
             target = await self._hold(route, send, headers, session_id)
             if target is None:
                 return  # answered: 429 (too many waiting) or 503 (deadline passed)
-        await self._forward(scope, receive, send, route, target, rest, headers,
-                            from_authorization and identity is not None, session_id)
+        caller = self._assertion(identity, endpoint_id) if identity is not None else None
+        await self._forward(scope, receive, send, route, target, rest, headers, strip_authorization, session_id,
+                            caller)
 
     async def _hold(self, route: Route, send: Send, headers: list[tuple[bytes, bytes]],
                     session_id: str | None) -> Replica | None:
@@ -311,11 +353,14 @@ class EndpointProxy:
 
     async def _forward(self, scope: dict[str, Any], receive: Receive, send: Send, route: Route,
                        target: Replica, rest: str, headers: list[tuple[bytes, bytes]],
-                       strip_authorization: bool, session_id: str | None = None) -> None:
+                       strip_authorization: bool, session_id: str | None = None,
+                       caller: bytes | None = None) -> None:
         upstream_headers = [
             (name, value) for name, value in headers
             if name not in STRIPPED_REQUEST and not (strip_authorization and name == b"authorization")
         ]
+        if caller is not None:
+            upstream_headers.append((CALLER_HEADER, caller))
         path = f"/{rest}"
         if scope.get("query_string"):
             path += "?" + scope["query_string"].decode("latin-1")
@@ -385,6 +430,14 @@ class EndpointProxy:
                 await self.api.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _forbidden(endpoint_id: str, route: Route) -> str:
+    """The 403 body: which scope shut the caller out."""
+    who = {Scope.USER: f"only its owner ({route.owner})", Scope.GROUP: "members of its groups",
+           Scope.ORGANIZATION: f"members of organization {route.org}"}.get(route.scope, "")
+    return (f"Forbidden: endpoint {endpoint_id} is {route.scope.value}-scoped ({who} may call it) "
+            "and you are outside it")
 
 
 async def _body_stream(first: bytes, receive: Receive) -> AsyncIterator[bytes]:

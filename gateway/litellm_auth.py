@@ -104,6 +104,19 @@ class AssertionVerifier:
             cooldown_duration=JWKS_UNKNOWN_KID_COOLDOWN_S,
         )
         self._unreachable_until = 0.0
+        # The last key set fetched: used while the control plane cannot be reached ("fail static", like
+        # the replica sync), so an API outage does not turn every identified caller into a 401.
+        self._last_good: PyJWKSet | None = None
+
+    async def warm_up(self) -> None:
+        """Fetch the key set once at start-up, so serving survives a control plane that goes away
+        before the first identified request."""
+        try:
+            key_set: Final = await asyncio.to_thread(self._jwks.get_jwk_set)
+        except jwt.PyJWTError as error:
+            logger.debug("caller assertion JWKS not fetched at start-up: %s", type(error).__name__)
+            return
+        self._last_good = key_set
 
     async def verify(self, token: str) -> Caller | None:
         """Return the caller, or None for any assertion that does not verify (never raises)."""
@@ -147,9 +160,17 @@ class AssertionVerifier:
             return None
         try:
             # PyJWKClient fetches with blocking urllib: keep that off the event loop.
-            return await asyncio.to_thread(self._jwks.get_signing_key, kid)
+            found: Final = await asyncio.to_thread(self._jwks.get_signing_key, kid)
+            fresh: Final = cache.get() if cache is not None else None
+            if fresh is not None:
+                self._last_good = fresh
+            return found
         except jwt.PyJWKClientConnectionError:
             self._unreachable_until = time.monotonic() + JWKS_RETRY_AFTER_FAILURE_S
+            stale: Final = _match_kid(self._last_good, kid) if self._last_good is not None else None
+            if stale is not None:
+                logger.warning("caller assertion JWKS unreachable; using the key set last fetched")
+                return stale
             logger.warning("caller assertion JWKS unreachable; keyless requests get 401 until it answers")
             return None
         except jwt.PyJWTError:
@@ -192,6 +213,13 @@ def _verifier(state: State) -> AssertionVerifier | None:
         verifier = AssertionVerifier(jwks_url, audience)
         setattr(state, _VERIFIER_STATE_KEY, verifier)
     return verifier
+
+
+async def warm_up(state: State) -> None:
+    """Start-up: fetch the caller-assertion keys once (no-op when assertions are off)."""
+    verifier: Final = _verifier(state)
+    if verifier is not None:
+        await verifier.warm_up()
 
 
 def assertion_admits_route(route: str) -> bool:

@@ -59,6 +59,7 @@ class LiteLLMServiceSpec(BaseModel):
     served_model_name: str = Field(default="", description="name the replicas serve; empty = model_name")
     master_key: SecretStr
     replicas_url: str = Field(description="GET -> {'replicas': [{'id', 'url', 'ready'}]}")
+    replicas_token: SecretStr = Field(default=SecretStr(""), description="bearer token for replicas_url")
     endpoint_id: str = Field(default="", description="audience of caller assertions; empty = assertions off")
     jwks_url: str = Field(default="", description="published caller-assertion keys; empty = publication off")
     rate_url: str = Field(default="", description="optional: request counters are POSTed here every interval")
@@ -173,6 +174,7 @@ def render_environment(
             "BERTH_JWKS_URL": spec.jwks_url,
             "BERTH_ENDPOINT_ID": spec.endpoint_id,
             "BERTH_RATE_URL": spec.rate_url,
+            "BERTH_REPLICAS_TOKEN": spec.replicas_token.get_secret_value(),
             # The hook modules import as `gateway.*` from the repository root.
             "PYTHONPATH": str(repo_root),
             "PYTHONUNBUFFERED": "1",

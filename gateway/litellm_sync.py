@@ -15,6 +15,7 @@
 #   BERTH_SERVED_MODEL_NAME  name the replicas serve the model under (default: BERTH_MODEL_NAME)
 #   BERTH_SYNC_INTERVAL_S    poll interval (default 1.0)
 #   BERTH_RATE_URL           optional: POST the request counters there every interval
+#   BERTH_REPLICAS_TOKEN     optional: bearer token for BERTH_REPLICAS_URL (a narrow endpoint-service token)
 #
 # Request counters: GET /berth/requests (master key) answers this worker's RequestSnapshot as JSON.
 
@@ -312,10 +313,20 @@ async def start() -> None:
     from litellm.proxy import proxy_server
 
     settings: Final = SyncSettings.from_environment(os.environ)
-    client: Final = httpx.AsyncClient(timeout=httpx.Timeout(REPLICAS_TIMEOUT_S), trust_env=False)
+    token: Final = os.environ.get("BERTH_REPLICAS_TOKEN", "").strip()
+    # The token reads one endpoint's replica list and nothing else; never logged.
+    headers: Final = {"Authorization": f"Bearer {token}"} if token else {}
+    client: Final = httpx.AsyncClient(
+        timeout=httpx.Timeout(REPLICAS_TIMEOUT_S), trust_env=False, headers=headers
+    )
     sync: Final = ReplicaSync(settings, client)
     app: Final[FastAPI] = proxy_server.app
     _add_requests_route(app, sync)
     # The app state holds the task: an unreferenced asyncio task may be garbage-collected mid-run.
     setattr(app.state, _STATE_KEY, (sync, asyncio.create_task(sync.run(), name="berth-replica-sync")))
     logger.info("berth replica sync: following %s for %s", settings.replicas_url, settings.model_name)
+    # The assertion keys too, once, in the background: identified callers keep being admitted if the
+    # control plane goes away before the first of them arrives.
+    from gateway.litellm_auth import warm_up
+
+    app.state.berth_jwks_warm_up = asyncio.create_task(warm_up(app.state), name="berth-jwks-warm-up")

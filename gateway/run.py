@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 import uvicorn
 
 from berth.api_client import ApiClient
 from berth.errors import BerthError
-from berth.security import TokenVerifier
+from berth.security import SigningKey, TokenVerifier
+from berth.settings import StateLayout
 from gateway.endpoint_proxy import EndpointProxy
+
+
+def load_signer() -> SigningKey | None:
+    """The control plane's signing key from BERTH_STATE_DIR, to sign caller assertions locally (no
+    network on the hot path). Absent (a proxy host without the state dir): no assertions."""
+    state_dir = os.environ.get("BERTH_STATE_DIR")
+    if not state_dir or not (StateLayout(Path(state_dir)).keys / "signing.pem").exists():
+        return None
+    return SigningKey.load_or_create(StateLayout(Path(state_dir)).keys)
 
 
 def run_endpoint_proxy(api_url: str, token: str, host: str, port: int) -> None:
@@ -24,7 +35,7 @@ def run_endpoint_proxy(api_url: str, token: str, host: str, port: int) -> None:
         raise SystemExit(f"cannot load the signing keys from {api_url}")
 
     verifier = asyncio.run(load_keys())
-    app = EndpointProxy(ApiClient(api_url, token), verifier)
+    app = EndpointProxy(ApiClient(api_url, token), verifier, signer=load_signer())
     # How long a request for a pool at zero is held, and how many may wait per endpoint.
     app.hold_timeout_s = float(os.environ.get("BERTH_PROXY_HOLD_TIMEOUT_S", app.hold_timeout_s))
     app.max_held = int(os.environ.get("BERTH_PROXY_MAX_HELD", app.max_held))

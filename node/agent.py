@@ -16,6 +16,7 @@ from typing import Any
 from temporalio.worker import Worker
 
 from activities.ranks import NodeActivities, NodeContext
+from activities.services import ServiceActivities
 from berth.api_client import ApiClient
 from berth.errors import BerthError
 from berth.processes import group_alive, pid_alive, process_start_ticks, stop_group
@@ -131,8 +132,10 @@ class NodeAgent:
         activities = NodeActivities(self.context, secrets_api)
         reaper = asyncio.create_task(self.reap_orphans(
             orphans, activities, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
+        services = ServiceActivities(self.context, secrets_api)
         functions = [activities.run_rank, activities.adopt_rank, activities.wait_ready,
-                     activities.download_weights, activities.delete_ephemeral_volume]
+                     activities.download_weights, activities.delete_ephemeral_volume,
+                     services.run_service, services.wait_live]
         # Generous graceful shutdown: ranks get SIGTERM then SIGKILL and report it before we exit.
         # Cancellation reaches an activity only through a heartbeat, so heartbeats must not be
         # throttled for long: a stopped copy's ranks get SIGTERM within about a second.

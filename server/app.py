@@ -47,11 +47,14 @@ from server.secrets import Secrets
 from server.store import Store
 from workflows.payloads import (
     CopyTimings,
+    EndpointService,
     Owner,
     ReplicaRecord,
     ReserveRequest,
     ScaleRequest,
     ServiceInput,
+    ServicePort,
+    ServicePortRequest,
     ServiceStatus,
 )
 from workflows.service import ServiceWorkflow
@@ -124,6 +127,38 @@ class LoadBody(BaseModel):
 
 log = logging.getLogger("berth.server")
 AUTOSCALE_EVERY_S = 1.0
+
+
+class UserRequest(BaseModel):
+    name: str
+    org: str = "default"
+    groups: list[str] = []
+    admin: bool = False
+
+
+class GroupRequest(BaseModel):
+    name: str
+    org: str = "default"
+
+
+class MemberRequest(BaseModel):
+    user: str
+
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# A LiteLLM service reads its pool's replica list with this token for as long as it runs; it reaches
+# nothing else (its audience is one endpoint's service routes), so a long life costs little.
+SERVICE_TOKEN_TTL_S = 365 * 24 * 3600
+
+
+def service_audience(endpoint_id: str) -> str:
+    return f"endpoint-service:{endpoint_id}"
+
+
+def _check_name(kind: str, name: str) -> str:
+    if not NAME.match(name):
+        raise UserInputError(f"{kind} name '{name}' must be letters, digits, '.', '_' or '-' (at most 128).")
+    return name
 
 
 def build_context(state_dir: Path, temporal_address: str, database_url: str | None = None) -> ServerContext:
@@ -214,7 +249,9 @@ def create_app(context: ServerContext) -> FastAPI:
         now = time.time()
         row = WorkflowRow(id=workflow_id, entry=entry.name, owner=who.user, org=who.org, created_at=now,
                           definition="", endpoint_id=endpoint_id)
-        endpoint = EndpointRow(id=endpoint_id, workflow_id=workflow_id, service="vllm",
+        # A pool behind a LiteLLM proxy is reached only through it: the proxy answers 503 until it is up.
+        fronted = definition.proxy and definition.replica is not None
+        endpoint = EndpointRow(id=endpoint_id, workflow_id=workflow_id, service="litellm" if fronted else "vllm",
                                scope=definition.endpoint.scope.value, owner=who.user, org=who.org,
                                groups=list(who.groups), model_id=definition.model_id, created_at=now,
                                annotations=_pool_facts(definition))
@@ -416,6 +453,47 @@ def create_app(context: ServerContext) -> FastAPI:
         kind, value = await run_in_threadpool(secrets_api.resolve, owner, body.ref)
         return {"type": kind, "value": value}
 
+    # --- identity -----------------------------------------------------------------------------------
+    def _user_json(identity: Identity) -> dict[str, Any]:
+        return {"name": identity.user, "org": identity.org, "groups": list(identity.groups), "admin": identity.admin}
+
+    @app.get("/v1/whoami")
+    async def whoami(who: Identity = Depends(caller)) -> dict[str, Any]:
+        return _user_json(who)
+
+    @app.post("/v1/users", status_code=201)
+    async def create_user(body: UserRequest, _who: Identity = Depends(admin)) -> dict[str, Any]:
+        _check_name("User", body.name)
+        _check_name("Organization", body.org)
+        groups = [_check_name("Group", g) for g in body.groups]
+        identity = await run_in_threadpool(context.store.create_user, body.name, body.org, groups, body.admin)
+        return _user_json(identity)
+
+    @app.get("/v1/users")
+    async def list_users(who: Identity = Depends(caller)) -> list[dict[str, Any]]:
+        users = await run_in_threadpool(context.store.users)
+        return [_user_json(u) for u in users if who.admin or u.org == who.org]
+
+    @app.post("/v1/users/{name}/tokens", status_code=201)
+    async def user_token(name: str, body: TokenRequest, who: Identity = Depends(caller)) -> dict[str, Any]:
+        """An API token for `name` (administrators: any user; others: themselves). The user's groups
+        and organization are read now and carried in the token."""
+        if name != who.user and not who.admin:
+            raise PermissionDeniedError("Only administrators may mint API tokens for other users.")
+        identity = await run_in_threadpool(context.store.identity, name)
+        ttl = parse_duration(body.expiration)
+        return {"user": name, "token": context.signing.api_token(identity, ttl), "expires_at": time.time() + ttl}
+
+    @app.post("/v1/groups", status_code=201)
+    async def create_group(body: GroupRequest, _who: Identity = Depends(admin)) -> dict[str, Any]:
+        await run_in_threadpool(context.store.create_group, _check_name("Group", body.name),
+                                _check_name("Organization", body.org))
+        return {"name": body.name, "org": body.org}
+
+    @app.post("/v1/groups/{group}/members", status_code=201)
+    async def add_member(group: str, body: MemberRequest, _who: Identity = Depends(admin)) -> dict[str, Any]:
+        return _user_json(await run_in_threadpool(context.store.add_member, group, body.user))
+
     # --- nodes --------------------------------------------------------------------------------------
     @app.post("/v1/nodes/{node_id}/heartbeat")
     async def node_heartbeat(node_id: str, inventory: dict[str, Any], _who: Identity = Depends(admin)) -> dict[str, Any]:
@@ -479,6 +557,39 @@ def create_app(context: ServerContext) -> FastAPI:
     async def remove_endpoint(endpoint_id: str, _who: Identity = Depends(admin)) -> None:
         await run_in_threadpool(context.store.remove_endpoint, endpoint_id)
 
+    @app.post("/v1/internal/service-ports")
+    async def reserve_service_port(request: ServicePortRequest, _who: Identity = Depends(admin)) -> dict[str, Any]:
+        node, port = await run_in_threadpool(context.store.reserve_service_port, request.owner)
+        return ServicePort(node_id=node.id, address=node.address, port=port).model_dump(mode="json")
+
+    @app.put("/v1/internal/endpoints/{endpoint_id}/service", status_code=204)
+    async def set_endpoint_service(endpoint_id: str, update: EndpointService,
+                                   _who: Identity = Depends(admin)) -> None:
+        await run_in_threadpool(context.store.set_endpoint_service, endpoint_id, update.service, update.url)
+
+    @app.post("/v1/internal/endpoints/{endpoint_id}/service-token")
+    async def service_token(endpoint_id: str, _who: Identity = Depends(admin)) -> dict[str, str]:
+        """A token that reads this endpoint's replica list and nothing else (for its LiteLLM service)."""
+        await run_in_threadpool(context.store.endpoint, endpoint_id)
+        claims = {"sub": f"service:{endpoint_id}", "aud": service_audience(endpoint_id), "typ": "service"}
+        return {"token": context.signing.sign(claims, SERVICE_TOKEN_TTL_S)}
+
+    @app.get("/v1/internal/endpoints/{endpoint_id}/replicas")
+    async def endpoint_replicas(endpoint_id: str, authorization: str | None = Header(None)) -> dict[str, Any]:
+        """The pool's replicas, as the LiteLLM sync hook reads them. Accepts the endpoint's service
+        token or an administrator's API token."""
+        if not authorization or not authorization.lower().startswith("bearer "):
+            raise AuthenticationError("No token.")
+        token = authorization[7:].strip()
+        try:
+            context.verifier.verify(token, service_audience(endpoint_id))
+        except AuthenticationError:
+            if not Identity.from_claims(context.verifier.verify(token, API_AUDIENCE)).admin:
+                raise PermissionDeniedError("Only the endpoint's service or an administrator may read this.") from None
+        rows = await run_in_threadpool(context.store.replicas, endpoint_id)
+        return {"replicas": [{"id": r.copy_id, "url": r.url.rstrip("/") + "/v1", "ready": r.ready and not r.draining}
+                             for r in sorted(rows, key=lambda r: r.copy_id)]}
+
     @app.get("/v1/internal/routes")
     async def routes(_who: Identity = Depends(admin)) -> dict[str, Any]:
         endpoints = await run_in_threadpool(context.store.endpoints)
@@ -492,7 +603,7 @@ def create_app(context: ServerContext) -> FastAPI:
             pools.setdefault(replica.endpoint_id, []).append(_replica_view(replica))
         return {"endpoints": [{
             "id": e.id, "scope": e.scope, "owner": e.owner, "org": e.org, "groups": e.groups,
-            "service_url": e.service_url, "replicas": sorted(by_endpoint.get(e.id, [])),
+            "service": e.service, "service_url": e.service_url, "replicas": sorted(by_endpoint.get(e.id, [])),
             # The pool as routing needs it: every published copy with its state, the policy, and
             # whether a request may wake it (a pool with no copy, not a service).
             "workflow_id": e.workflow_id, "pool": sorted(pools.get(e.id, []), key=lambda r: r["copy_id"]),
@@ -579,7 +690,10 @@ def _endpoint_view(context: ServerContext, endpoint: EndpointRow, replicas: list
     return {
         "id": endpoint.id, "workflow_id": endpoint.workflow_id, "service": endpoint.service,
         "url": _endpoint_url(context, endpoint.id), "scope": endpoint.scope, "owner": endpoint.owner,
-        "model_id": endpoint.model_id, "ready": bool(ready) or bool(endpoint.service_url),
+        # Behind LiteLLM: ready when the proxy is up and has a replica to route to.
+        "model_id": endpoint.model_id,
+        "ready": (bool(endpoint.service_url) and bool(ready)) if endpoint.service == "litellm"
+        else bool(ready) or bool(endpoint.service_url),
         "ready_replicas": len(ready), "replicas": mine if discoverable else [], "annotations": annotations,
     }
 

@@ -6,6 +6,7 @@ from a thread pool.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from sqlalchemy import create_engine, delete, event, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from berth.errors import NotFoundError
+from berth.errors import ConflictError, NotFoundError, UnavailableError, UserInputError
 from berth.security import Cipher, Identity
 from server import scheduler
 from server.models import (
@@ -79,6 +80,43 @@ class Store:
                 if s.get(MembershipRow, (name, group)) is None:
                     s.add(MembershipRow(user=name, group=group))
         return self.identity(name)
+
+    def create_user(self, name: str, org: str, groups: list[str], admin: bool = False) -> Identity:
+        """A new user in `org`, a member of `groups` (created in `org` when missing)."""
+        with self.session() as s:
+            if s.get(UserRow, name) is not None:
+                raise ConflictError(f"User '{name}' already exists.")
+            for group in groups:
+                row = s.get(GroupRow, group)
+                if row is not None and row.org != org:
+                    raise UserInputError(f"Group '{group}' belongs to organization '{row.org}', not '{org}'.")
+        return self.ensure_user(name, org, groups, admin)
+
+    def users(self) -> list[Identity]:
+        with self.session() as s:
+            names = list(s.scalars(select(UserRow.name).order_by(UserRow.name)).all())
+        return [self.identity(name) for name in names]
+
+    def create_group(self, name: str, org: str) -> None:
+        with self.session() as s:
+            if s.get(GroupRow, name) is not None:
+                raise ConflictError(f"Group '{name}' already exists.")
+            s.add(GroupRow(name=name, org=org))
+
+    def add_member(self, group: str, user: str) -> Identity:
+        with self.session() as s:
+            group_row = s.get(GroupRow, group)
+            if group_row is None:
+                raise NotFoundError(f"No group named '{group}'. Create it with `berth group create {group}`.")
+            user_row = s.get(UserRow, user)
+            if user_row is None:
+                raise NotFoundError(f"No user named '{user}'. Create it with `berth user create {user}`.")
+            if user_row.org != group_row.org:
+                raise UserInputError(f"User '{user}' is in organization '{user_row.org}'; group '{group}' "
+                                     f"is in '{group_row.org}'.")
+            if s.get(MembershipRow, (user, group)) is None:
+                s.add(MembershipRow(user=user, group=group))
+        return self.identity(user)
 
     def identity(self, name: str) -> Identity:
         with self.session() as s:
@@ -299,6 +337,23 @@ class Store:
                     s.add(PortRow(node_id=node_id, port=port, owner=owner))
                     return port
             raise NotFoundError(f"Node '{node_id}' has no free service port.")
+
+    def reserve_service_port(self, owner: str) -> tuple[NodeRow, int]:
+        """A port for a service on a ready node: the one `owner` already holds if its node is still
+        ready (a restart keeps its address), else the first ready, undrained node with a free port."""
+        now = time.time()
+        with self.session() as s:
+            held = s.scalars(select(PortRow).where(PortRow.owner == owner)).first()
+            nodes = list(s.scalars(select(NodeRow).order_by(NodeRow.id)).all())
+        by_id = {n.id: n for n in nodes}
+        if held is not None and held.node_id in by_id and self.node_ready(by_id[held.node_id], now):
+            return by_id[held.node_id], held.port
+        self.release(owner)
+        for node in nodes:
+            if self.node_ready(node, now) and not node.draining:
+                with contextlib.suppress(NotFoundError):
+                    return node, self.reserve_port(owner, node.id)
+        raise UnavailableError("No ready node has a free port for the service; it waits for one.")
 
     def release(self, copy_id: str) -> None:
         with self._placement_lock, self.session() as s:

@@ -26,7 +26,8 @@ async def run_worker(state_dir: Path, temporal_address: str, api_url: str, token
         worker = Worker(
             client, task_queue=task_queue, workflows=[ServiceWorkflow, CopyWorkflow],
             activities=[control.reserve_placement, control.release_placement, control.publish_replica,
-                        control.unpublish_replica, control.remove_endpoint, control.drain_replica],
+                        control.unpublish_replica, control.remove_endpoint, control.drain_replica,
+                        control.reserve_service_port, control.set_endpoint_service],
         )
         async with worker:
             await stop.wait()

@@ -19,6 +19,20 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 
 
+def litellm_bin() -> str | None:
+    """The litellm executable for node agents: BERTH_LITELLM_BIN, this checkout's .venv-litellm, or, in a
+    linked git worktree (which has none of its own), the main checkout's."""
+    if os.environ.get("BERTH_LITELLM_BIN"):
+        return os.environ["BERTH_LITELLM_BIN"]
+    own = REPO / ".venv-litellm" / "bin" / "litellm"
+    if own.exists():
+        return str(own)
+    common = subprocess.run(["git", "rev-parse", "--path-format=absolute", "--git-common-dir"],
+                            capture_output=True, text=True, check=False, cwd=REPO).stdout.strip()
+    candidate = Path(common).parent / ".venv-litellm" / "bin" / "litellm"
+    return str(candidate) if common and candidate.exists() else None
+
+
 def ports_free(base: int, span: int = 8) -> bool:
     for port in range(base, base + span):
         with socket.socket() as sock:
@@ -52,6 +66,9 @@ class RunningStack:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.extra_env)
+        executable = litellm_bin()
+        if executable:
+            env["BERTH_LITELLM_BIN"] = executable
         env["BERTH_CONFIG"] = str(self.state_dir / "client.json")
         env["BERTH_STATE_DIR"] = str(self.state_dir)
         env.pop("BERTH_API_URL", None)

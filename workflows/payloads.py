@@ -262,3 +262,64 @@ class DrainInput(Payload):
 class DrainResult(Payload):
     drained: bool  # in-flight requests finished within the grace (False: the grace ran out)
     waited_s: float = 0.0
+
+
+class ServicePortRequest(Payload):
+    """One port on some node for a workflow's service (not a rank)."""
+
+    workflow_id: str
+    owner: str = Field(description="Who holds the port, e.g. '<workflow>.litellm'; released by this name")
+
+
+class ServicePort(Payload):
+    node_id: str
+    address: str
+    port: int
+
+
+class ServiceRun(Payload):
+    """A long-running service a node agent owns (the LiteLLM proxy now; the gateway and OpenCode later).
+
+    The node builds argv, environment and config from `kind` and `options`; credentials are resolved on
+    the node (`api_key_secret`) or carried here (`api_key`, a literal or generated key: Temporal's
+    payload codec encrypts it, so no history shows it)."""
+
+    workflow_id: str
+    endpoint_id: str
+    name: str = Field(description="Job name: logs/workflows/<wf>/<name>/<name>.log")
+    kind: str = Field(description="litellm")
+    owner: str = Field(description="Whose secrets api_key_secret resolves against")
+    address: str
+    port: int
+    options: dict[str, str] = Field(default_factory=dict)
+    api_key: str | None = None
+    api_key_secret: str | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}:{self.port}"
+
+
+class ServiceExit(Payload):
+    name: str
+    node_id: str
+    exit_code: int | None = None
+    signal: int | None = None
+    log_tail: str = ""
+
+    def describe(self) -> str:
+        how = (f"was killed by signal {self.signal}" if self.signal is not None
+               else f"exited with status {self.exit_code}")
+        return f"service {self.name} on node {self.node_id} {how}"
+
+
+class LiveCheck(Payload):
+    url: str
+    path: str = "/health/liveliness"
+    timeout_s: float = 180
+
+
+class EndpointService(Payload):
+    endpoint_id: str
+    service: str
+    url: str | None = None

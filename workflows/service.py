@@ -1,9 +1,11 @@
 """ServiceWorkflow: the one generic workflow every catalog entry runs — weights, then a pool of
-replica copies (child CopyWorkflows), until stopped or failed."""
+replica copies (child CopyWorkflows) behind the endpoint's service (its LiteLLM proxy), until stopped
+or failed."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -12,7 +14,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from berth.settings import CONTROL_TASK_QUEUE, NODES_TASK_QUEUE
+    from berth.settings import CONTROL_TASK_QUEUE, NODES_TASK_QUEUE, node_task_queue
     from workflows.copy import CopyWorkflow
     from workflows.payloads import (
         CleanupInput,
@@ -21,12 +23,18 @@ with workflow.unsafe.imports_passed_through():
         CopyStatus,
         DrainInput,
         DrainResult,
+        EndpointService,
         Event,
+        LiveCheck,
         Phase,
         ReplicaInfo,
         ScaleRequest,
         ScaleResult,
+        ServiceExit,
         ServiceInput,
+        ServicePort,
+        ServicePortRequest,
+        ServiceRun,
         ServiceStatus,
         WeightsInput,
         WeightsResult,
@@ -39,6 +47,12 @@ DOWNLOAD_RETRY = RetryPolicy(
                                "WeightsError", "SecretError"],
 )
 SHORT = timedelta(seconds=60)
+CONTROL_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
+# A service process is restarted by this workflow (with back-off), never by Temporal behind its back.
+ONCE = RetryPolicy(maximum_attempts=1)
+SERVICE_HEARTBEAT = timedelta(seconds=30)
+SERVICE_BACKOFF_MAX_S = 60.0
+PROXY_SERVICE = "litellm"
 
 
 @dataclass
@@ -54,6 +68,8 @@ class ServiceState:
     stop_requested: bool = False
     finished: dict[str, CopyResult] = field(default_factory=dict)
     draining: list[str] = field(default_factory=list)  # copies being scaled in (no new requests)
+    service_ready: bool = False  # the endpoint's own service (LiteLLM) is live and routed to
+    service_restarts: int = 0
 
 
 @workflow.defn
@@ -61,6 +77,7 @@ class ServiceWorkflow:
     def __init__(self) -> None:
         self.state = ServiceState()
         self.input: ServiceInput | None = None
+        self._service_stopping = False
 
     # --- reads and writes from outside ---------------------------------------------------------
     @workflow.query
@@ -139,8 +156,12 @@ class ServiceWorkflow:
         if self.state.phase in (Phase.DOWNLOADING, Phase.STOPPING) or self.state.phase in Phase.terminal():
             return
         statuses = {c.status for c in self.state.copies.values()}
-        if CopyStatus.READY in statuses:
+        # Ready means a client can be served: behind a LiteLLM proxy, that needs the proxy too.
+        fronted = self.input is not None and _fronted(self.input)
+        if CopyStatus.READY in statuses and (self.state.service_ready or not fronted):
             self.state.phase = Phase.READY
+        elif CopyStatus.READY in statuses:
+            self.state.phase = Phase.STARTING
         elif CopyStatus.STARTING in statuses:
             self.state.phase = Phase.STARTING
         elif self.state.desired == 0:
@@ -155,6 +176,8 @@ class ServiceWorkflow:
         definition = input.definition
         self._event("submitted", f"{definition.entry} submitted by {input.owner.user}")
         model_dir = ""
+        # The proxy starts at once: its 6–12 s start overlaps the download and the ranks' start.
+        service = asyncio.create_task(self._proxy_service(input)) if _fronted(input) else None
         try:
             if definition.weights is not None and not self.state.stop_requested:
                 model_dir = await self._download(input)
@@ -165,9 +188,11 @@ class ServiceWorkflow:
         except ApplicationError as error:
             self.state.last_error = error.message
             self._event("failed", error.message)
+            await self._stop_service(service)
             await self._cleanup(input)
             self.state.phase = Phase.FAILED
             raise
+        await self._stop_service(service)
         await self._cleanup(input)
         self.state.phase = Phase.STOPPED
         self._event("stopped", "every rank stopped, GPUs released, endpoint removed")
@@ -333,6 +358,109 @@ class ServiceWorkflow:
         raise ApplicationError(f"a copy failed at the pool minimum ({minimum}): {result.message}",
                                type="CopyFailed", non_retryable=True)
 
+    # --- the endpoint's service (the per-model LiteLLM proxy) -------------------------------------
+    async def _proxy_service(self, input: ServiceInput) -> None:
+        """Place, start and keep the LiteLLM proxy: once live, the endpoint routes to it; if it exits,
+        the endpoint stops routing to it and it is started again with back-off; stopped with the
+        workflow. The master key travels as a literal only inside this (encrypted) history, or as an
+        ApiKeySecret reference resolved on the node."""
+        definition = input.definition
+        replica = definition.replica
+        assert replica is not None
+        owner = f"{input.workflow_id}.{PROXY_SERVICE}"
+        backoff = 1.0
+        try:
+            while not self._stopping_service():
+                port: ServicePort = await workflow.execute_activity(
+                    "reserve_service_port", ServicePortRequest(workflow_id=input.workflow_id, owner=owner),
+                    result_type=ServicePort, task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
+                    retry_policy=CONTROL_RETRY,
+                )
+                run = ServiceRun(
+                    workflow_id=input.workflow_id, endpoint_id=input.endpoint_id, name=PROXY_SERVICE,
+                    kind=PROXY_SERVICE, owner=input.owner.user, address=port.address, port=port.port,
+                    options={"model_name": definition.model_id or replica.engine.served_model_name,
+                             "served_model_name": replica.engine.served_model_name},
+                    api_key=None if definition.api_key_secret else definition.api_key,
+                    api_key_secret=definition.api_key_secret,
+                )
+                exit_message = await self._service_life(input, run, port)
+                if self._stopping_service():
+                    return
+                self.state.service_restarts += 1
+                self._event("service_exited", f"{exit_message}; restarting it in {backoff:.0f} s")
+                with contextlib.suppress(asyncio.TimeoutError):  # the back-off ran out: start it again
+                    await workflow.wait_condition(self._stopping_service, timeout=timedelta(seconds=backoff))
+                backoff = min(backoff * 2, SERVICE_BACKOFF_MAX_S)
+        finally:
+            await workflow.execute_activity(
+                "release_placement", owner, task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
+                retry_policy=CONTROL_RETRY,
+            )
+
+    async def _service_life(self, input: ServiceInput, run: ServiceRun, port: ServicePort) -> str:
+        """One run of the service; returns why it ended (empty when stopped on request)."""
+        queue = node_task_queue(port.node_id)
+        process = workflow.start_activity(
+            "run_service", run, result_type=ServiceExit, task_queue=queue,
+            start_to_close_timeout=timedelta(days=3650), heartbeat_timeout=SERVICE_HEARTBEAT,
+            retry_policy=ONCE, cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+        live = workflow.start_activity(
+            "wait_live", LiveCheck(url=run.url), result_type=float, task_queue=queue,
+            start_to_close_timeout=timedelta(seconds=240), heartbeat_timeout=SERVICE_HEARTBEAT,
+            retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["NotReady"]),
+        )
+        routed = False
+        try:
+            await workflow.wait_condition(lambda: process.done() or live.done() or self._stopping_service())
+            stopping = self._stopping_service()
+            if live.done() and not process.done() and not stopping:
+                if live.exception() is not None:  # up but never live: stop it, and start it again
+                    process.cancel()
+                    await workflow.wait([process])
+                    return f"service {run.name} on {port.node_id} never became live: {live.exception()}"
+                await self._route_service(input, run.url)
+                routed = True
+                self._event("service_ready", f"LiteLLM proxy live at {run.url} on {port.node_id} "
+                            f"after {live.result():.1f} s; the endpoint routes to it")
+            await workflow.wait_condition(lambda: process.done() or self._stopping_service())
+        finally:
+            if routed:
+                await self._route_service(input, None)
+            for task in (live, process):
+                if not task.done():
+                    task.cancel()
+            await workflow.wait([live, process])
+        if self._stopping_service():
+            return ""
+        try:
+            result = process.result()
+        except ActivityError as error:
+            cause = error.cause
+            return f"service {run.name} on {port.node_id} failed: " + (
+                cause.message if isinstance(cause, ApplicationError) else str(cause or error))
+        return result.describe() + (f"; last lines of its log:\n{result.log_tail}" if result.log_tail else "")
+
+    async def _route_service(self, input: ServiceInput, url: str | None) -> None:
+        await workflow.execute_activity(
+            "set_endpoint_service",
+            EndpointService(endpoint_id=input.endpoint_id, service=PROXY_SERVICE, url=url),
+            task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT, retry_policy=CONTROL_RETRY,
+        )
+        self.state.service_ready = url is not None
+        self._update_phase()
+
+    def _stopping_service(self) -> bool:
+        return self._service_stopping or self.state.stop_requested
+
+    async def _stop_service(self, service: asyncio.Task[None] | None) -> None:
+        self._service_stopping = True
+        if service is not None:
+            await workflow.wait([service])
+            if not service.cancelled() and service.exception() is not None:
+                workflow.logger.warning("the endpoint's service ended with %s", service.exception())
+
     async def _cleanup(self, input: ServiceInput) -> None:
         await workflow.execute_activity(
             "remove_endpoint", CleanupInput(workflow_id=input.workflow_id, endpoint_id=input.endpoint_id),
@@ -344,3 +472,8 @@ class ServiceWorkflow:
                 "delete_ephemeral_volume", input.workflow_id, task_queue=NODES_TASK_QUEUE,
                 start_to_close_timeout=timedelta(minutes=10),
             )
+
+
+def _fronted(input: ServiceInput) -> bool:
+    """A replica pool with `Proxy=true`: its endpoint is a LiteLLM proxy run by this workflow."""
+    return input.definition.proxy and input.definition.replica is not None

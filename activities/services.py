@@ -1,0 +1,134 @@
+"""Node activities for a workflow's long-running services (the per-model LiteLLM proxy now): build the
+command on the node, own the process exactly like a rank, and probe its liveness."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+import httpx
+from pydantic import SecretStr
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.ranks import HEARTBEAT_EVERY_S, STOP_GRACE_S, NodeContext
+from berth.api_client import ApiClient
+from berth.errors import BerthError
+from berth.processes import stop_group, tail
+from gateway.litellm_service import LiteLLMLaunch, LiteLLMServiceSpec, prepare_launch
+from workflows.payloads import LiveCheck, ServiceExit, ServiceRun
+
+KINDS = ("litellm",)
+
+
+class ServiceActivities:
+    """Services bound to one node agent. Secrets are resolved here, at the last moment, through the
+    API's internal routes: never through Temporal in clear, never on a command line or in a log."""
+
+    def __init__(self, context: NodeContext, api: ApiClient) -> None:
+        self.context = context
+        self.api = api
+
+    async def _master_key(self, run: ServiceRun) -> str:
+        if run.api_key_secret:
+            try:
+                _kind, value = await self.api.resolve_secret(run.api_key_secret, run.owner)
+            except BerthError as error:
+                raise ApplicationError(f"ApiKeySecret {run.api_key_secret}: {error}", type="SecretError",
+                                       non_retryable=True) from None
+            return value
+        if not run.api_key:
+            raise ApplicationError("the LiteLLM service has no master key", type="ServiceConfig",
+                                   non_retryable=True)
+        return run.api_key
+
+    async def _litellm_launch(self, run: ServiceRun, workdir: Path) -> LiteLLMLaunch:
+        token = await self.api.service_token(run.endpoint_id)
+        base = self.api.base_url
+        spec = LiteLLMServiceSpec(
+            model_name=run.options["model_name"],
+            served_model_name=run.options.get("served_model_name", ""),
+            master_key=SecretStr(await self._master_key(run)),
+            replicas_url=f"{base}/v1/internal/endpoints/{run.endpoint_id}/replicas",
+            replicas_token=SecretStr(token),
+            endpoint_id=run.endpoint_id,
+            # Always the public JWKS route: with publication off it answers 404 and LiteLLM falls back
+            # to its key check, which is the documents' behaviour.
+            jwks_url=f"{base}/.well-known/jwks.json",
+            host=run.address, port=run.port,
+        )
+        return await asyncio.to_thread(prepare_launch, spec, workdir)
+
+    @activity.defn(name="run_service")
+    async def run_service(self, run: ServiceRun) -> ServiceExit:
+        """Own one service process from start to exit; heartbeat while it lives; SIGTERM then SIGKILL
+        its process group on cancellation. Returns how it ended."""
+        if run.kind not in KINDS:
+            raise ApplicationError(f"unknown service kind '{run.kind}'", type="ServiceConfig",
+                                   non_retryable=True)
+        context = self.context
+        workdir = context.node_dir / "services" / f"{run.workflow_id}.{run.name}"
+        log_path = context.state.workflow_logs(run.workflow_id) / run.name / f"{run.name}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        launch = await self._litellm_launch(run, workdir)
+        # A local file opened once per service start: not worth a thread hop.
+        with open(log_path, "ab", buffering=0) as log:  # noqa: ASYNC230
+            # The command line holds no secret (the key lives only in the process environment).
+            argv = " ".join(launch.argv)
+            log.write(f"[berth] node {context.node_id} starting {run.name}: {argv}\n".encode())
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *launch.argv, cwd=launch.working_directory, env=dict(launch.environment),
+                    stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as error:
+                message = f"node {context.node_id} could not start {run.name} ({launch.argv[0]}): {error}"
+                log.write(f"[berth] {message}\n".encode())
+                raise ApplicationError(message, type="ServiceSpawnFailed", non_retryable=True) from None
+        shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+        try:
+            while True:
+                waiter = asyncio.ensure_future(process.wait())
+                done, _ = await asyncio.wait({waiter, shutdown}, timeout=HEARTBEAT_EVERY_S,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if waiter in done:
+                    break
+                waiter.cancel()
+                if shutdown in done:
+                    await stop_group(process.pid, STOP_GRACE_S)
+                    raise ApplicationError(f"node agent {context.node_id} shut down; {run.name} was stopped",
+                                           type="AgentStopped")
+                activity.heartbeat()
+            code = process.returncode
+            assert code is not None
+            return ServiceExit(name=run.name, node_id=context.node_id,
+                               exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
+                               log_tail=tail(log_path, 15))
+        except asyncio.CancelledError:
+            await stop_group(process.pid, STOP_GRACE_S)
+            raise
+        finally:
+            shutdown.cancel()
+            if process.returncode is None:
+                await stop_group(process.pid, STOP_GRACE_S)
+
+    @activity.defn(name="wait_live")
+    async def wait_live(self, check: LiveCheck) -> float:
+        """Poll `url + path` until it answers 200; return the seconds waited."""
+        started = time.monotonic()
+        last = "no answer yet"
+        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0), trust_env=False) as client:
+            while time.monotonic() - started < check.timeout_s:
+                activity.heartbeat(last)
+                with contextlib.suppress(httpx.HTTPError):
+                    response = await client.get(check.url + check.path)
+                    if response.status_code == 200:
+                        return time.monotonic() - started
+                    last = f"{check.path} answered {response.status_code}"
+                await asyncio.sleep(0.2)
+        raise ApplicationError(f"{check.url} was not live within {check.timeout_s:.0f} s ({last})",
+                               type="NotReady", non_retryable=True)
+
