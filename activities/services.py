@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import sys
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -20,7 +24,16 @@ from berth.processes import stop_group, tail
 from gateway.litellm_service import LiteLLMLaunch, LiteLLMServiceSpec, prepare_launch
 from workflows.payloads import LiveCheck, ServiceExit, ServiceRun
 
-KINDS = ("litellm",)
+KINDS = ("litellm", "gateway", "opencode")
+
+
+@dataclass(frozen=True)
+class ServiceLaunch:
+    """What to start: argv (no secret), environment (may hold secrets), working directory."""
+
+    argv: tuple[str, ...]
+    environment: Mapping[str, str]
+    working_directory: Path
 
 
 class ServiceActivities:
@@ -61,6 +74,87 @@ class ServiceActivities:
         )
         return await asyncio.to_thread(prepare_launch, spec, workdir)
 
+    async def _gateway_launch(self, run: ServiceRun, workdir: Path) -> ServiceLaunch:
+        """The discovering gateway polls the endpoints API as the workflow's owner."""
+        token, _expires = await self.api.owner_token(run.owner)
+        workdir.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_TOKEN")}
+        env.update({"BERTH_API_URL": self.api.base_url, "BERTH_TOKEN": token, "PYTHONUNBUFFERED": "1"})
+        argv = (sys.executable, "-m", "cli", "gateway", "--host", run.address, "--port", str(run.port))
+        return ServiceLaunch(argv=argv, environment=env, working_directory=workdir)
+
+    async def _opencode_launch(self, run: ServiceRun, workdir: Path) -> ServiceLaunch:
+        """`opencode serve` reaching the pinned endpoint, or every model endpoint the owner may reach,
+        with a token minted for the owner (≤ 7 days) or the owner's LiteLLM key."""
+        from berth import opencode
+
+        options = run.options
+        litellm_key = None
+        if options.get("endpoint_auth") == "api-key":
+            litellm_key = await self._master_key(run)
+        targets: dict[str, opencode.ProviderTarget] = {}
+        token: str | None = None
+        expires = 0.0
+        candidates: list[tuple[str, str | None]] = []  # (url, endpoint id on this cluster or None)
+        if options.get("endpoint"):
+            url = options["endpoint"].rstrip("/").removesuffix("/v1")
+            endpoint_id = url.rsplit("/endpoints/", 1)[1] if "/endpoints/" in url else None
+            candidates.append((url, endpoint_id))
+        else:
+            api_token, _ = await self.api.owner_token(run.owner)
+            async with ApiClient(self.api.base_url, api_token) as as_owner:
+                for item in await as_owner.endpoints():
+                    notes = item.get("annotations") or {}
+                    if notes.get("model_id") and item.get("ready") and item["id"] != run.endpoint_id:
+                        candidates.append((item["url"], item["id"]))
+        problems = []
+        for url, endpoint_id in candidates:
+            if endpoint_id and options.get("endpoint_auth") != "api-key":
+                token, expires = await self.api.owner_token(run.owner, endpoint_id)
+            try:
+                models = await opencode.preflight(url, token, litellm_key)
+            except BerthError as error:
+                problems.append(str(error))
+                if options.get("endpoint"):
+                    raise ApplicationError(f"Endpoint {url}: {error}", type="EndpointUnreachable",
+                                           non_retryable=True) from None
+                continue
+            key = "berth" if not targets else f"berth-{len(targets) + 1}"
+            api_key = "{env:LITELLM_KEY}" if litellm_key and not token else "{env:" + opencode.TOKEN_ENV + "}"
+            headers = {"x-litellm-api-key": "{env:LITELLM_KEY}"} if litellm_key and token else {}
+            targets[key] = opencode.ProviderTarget(url=url, model_ids=tuple(models),
+                                                   max_context=int(options.get("max_context") or 32768),
+                                                   api_key=api_key, headers=headers)
+        if not targets:
+            why = "; ".join(problems) or "no model endpoint is ready that you may reach"
+            raise ApplicationError(f"OpenCode has no model endpoint to use: {why}", type="EndpointUnreachable",
+                                   non_retryable=True)
+        config = opencode.opencode_config(targets, default_model=options.get("model") or None, offline=True)
+        assert run.password, "the OpenCode password is generated at submission"
+        command = opencode.render_serve(config, run.password, host=run.address, port=run.port,
+                                        data_dir=workdir / "opencode", token=token, litellm_key=litellm_key,
+                                        workspace=workdir / "workspace")
+        show = self.context.state.workflow_logs(run.workflow_id) / "show-server" / "show-server.log"
+        show.parent.mkdir(parents=True, exist_ok=True)
+        lapse = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(expires)) if expires else "n/a (API key)"
+        show.write_text(
+            f"OpenCode server: {run.endpoint_url or command.url}\nuser: {opencode.SERVER_USERNAME}\n"
+            f"password: {run.password}\nattach: opencode attach {run.endpoint_url or command.url} -p {run.password}\n"
+            f"model endpoints: {', '.join(t.url for t in targets.values())}\n"
+            f"Berth token for the models lapses: {lapse} (restart the workflow to renew it)\n")
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE")}
+        env.update(command.env)
+        return ServiceLaunch(argv=tuple(command.argv), environment=env, working_directory=command.cwd)
+
+    async def _launch(self, run: ServiceRun, workdir: Path) -> ServiceLaunch:
+        if run.kind == "gateway":
+            return await self._gateway_launch(run, workdir)
+        if run.kind == "opencode":
+            return await self._opencode_launch(run, workdir)
+        launch = await self._litellm_launch(run, workdir)
+        return ServiceLaunch(argv=launch.argv, environment=launch.environment,
+                             working_directory=launch.working_directory)
+
     @activity.defn(name="run_service")
     async def run_service(self, run: ServiceRun) -> ServiceExit:
         """Own one service process from start to exit; heartbeat while it lives; SIGTERM then SIGKILL
@@ -72,7 +166,7 @@ class ServiceActivities:
         workdir = context.node_dir / "services" / f"{run.workflow_id}.{run.name}"
         log_path = context.state.workflow_logs(run.workflow_id) / run.name / f"{run.name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        launch = await self._litellm_launch(run, workdir)
+        launch = await self._launch(run, workdir)
         # A local file opened once per service start: not worth a thread hop.
         with open(log_path, "ab", buffering=0) as log:  # noqa: ASYNC230
             # The command line holds no secret (the key lives only in the process environment).
@@ -125,7 +219,7 @@ class ServiceActivities:
                 activity.heartbeat(last)
                 with contextlib.suppress(httpx.HTTPError):
                     response = await client.get(check.url + check.path)
-                    if response.status_code == 200:
+                    if response.status_code == 200 or (check.unauthorized_is_live and response.status_code == 401):
                         return time.monotonic() - started
                     last = f"{check.path} answered {response.status_code}"
                 await asyncio.sleep(0.2)

@@ -183,6 +183,13 @@ class ApiClient:
         await self.request("PUT", f"/v1/internal/endpoints/{update.endpoint_id}/service",
                            json=update.model_dump(mode="json"))
 
+    async def owner_token(self, user: str, endpoint_id: str | None = None, ttl_s: int = 7 * 24 * 3600
+                          ) -> tuple[str, float]:
+        """A token speaking for a workflow's owner (API, or bound to one endpoint), for its service."""
+        data = await self.request("POST", f"/v1/internal/users/{user}/tokens",
+                                  json={"endpoint_id": endpoint_id, "ttl_s": ttl_s})
+        return str(data["token"]), float(data["expires_at"])
+
     async def service_token(self, endpoint_id: str) -> str:
         data = await self.request("POST", f"/v1/internal/endpoints/{endpoint_id}/service-token")
         return str(data["token"])

@@ -42,6 +42,7 @@ from catalog.render import render, resolve_values
 from server import opencode as opencode_checks
 from server import scheduler
 from server.autoscaler import FrontDoorRates, PoolMemory, decide, policy_from_annotations
+from berth.opencode import generate_password
 from server.models import EndpointRow, WorkflowRow
 from server.secrets import Secrets
 from server.store import Store
@@ -107,6 +108,11 @@ class SecretRequest(BaseModel):
 class ResolveRequest(BaseModel):
     ref: str
     user: str
+
+
+class UserTokenRequest(BaseModel):
+    endpoint_id: str | None = None
+    ttl_s: int = 7 * 24 * 3600
 
 
 class TokenRequest(BaseModel):
@@ -242,6 +248,12 @@ def create_app(context: ServerContext) -> FastAPI:
         _check_capacity(context, entry, definition)
         await run_in_threadpool(opencode_checks.check_submission, context.store, definition,
                                 context.settings.proxy_url)
+        if definition.service is not None and definition.service.kind == "opencode" \
+                and not definition.service.options.get("password"):
+            # The documents: the server password sits in the definition, readable by whoever reads it.
+            service = definition.service.model_copy(
+                update={"options": {**definition.service.options, "password": generate_password()}})
+            definition = definition.model_copy(update={"service": service})
         if definition.proxy and definition.replica is not None and not (definition.api_key or definition.api_key_secret):
             definition = definition.model_copy(update={"api_key": generate_api_key()})
         workflow_id = f"{entry.slug}-{secrets.token_hex(4)}"
@@ -251,9 +263,14 @@ def create_app(context: ServerContext) -> FastAPI:
                           definition="", endpoint_id=endpoint_id)
         # A pool behind a LiteLLM proxy is reached only through it: the proxy answers 503 until it is up.
         fronted = definition.proxy and definition.replica is not None
-        endpoint = EndpointRow(id=endpoint_id, workflow_id=workflow_id, service="litellm" if fronted else "vllm",
+        service_kind = definition.service.kind if definition.service is not None and definition.replica is None else None
+        endpoint = EndpointRow(id=endpoint_id, workflow_id=workflow_id,
+                               service=service_kind or ("litellm" if fronted else "vllm"),
                                scope=definition.endpoint.scope.value, owner=who.user, org=who.org,
-                               groups=list(who.groups), model_id=definition.model_id, created_at=now,
+                               groups=list(who.groups),
+                               # A service entry's endpoint serves no model of its own (OpenCode's Model
+                               # is what it asks for): keep it out of model discovery.
+                               model_id=None if service_kind else definition.model_id, created_at=now,
                                annotations=_pool_facts(definition))
         await run_in_threadpool(context.store.add_workflow, row, definition.model_dump(mode="json"), endpoint)
         try:
@@ -261,6 +278,7 @@ def create_app(context: ServerContext) -> FastAPI:
             await client.start_workflow(
                 ServiceWorkflow.run,
                 ServiceInput(workflow_id=workflow_id, endpoint_id=endpoint_id,
+                             endpoint_url=_endpoint_url(context, endpoint_id),
                              owner=Owner(user=who.user, groups=who.groups, org=who.org),
                              definition=definition, timings=_copy_timings(context)),
                 id=workflow_id, task_queue=CONTROL_TASK_QUEUE,
@@ -573,6 +591,18 @@ def create_app(context: ServerContext) -> FastAPI:
         await run_in_threadpool(context.store.endpoint, endpoint_id)
         claims = {"sub": f"service:{endpoint_id}", "aud": service_audience(endpoint_id), "typ": "service"}
         return {"token": context.signing.sign(claims, SERVICE_TOKEN_TTL_S)}
+
+    @app.post("/v1/internal/users/{user}/tokens")
+    async def user_token(user: str, body: UserTokenRequest, _who: Identity = Depends(admin)) -> dict[str, Any]:
+        """A token speaking for a workflow's owner, for its service (the gateway polls the endpoints API,
+        OpenCode calls model endpoints, as the owner). At most 7 days: a restart renews it."""
+        owner = await run_in_threadpool(context.store.identity, user)
+        ttl = min(body.ttl_s, 7 * 24 * 3600, context.settings.max_token_expiration_s)
+        if body.endpoint_id:
+            token = context.signing.endpoint_token(owner, body.endpoint_id, ttl)
+        else:
+            token = context.signing.api_token(owner, ttl)
+        return {"token": token, "expires_at": time.time() + ttl}
 
     @app.get("/v1/internal/endpoints/{endpoint_id}/replicas")
     async def endpoint_replicas(endpoint_id: str, authorization: str | None = Header(None)) -> dict[str, Any]:

@@ -69,6 +69,7 @@ class ServiceInput(Payload):
     owner: Owner
     definition: WorkflowDefinition
     timings: CopyTimings = CopyTimings()
+    endpoint_url: str = ""  # the endpoint's stable public URL (shown by a service's show-server job)
 
 
 class RankPlacement(Payload):
@@ -294,6 +295,8 @@ class ServiceRun(Payload):
     options: dict[str, str] = Field(default_factory=dict)
     api_key: str | None = None
     api_key_secret: str | None = None
+    password: str | None = Field(None, description="OpenCode's server password (encrypted in the history)")
+    endpoint_url: str = Field("", description="The service's own stable Berth URL, for the show-server job")
 
     @property
     def url(self) -> str:
@@ -317,6 +320,7 @@ class LiveCheck(Payload):
     url: str
     path: str = "/health/liveliness"
     timeout_s: float = 180
+    unauthorized_is_live: bool = False  # a password-protected server (OpenCode) answers 401 when up
 
 
 class EndpointService(Payload):

@@ -53,6 +53,7 @@ ONCE = RetryPolicy(maximum_attempts=1)
 SERVICE_HEARTBEAT = timedelta(seconds=30)
 SERVICE_BACKOFF_MAX_S = 60.0
 PROXY_SERVICE = "litellm"
+FATAL_SERVICE_ERRORS = ("EndpointUnreachable", "ServiceConfig", "SecretError", "ServiceSpawnFailed")
 
 
 @dataclass
@@ -78,6 +79,7 @@ class ServiceWorkflow:
         self.state = ServiceState()
         self.input: ServiceInput | None = None
         self._service_stopping = False
+        self._service_failed: str | None = None  # a service's fatal configuration error ends the workflow
 
     # --- reads and writes from outside ---------------------------------------------------------
     @workflow.query
@@ -178,6 +180,11 @@ class ServiceWorkflow:
         model_dir = ""
         # The proxy starts at once: its 6–12 s start overlaps the download and the ranks' start.
         service = asyncio.create_task(self._proxy_service(input)) if _fronted(input) else None
+        if definition.service is not None and definition.replica is None:
+            # A service entry (gateway, OpenCode): its one server is the whole workflow.
+            self.state.phase = Phase.STARTING
+            self.state.desired = 0
+            service = asyncio.create_task(self._proxy_service(input))
         try:
             if definition.weights is not None and not self.state.stop_requested:
                 model_dir = await self._download(input)
@@ -185,6 +192,11 @@ class ServiceWorkflow:
                 self.state.desired = max(definition.pool.min_replicas, 1)
                 self.state.phase = Phase.SCHEDULING
                 await self._hold_pool(input, model_dir)
+            elif definition.service is not None:
+                await workflow.wait_condition(lambda: self.state.stop_requested or self._service_failed is not None)
+                if self._service_failed is not None:
+                    raise ApplicationError(self._service_failed, type="ServiceFailed", non_retryable=True)
+                self.state.phase = Phase.STOPPING
         except ApplicationError as error:
             self.state.last_error = error.message
             self._event("failed", error.message)
@@ -364,10 +376,7 @@ class ServiceWorkflow:
         the endpoint stops routing to it and it is started again with back-off; stopped with the
         workflow. The master key travels as a literal only inside this (encrypted) history, or as an
         ApiKeySecret reference resolved on the node."""
-        definition = input.definition
-        replica = definition.replica
-        assert replica is not None
-        owner = f"{input.workflow_id}.{PROXY_SERVICE}"
+        owner = f"{input.workflow_id}.{_service_name(input)}"
         backoff = 1.0
         try:
             while not self._stopping_service():
@@ -376,16 +385,13 @@ class ServiceWorkflow:
                     result_type=ServicePort, task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
                     retry_policy=CONTROL_RETRY,
                 )
-                run = ServiceRun(
-                    workflow_id=input.workflow_id, endpoint_id=input.endpoint_id, name=PROXY_SERVICE,
-                    kind=PROXY_SERVICE, owner=input.owner.user, address=port.address, port=port.port,
-                    options={"model_name": definition.model_id or replica.engine.served_model_name,
-                             "served_model_name": replica.engine.served_model_name},
-                    api_key=None if definition.api_key_secret else definition.api_key,
-                    api_key_secret=definition.api_key_secret,
-                )
+                run = self._service_run(input, port)
                 exit_message = await self._service_life(input, run, port)
                 if self._stopping_service():
+                    return
+                self.state.last_error = exit_message
+                if self._service_failed is not None:
+                    self._event("service_failed", exit_message)
                     return
                 self.state.service_restarts += 1
                 self._event("service_exited", f"{exit_message}; restarting it in {backoff:.0f} s")
@@ -398,6 +404,24 @@ class ServiceWorkflow:
                 retry_policy=CONTROL_RETRY,
             )
 
+    def _service_run(self, input: ServiceInput, port: ServicePort) -> ServiceRun:
+        definition = input.definition
+        common = {"workflow_id": input.workflow_id, "endpoint_id": input.endpoint_id, "owner": input.owner.user,
+                  "address": port.address, "port": port.port, "api_key_secret": definition.api_key_secret}
+        if definition.service is not None and definition.replica is None:
+            options = {k: str(v) for k, v in definition.service.options.items() if v is not None and k != "password"}
+            return ServiceRun(name=definition.service.kind, kind=definition.service.kind, options=options,
+                              password=str(definition.service.options.get("password") or "") or None,
+                              endpoint_url=input.endpoint_url, **common)
+        replica = definition.replica
+        assert replica is not None
+        return ServiceRun(
+            name=PROXY_SERVICE, kind=PROXY_SERVICE,
+            options={"model_name": definition.model_id or replica.engine.served_model_name,
+                     "served_model_name": replica.engine.served_model_name},
+            api_key=None if definition.api_key_secret else definition.api_key, **common,
+        )
+
     async def _service_life(self, input: ServiceInput, run: ServiceRun, port: ServicePort) -> str:
         """One run of the service; returns why it ended (empty when stopped on request)."""
         queue = node_task_queue(port.node_id)
@@ -407,7 +431,7 @@ class ServiceWorkflow:
             retry_policy=ONCE, cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
         live = workflow.start_activity(
-            "wait_live", LiveCheck(url=run.url), result_type=float, task_queue=queue,
+            "wait_live", _live_check(run), result_type=float, task_queue=queue,
             start_to_close_timeout=timedelta(seconds=240), heartbeat_timeout=SERVICE_HEARTBEAT,
             retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["NotReady"]),
         )
@@ -422,7 +446,7 @@ class ServiceWorkflow:
                     return f"service {run.name} on {port.node_id} never became live: {live.exception()}"
                 await self._route_service(input, run.url)
                 routed = True
-                self._event("service_ready", f"LiteLLM proxy live at {run.url} on {port.node_id} "
+                self._event("service_ready", f"{run.name} live at {run.url} on {port.node_id} "
                             f"after {live.result():.1f} s; the endpoint routes to it")
             await workflow.wait_condition(lambda: process.done() or self._stopping_service())
         finally:
@@ -438,14 +462,17 @@ class ServiceWorkflow:
             result = process.result()
         except ActivityError as error:
             cause = error.cause
-            return f"service {run.name} on {port.node_id} failed: " + (
+            message = f"service {run.name} on {port.node_id} failed: " + (
                 cause.message if isinstance(cause, ApplicationError) else str(cause or error))
+            if isinstance(cause, ApplicationError) and cause.non_retryable and cause.type in FATAL_SERVICE_ERRORS:
+                self._service_failed = message  # restarting cannot help: bad settings, say which and why
+            return message
         return result.describe() + (f"; last lines of its log:\n{result.log_tail}" if result.log_tail else "")
 
     async def _route_service(self, input: ServiceInput, url: str | None) -> None:
         await workflow.execute_activity(
             "set_endpoint_service",
-            EndpointService(endpoint_id=input.endpoint_id, service=PROXY_SERVICE, url=url),
+            EndpointService(endpoint_id=input.endpoint_id, service=_service_name(input), url=url),
             task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT, retry_policy=CONTROL_RETRY,
         )
         self.state.service_ready = url is not None
@@ -477,3 +504,16 @@ class ServiceWorkflow:
 def _fronted(input: ServiceInput) -> bool:
     """A replica pool with `Proxy=true`: its endpoint is a LiteLLM proxy run by this workflow."""
     return input.definition.proxy and input.definition.replica is not None
+
+
+def _service_name(input: ServiceInput) -> str:
+    service = input.definition.service
+    return service.kind if service is not None and input.definition.replica is None else PROXY_SERVICE
+
+
+def _live_check(run: ServiceRun) -> LiveCheck:
+    if run.kind == "gateway":
+        return LiveCheck(url=run.url, path="/health")
+    if run.kind == "opencode":
+        return LiveCheck(url=run.url, path="/session", unauthorized_is_live=True)
+    return LiveCheck(url=run.url)

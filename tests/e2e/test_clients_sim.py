@@ -65,7 +65,8 @@ def test_sdk_errors_are_the_sdks_exceptions(tools_endpoint: dict[str, str]) -> N
     client = _client(tools_endpoint)
     with pytest.raises(openai.AuthenticationError):
         _client(tools_endpoint, token="not-a-token").models.list()
-    with pytest.raises(openai.NotFoundError, match="does not exist"):
+    # Behind the model's LiteLLM proxy (Proxy=true), an unknown model is LiteLLM's documented 400.
+    with pytest.raises(openai.BadRequestError, match="Invalid model name"):
         client.chat.completions.create(model="no/such-model", messages=messages, max_tokens=4)
     with pytest.raises(openai.BadRequestError, match="maximum context length"):
         client.chat.completions.create(model=MODEL, messages=messages, max_tokens=CONTEXT + 1)
