@@ -205,7 +205,7 @@ async def test_volume_too_small_fails_before_fetching(mirror: Mirror, tmp_path: 
     mount = tmp_path / "small-volume"
     await asyncio.to_thread(mount.mkdir)
     if not await asyncio.to_thread(mount_small_tmpfs, mount):
-        pytest.skip("mounting a small tmpfs needs root")
+        pytest.fail("mounting a small tmpfs needs root (CI and make test run as root)")
     try:
         served = await asyncio.to_thread(mirror.resolve_requests)
         request = WeightsRequest(repo_id=SMALL, local_dir=str(mount / "vol"), endpoint=mirror.endpoint)
@@ -227,7 +227,7 @@ async def test_disk_full_mid_download_leaves_no_file_taken_as_complete(
     download_dir = local_dir / ".cache" / "huggingface" / "download"
     await asyncio.to_thread(download_dir.mkdir, parents=True)
     if not await asyncio.to_thread(mount_small_tmpfs, download_dir):
-        pytest.skip("mounting a small tmpfs needs root")
+        pytest.fail("mounting a small tmpfs needs root (CI and make test run as root)")
     request = WeightsRequest(repo_id=SMALL, local_dir=str(local_dir), endpoint=mirror.endpoint, max_workers=1)
     try:
         with pytest.raises(VolumeFullError, match="is full") as caught:

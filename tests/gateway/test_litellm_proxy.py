@@ -125,7 +125,7 @@ class Engine:
 
 async def start_engine(name: str, log_path: Path) -> Engine:
     if not (SIMULATOR_ROOT / "simulator" / "__main__.py").exists():
-        pytest.skip(f"no engine simulator under {SIMULATOR_ROOT}")
+        pytest.fail(f"no engine simulator under {SIMULATOR_ROOT}")
     port: Final = free_port()
     environment: Final = {
         **{key: value for key, value in os.environ.items() if not key.startswith("BERTH_SIM_")},
@@ -249,7 +249,7 @@ def litellm_executable() -> str:
     ).stdout.strip()
     candidate: Final = Path(common_dir).parent / ".venv-litellm" / "bin" / "litellm"
     if not common_dir or not candidate.exists():
-        pytest.skip("no litellm executable (set BERTH_LITELLM_BIN)")
+        pytest.fail("no litellm executable: run `make litellm` or set BERTH_LITELLM_BIN")
     return str(candidate)
 
 
