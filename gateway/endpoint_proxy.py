@@ -42,6 +42,7 @@ CALLER_HEADER = b"x-berth-caller"
 STRIPPED_REQUEST = HOP_BY_HOP | {b"berth-authorization", CALLER_HEADER}
 # A request for a pool with no routable copy waits this long at most (x-request-timeout shortens it).
 HOLD_TIMEOUT_S = 120.0
+LITELLM_SYNC_SETTLE_S = 1.5
 MAX_HELD_PER_ENDPOINT = 100
 WAKE_EVERY_S = 5.0  # re-send the wake-up while requests wait (a lost signal must not strand them)
 STREAMED = re.compile(rb'"stream"\s*:\s*true')
@@ -83,9 +84,9 @@ class Route:
     def _any_ready(self) -> bool:
         """A service in front of a pool (LiteLLM) is worth calling only once the pool has a ready copy;
         until then the request is held and the pool woken, as for a pool without a service."""
-        if not self.wakeable or not self.pool:
+        if not self.wakeable:
             return True
-        return any(r.ready and not r.draining for r in self.pool)
+        return any(r.ready and not r.draining for r in self.pool)  # a pool at zero has none: hold
 
     def admits(self, who: Identity) -> bool:
         if self.scope is Scope.PUBLIC or who.user == self.owner:
@@ -314,6 +315,10 @@ class EndpointProxy:
                 route = self.routes.get(route.id, route)  # a refresh may have replaced it
                 target = route.target(session_id)
                 if target is not None:
+                    if route.service == "litellm":
+                        # LiteLLM learns of the new copy from its sync hook (1 s poll): let it catch up,
+                        # or the first request after a wake gets its "Invalid model name".
+                        await asyncio.sleep(LITELLM_SYNC_SETTLE_S)
                     return target
                 now = time.monotonic()
                 if now - self._last_wake.get(route.id, 0.0) >= WAKE_EVERY_S:
