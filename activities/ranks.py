@@ -145,6 +145,7 @@ class NodeActivities:
                     break
                 waiter.cancel()
                 if shutdown in done:
+                    segments |= _group_shm_segments(process.pid)
                     await stop_group(process.pid, STOP_GRACE_S)
                     raise ApplicationError(
                         f"node agent {context.node_id} shut down; rank {spec.rank} was stopped",
@@ -160,11 +161,15 @@ class NodeActivities:
                 log_tail=tail(log_path, 15),
             )
         except asyncio.CancelledError:
+            # A last look first: a segment made since the previous scan (vLLM's multiprocessing
+            # semaphores come and go) would otherwise outlive the killed rank unnoticed.
+            segments |= _group_shm_segments(process.pid)
             await stop_group(process.pid, STOP_GRACE_S)
             raise
         finally:
             shutdown.cancel()
             if process.returncode is None:
+                segments |= _group_shm_segments(process.pid)
                 await stop_group(process.pid, STOP_GRACE_S)
             _clean_shm(segments & (_shm_entries() - shm_before))
             with contextlib.suppress(OSError):

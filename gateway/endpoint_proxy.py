@@ -147,6 +147,8 @@ class EndpointProxy:
         self._arrivals: dict[str, int] = {}
         self._reporter: asyncio.Task[None] | None = None
         self._last_wake: dict[str, float] = {}
+        self._woken_at: dict[str, float] = {}  # when this proxy woke a LiteLLM-fronted pool from zero
+        self._waking: dict[str, asyncio.Future[bool]] = {}
         self.scraper = MetricsScraper(self._scrape_targets)
 
     def _scrape_targets(self) -> list[tuple[str, ReplicaMetrics]]:
@@ -287,7 +289,12 @@ class EndpointProxy:
                 await _json(send, 503, b'{"error":{"message":"No replica of this endpoint is ready yet; '
                                        b'retry shortly.","type":"service_unavailable","code":503}}')
                 return
-            target = await self._hold(route, send, headers, session_id)
+            if route.service == "litellm" and route.service_url and not await self._asleep(route):
+                # Copies are already wanted (starting, or waiting for capacity), not asleep: LiteLLM
+                # answers as the documents say ("Invalid model name", an empty /v1/models).
+                target = Replica(copy_id="service", url=route.service_url)
+            else:
+                target = await self._hold(route, send, headers, session_id)
             if target is None:
                 return  # answered: 429 (too many waiting) or 503 (deadline passed)
         caller = self._assertion(identity, endpoint_id) if identity is not None else None
@@ -315,6 +322,7 @@ class EndpointProxy:
                 route = self.routes.get(route.id, route)  # a refresh may have replaced it
                 target = route.target(session_id)
                 if target is not None:
+                    self._woken_at.pop(route.id, None)
                     if route.service == "litellm":
                         # LiteLLM learns of the new copy from its sync hook (1 s poll): let it catch up,
                         # or the first request after a wake gets its "Invalid model name".
@@ -348,6 +356,32 @@ class EndpointProxy:
                     await self.api.report_load(endpoint_id, count)
                 except BerthError as error:
                     log.warning("load report for %s failed: %s", endpoint_id, error)
+
+    async def _asleep(self, route: Route) -> bool:
+        """Whether a request to this LiteLLM-fronted pool with no ready copy should be held: the pool was
+        at zero (this call wakes it) or a wake from here is still under way. Concurrent first requests
+        share one wake call, so none of them sees the pool "already waking" and slips past the hold."""
+        woken_at = self._woken_at.get(route.id)
+        if woken_at is not None and time.monotonic() - woken_at < self.hold_timeout_s:
+            return True
+        pending = self._waking.get(route.id)
+        if pending is None:
+            pending = self._waking[route.id] = asyncio.ensure_future(self._wake_once(route))
+            pending.add_done_callback(lambda _: self._waking.pop(route.id, None))
+        return await asyncio.shield(pending)
+
+    async def _wake_once(self, route: Route) -> bool:
+        try:
+            reply = await self.api.wake_endpoint(route.id, "a request arrived at the endpoint proxy")
+        except BerthError as error:
+            log.warning("waking endpoint %s failed: %s", route.id, error)
+            return True  # hold: the hold loop keeps trying, and answers 503 at the deadline
+        self._last_wake[route.id] = time.monotonic()
+        if reply.get("woken", True):
+            self._woken_at[route.id] = time.monotonic()
+            log.info("woke endpoint %s (workflow %s)", route.id, route.workflow_id)
+            return True
+        return False
 
     async def _wake(self, route: Route) -> None:
         try:

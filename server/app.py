@@ -417,13 +417,17 @@ def create_app(context: ServerContext) -> FastAPI:
                                 "Run `berth endpoint list` to see the endpoints.")
         rates.add(endpoint_id, 1, time.monotonic())  # demand: keeps the woken pool from idling back to zero
         client = await context.temporal()
+        handle = client.get_workflow_handle(endpoint.workflow_id)
         try:
-            await client.get_workflow_handle(endpoint.workflow_id).signal(
-                ServiceWorkflow.wake, body.reason or f"a request from {who.user}")
+            # Whether the pool was asleep tells the caller to hold the request (a copy is coming) or not
+            # (copies are already wanted: starting, or waiting for capacity).
+            status: ServiceStatus = await handle.query(ServiceWorkflow.status, rpc_timeout=_timedelta(5))
+            await handle.signal(ServiceWorkflow.wake, body.reason or f"a request from {who.user}")
         except RPCError as error:
             raise NotFoundError(
                 f"Workflow '{endpoint.workflow_id}' is not running ({error.message}).") from None
-        return {"endpoint_id": endpoint_id, "workflow_id": endpoint.workflow_id, "woken": True}
+        return {"endpoint_id": endpoint_id, "workflow_id": endpoint.workflow_id,
+                "woken": status.desired_replicas == 0, "phase": status.phase.value}
 
     @app.post("/v1/endpoints/{endpoint_id}/tokens")
     async def generate_token(endpoint_id: str, body: TokenRequest, who: Identity = Depends(caller)) -> dict[str, Any]:
