@@ -110,7 +110,7 @@ class ServiceActivities:
         problems = []
         for url, endpoint_id in candidates:
             if endpoint_id and options.get("endpoint_auth") != "api-key":
-                token, expires = await self.api.owner_token(run.owner, endpoint_id)
+                token, expires = await self.api.owner_token(run.owner, endpoint_id, for_endpoint=run.endpoint_id)
             try:
                 models = await opencode.preflight(url, token, litellm_key)
             except BerthError as error:

@@ -183,11 +183,12 @@ class ApiClient:
         await self.request("PUT", f"/v1/internal/endpoints/{update.endpoint_id}/service",
                            json=update.model_dump(mode="json"))
 
-    async def owner_token(self, user: str, endpoint_id: str | None = None, ttl_s: int = 7 * 24 * 3600
-                          ) -> tuple[str, float]:
-        """A token speaking for a workflow's owner (API, or bound to one endpoint), for its service."""
+    async def owner_token(self, user: str, endpoint_id: str | None = None, ttl_s: int = 7 * 24 * 3600,
+                          for_endpoint: str | None = None) -> tuple[str, float]:
+        """A token speaking for a workflow's owner (API, or bound to one endpoint), for its service;
+        `for_endpoint` (the service's own endpoint) records when it lapses, for `describe`."""
         data = await self.request("POST", f"/v1/internal/users/{user}/tokens",
-                                  json={"endpoint_id": endpoint_id, "ttl_s": ttl_s})
+                                  json={"endpoint_id": endpoint_id, "ttl_s": ttl_s, "for_endpoint": for_endpoint})
         return str(data["token"]), float(data["expires_at"])
 
     async def service_token(self, endpoint_id: str) -> str:

@@ -232,6 +232,7 @@ def node(
     if engine is not None and engine not in ENGINES:
         raise fail(f"--engine must be one of {', '.join(ENGINES)}, not '{engine}'.")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll and scrape drowns the log
     run_agent(AgentConfig(
         node_id=node_id or socket.gethostname(), state_dir=Path(_env("BERTH_STATE_DIR")),
         api_url=_env("BERTH_API_URL"), token=_env("BERTH_TOKEN"),

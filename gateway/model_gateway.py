@@ -272,5 +272,6 @@ def run_gateway(api_url: str, token: str, host: str, port: int) -> None:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll and scrape drowns the log
     uvicorn.run(ModelGateway(ApiClient(api_url, token)), host=host, port=port, log_level="warning",
                 access_log=False, loop="uvloop", http="httptools", lifespan="on")

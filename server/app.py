@@ -113,6 +113,7 @@ class ResolveRequest(BaseModel):
 class UserTokenRequest(BaseModel):
     endpoint_id: str | None = None
     ttl_s: int = 7 * 24 * 3600
+    for_endpoint: str | None = None  # the service's own endpoint: it records when the token lapses
 
 
 class TokenRequest(BaseModel):
@@ -317,6 +318,12 @@ def create_app(context: ServerContext) -> FastAPI:
             result["endpoint"]["discoverable"] = notes["discoverable"]
             if notes.get("not_discoverable_reason"):
                 result["endpoint"]["note"] = "not discoverable by a gateway: " + notes["not_discoverable_reason"]
+            lapses = (endpoint.annotations or {}).get("token_lapses_at")
+            if lapses:
+                result["endpoint"]["token_lapses_at"] = lapses
+                result["endpoint"]["note"] = (
+                    "the Berth token this service uses for its model endpoints lapses at "
+                    + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(lapses)) + "; restart the workflow to renew it")
         try:
             description = await handle.describe()
             result["status"] = _temporal_status(description.status)
@@ -606,7 +613,11 @@ def create_app(context: ServerContext) -> FastAPI:
             token = context.signing.endpoint_token(owner, body.endpoint_id, ttl)
         else:
             token = context.signing.api_token(owner, ttl)
-        return {"token": token, "expires_at": time.time() + ttl}
+        expires_at = time.time() + ttl
+        if body.for_endpoint:
+            # `describe` tells the owner when the service's borrowed token lapses (a restart renews it).
+            await run_in_threadpool(context.store.note_token_lapse, body.for_endpoint, expires_at)
+        return {"token": token, "expires_at": expires_at}
 
     @app.get("/v1/internal/endpoints/{endpoint_id}/replicas")
     async def endpoint_replicas(endpoint_id: str, authorization: str | None = Header(None)) -> dict[str, Any]:

@@ -157,6 +157,10 @@ class ServiceWorkflow:
     def _update_phase(self) -> None:
         if self.state.phase in (Phase.DOWNLOADING, Phase.STOPPING) or self.state.phase in Phase.terminal():
             return
+        if self.input is not None and self.input.definition.replica is None:
+            # A service entry (gateway, OpenCode) has no pool: its one server is the whole workflow.
+            self.state.phase = Phase.READY if self.state.service_ready else Phase.STARTING
+            return
         statuses = {c.status for c in self.state.copies.values()}
         # Ready means a client can be served: behind a LiteLLM proxy, that needs the proxy too.
         fronted = self.input is not None and _fronted(self.input)

@@ -1,0 +1,98 @@
+"""Service entries run by the generic workflow through the node service runner: the "LiteLLM Model
+Gateway" (the discovering gateway as a workflow with its own endpoint) and "OpenCode" (`opencode serve`
+reached over its HTTP API with its generated password)."""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support import REPO, RunningStack, free_port_base
+
+OPENCODE = REPO / ".tools" / "opencode" / "node_modules" / ".bin" / "opencode"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+    state = Path(tmp_path_factory.mktemp("service-entries")) / "state"
+    running = RunningStack(state_dir=state, port_base=free_port_base(), nodes=1, simulate_gpus="4x80GB").start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_gateway_entry_serves_every_discoverable_model(stack: RunningStack) -> None:
+    gpt = stack.start_entry("GPT-OSS 20B", "Proxy=false")
+    qwen = stack.start_entry("vLLM", "Model=hf://Qwen/Qwen3-0.6B,Proxy=false")
+    gateway = stack.start_entry("LiteLLM Model Gateway")
+    endpoint = stack.endpoint(gateway)
+    assert endpoint["service"] == "gateway"
+    headers = {"Authorization": f"Bearer {stack.token_for(endpoint['id'])}"}
+    models: set[str] = set()
+    for _ in range(40):
+        models = {m["id"] for m in httpx.get(endpoint["url"] + "/v1/models", headers=headers, timeout=10).json()["data"]}
+        if models == {"openai/gpt-oss-20b", "Qwen/Qwen3-0.6B"}:
+            break
+        time.sleep(0.5)
+    assert models == {"openai/gpt-oss-20b", "Qwen/Qwen3-0.6B"}
+    for model in sorted(models):
+        reply = httpx.post(endpoint["url"] + "/v1/chat/completions", headers=headers, timeout=30,
+                           json={"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+        assert reply.status_code == 200, reply.text
+    assert "gateway" in stack.cli("workflow", "log", gateway).stdout
+    for workflow_id in (gateway, gpt, qwen):
+        stack.cli("workflow", "stop", workflow_id)
+
+
+def test_opencode_entry_with_password_and_bad_endpoint(stack: RunningStack) -> None:
+    if not OPENCODE.exists():
+        pytest.fail("the OpenCode binary is not installed: run `make opencode` (make test does)")
+    model = stack.start_entry("GPT-OSS 20B", "Proxy=false")
+    model_endpoint = stack.endpoint(model)
+    opencode = stack.start_entry(
+        "OpenCode", f"Endpoint={model_endpoint['url']},Model=openai/gpt-oss-20b,ServiceScope=public")
+    show = stack.cli("workflow", "log", opencode, "show-server").stdout
+    password = re.search(r"password: (\S+)", show)
+    assert password and "opencode attach" in show and "lapses" in show
+    definition = stack.cli("workflow", "get", opencode).stdout
+    assert password.group(1) in definition  # the documents: the password sits in the definition
+    endpoint = stack.endpoint(opencode)
+    assert endpoint["service"] == "opencode" and endpoint["scope"] == "public"
+    anonymous = httpx.get(endpoint["url"] + "/session", timeout=10)
+    assert anonymous.status_code == 401
+    wrong = httpx.get(endpoint["url"] + "/session", timeout=10,
+                      headers={"Authorization": "Basic " + base64.b64encode(b"opencode:wrong").decode()})
+    assert wrong.status_code == 401
+    basic = "Basic " + base64.b64encode(f"opencode:{password.group(1)}".encode()).decode()
+    sessions = httpx.get(endpoint["url"] + "/session", timeout=10, headers={"Authorization": basic})
+    assert sessions.status_code == 200, sessions.text
+    config = httpx.get(endpoint["url"] + "/config", timeout=10, headers={"Authorization": basic}).json()
+    assert "openai/gpt-oss-20b" in str(config)
+    note = stack.describe(opencode)["endpoint"]["note"]
+    assert "lapses at" in note and "restart the workflow to renew it" in note
+    stack.cli("workflow", "stop", opencode)
+    # No Endpoint: every model endpoint the owner may reach is registered (discovery).
+    discovered = stack.start_entry("OpenCode", "ServiceScope=public")
+    config = httpx.get(stack.endpoint(discovered)["url"] + "/config", timeout=10, headers={
+        "Authorization": "Basic " + base64.b64encode(
+            f"opencode:{_password(stack, discovered)}".encode()).decode()}).json()
+    assert model_endpoint["url"] in str(config) and "openai/gpt-oss-20b" in str(config)
+    stack.cli("workflow", "stop", discovered)
+    # An Endpoint the workflow cannot reach: the workflow fails and says which and why.
+    bad = stack.start_entry("OpenCode", "Endpoint=http://127.0.0.1:9/v1,ServiceScope=public", watch=False)
+    info = stack.wait_phase(bad, {"failed"}, timeout=60)
+    assert "127.0.0.1:9" in info["last_error"]
+    stack.cli("workflow", "stop", model)
+
+
+def _password(stack: RunningStack, workflow_id: str) -> str:
+    found = re.search(r"password: (\S+)", stack.cli("workflow", "log", workflow_id, "show-server").stdout)
+    assert found, "show-server prints the OpenCode password"
+    return found.group(1)
