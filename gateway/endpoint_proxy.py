@@ -171,7 +171,7 @@ class EndpointProxy:
                     replicas=list(item.get("replicas") or []),
                     counter=old.counter if old else itertools.count(),
                     workflow_id=item.get("workflow_id", ""), pool=pool,
-                    policy=old.policy if old is not None and keep_policy else _policy(policy_name),
+                    policy=old.policy if old is not None and keep_policy else routing.make_or_default(policy_name),
                     wakeable=bool(item.get("wakeable")),
                     service=item.get("service") or "vllm",
                 )
@@ -510,11 +510,3 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
         if key == name:
             return value.decode("latin-1").strip() or None
     return None
-
-
-def _policy(name: str) -> routing.Policy:
-    try:
-        return routing.make(name)
-    except ValueError as error:
-        log.warning("%s; using %s", error, routing.DEFAULT_POLICY)
-        return routing.make(routing.DEFAULT_POLICY)

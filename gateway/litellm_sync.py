@@ -1,4 +1,5 @@
-"""Replica sync: keep LiteLLM's router equal to the pool's ready replicas; count requests for autoscaling."""
+"""Replica sync: keep LiteLLM's router equal to the pool's ready replicas, routed by the pool's policy;
+count requests for autoscaling."""
 
 # Runs inside the LiteLLM proxy process (the .venv-litellm interpreter): it may import only what
 # that venv has — litellm, fastapi/starlette, httpx, pydantic, the stdlib.
@@ -8,10 +9,13 @@
 # (litellm/proxy/proxy_server.py, proxy_startup_event, "RUN WORKER STARTUP HOOKS"), BEFORE it loads
 # the config: `proxy_server.llm_router` does not exist yet when `start()` runs, so the sync loop
 # looks it up afresh on every tick.
+# Each tick also (re)installs gateway.litellm_routing's strategy on the router, with the policy the
+# replica list names, and its scraper reads the replicas' vLLM /metrics from this process.
 #
 # Environment:
 #   BERTH_MODEL_NAME         model id clients ask for and /v1/models lists, e.g. openai/gpt-oss-20b
-#   BERTH_REPLICAS_URL       GET -> {"replicas": [{"id": "...", "url": "http://host:port/v1", "ready": true}]}
+#   BERTH_REPLICAS_URL       GET -> {"replicas": [{"id": "...", "url": "http://host:port/v1", "ready": true}],
+#                                   "routing_policy": "least_queue"}  (a policy of gateway.routing)
 #   BERTH_SERVED_MODEL_NAME  name the replicas serve the model under (default: BERTH_MODEL_NAME)
 #   BERTH_SYNC_INTERVAL_S    poll interval (default 1.0)
 #   BERTH_RATE_URL           optional: POST the request counters there every interval
@@ -37,6 +41,8 @@ from litellm.proxy.auth.user_api_key_auth import user_api_key_auth
 from litellm.router import Router
 from litellm.types.router import Deployment, LiteLLM_Params, ModelInfo
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from gateway.litellm_routing import PolicyRouting, deployments_for
 
 # vLLM speaks the OpenAI API; LiteLLM's hosted_vllm provider adds vLLM's own parameters
 # (reasoning_effort, tool schemas without `strict`) on top of the OpenAI transformation.
@@ -72,6 +78,7 @@ class ReplicaList(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     replicas: list[Replica]
+    routing_policy: str = ""  # empty: gateway.routing's default
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +169,25 @@ class RequestCounter(CustomLogger):
         )
 
 
+class CallEnds(CustomLogger):
+    """Tells the routing strategy that a call it routed has ended, so its in-flight counts stay true."""
+
+    def __init__(self, routing: PolicyRouting) -> None:
+        super().__init__()
+        self.routing: Final = routing
+
+    async def async_log_success_event(
+        self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any
+    ) -> None:
+        # For a stream: once it has ended, not at its first chunk.
+        self.routing.finished(kwargs.get("litellm_call_id"))
+
+    async def async_log_failure_event(
+        self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any
+    ) -> None:
+        self.routing.finished(kwargs.get("litellm_call_id"))
+
+
 def deployment_id(replica_id: str) -> str:
     return f"{DEPLOYMENT_ID_PREFIX}{replica_id}"
 
@@ -169,9 +195,7 @@ def deployment_id(replica_id: str) -> str:
 def current_deployments(router: Router, model_name: str) -> dict[str, str | None]:
     """Deployment id -> api_base of every deployment the router holds for the model."""
     found: Final[dict[str, str | None]] = {}
-    for entry in list(router.model_list):
-        if entry.get("model_name") != model_name:
-            continue
+    for entry in deployments_for(router, model_name):
         model_info: Mapping[str, Any] = entry.get("model_info") or {}
         litellm_params: Mapping[str, Any] = entry.get("litellm_params") or {}
         identifier = model_info.get("id")
@@ -215,10 +239,13 @@ class ReplicaSync:
     def __init__(self, settings: SyncSettings, client: httpx.AsyncClient) -> None:
         self.settings: Final = settings
         self.counter: Final = RequestCounter(settings.model_name)
+        self.routing: Final = PolicyRouting(settings.model_name)
+        self.call_ends: Final = CallEnds(self.routing)
         self._client: Final = client
         self._failing = False
 
     async def run(self) -> None:
+        self.routing.scraper.start()
         try:
             while True:
                 router = _router()
@@ -228,6 +255,7 @@ class ReplicaSync:
                 try:
                     # A config reload may rebuild litellm.callbacks; the manager skips duplicates.
                     litellm.logging_callback_manager.add_litellm_callback(self.counter)
+                    litellm.logging_callback_manager.add_litellm_callback(self.call_ends)
                     await self.tick(router)
                 except Exception:
                     # One bad tick (a replica LiteLLM refuses, a router change mid-update) must not end
@@ -235,11 +263,16 @@ class ReplicaSync:
                     logger.exception("berth replica sync: tick failed; retrying next interval")
                 await asyncio.sleep(self.settings.interval_s)
         finally:
+            await self.routing.aclose()
             await self._client.aclose()
 
     async def tick(self, router: Router) -> None:
-        ready: Final = await self._fetch_ready()
-        if ready is not None:
+        listing: Final = await self._fetch_replicas()
+        if listing is not None:
+            ready: Final = {replica.id: replica.url for replica in listing.replicas if replica.ready}
+            self.routing.set_policy(listing.routing_policy)
+            # Scraped before LiteLLM learns of it, so a new replica is eligible from its first request.
+            await self.routing.follow(ready)
             added, removed = apply_replicas(router, self.settings, ready)
             # Read back from the router, so the counters say what LiteLLM routes to, not what it was told.
             routed: Final = current_deployments(router, self.settings.model_name)
@@ -255,15 +288,17 @@ class ReplicaSync:
                     added,
                     removed,
                 )
+        # After any config reload or routing-strategy reset LiteLLM did, not only the first time.
+        self.routing.install(router)
         if self.settings.rate_url:
             await self._push_counters()
 
-    async def _fetch_ready(self) -> dict[str, str] | None:
-        """Replica id -> url of the ready replicas, or None when the list cannot be read."""
+    async def _fetch_replicas(self) -> ReplicaList | None:
+        """The pool's replica list, or None when it cannot be read."""
         try:
             response: Final = await self._client.get(self.settings.replicas_url)
             response.raise_for_status()
-            replicas: Final = ReplicaList.model_validate_json(response.content).replicas
+            listing: Final = ReplicaList.model_validate_json(response.content)
         except (httpx.HTTPError, ValidationError) as error:
             # Keep serving the replicas last seen: a control-plane hiccup must not empty the pool.
             if not self._failing:
@@ -275,7 +310,7 @@ class ReplicaSync:
         if self._failing:
             logger.info("berth replica sync: replica list readable again")
         self._failing = False
-        return {replica.id: replica.url for replica in replicas if replica.ready}
+        return listing
 
     async def _push_counters(self) -> None:
         try:

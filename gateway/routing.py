@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+log = logging.getLogger("berth.routing")
 
 # A replica whose last successful scrape is older than this is not routed to: its figures may hide a
 # replica that has stopped answering, and a failed scrape must never read as "idle".
@@ -124,6 +127,15 @@ def make(name: str) -> Policy:
     except KeyError:
         valid = ", ".join(sorted(POLICIES))
         raise ValueError(f"Unknown routing policy '{name}'; choose one of: {valid}") from None
+
+
+def make_or_default(name: str) -> Policy:
+    """Like make, but a router keeps serving on an unknown name: it warns and uses the default."""
+    try:
+        return make(name or DEFAULT_POLICY)
+    except ValueError as error:
+        log.warning("%s; using %s", error, DEFAULT_POLICY)
+        return make(DEFAULT_POLICY)
 
 
 def affinity(candidates: Sequence[Replica], session_id: str) -> Replica:

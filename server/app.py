@@ -632,8 +632,14 @@ def create_app(context: ServerContext) -> FastAPI:
             if not Identity.from_claims(context.verifier.verify(token, API_AUDIENCE)).admin:
                 raise PermissionDeniedError("Only the endpoint's service or an administrator may read this.") from None
         rows = await run_in_threadpool(context.store.replicas, endpoint_id)
+        try:
+            annotations = (await run_in_threadpool(context.store.endpoint, endpoint_id)).annotations or {}
+        except NotFoundError:
+            annotations = {}  # the endpoint is gone; its replica list is empty as well
         return {"replicas": [{"id": r.copy_id, "url": r.url.rstrip("/") + "/v1", "ready": r.ready and not r.draining}
-                             for r in sorted(rows, key=lambda r: r.copy_id)]}
+                             for r in sorted(rows, key=lambda r: r.copy_id)],
+                # LiteLLM's custom routing strategy (gateway.litellm_routing) routes by it.
+                "routing_policy": annotations.get("routing_policy") or "least_queue"}
 
     @app.get("/v1/internal/routes")
     async def routes(_who: Identity = Depends(admin)) -> dict[str, Any]:

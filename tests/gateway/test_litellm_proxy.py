@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -40,6 +40,7 @@ from gateway.litellm_service import (
     find_litellm_executable,
     prepare_launch,
 )
+from gateway.metrics import SCRAPE_INTERVAL_S, parse
 
 MODEL: Final = "openai/gpt-oss-20b"
 ENDPOINT_ID: Final = "endpoint-0b7e"
@@ -123,7 +124,7 @@ class Engine:
                 await self.process.wait()
 
 
-async def start_engine(name: str, log_path: Path) -> Engine:
+async def start_engine(name: str, log_path: Path, knobs: Mapping[str, str] | None = None) -> Engine:
     if not (SIMULATOR_ROOT / "simulator" / "__main__.py").exists():
         pytest.fail(f"no engine simulator under {SIMULATOR_ROOT}")
     port: Final = free_port()
@@ -132,6 +133,7 @@ async def start_engine(name: str, log_path: Path) -> Engine:
         "PYTHONPATH": str(SIMULATOR_ROOT),
         "BERTH_SIM_REPLY": f"hello from {name}",
         "BERTH_SIM_TOKENS_PER_SECOND": "0",
+        **(knobs or {}),
     }
     log: Final = await asyncio.to_thread(log_path.open, "wb")
     with log:
@@ -172,13 +174,14 @@ class ControlPlane:
     replicas: list[dict[str, Any]] = field(default_factory=list)
     rate_reports: list[dict[str, Any]] = field(default_factory=list)
     minted: list[str] = field(default_factory=list)
+    routing_policy: str = "least_queue"
 
     def app(self) -> FastAPI:
         app: Final = FastAPI()
 
         @app.get("/replicas")
         async def replicas() -> dict[str, Any]:
-            return {"replicas": list(self.replicas)}
+            return {"replicas": list(self.replicas), "routing_policy": self.routing_policy}
 
         @app.get("/jwks")
         async def jwks() -> dict[str, Any]:
@@ -365,13 +368,22 @@ async def serve(stack: Stack, client: httpx.AsyncClient, *replicas: tuple[str, E
     return await wait_until(follows)
 
 
-async def served_by(client: httpx.AsyncClient, key: str, requests: int) -> set[str]:
-    answers: Final = set()
+async def answers(
+    client: httpx.AsyncClient, key: str, requests: int, headers: Mapping[str, str] | None = None
+) -> list[str]:
+    """The reply to each of `requests` chats sent one after the other: it names the replica that served."""
+    replies: Final = []
     for _ in range(requests):
-        response = await client.post("/v1/chat/completions", headers=bearer(key), json=CHAT)
+        response = await client.post("/v1/chat/completions", headers={**bearer(key), **(headers or {})}, json=CHAT)
         assert response.status_code == 200, response.text
-        answers.add(response.json()["choices"][0]["message"]["content"])
-    return answers
+        replies.append(response.json()["choices"][0]["message"]["content"])
+    return replies
+
+
+async def served_by(
+    client: httpx.AsyncClient, key: str, requests: int, headers: Mapping[str, str] | None = None
+) -> set[str]:
+    return set(await answers(client, key, requests, headers))
 
 
 async def test_starts_within_seconds(stack: Stack) -> None:
@@ -669,3 +681,84 @@ def test_log_shows_no_leaked_http_sessions(stack: Stack) -> None:
     assert "Unclosed client session" not in log
     assert "Fatal Python error" not in log
     assert stack.proxy.returncode is None
+
+
+@pytest_asyncio.fixture(scope="module")
+async def busy_engine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Engine]:
+    """A third replica that decodes one sequence at a time, slowly: a few direct requests queue it."""
+    knobs: Final = {"BERTH_SIM_TOKENS_PER_SECOND": "5", "BERTH_SIM_MAX_NUM_SEQS": "1"}
+    engine: Final = await start_engine("busy", tmp_path_factory.mktemp("busy") / "busy.log", knobs)
+    try:
+        yield engine
+    finally:
+        await engine.stop()
+
+
+async def engine_metrics(engine: Engine) -> str:
+    async with httpx.AsyncClient(timeout=5, trust_env=False) as http:
+        response: Final = await http.get(f"{engine.url}/metrics")
+        response.raise_for_status()
+        return response.text
+
+
+def finished_requests(metrics_text: str) -> float:
+    """The replica's own count of the requests it finished (vllm:request_success_total, every reason)."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics_text.splitlines()
+        if line.startswith("vllm:request_success_total{")
+    )
+
+
+async def test_least_queue_routes_around_a_queued_replica(
+    stack: Stack, client: httpx.AsyncClient, busy_engine: Engine
+) -> None:
+    await serve(stack, client, ("a", stack.upstream_a, True), ("busy", busy_engine, True))
+    # Three requests straight to the busy replica, 10 s of decoding each: one runs, two wait.
+    long_chat: Final = {**CHAT, "max_tokens": 50, "ignore_eos": True}
+    async with httpx.AsyncClient(base_url=busy_engine.url, timeout=60, trust_env=False) as direct:
+        load: Final = [asyncio.create_task(direct.post("/v1/chat/completions", json=long_chat)) for _ in range(3)]
+        try:
+
+            async def queued() -> bool:
+                figures: Final = parse(await engine_metrics(busy_engine))
+                return figures.get("running", 0) + figures.get("waiting", 0) >= 3
+
+            await wait_until(queued)
+            await asyncio.sleep(SCRAPE_INTERVAL_S + 0.5)  # LiteLLM's scraper has read the queue since
+            before: Final = finished_requests(await engine_metrics(stack.upstream_a))
+            replies: Final = await answers(client, stack.master_key, 10)
+            after: Final = finished_requests(await engine_metrics(stack.upstream_a))
+        finally:
+            for task in load:
+                task.cancel()
+            await asyncio.gather(*load, return_exceptions=True)
+    # Sent one after the other, each finds A idle again: had A's in-flight count not been given back
+    # when a call ended, it would have reached the busy queue's 3 and shared the load from then on.
+    assert replies == ["hello from A"] * 10
+    assert after - before == 10
+
+
+async def test_a_session_stays_on_one_replica(stack: Stack, client: httpx.AsyncClient) -> None:
+    await serve(stack, client, ("a", stack.upstream_a, True), ("b", stack.upstream_b, True))
+    replicas: Final = set()
+    for session in ("chat-1", "chat-2", "chat-3"):
+        served = await served_by(client, stack.master_key, 4, {"x-session-id": session})
+        assert len(served) == 1, session
+        replicas.update(served)
+    # Rendezvous hashing of these names over replicas "a" and "b" is fixed: the sessions do not all
+    # share one replica, so the header, not chance or load, kept each on its own.
+    assert replicas == {"hello from A", "hello from B"}
+
+
+async def test_the_replica_list_names_the_policy(stack: Stack) -> None:
+    stack.control.routing_policy = "round_robin"
+
+    async def applied() -> bool:
+        log: Final = await asyncio.to_thread(stack.log_path.read_text, errors="replace")
+        return f"{MODEL} routes by round_robin" in log
+
+    try:
+        await wait_until(applied)
+    finally:
+        stack.control.routing_policy = "least_queue"
