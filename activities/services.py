@@ -133,7 +133,7 @@ class ServiceActivities:
         assert run.password, "the OpenCode password is generated at submission"
         command = opencode.render_serve(config, run.password, host=run.address, port=run.port,
                                         data_dir=workdir / "opencode", token=token, litellm_key=litellm_key,
-                                        workspace=workdir / "workspace")
+                                        workspace=self._workspace(run))
         show = self.context.state.workflow_logs(run.workflow_id) / "show-server" / "show-server.log"
         show.parent.mkdir(parents=True, exist_ok=True)
         lapse = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(expires)) if expires else "n/a (API key)"
@@ -145,6 +145,14 @@ class ServiceActivities:
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE")}
         env.update(command.env)
         return ServiceLaunch(argv=tuple(command.argv), environment=env, working_directory=command.cwd)
+
+    def _workspace(self, run: ServiceRun) -> Path:
+        """OpenCode's workspace (/data/workspace in a container): on the persistent `Volume` when one is
+        named, else on the workflow's ephemeral volume, deleted when the workflow stops."""
+        state = self.context.state
+        volume = run.options.get("volume")
+        root = state.persistent_volume(volume) if volume else state.ephemeral_volume(run.workflow_id)
+        return root / "workspace"
 
     async def _launch(self, run: ServiceRun, workdir: Path) -> ServiceLaunch:
         if run.kind == "gateway":

@@ -414,6 +414,8 @@ class ServiceWorkflow:
                   "address": port.address, "port": port.port, "api_key_secret": definition.api_key_secret}
         if definition.service is not None and definition.replica is None:
             options = {k: str(v) for k, v in definition.service.options.items() if v is not None and k != "password"}
+            if definition.service.volume:
+                options["volume"] = definition.service.volume  # OpenCode's workspace outlives the workflow
             return ServiceRun(name=definition.service.kind, kind=definition.service.kind, options=options,
                               password=str(definition.service.options.get("password") or "") or None,
                               endpoint_url=input.endpoint_url, **common)
@@ -497,8 +499,9 @@ class ServiceWorkflow:
             "remove_endpoint", CleanupInput(workflow_id=input.workflow_id, endpoint_id=input.endpoint_id),
             task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
         )
-        weights = input.definition.weights
-        if weights is not None and not weights.volume:
+        weights, service = input.definition.weights, input.definition.service
+        if (weights is not None and not weights.volume) or (
+                service is not None and input.definition.replica is None and not service.volume):
             await workflow.execute_activity(
                 "delete_ephemeral_volume", input.workflow_id, task_queue=NODES_TASK_QUEUE,
                 start_to_close_timeout=timedelta(minutes=10),

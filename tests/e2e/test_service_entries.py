@@ -77,14 +77,18 @@ def test_opencode_entry_with_password_and_bad_endpoint(stack: RunningStack) -> N
     assert "openai/gpt-oss-20b" in str(config)
     note = stack.describe(opencode)["endpoint"]["note"]
     assert "lapses at" in note and "restart the workflow to renew it" in note
+    ephemeral = stack.state_dir / "volumes" / "ephemeral" / opencode / "workspace"
+    assert ephemeral.is_dir()
     stack.cli("workflow", "stop", opencode)
+    assert not ephemeral.exists()  # no Volume: the workspace goes with the workflow
     # No Endpoint: every model endpoint the owner may reach is registered (discovery).
-    discovered = stack.start_entry("OpenCode", "ServiceScope=public")
+    discovered = stack.start_entry("OpenCode", "ServiceScope=public,Volume=my-workspace")
     config = httpx.get(stack.endpoint(discovered)["url"] + "/config", timeout=10, headers={
         "Authorization": "Basic " + base64.b64encode(
             f"opencode:{_password(stack, discovered)}".encode()).decode()}).json()
     assert model_endpoint["url"] in str(config) and "openai/gpt-oss-20b" in str(config)
     stack.cli("workflow", "stop", discovered)
+    assert (stack.state_dir / "volumes" / "persistent" / "my-workspace" / "workspace").is_dir()
     # An Endpoint the workflow cannot reach: the workflow fails and says which and why.
     bad = stack.start_entry("OpenCode", "Endpoint=http://127.0.0.1:9/v1,ServiceScope=public", watch=False)
     info = stack.wait_phase(bad, {"failed"}, timeout=60)
