@@ -70,6 +70,8 @@ class ServiceActivities:
             # Always the public JWKS route: with publication off it answers 404 and LiteLLM falls back
             # to its key check, which is the documents' behaviour.
             jwks_url=f"{base}/.well-known/jwks.json",
+            # The pool's size follows the rate LiteLLM itself measures (issue: "at the LiteLLM proxy").
+            rate_url=f"{base}/v1/internal/endpoints/{run.endpoint_id}/requests",
             host=run.address, port=run.port,
         )
         return await asyncio.to_thread(prepare_launch, spec, workdir)

@@ -41,7 +41,14 @@ from catalog.memory import gpus_needed, max_context_that_fits, memory_need, memo
 from catalog.render import render, resolve_values
 from server import opencode as opencode_checks
 from server import scheduler
-from server.autoscaler import FrontDoorRates, PoolMemory, decide, policy_from_annotations
+from server.autoscaler import (
+    FrontDoorRates,
+    LiteLLMRates,
+    PoolMemory,
+    ProxiedRates,
+    decide,
+    policy_from_annotations,
+)
 from berth.opencode import generate_password
 from server.models import EndpointRow, WorkflowRow
 from server.secrets import Secrets
@@ -108,6 +115,14 @@ class SecretRequest(BaseModel):
 class ResolveRequest(BaseModel):
     ref: str
     user: str
+
+
+class RequestCounters(BaseModel):
+    """What the LiteLLM sync hook posts (gateway.litellm_sync.RequestSnapshot; other fields ignored)."""
+
+    pid: int
+    started_at: float
+    requests_total: int
 
 
 class UserTokenRequest(BaseModel):
@@ -185,13 +200,14 @@ def build_context(state_dir: Path, temporal_address: str, database_url: str | No
 def create_app(context: ServerContext) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):  # type: ignore[no-untyped-def]
-        task = asyncio.create_task(_autoscale_forever(context, rates))
+        task = asyncio.create_task(_autoscale_forever(context, rates, ProxiedRates(litellm_rates, rates)))
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
     rates = FrontDoorRates()
+    litellm_rates = LiteLLMRates()
 
     app = FastAPI(title="Berth control plane", lifespan=lifespan)
 
@@ -619,18 +635,19 @@ def create_app(context: ServerContext) -> FastAPI:
             await run_in_threadpool(context.store.note_token_lapse, body.for_endpoint, expires_at)
         return {"token": token, "expires_at": expires_at}
 
+    @app.post("/v1/internal/endpoints/{endpoint_id}/requests", status_code=204)
+    async def litellm_requests(endpoint_id: str, body: RequestCounters,
+                               authorization: str | None = Header(None)) -> None:
+        """A Proxy=true pool's LiteLLM sync hook posts its request counters here: the rate that sizes
+        the pool is the one measured at its LiteLLM proxy."""
+        _service_or_admin(context, endpoint_id, authorization)
+        litellm_rates.add_snapshot(endpoint_id, body.pid, body.started_at, body.requests_total, time.monotonic())
+
     @app.get("/v1/internal/endpoints/{endpoint_id}/replicas")
     async def endpoint_replicas(endpoint_id: str, authorization: str | None = Header(None)) -> dict[str, Any]:
         """The pool's replicas, as the LiteLLM sync hook reads them. Accepts the endpoint's service
         token or an administrator's API token."""
-        if not authorization or not authorization.lower().startswith("bearer "):
-            raise AuthenticationError("No token.")
-        token = authorization[7:].strip()
-        try:
-            context.verifier.verify(token, service_audience(endpoint_id))
-        except AuthenticationError:
-            if not Identity.from_claims(context.verifier.verify(token, API_AUDIENCE)).admin:
-                raise PermissionDeniedError("Only the endpoint's service or an administrator may read this.") from None
+        _service_or_admin(context, endpoint_id, authorization)
         rows = await run_in_threadpool(context.store.replicas, endpoint_id)
         try:
             annotations = (await run_in_threadpool(context.store.endpoint, endpoint_id)).annotations or {}
@@ -677,17 +694,17 @@ def _pool_facts(definition: WorkflowDefinition) -> dict[str, Any]:
             "scale_to_zero_after_s": pool.scale_to_zero_after_s}
 
 
-async def _autoscale_forever(context: ServerContext, rates: FrontDoorRates) -> None:
+async def _autoscale_forever(context: ServerContext, rates: FrontDoorRates, proxied: ProxiedRates) -> None:
     memories: dict[str, PoolMemory] = {}
     while True:
         await asyncio.sleep(AUTOSCALE_EVERY_S)
         try:
-            await _autoscale_once(context, rates, memories)
+            await _autoscale_once(context, rates, proxied, memories)
         except Exception as error:  # noqa: BLE001 — the loop must outlive any one failure; say what it was
             log.warning("autoscaler tick failed: %s: %s", type(error).__name__, error)
 
 
-async def _autoscale_once(context: ServerContext, rates: FrontDoorRates,
+async def _autoscale_once(context: ServerContext, rates: FrontDoorRates, proxied: ProxiedRates,
                           memories: dict[str, PoolMemory]) -> None:
     endpoints = await run_in_threadpool(context.store.endpoints)
     pools = [(e, policy_from_annotations(e.annotations or {})) for e in endpoints]
@@ -704,13 +721,30 @@ async def _autoscale_once(context: ServerContext, rates: FrontDoorRates,
         if status.phase.value != "ready":
             continue  # starting copies are not idle, a pool at zero waits for a request, stopping is final
         memory = memories.setdefault(endpoint.id, PoolMemory())
-        decision = decide(policy, status.desired_replicas, rates.load(endpoint.id, now), memory, now)
+        # Proxy=true: the rate measured at the pool's LiteLLM proxy; Proxy=false: at the endpoint proxy.
+        fronted = bool((endpoint.annotations or {}).get("proxy"))
+        source = proxied if fronted else rates
+        decision = decide(policy, status.desired_replicas, source.load(endpoint.id, now), memory, now)
         if decision is None or decision[0] == status.desired_replicas:
             continue
+        if fronted and decision[0] > 0:
+            decision = (decision[0], decision[1] + " (rate measured at the LiteLLM proxy)")
         with contextlib.suppress(WorkflowUpdateFailedError):  # e.g. stopping meanwhile
             await handle.execute_update(
                 ServiceWorkflow.scale,
                 ScaleRequest(replicas=decision[0], reason=decision[1], source="autoscaler"))
+
+
+def _service_or_admin(context: ServerContext, endpoint_id: str, authorization: str | None) -> None:
+    """Admit the endpoint's own service token (its LiteLLM sync hook) or an administrator's API token."""
+    if not authorization or not authorization.lower().startswith("bearer "):
+        raise AuthenticationError("No token.")
+    token = authorization[7:].strip()
+    try:
+        context.verifier.verify(token, service_audience(endpoint_id))
+    except AuthenticationError:
+        if not Identity.from_claims(context.verifier.verify(token, API_AUDIENCE)).admin:
+            raise PermissionDeniedError("Only the endpoint's service or an administrator may call this.") from None
 
 
 def _replica_view(replica: Any) -> dict[str, Any]:

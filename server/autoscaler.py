@@ -51,6 +51,33 @@ class FrontDoorRates:
         return Load(rate_rps=total / self.window_s, idle_s=max(0.0, now - last))
 
 
+class LiteLLMRates(FrontDoorRates):
+    """Requests counted inside a Proxy=true pool's LiteLLM proxy: its sync hook posts each worker's
+    running totals; the difference between two posts of one worker is what it admitted meanwhile."""
+
+    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
+        super().__init__(window_s)
+        self._totals: dict[tuple[str, int, float], int] = {}  # (endpoint, worker pid, worker start)
+
+    def add_snapshot(self, endpoint_id: str, pid: int, started_at: float, requests_total: int, now: float) -> None:
+        key = (endpoint_id, pid, started_at)
+        previous = self._totals.get(key, 0)  # a new worker: everything since its start is new
+        self._totals[key] = requests_total
+        self.add(endpoint_id, max(0, requests_total - previous), now)
+
+
+class ProxiedRates:
+    """A Proxy=true pool's load: the rate LiteLLM measured; idle only when neither LiteLLM nor the
+    endpoint proxy (which holds and wakes requests while no copy is up) saw a request."""
+
+    def __init__(self, litellm: LiteLLMRates, front_door: FrontDoorRates) -> None:
+        self.litellm, self.front_door = litellm, front_door
+
+    def load(self, endpoint_id: str, now: float) -> Load:
+        inside, outside = self.litellm.load(endpoint_id, now), self.front_door.load(endpoint_id, now)
+        return Load(rate_rps=inside.rate_rps, idle_s=min(inside.idle_s, outside.idle_s))
+
+
 @dataclass(frozen=True)
 class PoolPolicy:
     """A pool's sizing settings (from its definition, kept in the endpoint's annotations)."""

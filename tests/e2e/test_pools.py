@@ -156,5 +156,7 @@ def test_load_scales_up_to_max_then_down_then_idle_to_zero(stack: RunningStack) 
     events = stack.describe(workflow_id)["events"]
     reasons = [e["message"] for e in events if e["kind"] in ("scale_up", "scale_down")]
     assert any("TargetRequestRate" in r for r in reasons) and any("ScaleToZeroAfter" in r for r in reasons)
+    # Proxy=true: the rate that sized the pool is the one its LiteLLM proxy measured.
+    assert any("measured at the LiteLLM proxy" in r for r in reasons if "TargetRequestRate" in r)
     assert chat(target).status_code == 200  # and a request wakes it again
     stack.cli("workflow", "stop", workflow_id)

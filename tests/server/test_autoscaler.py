@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from server.autoscaler import FrontDoorRates, Load, PoolMemory, PoolPolicy, decide, policy_from_annotations
+from server.autoscaler import (
+    FrontDoorRates,
+    LiteLLMRates,
+    Load,
+    PoolMemory,
+    PoolPolicy,
+    ProxiedRates,
+    decide,
+    policy_from_annotations,
+)
 
 POLICY = PoolPolicy(min_replicas=0, max_replicas=3, target_requests_per_s=2, scale_down_delay_s=5,
                     scale_to_zero_after_s=30)
@@ -54,3 +63,21 @@ def test_front_door_rate_window() -> None:
     assert rates.load("ep", 1009.5).rate_rps == 4.0
     assert rates.load("ep", 1015.0).rate_rps == 2.0  # only the reports of 1005..1009 are in the window
     assert rates.load("ep", 1015.0).idle_s == 6.0
+
+
+def test_litellm_rates_count_each_worker_once() -> None:
+    rates = LiteLLMRates(window_s=10)
+    rates.add_snapshot("ep", pid=1, started_at=100.0, requests_total=20, now=1.0)
+    rates.add_snapshot("ep", pid=1, started_at=100.0, requests_total=30, now=2.0)  # +10
+    rates.add_snapshot("ep", pid=2, started_at=101.0, requests_total=10, now=2.0)  # a second worker
+    rates.add_snapshot("ep", pid=1, started_at=100.0, requests_total=30, now=3.0)  # nothing new
+    assert rates.load("ep", 3.0).rate_rps == 4.0  # (20 + 10 + 10) / 10 s
+
+
+def test_proxied_pool_is_idle_only_when_no_door_saw_a_request() -> None:
+    litellm, front_door = LiteLLMRates(window_s=10), FrontDoorRates(window_s=10)
+    rates = ProxiedRates(litellm, front_door)
+    litellm.add_snapshot("ep", pid=1, started_at=0.0, requests_total=5, now=0.0)
+    front_door.add("ep", 1, now=8.0)  # a request held while the pool had no copy
+    load = rates.load("ep", 9.0)
+    assert load.rate_rps == 0.5 and load.idle_s == 1.0
