@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from bench.common import REPO, cpu_seconds, emit, summary
+from bench.common import cpu_seconds, emit, summary
 from berth.processes import free_port, stop_group_sync, wait_http_sync
 from tests.support import RunningStack, free_port_base, litellm_bin
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import httpx
 
+from berth.processes import free_port, spawn, stop_group_sync, wait_http_sync
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -147,6 +149,41 @@ class RunningStack:
 
     def token_for(self, endpoint_id: str, expiration: str = "1h") -> str:
         return self.cli("endpoint", "generate-token", endpoint_id, "--expiration", expiration).stdout.strip()
+
+
+def start_gateway(stack: RunningStack, token: str) -> tuple[subprocess.Popen[bytes], str]:
+    """`berth gateway` for the owner of `token` on a free port, once /health answers: (process, URL).
+    Stop it with `berth.processes.stop_group_sync(process.pid)`."""
+    port = free_port()
+    env = dict(stack.env, BERTH_API_URL=stack.info["api_url"], BERTH_TOKEN=token)
+    process = spawn([sys.executable, "-m", "cli", "gateway", "--port", str(port)], stack.state_dir / "gateway.log",
+                    env=env, cwd=REPO)
+    try:
+        wait_http_sync(f"http://127.0.0.1:{port}/health", 60, process)
+    except BaseException:
+        stop_group_sync(process.pid, 5)
+        raise
+    return process, f"http://127.0.0.1:{port}"
+
+
+def add_node_agent(stack: RunningStack, node_id: str, simulate_gpus: str,
+                   extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """One more node agent joining the stack, with its own environment (e.g. a slower simulator: the
+    ranks inherit it), on the next free block of 100 ports, once the API lists it ready. Stop the
+    workflows that use it first, then `berth.processes.stop_group_sync(process.pid)`."""
+    blocks = 1 + stack.nodes + len(list((stack.state_dir / "logs" / "extra-nodes").glob("*.log")))
+    env = dict(stack.env, BERTH_API_URL=stack.info["api_url"], BERTH_TOKEN=stack.token,
+               BERTH_TEMPORAL_ADDRESS=stack.info["temporal_address"], **(extra_env or {}))
+    process = spawn([sys.executable, "-m", "cli", "node", "--id", node_id, "--simulate-gpus", simulate_gpus,
+                     "--port-start", str(stack.port_base + 100 * blocks)],
+                    stack.state_dir / "logs" / "extra-nodes" / f"{node_id}.log", env=env, cwd=REPO)
+    try:
+        wait_for(lambda: any(n["id"] == node_id and n.get("state") == "ready"
+                             for n in stack.api("GET", "/v1/nodes").json()), 60, f"node agent {node_id}")
+    except BaseException:
+        stop_group_sync(process.pid, 5)
+        raise
+    return process
 
 
 def processes_mentioning(text: str) -> list[str]:

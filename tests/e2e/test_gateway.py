@@ -3,8 +3,6 @@ and scopes: it serves exactly what its owner may reach, follows scaling and wake
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from berth.processes import free_port, stop_group_sync, wait_http_sync
+from berth.processes import stop_group_sync
 from berth.security import Identity, SigningKey
-from tests.support import REPO, RunningStack, free_port_base
+from tests.support import RunningStack, free_port_base, start_gateway
 
 ALICE = Identity("alice", ("team-a",), "acme")
 BOB = Identity("bob", ("team-b",), "acme")
@@ -45,18 +43,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object
     }
     for created in workflows.values():
         stack.wait_phase(created["id"], {"ready"}, timeout=120)
-    port = free_port()
-    env = dict(stack.env, BERTH_API_URL=stack.info["api_url"], BERTH_TOKEN=tokens["alice"])
-    log = open(state / "gateway.log", "wb")  # noqa: SIM115
-    gateway = subprocess.Popen([sys.executable, "-m", "cli", "gateway", "--port", str(port)], cwd=REPO, env=env,
-                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_http_sync(f"http://127.0.0.1:{port}/health", 60, gateway)
-        yield {"stack": stack, "workflows": workflows, "url": f"http://127.0.0.1:{port}", "log": state / "gateway.log",
-               "tokens": tokens}
+        gateway, url = start_gateway(stack, tokens["alice"])
+    except BaseException:
+        stack.stop()
+        raise
+    try:
+        yield {"stack": stack, "workflows": workflows, "url": url, "log": state / "gateway.log", "tokens": tokens}
     finally:
         stop_group_sync(gateway.pid, 10)
-        log.close()
         stack.stop()
 
 
