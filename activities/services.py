@@ -72,6 +72,8 @@ class ServiceActivities:
             jwks_url=f"{base}/.well-known/jwks.json",
             # The pool's size follows the rate LiteLLM itself measures (issue: "at the LiteLLM proxy").
             rate_url=f"{base}/v1/internal/endpoints/{run.endpoint_id}/requests",
+            # A woken copy is routable when LiteLLM has it: a quick poll keeps the wake short.
+            sync_interval_s=0.25,
             host=run.address, port=run.port,
         )
         return await asyncio.to_thread(prepare_launch, spec, workdir)

@@ -67,6 +67,7 @@ class Route:
     policy: routing.Policy = field(default_factory=routing.RoundRobin)
     wakeable: bool = False  # a replica pool (not a service): a request may wake it from zero
     service: str = "vllm"
+    litellm_routed: frozenset[str] | None = None  # copies LiteLLM routes to; None: not reported yet
 
     def target(self, session_id: str | None = None, exclude: frozenset[str] = frozenset()) -> Replica | None:
         """The service, or the replica the endpoint's routing policy picks among the eligible ones."""
@@ -86,6 +87,8 @@ class Route:
         until then the request is held and the pool woken, as for a pool without a service."""
         if not self.wakeable:
             return True
+        if self.service == "litellm" and self.litellm_routed is not None:
+            return any(r.ready and not r.draining and r.copy_id in self.litellm_routed for r in self.pool)
         return any(r.ready and not r.draining for r in self.pool)  # a pool at zero has none: hold
 
     def admits(self, who: Identity) -> bool:
@@ -174,6 +177,8 @@ class EndpointProxy:
                     policy=old.policy if old is not None and keep_policy else routing.make_or_default(policy_name),
                     wakeable=bool(item.get("wakeable")),
                     service=item.get("service") or "vllm",
+                    litellm_routed=(None if item.get("litellm_routed") is None
+                                    else frozenset(item["litellm_routed"])),
                 )
             self._replicas = known
             # A copy that just became ready is scraped now, not at the next round: it serves at once.
@@ -323,9 +328,10 @@ class EndpointProxy:
                 target = route.target(session_id)
                 if target is not None:
                     self._woken_at.pop(route.id, None)
-                    if route.service == "litellm":
-                        # LiteLLM learns of the new copy from its sync hook (1 s poll): let it catch up,
-                        # or the first request after a wake gets its "Invalid model name".
+                    if route.service == "litellm" and route.litellm_routed is None:
+                        # LiteLLM has not reported which copies it routes to (an older hook, or a
+                        # control plane restarted since): give its sync poll time to catch up, or the
+                        # first request after a wake gets its "Invalid model name".
                         await asyncio.sleep(LITELLM_SYNC_SETTLE_S)
                     return target
                 now = time.monotonic()

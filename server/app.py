@@ -31,6 +31,7 @@ from berth.errors import (
     UnavailableError,
     UserInputError,
 )
+from berth.opencode import generate_password
 from berth.processes import tail
 from berth.security import API_AUDIENCE, Cipher, Identity, SigningKey, TokenVerifier, generate_api_key
 from berth.settings import CONTROL_TASK_QUEUE, ClusterSettings, StateLayout
@@ -49,7 +50,6 @@ from server.autoscaler import (
     decide,
     policy_from_annotations,
 )
-from berth.opencode import generate_password
 from server.models import EndpointRow, WorkflowRow
 from server.secrets import Secrets
 from server.store import Store
@@ -123,6 +123,7 @@ class RequestCounters(BaseModel):
     pid: int
     started_at: float
     requests_total: int
+    replicas: tuple[str, ...] = ()  # copy ids LiteLLM routes to now
 
 
 class UserTokenRequest(BaseModel):
@@ -271,7 +272,8 @@ def create_app(context: ServerContext) -> FastAPI:
             service = definition.service.model_copy(
                 update={"options": {**definition.service.options, "password": generate_password()}})
             definition = definition.model_copy(update={"service": service})
-        if definition.proxy and definition.replica is not None and not (definition.api_key or definition.api_key_secret):
+        keyless = not (definition.api_key or definition.api_key_secret)
+        if definition.proxy and definition.replica is not None and keyless:
             definition = definition.model_copy(update={"api_key": generate_api_key()})
         workflow_id = f"{entry.slug}-{secrets.token_hex(4)}"
         endpoint_id = f"ep-{secrets.token_hex(5)}"
@@ -280,7 +282,8 @@ def create_app(context: ServerContext) -> FastAPI:
                           definition="", endpoint_id=endpoint_id)
         # A pool behind a LiteLLM proxy is reached only through it: the proxy answers 503 until it is up.
         fronted = definition.proxy and definition.replica is not None
-        service_kind = definition.service.kind if definition.service is not None and definition.replica is None else None
+        service_entry = definition.service is not None and definition.replica is None
+        service_kind = definition.service.kind if service_entry and definition.service is not None else None
         endpoint = EndpointRow(id=endpoint_id, workflow_id=workflow_id,
                                service=service_kind or ("litellm" if fronted else "vllm"),
                                scope=definition.endpoint.scope.value, owner=who.user, org=who.org,
@@ -541,7 +544,8 @@ def create_app(context: ServerContext) -> FastAPI:
 
     # --- nodes --------------------------------------------------------------------------------------
     @app.post("/v1/nodes/{node_id}/heartbeat")
-    async def node_heartbeat(node_id: str, inventory: dict[str, Any], _who: Identity = Depends(admin)) -> dict[str, Any]:
+    async def node_heartbeat(node_id: str, inventory: dict[str, Any],
+                             _who: Identity = Depends(admin)) -> dict[str, Any]:
         port_start = int(inventory.get("port_start", 0))
         row = await run_in_threadpool(context.store.heartbeat_node, node_id, inventory, port_start)
         return {"id": row.id, "state": context.store.node_state(row)}
@@ -620,7 +624,8 @@ def create_app(context: ServerContext) -> FastAPI:
         return {"token": context.signing.sign(claims, SERVICE_TOKEN_TTL_S)}
 
     @app.post("/v1/internal/users/{user}/tokens")
-    async def user_token(user: str, body: UserTokenRequest, _who: Identity = Depends(admin)) -> dict[str, Any]:
+    async def owner_token_for_service(user: str, body: UserTokenRequest,
+                                      _who: Identity = Depends(admin)) -> dict[str, Any]:
         """A token speaking for a workflow's owner, for its service (the gateway polls the endpoints API,
         OpenCode calls model endpoints, as the owner). At most 7 days: a restart renews it."""
         owner = await run_in_threadpool(context.store.identity, user)
@@ -641,7 +646,8 @@ def create_app(context: ServerContext) -> FastAPI:
         """A Proxy=true pool's LiteLLM sync hook posts its request counters here: the rate that sizes
         the pool is the one measured at its LiteLLM proxy."""
         _service_or_admin(context, endpoint_id, authorization)
-        litellm_rates.add_snapshot(endpoint_id, body.pid, body.started_at, body.requests_total, time.monotonic())
+        litellm_rates.add_snapshot(endpoint_id, body.pid, body.started_at, body.requests_total, time.monotonic(),
+                                   body.replicas)
 
     @app.get("/v1/internal/endpoints/{endpoint_id}/replicas")
     async def endpoint_replicas(endpoint_id: str, authorization: str | None = Header(None)) -> dict[str, Any]:
@@ -677,6 +683,8 @@ def create_app(context: ServerContext) -> FastAPI:
             "workflow_id": e.workflow_id, "pool": sorted(pools.get(e.id, []), key=lambda r: r["copy_id"]),
             "routing_policy": (e.annotations or {}).get("routing_policy", "least_queue"),
             "wakeable": bool((e.annotations or {}).get("pool")),
+            # Behind LiteLLM: the copies it routes to (None until its sync hook first reported).
+            "litellm_routed": litellm_rates.routed.get(e.id) if e.service == "litellm" else None,
         } for e in endpoints]}
 
     return app

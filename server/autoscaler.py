@@ -58,8 +58,13 @@ class LiteLLMRates(FrontDoorRates):
     def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
         super().__init__(window_s)
         self._totals: dict[tuple[str, int, float], int] = {}  # (endpoint, worker pid, worker start)
+        # The copies LiteLLM routes to, as its last post said: the endpoint proxy sends a request held
+        # for a woken pool on as soon as LiteLLM knows a copy (not after a guessed delay).
+        self.routed: dict[str, tuple[str, ...]] = {}
 
-    def add_snapshot(self, endpoint_id: str, pid: int, started_at: float, requests_total: int, now: float) -> None:
+    def add_snapshot(self, endpoint_id: str, pid: int, started_at: float, requests_total: int, now: float,
+                     replicas: tuple[str, ...] = ()) -> None:
+        self.routed[endpoint_id] = tuple(sorted(replicas))
         key = (endpoint_id, pid, started_at)
         previous = self._totals.get(key, 0)  # a new worker: everything since its start is new
         self._totals[key] = requests_total

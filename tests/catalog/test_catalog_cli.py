@@ -47,7 +47,8 @@ def test_list_describe_and_start(catalog_api: CatalogApi, tmp_path: Path) -> Non
     described = berth(catalog_api, tmp_path, "catalog", "describe", "Qwen3-Coder 30B")
     assert described.returncode == 0, described.stderr
     out = described.stdout
-    assert "MaxContextSize" in out and "256..1048576" in out and "RoutingPolicy" in out  # per-endpoint routing (issue 7)
+    # RoutingPolicy: per-endpoint routing (issue 7).
+    assert "MaxContextSize" in out and "256..1048576" in out and "RoutingPolicy" in out
     assert "auto (2)" in out and "262,144 (default)" in out and "88.9" in out
     assert "At its default context it needs 88.9 GB: GpusPerNode=2 by default" in out
 

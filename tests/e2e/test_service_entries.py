@@ -37,7 +37,8 @@ def test_gateway_entry_serves_every_discoverable_model(stack: RunningStack) -> N
     headers = {"Authorization": f"Bearer {stack.token_for(endpoint['id'])}"}
     models: set[str] = set()
     for _ in range(40):
-        models = {m["id"] for m in httpx.get(endpoint["url"] + "/v1/models", headers=headers, timeout=10).json()["data"]}
+        listing = httpx.get(endpoint["url"] + "/v1/models", headers=headers, timeout=10).json()["data"]
+        models = {m["id"] for m in listing}
         if models == {"openai/gpt-oss-20b", "Qwen/Qwen3-0.6B"}:
             break
         time.sleep(0.5)
