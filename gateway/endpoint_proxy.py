@@ -43,6 +43,7 @@ STRIPPED_REQUEST = HOP_BY_HOP | {b"berth-authorization", CALLER_HEADER}
 # A request for a pool with no routable copy waits this long at most (x-request-timeout shortens it).
 HOLD_TIMEOUT_S = 120.0
 LITELLM_SYNC_SETTLE_S = 1.5
+HELD_POLL_S = 0.05  # while requests are held: how often to look for a routable copy (a routes read)
 MAX_HELD_PER_ENDPOINT = 100
 WAKE_EVERY_S = 5.0  # re-send the wake-up while requests wait (a lost signal must not strand them)
 STREAMED = re.compile(rb'"stream"\s*:\s*true')
@@ -158,8 +159,11 @@ class EndpointProxy:
         return [(r.url, r.metrics) for r in self._replicas.values()]
 
     # --- routing table ----------------------------------------------------------------------------
-    async def refresh(self) -> None:
+    async def refresh(self, unless_newer_than_s: float = 0.0) -> None:
         async with self._refresh_lock:
+            # Many held requests poll at once: the first refresh serves the ones queued behind it.
+            if unless_newer_than_s and time.monotonic() - self._last_refresh < unless_newer_than_s:
+                return
             data = await self.api.routes()
             routes: dict[str, Route] = {}
             known: dict[str, Replica] = {}
@@ -340,10 +344,11 @@ class EndpointProxy:
                     asyncio.create_task(self._wake(route))
                 if now - started >= deadline_s:
                     break
-                await asyncio.sleep(min(0.2, max(0.0, deadline_s - (now - started))))
-                if time.monotonic() - self._last_refresh > 0.2:
+                # Tight while someone waits: every 100 ms of polling is 100 ms on the first reply.
+                await asyncio.sleep(min(HELD_POLL_S, max(0.0, deadline_s - (now - started))))
+                if time.monotonic() - self._last_refresh > HELD_POLL_S:
                     with contextlib.suppress(BerthError):
-                        await self.refresh()
+                        await self.refresh(unless_newer_than_s=HELD_POLL_S)
         finally:
             self._held[route.id] -= 1
         waited = f"{time.monotonic() - started:.0f}"
