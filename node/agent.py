@@ -1,11 +1,10 @@
 """The node agent: registers and heartbeats its inventory, and runs a Temporal worker on its own task
-queue `node.<id>` (and the shared `berth-nodes` queue) for rank, readiness and weights activities."""
+queue `node.<id>` (and the shared `berth-nodes` queue) for rank, service, readiness and weights activities."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import signal
 from dataclasses import dataclass
@@ -17,9 +16,9 @@ from temporalio.worker import Worker
 
 from activities.ranks import NodeActivities, NodeContext
 from activities.services import ServiceActivities
+from activities.supervision import Orphan, Supervisor
 from berth.api_client import ApiClient
 from berth.errors import BerthError
-from berth.processes import group_alive, pid_alive, process_start_ticks, stop_group
 from berth.security import Cipher
 from berth.settings import NODES_TASK_QUEUE, ClusterSettings, StateLayout, node_task_queue
 from berth.temporal import connect
@@ -75,45 +74,15 @@ class NodeAgent:
                 "gpu_source": self.gpu_note, **host_facts(), "labels": self.config.labels or {},
                 "taints": list(self.config.taints), "volumes": volumes, "port_start": self.config.port_start}
 
-    def find_orphans(self) -> dict[str, int]:
-        """Rank processes a previous agent left running (it died without stopping them), by rank dir.
-
-        Records of processes already gone are removed here."""
-        orphans: dict[str, int] = {}
-        ranks_dir = self.context.ranks_dir
-        if not ranks_dir.exists():
-            return orphans
-        for pidfile in ranks_dir.glob("*/rank.json"):
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                record = json.loads(pidfile.read_text())
-                pid = int(record["pid"])
-                ticks = record.get("start_ticks")
-                if pid_alive(pid) and (ticks is None or process_start_ticks(pid) == ticks):
-                    orphans[pidfile.parent.name] = pid
-                else:
-                    pidfile.unlink()
-        return orphans
-
-    async def reap_orphans(self, orphans: dict[str, int], activities: NodeActivities, grace_s: float) -> None:
-        """Give each orphan `grace_s` to be adopted by its copy (adopt_rank), then stop whatever was not:
-        a rank nobody watches must not serve on as half of a copy."""
+    async def reap_orphans(self, orphans: list[Orphan], supervisor: Supervisor, grace_s: float) -> None:
+        """Give each orphan (a rank or service a previous agent left running) `grace_s` to be adopted by its
+        workflow (adopt_rank, adopt_service), then stop whatever was not."""
         if not orphans:
             return
-        log.warning("found %d live rank process(es) of a previous agent; %.0f s for their copies to adopt "
-                    "them: %s", len(orphans), grace_s, ", ".join(sorted(orphans)))
+        log.warning("found %d live process(es) of a previous agent; %.0f s for their workflows to adopt "
+                    "them: %s", len(orphans), grace_s, ", ".join(o.pidfile.parent.name for o in orphans))
         await asyncio.sleep(grace_s)
-        await self.stop_unadopted(orphans, activities)
-
-    async def stop_unadopted(self, orphans: dict[str, int], activities: NodeActivities) -> None:
-        for name, pid in orphans.items():
-            pidfile = self.context.ranks_dir / name / "rank.json"
-            if name in activities.adopted or not pidfile.exists():
-                continue
-            if group_alive(pid):
-                log.warning("stopping orphaned rank process group %s (%s): no copy adopted it", pid, name)
-                await stop_group(pid, 10.0)
-            with contextlib.suppress(OSError):
-                pidfile.unlink()
+        await supervisor.stop_unadopted(orphans)
 
     async def heartbeat_forever(self, api: ApiClient) -> None:
         while True:
@@ -124,18 +93,19 @@ class NodeAgent:
             await asyncio.sleep(HEARTBEAT_S)
 
     async def run(self, stop: asyncio.Event) -> None:
-        orphans = self.find_orphans()
+        supervisor = Supervisor(self.config.node_id, self.context.node_dir)
+        orphans = supervisor.find_orphans()
         settings = ClusterSettings.load(self.config.state_dir)
         cipher = Cipher.load_or_create(self.state.keys)
         client = await connect(self.config.temporal_address, cipher)
         secrets_api = ApiClient(self.config.api_url, self.config.token)
-        activities = NodeActivities(self.context, secrets_api)
+        activities = NodeActivities(self.context, supervisor, secrets_api)
         reaper = asyncio.create_task(self.reap_orphans(
-            orphans, activities, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
-        services = ServiceActivities(self.context, secrets_api)
+            orphans, supervisor, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
+        services = ServiceActivities(self.context, supervisor, secrets_api)
         functions = [activities.run_rank, activities.adopt_rank, activities.wait_ready,
                      activities.download_weights, activities.delete_ephemeral_volume,
-                     services.run_service, services.wait_live]
+                     services.run_service, services.adopt_service, services.wait_live]
         # Generous graceful shutdown: ranks get SIGTERM then SIGKILL and report it before we exit.
         # Cancellation reaches an activity only through a heartbeat, so heartbeats must not be
         # throttled for long: a stopped copy's ranks get SIGTERM within about a second.
@@ -158,8 +128,8 @@ class NodeAgent:
             for run in runs:
                 with contextlib.suppress(Exception):
                     await run
-            # A clean shutdown stops every rank it owns; orphans still waiting for adoption too.
-            await self.stop_unadopted(orphans, activities)
+            # A clean shutdown stops every rank and service it owns; orphans still waiting for adoption too.
+            await supervisor.stop_unadopted(orphans)
 
 
 def run_agent(config: AgentConfig) -> None:

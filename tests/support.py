@@ -203,11 +203,20 @@ def processes_mentioning(text: str) -> list[str]:
 
 def rank_record(state_dir: Path, copy_id: str, rank: int) -> dict[str, Any]:
     """The pidfile (`rank.json`) a node agent keeps for a running rank, with the node it runs on."""
-    for path in (state_dir / "nodes").glob(f"*/ranks/{copy_id}-r{rank}/rank.json"):
+    return _process_record(state_dir, f"ranks/{copy_id}-r{rank}/rank.json", f"rank {rank} of {copy_id}")
+
+
+def service_record(state_dir: Path, workflow_id: str, name: str = "litellm") -> dict[str, Any]:
+    """The pidfile (`service.json`) a node agent keeps for a running service, with the node it runs on."""
+    return _process_record(state_dir, f"services/{workflow_id}.{name}/service.json", f"{name} of {workflow_id}")
+
+
+def _process_record(state_dir: Path, pattern: str, what: str) -> dict[str, Any]:
+    for path in (state_dir / "nodes").glob(f"*/{pattern}"):
         record = json.loads(path.read_text())
         record["node_id"] = path.parents[2].name
         return record  # type: ignore[no-any-return]
-    raise AssertionError(f"no running rank {rank} of {copy_id} under {state_dir / 'nodes'}")
+    raise AssertionError(f"no running {what} under {state_dir / 'nodes'}")
 
 
 def process_environment(pid: int) -> dict[str, str]:

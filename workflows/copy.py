@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
@@ -26,16 +26,13 @@ with workflow.unsafe.imports_passed_through():
         ReserveRequest,
         ReserveResult,
     )
+    from workflows.supervised import MAX_ADOPTIONS, agent_went_silent, start_supervised
 
 CONTROL_TIMEOUT = timedelta(seconds=30)
 CONTROL_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
-# A rank is one process: if it dies it must not be restarted behind the copy's back.
-ONCE = RetryPolicy(maximum_attempts=1)
 # Readiness probing is idempotent: a probe lost with its node agent is simply asked again.
 PROBE_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["NotReady"])
 MAX_BLOCKED_BACKOFF_S = 5.0
-# A rank re-adopted by restarted agents this many times in a row is given up as lost.
-MAX_ADOPTIONS = 5
 
 
 @workflow.defn
@@ -184,19 +181,12 @@ class CopyWorkflow:
         cancellation of the copy)."""
         assert self.input is not None
         timings = self.input.timings
-        heartbeat = timedelta(seconds=timings.rank_heartbeat_timeout_s)
         activity_name = "run_rank"
         adoptions = 0
         while True:
             try:
-                return await workflow.execute_activity(
-                    activity_name, spec, result_type=RankExit, task_queue=node_task_queue(node_id),
-                    start_to_close_timeout=timedelta(days=3650), heartbeat_timeout=heartbeat,
-                    schedule_to_start_timeout=(timedelta(seconds=timings.rank_adopt_window_s)
-                                               if activity_name == "adopt_rank" else None),
-                    retry_policy=ONCE,
-                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                )
+                return await start_supervised(activity_name, spec, RankExit, node_id, timings,
+                                              adopting=activity_name == "adopt_rank")
             except ActivityError as error:
                 cause = error.cause
                 if isinstance(cause, CancelledError) or self._stopping:
@@ -206,8 +196,7 @@ class CopyWorkflow:
                 if isinstance(cause, ApplicationError) and cause.type == "RankSpawnFailed":
                     return RankExit(rank=spec.rank, node_id=node_id, reason="spawn-failed",
                                     note=cause.message)
-                if isinstance(cause, TimeoutError) and cause.type == TimeoutType.HEARTBEAT \
-                        and adoptions < MAX_ADOPTIONS:
+                if agent_went_silent(error) and adoptions < MAX_ADOPTIONS:
                     adoptions += 1
                     activity_name = "adopt_rank"
                     await self._tell_parent(

@@ -57,7 +57,8 @@ class Event(Payload):
 
 
 class CopyTimings(Payload):
-    """How long a copy trusts a silent node agent (cluster settings, fixed when the workflow starts)."""
+    """How long a copy (or a service workflow, for its service) trusts a silent node agent (cluster
+    settings, fixed when the workflow starts)."""
 
     rank_heartbeat_timeout_s: float = 30.0  # a rank's agent silent this long → try to re-adopt the rank
     rank_adopt_window_s: float = 60.0  # no agent took the rank back within this → the rank is lost
@@ -309,11 +310,20 @@ class ServiceExit(Payload):
     exit_code: int | None = None
     signal: int | None = None
     log_tail: str = ""
+    reason: str = "exited"  # exited | lost (adopt_service found it gone)
+    note: str = ""  # what else to say (e.g. why the exit status is unknown)
 
     def describe(self) -> str:
-        how = (f"was killed by signal {self.signal}" if self.signal is not None
-               else f"exited with status {self.exit_code}")
-        return f"service {self.name} on node {self.node_id} {how}"
+        if self.reason == "lost":
+            how = "was lost (its node agent stopped answering)"
+        elif self.signal is not None:
+            how = f"was killed by signal {self.signal}"
+        elif self.exit_code is not None:
+            how = f"exited with status {self.exit_code}"
+        else:
+            how = "exited (exit status unknown)"
+        text = f"service {self.name} on node {self.node_id} {how}"
+        return f"{text}: {self.note}" if self.note else text
 
 
 class LiveCheck(Payload):

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         WeightsInput,
         WeightsResult,
     )
+    from workflows.supervised import MAX_ADOPTIONS, agent_went_silent, not_adopted, start_supervised
 
 MAX_EVENTS = 200
 DOWNLOAD_RETRY = RetryPolicy(
@@ -48,9 +49,8 @@ DOWNLOAD_RETRY = RetryPolicy(
 )
 SHORT = timedelta(seconds=60)
 CONTROL_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
-# A service process is restarted by this workflow (with back-off), never by Temporal behind its back.
-ONCE = RetryPolicy(maximum_attempts=1)
-SERVICE_HEARTBEAT = timedelta(seconds=30)
+# A service process is restarted by this workflow (with back-off), never by Temporal behind its back
+# (start_supervised runs it once).
 SERVICE_BACKOFF_MAX_S = 60.0
 PROXY_SERVICE = "litellm"
 FATAL_SERVICE_ERRORS = ("EndpointUnreachable", "ServiceConfig", "SecretError", "ServiceSpawnFailed")
@@ -429,32 +429,45 @@ class ServiceWorkflow:
         )
 
     async def _service_life(self, input: ServiceInput, run: ServiceRun, port: ServicePort) -> str:
-        """One run of the service; returns why it ended (empty when stopped on request)."""
-        queue = node_task_queue(port.node_id)
-        process = workflow.start_activity(
-            "run_service", run, result_type=ServiceExit, task_queue=queue,
-            start_to_close_timeout=timedelta(days=3650), heartbeat_timeout=SERVICE_HEARTBEAT,
-            retry_policy=ONCE, cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-        )
+        """One run of the service; returns why it ended (empty when stopped on request). The process
+        outlives its node agent: when the agent goes silent, a restarted one is asked to adopt it, and
+        the endpoint keeps routing to it meanwhile."""
+        timings = input.timings
+        process = start_supervised("run_service", run, ServiceExit, port.node_id, timings, adopting=False)
         live = workflow.start_activity(
-            "wait_live", _live_check(run), result_type=float, task_queue=queue,
-            start_to_close_timeout=timedelta(seconds=240), heartbeat_timeout=SERVICE_HEARTBEAT,
+            "wait_live", _live_check(run), result_type=float, task_queue=node_task_queue(port.node_id),
+            start_to_close_timeout=timedelta(seconds=240),
+            heartbeat_timeout=timedelta(seconds=timings.rank_heartbeat_timeout_s),
             retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["NotReady"]),
         )
         routed = False
+        adoptions = 0
+
+        def settled() -> bool:  # the process ended, the probe answered (once), or the workflow stops
+            return process.done() or (live.done() and not routed) or self._stopping_service()
+
         try:
-            await workflow.wait_condition(lambda: process.done() or live.done() or self._stopping_service())
-            stopping = self._stopping_service()
-            if live.done() and not process.done() and not stopping:
-                if live.exception() is not None:  # up but never live: stop it, and start it again
-                    process.cancel()
-                    await workflow.wait([process])
-                    return f"service {run.name} on {port.node_id} never became live: {live.exception()}"
-                await self._route_service(input, run.url)
-                routed = True
-                self._event("service_ready", f"{run.name} live at {run.url} on {port.node_id} "
-                            f"after {live.result():.1f} s; the endpoint routes to it")
-            await workflow.wait_condition(lambda: process.done() or self._stopping_service())
+            while True:
+                await workflow.wait_condition(settled)
+                if self._stopping_service():
+                    break
+                if not process.done():  # the liveness probe answered first
+                    if live.exception() is not None:  # up but never live: stop it, and start it again
+                        process.cancel()
+                        await workflow.wait([process])
+                        return f"service {run.name} on {port.node_id} never became live: {live.exception()}"
+                    await self._route_service(input, run.url)
+                    routed = True
+                    self._event("service_ready", f"{run.name} live at {run.url} on {port.node_id} "
+                                f"after {live.result():.1f} s; the endpoint routes to it")
+                    continue
+                if not agent_went_silent(process.exception()) or adoptions >= MAX_ADOPTIONS:
+                    break
+                adoptions += 1
+                self._event("service_unresponsive",
+                            f"node agent of {port.node_id} stopped answering for {run.name}; the service keeps "
+                            f"running and a restarted agent has {timings.rank_adopt_window_s:.0f} s to adopt it")
+                process = start_supervised("adopt_service", run, ServiceExit, port.node_id, timings, adopting=True)
         finally:
             if routed:
                 await self._route_service(input, None)
@@ -468,6 +481,9 @@ class ServiceWorkflow:
             result = process.result()
         except ActivityError as error:
             cause = error.cause
+            if not_adopted(error):
+                return (f"service {run.name} on {port.node_id} was lost (its node agent stopped answering): "
+                        f"no node agent on {port.node_id} adopted it within {timings.rank_adopt_window_s:.0f} s")
             message = f"service {run.name} on {port.node_id} failed: " + (
                 cause.message if isinstance(cause, ApplicationError) else str(cause or error))
             if isinstance(cause, ApplicationError) and cause.non_retryable and cause.type in FATAL_SERVICE_ERRORS:

@@ -1,6 +1,7 @@
 """Durability of serving copies: killing and restarting the API server, the control worker or a node
-agent never drops a serving copy; a restarted agent re-adopts its live ranks; a node agent that stays
-away fails its copy as a unit ("lost")."""
+agent never drops a serving copy; a restarted agent re-adopts its live ranks and services (the model's
+LiteLLM proxy); a node agent that stays away fails its copy as a unit ("lost"); a rank or service nobody
+adopts is stopped by the restarted agent."""
 
 from __future__ import annotations
 
@@ -18,11 +19,19 @@ import pytest
 
 from berth.processes import pid_alive, stop_group_sync, wait_http_sync
 from berth.settings import StackPorts
-from tests.support import REPO, RunningStack, free_port_base, gpus_held, rank_record, wait_for
+from tests.support import (
+    REPO,
+    RunningStack,
+    free_port_base,
+    gpus_held,
+    rank_record,
+    service_record,
+    wait_for,
+)
 
 HEARTBEAT_TIMEOUT_S = 8
 ADOPT_WINDOW_S = 10
-COPY = "Model=hf://nvidia/some-model,Nodes=2,GpusPerNode=1"
+COPY = "Model=hf://nvidia/some-model,Nodes=2,GpusPerNode=1"  # Proxy=true: behind its LiteLLM proxy
 
 
 @dataclass
@@ -127,12 +136,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         for process in running.replacements:
             if process.poll() is None:
                 stop_group_sync(process.pid, 30)
-        for rank_dir in (state / "nodes").glob("*/ranks/*"):  # nothing a test left behind
-            with_record = rank_dir / "rank.json"
-            if with_record.exists():
-                pid = int(json.loads(with_record.read_text())["pid"])
-                if pid_alive(pid):
-                    stop_group_sync(pid, 5)
+        for record in (*(state / "nodes").glob("*/ranks/*/rank.json"),  # nothing a test left behind
+                       *(state / "nodes").glob("*/services/*/service.json")):
+            pid = int(json.loads(record.read_text())["pid"])
+            if pid_alive(pid):
+                stop_group_sync(pid, 5)
 
 
 def test_api_server_and_control_worker_restart_keep_copies_serving(cluster: Cluster) -> None:
@@ -216,6 +224,52 @@ def test_node_agent_gone_for_good_fails_the_copy_as_a_unit(cluster: Cluster) -> 
         HEARTBEAT_TIMEOUT_S + ADOPT_WINDOW_S + 30,
         "the restarted agent to stop the orphan",
     )
+    wait_for(
+        lambda: {n["id"]: n["state"] for n in stack.cli_json("node", "list")}[node] == "ready",
+        30,
+        "the node to be ready again",
+    )
+
+
+def test_restarted_node_agent_readopts_its_live_service_and_stops_one_nobody_adopts(cluster: Cluster) -> None:
+    stack = cluster.stack
+    workflow_id, _copy_id = cluster.serve()
+    service = service_record(stack.state_dir, workflow_id)  # the endpoint's LiteLLM proxy
+    node = service["node_id"]
+    cluster.kill(node)
+    cluster.restart(node)
+    # Through the silent window and the adoption, every request is answered by the same LiteLLM process.
+    answers: list[int] = []
+
+    def adopted_while_answering() -> int | None:
+        answers.append(cluster.chat(workflow_id))
+        return service_record(stack.state_dir, workflow_id).get("adopted_by")
+
+    adopted = wait_for(
+        adopted_while_answering,
+        HEARTBEAT_TIMEOUT_S + ADOPT_WINDOW_S + 20,
+        "the restarted agent to adopt the LiteLLM proxy",
+    )
+    assert adopted == cluster.pids[node]
+    assert answers and set(answers) == {200}
+    assert service_record(stack.state_dir, workflow_id)["pid"] == service["pid"]
+    assert cluster.chat(workflow_id) == 200
+    info = stack.describe(workflow_id)
+    assert info["phase"] == "ready"
+    kinds = [e["kind"] for e in info["events"]]
+    assert "service_unresponsive" in kinds and "service_exited" not in kinds
+    # Its agent dies again and the workflow is stopped meanwhile: nobody will adopt the proxy (nor the rank
+    # there). The restarted agent stops it once the adopt window has passed.
+    cluster.kill(node)
+    stack.cli("workflow", "stop", workflow_id, timeout=120)
+    assert pid_alive(int(service["pid"]))
+    cluster.restart(node)
+    wait_for(
+        lambda: not pid_alive(int(service["pid"])),
+        HEARTBEAT_TIMEOUT_S + ADOPT_WINDOW_S + 30,
+        "the restarted agent to stop the orphaned service",
+    )
+    assert gpus_held(stack, workflow_id) == 0
     wait_for(
         lambda: {n["id"]: n["state"] for n in stack.cli_json("node", "list")}[node] == "ready",
         30,

@@ -1,0 +1,137 @@
+"""Supervisor: how a node agent owns rank and service processes for an activity's lifetime, and how a
+restarted agent takes back (adopts) the live ones its predecessor left, or stops those nobody claims."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from asyncio.subprocess import Process
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from berth.processes import (
+    group_alive,
+    read_pidfile,
+    remove_file,
+    same_process,
+    stop_group,
+    supervise,
+    tail,
+)
+
+HEARTBEAT_EVERY_S = 2.0
+STOP_GRACE_S = 10.0
+RANK_PIDFILE = "rank.json"  # in the rank's directory
+SERVICE_PIDFILE = "service.json"  # in the service's working directory
+# Where each kind of supervised process keeps its pidfile, under the node's directory.
+PIDFILE_PATTERNS = (f"ranks/*/{RANK_PIDFILE}", f"services/*/{SERVICE_PIDFILE}")
+
+log = logging.getLogger("berth.node")
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A live process a previous agent left running (it died without stopping it)."""
+
+    pidfile: Path
+    pid: int
+    start_ticks: int | None
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """How an adoption ended: `lost` when the process was gone before the agent could take it back."""
+
+    lost: bool
+    note: str
+    log_tail: str = ""
+
+
+@dataclass
+class Supervisor:
+    """The processes one node agent owns. Shared by its rank and service activities, so that the orphan
+    reaper spares whatever either kind adopted."""
+
+    node_id: str
+    node_dir: Path
+    adopted: set[Path] = field(default_factory=set)  # pidfiles a restarted agent took back
+
+    async def watch(self, process: Process | int, what: str, *, on_beat: Callable[[int], object] | None = None,
+                    before_stop: Callable[[], object] | None = None) -> int | None:
+        """Own `process` for the calling activity (see `supervise`): heartbeat while it lives, stop its group
+        on cancellation; on worker shutdown stop it and raise AgentStopped."""
+        return await supervise(
+            process, heartbeat=activity.heartbeat, shutdown=activity.wait_for_worker_shutdown(),
+            shutdown_error=lambda: ApplicationError(f"node agent {self.node_id} shut down; {what} was stopped",
+                                                    type="AgentStopped"),
+            on_beat=on_beat, before_stop=before_stop, every_s=HEARTBEAT_EVERY_S, grace_s=STOP_GRACE_S,
+        )
+
+    async def adopt(self, pidfile: Path, what: str, default_log: Path) -> Adopted:
+        """Take back a process whose previous agent died: watch the live process its pidfile names until
+        it ends, exactly as the activity that started it would, and stop it on cancellation. The process
+        is not this agent's child, so its exit status cannot be known: the result says so."""
+        self.adopted.add(pidfile)
+        try:
+            record = read_pidfile(pidfile)
+            if record is None:
+                return Adopted(lost=True, note="the restarted node agent found no record of its process")
+            log_path = Path(record.get("log") or default_log)
+            if not same_process(record["pid"], record.get("start_ticks")):
+                return Adopted(lost=True, log_tail=tail(log_path, 15),
+                               note="its process ended while the node agent was down (exit status unknown)")
+            self._claim(pidfile, record, log_path, what)
+            await self.watch(record["pid"], what)
+            return Adopted(lost=False, log_tail=tail(log_path, 15),
+                           note="the process was adopted by a restarted node agent, which is not its parent")
+        finally:
+            remove_file(pidfile)
+            self.adopted.discard(pidfile)
+
+    def _claim(self, pidfile: Path, record: dict[str, Any], log_path: Path, what: str) -> None:
+        """Say in the record and in the process's log that this agent now owns it."""
+        record.update({"adopted_by": os.getpid(), "adopted_at": time.time()})
+        pidfile.write_text(json.dumps(record))
+        with contextlib.suppress(OSError), open(log_path, "ab", buffering=0) as handle:
+            handle.write(f"[berth] node {self.node_id}: restarted agent adopted {what} "
+                         f"(pid {record['pid']})\n".encode())
+
+    def find_orphans(self) -> list[Orphan]:
+        """Live processes (ranks, services) a previous agent left running; records of gone ones are removed."""
+        orphans = []
+        for pattern in PIDFILE_PATTERNS:
+            for pidfile in sorted(self.node_dir.glob(pattern)):
+                record = read_pidfile(pidfile)
+                if record is not None and same_process(record["pid"], record.get("start_ticks")):
+                    orphans.append(Orphan(pidfile, record["pid"], record.get("start_ticks")))
+                else:
+                    remove_file(pidfile)
+        return orphans
+
+    async def stop_unadopted(self, orphans: list[Orphan]) -> None:
+        """Stop every orphan nobody adopted: a rank nobody watches must not serve on as half of a copy, nor a
+        service on a port its workflow has given up."""
+        for orphan in orphans:
+            if orphan.pidfile in self.adopted:
+                continue
+            record = read_pidfile(orphan.pidfile)
+            ours = record is not None and record["pid"] == orphan.pid
+            # Record gone: adopted, and ended with its adopter. Record replaced (a service started again in
+            # the same directory): the orphan, if it still runs, is nobody's.
+            if not ours and not same_process(orphan.pid, orphan.start_ticks):
+                continue
+            if group_alive(orphan.pid):
+                log.warning("stopping orphaned process group %s (%s): nobody adopted it", orphan.pid,
+                            orphan.pidfile.parent.name)
+                await stop_group(orphan.pid, STOP_GRACE_S)
+            if ours:
+                remove_file(orphan.pidfile)
+

@@ -1,0 +1,116 @@
+"""supervise: one process group watched until it exits, stopped on cancellation or shutdown, whether it
+is our child or a pid adopted from a previous parent; and the pidfile that makes adoption possible."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from berth.processes import group_alive, read_pidfile, same_process, supervise, write_pidfile
+
+# A process group of two: a leader that ignores nothing, and a child that outlives a killed leader.
+GROUP = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \
+        "time.sleep(float(sys.argv[1]))"
+
+
+async def _spawn(seconds: float) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(sys.executable, "-c", GROUP, str(seconds), start_new_session=True)
+
+
+class AgentStoppedError(Exception):
+    pass
+
+
+async def _never() -> None:
+    await asyncio.Event().wait()
+
+
+def test_a_child_that_exits_returns_its_status() -> None:
+    async def main() -> None:
+        process = await asyncio.create_subprocess_exec(sys.executable, "-c", "raise SystemExit(3)",
+                                                       start_new_session=True)
+        code = await supervise(process, heartbeat=lambda: None, shutdown=_never(),
+                               shutdown_error=AgentStoppedError, every_s=0.1)
+        assert code == 3
+
+    asyncio.run(main())
+
+
+def test_heartbeats_while_it_lives_and_stops_the_group_on_cancellation() -> None:
+    async def main() -> None:
+        process = await _spawn(60)
+        beats: list[int] = []
+        stops: list[bool] = []
+        task = asyncio.create_task(supervise(
+            process, heartbeat=lambda: None, shutdown=_never(), shutdown_error=AgentStoppedError,
+            on_beat=beats.append, before_stop=lambda: stops.append(True), every_s=0.1, grace_s=2))
+        await asyncio.sleep(0.5)
+        assert group_alive(process.pid)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not group_alive(process.pid)  # cancellation returns only once the whole group is gone
+        assert beats[:3] == [1, 2, 3] and stops
+
+    asyncio.run(main())
+
+
+def test_shutdown_stops_the_group_and_raises_the_callers_error() -> None:
+    async def main() -> None:
+        process = await _spawn(60)
+        shutdown = asyncio.Event()
+        task = asyncio.create_task(supervise(
+            process, heartbeat=lambda: None, shutdown=shutdown.wait(),
+            shutdown_error=lambda: AgentStoppedError("node agent shut down"), every_s=5, grace_s=2))
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        shutdown.set()
+        with pytest.raises(AgentStoppedError, match="node agent shut down"):
+            await task
+        assert time.monotonic() - started < 3  # not a heartbeat interval later
+        assert not group_alive(process.pid)
+
+    asyncio.run(main())
+
+
+def test_an_adopted_pid_is_polled_its_status_is_unknown_and_its_group_is_stopped(tmp_path: Path) -> None:
+    leader = subprocess.Popen([sys.executable, "-c", GROUP, "0.5"], start_new_session=True)
+    pidfile = tmp_path / "rank.json"
+    write_pidfile(pidfile, leader.pid, log="x.log")
+    record = read_pidfile(pidfile)
+    assert record is not None and record["pid"] == leader.pid and same_process(leader.pid, record["start_ticks"])
+    assert not same_process(leader.pid, record["start_ticks"] + 1)  # a reused pid is not the process
+
+    async def main() -> int | None:
+        return await supervise(leader.pid, heartbeat=lambda: None, shutdown=_never(),
+                               shutdown_error=AgentStoppedError, every_s=0.1, poll_s=0.05, grace_s=2)
+
+    assert asyncio.run(main()) is None
+    assert not group_alive(leader.pid)  # the leader's child, left behind, went with the group
+    leader.wait()
+    assert read_pidfile(tmp_path / "missing.json") is None
+
+
+def test_a_group_that_ignores_sigterm_is_killed_after_the_grace() -> None:
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(60)"
+
+    async def main() -> int | None:
+        process = await asyncio.create_subprocess_exec(sys.executable, "-c", stubborn, start_new_session=True,
+                                                       stdout=asyncio.subprocess.PIPE)
+        task = asyncio.create_task(supervise(process, heartbeat=lambda: None, shutdown=_never(),
+                                             shutdown_error=AgentStoppedError, every_s=0.1, grace_s=0.5))
+        assert process.stdout is not None
+        await process.stdout.readline()  # SIGTERM is ignored from here on
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not group_alive(process.pid)
+        return await process.wait()
+
+    assert asyncio.run(main()) == -signal.SIGKILL
