@@ -7,7 +7,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -64,6 +64,30 @@ def call(work: Callable[[ApiClient], Awaitable[T]]) -> T:
         return asyncio.run(runner())
     except BerthError as error:
         raise fail(str(error)) from None
+
+
+def answer(output: Format, work: Callable[[ApiClient], Awaitable[T]]) -> T | None:
+    """One API interaction for a command with `-o`: with `-o json` print its answer and return None (the
+    command is done), else return the answer for the command to render."""
+    result = call(work)
+    if output is Format.JSON:
+        emit_json(result)
+        return None
+    return result
+
+
+Rows = list[dict[str, Any]]
+
+
+def listing(output: Format, fetch: Callable[[ApiClient], Awaitable[Rows]], columns: Sequence[tuple[str, str]],
+            rows: Callable[[Rows], Rows] | None = None) -> Rows | None:
+    """The body of a listing command: fetch the items, then print them as JSON with `-o json`, else as a
+    table of `rows(items)` (the items as they are by default). Returns the items when it printed a table,
+    so that a command may add another below it."""
+    items = answer(output, fetch)
+    if items is not None:
+        table(rows(items) if rows else items, columns)
+    return items
 
 
 def _state_dir(value: Path | None) -> Path:
@@ -244,23 +268,25 @@ def node(
 @node_app.command("list")
 def node_list(output: OutputOption = Format.TABLE) -> None:
     """List nodes (ready, offline or draining), their GPUs, free memory and what is allocated."""
-    nodes = call(lambda api: api.nodes())
-    if output is Format.JSON:
-        emit_json(nodes)
-        return
-    rows = [{**n, "gpus": _gpu_summary(n["gpus"]),
-             "free": f"{sum(1 for g in n['gpus'] if not g['allocated_to'])}/{len(n['gpus'])}",
-             "labels": ",".join(f"{k}={v}" for k, v in n["labels"].items()), "taints": ",".join(n["taints"])}
-            for n in nodes]
-    table(rows, [("id", "NODE"), ("state", "STATE"), ("engine", "ENGINE"), ("gpus", "GPUS"),
-                 ("free", "FREE GPUS"), ("allocated", "ALLOCATED"), ("labels", "LABELS"),
-                 ("taints", "TAINTS")])
+    nodes = listing(output, lambda api: api.nodes(),
+                    [("id", "NODE"), ("state", "STATE"), ("engine", "ENGINE"), ("gpus", "GPUS"),
+                     ("free", "FREE GPUS"), ("allocated", "ALLOCATED"), ("labels", "LABELS"), ("taints", "TAINTS")],
+                    rows=_node_rows)
+    if nodes is None:
+        return  # printed as JSON
     gpus = [{"node": n["id"], **g, "allocated_to": g["allocated_to"] or "",
              "memory": f"{g.get('memory_free_gb', 0):g}/{g.get('memory_gb', 0):g} GB"}
             for n in nodes for g in n["gpus"]]
     if gpus:
         table(gpus, [("node", "NODE"), ("index", "GPU"), ("name", "NAME"), ("memory", "FREE/TOTAL"),
                      ("id", "UUID / PCI BUS ID"), ("allocated_to", "ALLOCATED TO")], title="GPUs")
+
+
+def _node_rows(nodes: Rows) -> Rows:
+    return [{**n, "gpus": _gpu_summary(n["gpus"]),
+             "free": f"{sum(1 for g in n['gpus'] if not g['allocated_to'])}/{len(n['gpus'])}",
+             "labels": ",".join(f"{k}={v}" for k, v in n["labels"].items()), "taints": ",".join(n["taints"])}
+            for n in nodes]
 
 
 def _gpu_summary(gpus: list[dict[str, Any]]) -> str:
@@ -288,20 +314,16 @@ def catalog_list(category: Annotated[str | None, typer.Option(help="e.g. ML_AND_
                  tag: Annotated[str | None, typer.Option(help="e.g. LLM")] = None,
                  output: OutputOption = Format.TABLE) -> None:
     """List catalog entries."""
-    entries = call(lambda api: api.catalog(category, tag))
-    if output is Format.JSON:
-        emit_json(entries)
-        return
-    table(entries, [("name", "NAME"), ("category", "CATEGORY"), ("tags", "TAGS"), ("description", "DESCRIPTION")])
+    listing(output, lambda api: api.catalog(category, tag),
+            [("name", "NAME"), ("category", "CATEGORY"), ("tags", "TAGS"), ("description", "DESCRIPTION")])
 
 
 @catalog_app.command("describe")
 def catalog_describe(name: str, output: OutputOption = Format.TABLE) -> None:
     """Show an entry's parameters and the GPU memory it needs per context size."""
-    entry = call(lambda api: api.catalog_entry(name))
-    if output is Format.JSON:
-        emit_json(entry)
-        return
+    entry = answer(output, lambda api: api.catalog_entry(name))
+    if entry is None:
+        return  # printed as JSON
     console.print(f"[bold]{entry['name']}[/] — {entry['description']}")
     parameters = [{**p, "range": _parameter_range(p), "default": _parameter_default(p, entry)}
                   for p in entry["parameters"]]
@@ -432,23 +454,19 @@ def workflow_watch(workflow_id: str) -> None:
 @workflow_app.command("list")
 def workflow_list(output: OutputOption = Format.TABLE) -> None:
     """List workflows."""
-    rows = call(lambda api: api.workflows())
-    if output is Format.JSON:
-        emit_json(rows)
-        return
-    for row in rows:
-        row["created"] = datetime.fromtimestamp(row["created_at"]).strftime("%Y-%m-%d %H:%M")
-    table(rows, [("id", "WORKFLOW ID"), ("entry", "ENTRY"), ("status", "STATUS"), ("owner", "OWNER"),
-                 ("created", "CREATED"), ("endpoint_id", "ENDPOINT")])
+    listing(output, lambda api: api.workflows(),
+            [("id", "WORKFLOW ID"), ("entry", "ENTRY"), ("status", "STATUS"), ("owner", "OWNER"),
+             ("created", "CREATED"), ("endpoint_id", "ENDPOINT")],
+            rows=lambda rows: [{**r, "created": datetime.fromtimestamp(r["created_at"]).strftime("%Y-%m-%d %H:%M")}
+                               for r in rows])
 
 
 @workflow_app.command("describe")
 def workflow_describe(workflow_id: str, output: OutputOption = Format.TABLE) -> None:
     """Phase, replicas, endpoint, events and last error of a workflow."""
-    info = call(lambda api: api.describe_workflow(workflow_id))
-    if output is Format.JSON:
-        emit_json(info)
-        return
+    info = answer(output, lambda api: api.describe_workflow(workflow_id))
+    if info is None:
+        return  # printed as JSON
     ready = info.get("phase") == "ready"
     console.print(f"[bold]{info['id']}[/] ({info['entry']}) — phase [bold]{info.get('phase')}[/], "
                   f"Temporal status {info.get('status')}", highlight=False)
@@ -492,10 +510,9 @@ def workflow_scale(workflow_id: str,
                    replicas: Annotated[int, typer.Option("--replicas", help="Copies the pool should run")],
                    output: OutputOption = Format.TABLE) -> None:
     """Set a replica pool's size (between MinReplicas and MaxReplicas); scale-in drains copies first."""
-    result = call(lambda api: api.scale_workflow(workflow_id, replicas))
-    if output is Format.JSON:
-        emit_json(result)
-        return
+    result = answer(output, lambda api: api.scale_workflow(workflow_id, replicas))
+    if result is None:
+        return  # printed as JSON
     console.print(f"{workflow_id}: desired copies {result['previous']} → {result['desired']}.")
 
 
@@ -529,25 +546,16 @@ def workflow_log(workflow_id: str, job: Annotated[str | None, typer.Argument()] 
 
 
 # --- endpoints ---------------------------------------------------------------------------------------
-def _endpoint_rows(output: Format) -> None:
-    rows = call(lambda api: api.endpoints())
-    if output is Format.JSON:
-        emit_json(rows)
-        return
-    table(rows, [("id", "ENDPOINT ID"), ("workflow_id", "WORKFLOW"), ("service", "SERVICE"), ("url", "URL"),
-                 ("scope", "SCOPE"), ("ready", "READY")])
-
-
 @endpoints_app.command("list")
 def endpoints_list(output: OutputOption = Format.TABLE) -> None:
     """List endpoints you may reach."""
-    _endpoint_rows(output)
+    listing(output, lambda api: api.endpoints(),
+            [("id", "ENDPOINT ID"), ("workflow_id", "WORKFLOW"), ("service", "SERVICE"), ("url", "URL"),
+             ("scope", "SCOPE"), ("ready", "READY")])
 
 
-@endpoint_app.command("list")
-def endpoint_list(output: OutputOption = Format.TABLE) -> None:
-    """List endpoints you may reach (alias of `berth workflow endpoints list`)."""
-    _endpoint_rows(output)
+endpoint_app.command("list", help="List endpoints you may reach (alias of `berth workflow endpoints list`).")(
+    endpoints_list)
 
 
 @endpoint_app.command("generate-token")
@@ -555,10 +563,9 @@ def endpoint_generate_token(endpoint_id: str,
                             expiration: Annotated[str, typer.Option(help="e.g. 30m, 8h, 7d")] = "8h",
                             output: OutputOption = Format.TABLE) -> None:
     """Mint a token bound to one endpoint, carrying your identity."""
-    data = call(lambda api: api.generate_token(endpoint_id, expiration))
-    if output is Format.JSON:
-        emit_json(data)
-        return
+    data = answer(output, lambda api: api.generate_token(endpoint_id, expiration))
+    if data is None:
+        return  # printed as JSON
     sys.stdout.write(data["token"] + "\n")
 
 
@@ -631,11 +638,8 @@ def secret_create(
 @secret_app.command("list")
 def secret_list(output: OutputOption = Format.TABLE) -> None:
     """List the secrets you can use (names and types, never values)."""
-    rows = call(lambda api: api.secrets())
-    if output is Format.JSON:
-        emit_json(rows)
-        return
-    table(rows, [("ref", "SECRET"), ("type", "TYPE"), ("scope", "SCOPE"), ("owner", "OWNER")])
+    listing(output, lambda api: api.secrets(),
+            [("ref", "SECRET"), ("type", "TYPE"), ("scope", "SCOPE"), ("owner", "OWNER")])
 
 
 @secret_app.command("delete")
@@ -656,10 +660,9 @@ def user_create(
 ) -> None:
     """Create a user in an organization and groups (groups are created when missing)."""
     groups = list(group or [])
-    user = call(lambda api: api.create_user(name, org, groups, admin))
-    if output is Format.JSON:
-        emit_json(user)
-        return
+    user = answer(output, lambda api: api.create_user(name, org, groups, admin))
+    if user is None:
+        return  # printed as JSON
     console.print(f"Created user {user['name']} (organization {user['org']}, groups "
                   f"{', '.join(user['groups']) or 'none'}).", highlight=False)
 
@@ -667,12 +670,9 @@ def user_create(
 @user_app.command("list")
 def user_list(output: OutputOption = Format.TABLE) -> None:
     """List users (administrators: all; others: their organization)."""
-    rows = call(lambda api: api.users())
-    if output is Format.JSON:
-        emit_json(rows)
-        return
-    table([{**r, "groups": ", ".join(r["groups"])} for r in rows],
-          [("name", "USER"), ("org", "ORGANIZATION"), ("groups", "GROUPS"), ("admin", "ADMIN")])
+    listing(output, lambda api: api.users(),
+            [("name", "USER"), ("org", "ORGANIZATION"), ("groups", "GROUPS"), ("admin", "ADMIN")],
+            rows=lambda rows: [{**r, "groups": ", ".join(r["groups"])} for r in rows])
 
 
 @group_app.command("create")

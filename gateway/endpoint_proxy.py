@@ -13,7 +13,7 @@ import itertools
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from typing import Any
@@ -25,18 +25,11 @@ from catalog.definition import Scope
 from gateway import routing
 from gateway.metrics import MetricsScraper
 from gateway.routing import Replica, ReplicaMetrics
-from gateway.upstream import UpstreamError, UpstreamPool
+from gateway.upstream import HOP_BY_HOP, Receive, Send, UpstreamError, UpstreamPool, relay
 
 log = logging.getLogger("berth.proxy")
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-
 COOKIE_NAME = "berth_token"
-HOP_BY_HOP = frozenset({
-    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
-    b"transfer-encoding", b"upgrade", b"host", b"content-length",
-})
 CALLER_HEADER = b"x-berth-caller"
 # A client's own x-berth-caller is always dropped: only this proxy may speak for a caller.
 STRIPPED_REQUEST = HOP_BY_HOP | {b"berth-authorization", CALLER_HEADER}
@@ -448,17 +441,7 @@ class EndpointProxy:
                     await _json(send, 502, b'{"error":{"message":"The model service did not answer; '
                                            b'retry shortly.","type":"bad_gateway","code":502}}')
                     return
-            await send({"type": "http.response.start", "status": response.status,
-                        "headers": [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]})
-            try:
-                async for chunk in response.body():
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except UpstreamError as error:
-                # Mid-stream failure: the status is already sent; end the body so the client sees it.
-                log.warning("upstream %s broke mid-response: %s", target.url, error)
-            finally:
-                response.release()  # a client that went away mid-stream must not leak the connection
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await relay(response, send, log, "upstream", target.url)
         finally:
             target.in_flight -= 1
 

@@ -11,7 +11,6 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,14 +18,10 @@ from berth.api_client import ApiClient
 from berth.errors import BerthError
 from gateway import routing
 from gateway.metrics import MetricsScraper
-from gateway.upstream import UpstreamError, UpstreamPool
+from gateway.upstream import HOP_BY_HOP, Receive, Send, UpstreamError, UpstreamPool, relay
 
 log = logging.getLogger("berth.gateway")
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"upgrade", b"host", b"content-length",
-                        b"te", b"trailer", b"proxy-authorization", b"proxy-authenticate"})
 # Credentials meant for Berth never go on to the model servers.
 STRIPPED = HOP_BY_HOP | {b"authorization", b"berth-authorization", b"x-berth-caller", b"cookie"}
 MAX_BODY = 32 * 1024 * 1024
@@ -183,16 +178,7 @@ class ModelGateway:
                 log.warning("replica %s of %s failed: %s", replica.copy_id, pool.model_id, error)
                 await _json(send, 502, _error("The model server did not answer; retry.", 502))
                 return
-            await send({"type": "http.response.start", "status": response.status,
-                        "headers": [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]})
-            try:
-                async for chunk in response.body():
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except UpstreamError as error:
-                log.warning("replica %s broke mid-response: %s", replica.copy_id, error)
-            finally:
-                response.release()
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await relay(response, send, log, "replica", replica.copy_id)
         finally:
             replica.in_flight -= 1
 

@@ -1,5 +1,6 @@
 """A lean pooled HTTP/1.1 client for the proxies' upstream hop: raw bytes, httptools parsing,
-keep-alive connections per upstream, bodies streamed both ways without buffering.
+keep-alive connections per upstream, bodies streamed both ways without buffering; `relay` copies an
+upstream response to an ASGI client.
 
 Why not httpx here: on the hot path its per-request bookkeeping cost more than the rest of the proxy
 together (see docs/performance.md); the upstreams (vLLM, LiteLLM, OpenCode) speak plain HTTP/1.1.
@@ -9,14 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 import httptools
 
 READ_SIZE = 65536
+# Headers that describe one hop, never copied across the proxy (either way).
+HOP_BY_HOP = frozenset({
+    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
+    b"transfer-encoding", b"upgrade", b"host", b"content-length",
+})
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class UpstreamError(ConnectionError):
@@ -209,3 +220,20 @@ class UpstreamPool:
         for idle in self._idle.values():
             while idle:
                 idle.pop().close()
+
+
+async def relay(response: UpstreamResponse, send: Send, log: logging.Logger, source: str, name: str) -> None:
+    """Copy an upstream response to the ASGI client: status and end-to-end headers, then each body chunk
+    as it arrives. An upstream break mid-body is logged as "<source> <name> broke mid-response" and ends
+    the body (the status is already out, so the client sees a short body). The pooled connection is
+    released whatever happens: a client that went away mid-stream must not leak it."""
+    await send({"type": "http.response.start", "status": response.status,
+                "headers": [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]})
+    try:
+        async for chunk in response.body():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    except UpstreamError as error:
+        log.warning("%s %s broke mid-response: %s", source, name, error)
+    finally:
+        response.release()
+    await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -256,109 +256,55 @@ class OpenAIRoutes:
             prompt = user_texts[-1] if user_texts else texts[-1]
             plan = self._plan(reply_text(prompt, self.config.reply), prompt_tokens, sampling)
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-        tool_call = None
-        if tool is not None:
-            name = (tool.get("function") or {}).get("name", "")
-            tool_call = {"id": f"chatcmpl-tool-{uuid.uuid4().hex}", "type": "function", "name": name}
-        if sampling.stream:
-            return StreamingResponse(
-                self._stream_chat(completion_id, sampling, plan, tool_call), media_type="text/event-stream"
-            )
-        async with aclosing(self.engine.generate(plan)) as tokens:
-            async for _ in tokens:
-                pass
         finish_reason = plan.finish_reason.value
         message: dict[str, Any] = {"role": "assistant", "reasoning_content": None}
-        if tool_call is None:
+        delta: Callable[[str, int], dict[str, Any]]
+        if tool is None:
             message.update(content=plan.text, tool_calls=[])
+
+            def delta(piece: str, index: int) -> dict[str, Any]:
+                return {"content": piece}
+
         else:
-            message.update(
-                content=None,
-                tool_calls=[
-                    {
-                        "id": tool_call["id"],
-                        "type": "function",
-                        "function": {"name": tool_call["name"], "arguments": plan.text},
-                    }
-                ],
-            )
+            name = (tool.get("function") or {}).get("name", "")
+            call_id = f"chatcmpl-tool-{uuid.uuid4().hex}"
+            function = {"name": name, "arguments": plan.text}
+            message.update(content=None, tool_calls=[{"id": call_id, "type": "function", "function": function}])
             finish_reason = "tool_calls" if finish_reason == "stop" else finish_reason
-        return JSONResponse(
-            {
-                "id": completion_id,
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": sampling.model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": message,
-                        "logprobs": None,
-                        "finish_reason": finish_reason,
-                        "stop_reason": None,
-                    }
-                ],
-                "usage": _usage(plan),
-                "prompt_logprobs": None,
+
+            def delta(piece: str, index: int) -> dict[str, Any]:
+                if index == 0:
+                    opening = {"name": name, "arguments": piece}
+                    return {"tool_calls": [{"index": 0, "id": call_id, "type": "function", "function": opening}]}
+                return {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+
+        def streamed(piece: str, index: int) -> dict[str, Any]:
+            said = delta(piece, index)
+            # The first chunk also says who speaks, as vLLM's does.
+            return {
+                "index": 0,
+                "delta": {"role": "assistant", **said} if index == 0 else said,
+                "logprobs": None,
+                "finish_reason": None,
             }
+
+        return await self._reply(
+            completion_id,
+            sampling,
+            plan,
+            whole_object="chat.completion",
+            chunk_object="chat.completion.chunk",
+            whole={
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                "stop_reason": None,
+            },
+            piece=streamed,
+            last={"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish_reason},
+            after_usage={"prompt_logprobs": None},
         )
-
-    async def _stream_chat(
-        self,
-        completion_id: str,
-        sampling: _Sampling,
-        plan: GenerationPlan,
-        tool_call: Mapping[str, str] | None,
-    ) -> AsyncIterator[str]:
-        created = int(time.time())
-
-        def chunk(delta: Mapping[str, Any], finish_reason: str | None = None) -> str:
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-            return _sse(
-                {
-                    "id": completion_id,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": sampling.model,
-                    "choices": [choice],
-                }
-            )
-
-        emitted = 0
-        async with aclosing(self.engine.generate(plan)) as tokens:
-            async for piece in tokens:
-                delta: dict[str, Any]
-                if tool_call is None:
-                    delta = {"content": piece}
-                elif emitted == 0:
-                    function = {"name": tool_call["name"], "arguments": piece}
-                    delta = {
-                        "tool_calls": [
-                            {"index": 0, "id": tool_call["id"], "type": "function", "function": function}
-                        ]
-                    }
-                else:
-                    delta = {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
-                if emitted == 0:
-                    delta = {"role": "assistant", **delta}
-                emitted += 1
-                yield chunk(delta)
-        finish_reason = plan.finish_reason.value
-        if tool_call is not None and finish_reason == "stop":
-            finish_reason = "tool_calls"
-        yield chunk({}, finish_reason)
-        if sampling.include_usage:
-            yield _sse(
-                {
-                    "id": completion_id,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": sampling.model,
-                    "choices": [],
-                    "usage": _usage(plan, emitted),
-                }
-            )
-        yield _SSE_DONE
 
     # --- /v1/completions ----------------------------------------------------------------------
 
@@ -377,10 +323,44 @@ class OpenAIRoutes:
             raise ApiError.bad_request("prompt must be a string or a list of token IDs", "prompt")
         sampling = self._sampling(body)
         plan = self._plan(reply_text(prompt_text, self.config.reply), prompt_tokens, sampling)
-        completion_id = f"cmpl-{uuid.uuid4().hex}"
+        finish_reason = plan.finish_reason.value
+
+        def choice(text: str, finish_reason: str | None = None) -> dict[str, Any]:
+            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}
+
+        return await self._reply(
+            f"cmpl-{uuid.uuid4().hex}",
+            sampling,
+            plan,
+            whole_object="text_completion",
+            chunk_object="text_completion",
+            whole={**choice(plan.text, finish_reason), "prompt_logprobs": None},
+            piece=lambda piece, _: choice(piece),
+            last=choice("", finish_reason),
+        )
+
+    # --- what both completion routes answer -----------------------------------------------------
+
+    async def _reply(
+        self,
+        completion_id: str,
+        sampling: _Sampling,
+        plan: GenerationPlan,
+        *,
+        whole_object: str,
+        chunk_object: str,
+        whole: Mapping[str, Any],
+        piece: Callable[[str, int], Mapping[str, Any]],
+        last: Mapping[str, Any],
+        after_usage: Mapping[str, Any] | None = None,
+    ) -> Response:
+        """Run the plan through the engine and answer. Streamed: a `chunk_object` event per token whose
+        choice is `piece(token, index)`, then one with `last`, the usage when asked for, and [DONE].
+        Whole: once generated, a `whole_object` with the one choice `whole`, the usage, then `after_usage`."""
         if sampling.stream:
             return StreamingResponse(
-                self._stream_completion(completion_id, sampling, plan), media_type="text/event-stream"
+                self._stream(completion_id, chunk_object, sampling, plan, piece, last),
+                media_type="text/event-stream",
             )
         async with aclosing(self.engine.generate(plan)) as tokens:
             async for _ in tokens:
@@ -388,63 +368,47 @@ class OpenAIRoutes:
         return JSONResponse(
             {
                 "id": completion_id,
-                "object": "text_completion",
+                "object": whole_object,
                 "created": int(time.time()),
                 "model": sampling.model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "text": plan.text,
-                        "logprobs": None,
-                        "finish_reason": plan.finish_reason.value,
-                        "stop_reason": None,
-                        "prompt_logprobs": None,
-                    }
-                ],
+                "choices": [whole],
                 "usage": _usage(plan),
+                **(after_usage or {}),
             }
         )
 
-    async def _stream_completion(
-        self, completion_id: str, sampling: _Sampling, plan: GenerationPlan
+    async def _stream(
+        self,
+        completion_id: str,
+        chunk_object: str,
+        sampling: _Sampling,
+        plan: GenerationPlan,
+        piece: Callable[[str, int], Mapping[str, Any]],
+        last: Mapping[str, Any],
     ) -> AsyncIterator[str]:
         created = int(time.time())
 
-        def chunk(text: str, finish_reason: str | None = None) -> str:
-            choice = {
-                "index": 0,
-                "text": text,
-                "logprobs": None,
-                "finish_reason": finish_reason,
-                "stop_reason": None,
+        def chunk(choices: list[Mapping[str, Any]], usage: Mapping[str, Any] | None = None) -> str:
+            event = {
+                "id": completion_id,
+                "object": chunk_object,
+                "created": created,
+                "model": sampling.model,
+                "choices": choices,
             }
-            return _sse(
-                {
-                    "id": completion_id,
-                    "object": "text_completion",
-                    "created": created,
-                    "model": sampling.model,
-                    "choices": [choice],
-                }
-            )
+            if usage is not None:
+                event["usage"] = usage
+            return _sse(event)
 
         emitted = 0
         async with aclosing(self.engine.generate(plan)) as tokens:
-            async for piece in tokens:
+            async for token in tokens:
+                choice = piece(token, emitted)
                 emitted += 1
-                yield chunk(piece)
-        yield chunk("", plan.finish_reason.value)
+                yield chunk([choice])
+        yield chunk([last])
         if sampling.include_usage:
-            yield _sse(
-                {
-                    "id": completion_id,
-                    "object": "text_completion",
-                    "created": created,
-                    "model": sampling.model,
-                    "choices": [],
-                    "usage": _usage(plan, emitted),
-                }
-            )
+            yield chunk([], _usage(plan, emitted))
         yield _SSE_DONE
 
 

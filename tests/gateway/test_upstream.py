@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 
-from gateway.upstream import UpstreamError, UpstreamPool
+from gateway.upstream import UpstreamError, UpstreamPool, relay
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -132,6 +134,70 @@ async def test_close_delimited_response() -> None:
     pool = UpstreamPool()
     try:
         assert await _collect(pool, "GET", url) == (200, b"all of it")
+    finally:
+        await pool.aclose()
+        server.close()
+
+
+async def test_relay_copies_status_headers_and_body_and_ends_a_broken_one(caplog: pytest.LogCaptureFixture) -> None:
+    closed = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                head, _ = await _read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            if b"/slow" in head:  # the rest never comes: only the proxy can end this connection
+                writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n")
+                await writer.drain()
+                await reader.read()
+                closed.set()
+                return
+            if b"/broken" in head:
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
+                await writer.drain()
+                writer.close()
+                return
+            writer.write(b"HTTP/1.1 201 Created\r\nx-kept: 1\r\nconnection: keep-alive\r\n"
+                         b"transfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n")
+            await writer.drain()
+
+    server, url = await _serve(handler)
+    pool = UpstreamPool()
+    log = logging.getLogger("test.relay")
+    try:
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await relay(await pool.request("GET", url + "/ok", [], b""), send, log, "upstream", "u1")
+        assert sent == [
+            {"type": "http.response.start", "status": 201, "headers": [(b"x-kept", b"1")]},
+            {"type": "http.response.body", "body": b"ok", "more_body": True},
+            {"type": "http.response.body", "body": b"", "more_body": False},
+        ]
+        assert sum(len(idle) for idle in pool._idle.values()) == 1  # the connection went back to the pool
+
+        sent.clear()
+        with caplog.at_level(logging.WARNING, logger="test.relay"):
+            await relay(await pool.request("GET", url + "/broken", [], b""), send, log, "replica", "r1")
+        assert [m.get("body") for m in sent] == [None, b"partial", b""]
+        assert sent[-1]["more_body"] is False
+        assert "replica r1 broke mid-response" in caplog.text
+
+        async def gone(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body":
+                raise OSError("client went away")
+
+        slow = await pool.request("GET", url + "/slow", [], b"")
+        with pytest.raises(OSError):
+            await relay(slow, gone, log, "upstream", "u1")
+        # A client gone mid-body: the connection is closed at once, not pooled with a response half read.
+        assert slow._connection.writer.is_closing()
+        await asyncio.wait_for(closed.wait(), 5)
+        assert not any(pool._idle.values())
     finally:
         await pool.aclose()
         server.close()
