@@ -110,7 +110,10 @@ class MostFreeKv:
     name = "most_free_kv"
 
     def choose(self, candidates: Sequence[Replica]) -> Replica:
-        return min(candidates, key=lambda r: (r.metrics.kv_cache_usage, r.queue))
+        # The usage is up to one scrape old: compared exactly, the copy that looked emptiest takes every
+        # request until the next scrape (measured: p99 3× round_robin's at light load). In 10 % steps,
+        # near-equal copies tie and the live queue (with this router's in-flight requests) decides.
+        return min(candidates, key=lambda r: (round(r.metrics.kv_cache_usage * 10), r.queue))
 
 
 POLICIES: dict[str, type[RoundRobin] | type[LeastQueue] | type[LowestTtft] | type[MostFreeKv]] = {

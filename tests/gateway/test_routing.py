@@ -45,6 +45,13 @@ def test_most_free_kv() -> None:
     assert pick("most_free_kv", pool) == "b"
 
 
+def test_most_free_kv_does_not_herd_on_a_stale_near_tie() -> None:
+    """Copies within a few percent of each other tie; the live queue decides (no herd between scrapes)."""
+    pool = [replica("a", kv=0.02), replica("b", kv=0.03)]
+    pool[0].in_flight = 3  # this router already sent the "emptiest" copy three requests since the scrape
+    assert pick("most_free_kv", pool) == "b"
+
+
 def test_round_robin_cycles() -> None:
     policy = routing.make("round_robin")
     pool = [replica("a"), replica("b"), replica("c")]
