@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.e2e.opencode_support import run_opencode
 from tests.support import REPO, RunningStack, free_port_base
 
 OPENCODE = REPO / ".tools" / "opencode" / "node_modules" / ".bin" / "opencode"
@@ -76,6 +77,21 @@ def test_opencode_entry_with_password_and_bad_endpoint(stack: RunningStack) -> N
     assert sessions.status_code == 200, sessions.text
     config = httpx.get(endpoint["url"] + "/config", timeout=10, headers={"Authorization": basic}).json()
     assert "openai/gpt-oss-20b" in str(config)
+    # A prompt over OpenCode's HTTP API, through its Berth endpoint: OpenCode calls the model endpoint
+    # with the token the workflow minted for its owner, and the model answers.
+    session = httpx.post(endpoint["url"] + "/session", headers={"Authorization": basic}, json={}, timeout=30)
+    assert session.status_code == 200, session.text
+    prompt = {"parts": [{"type": "text", "text": "Reply with the single word: ready"}]}
+    reply = httpx.post(endpoint["url"] + f"/session/{session.json()['id']}/message",
+                       headers={"Authorization": basic}, json=prompt, timeout=180).json()
+    assert reply["info"]["role"] == "assistant" and "error" not in reply["info"], reply["info"].get("error")
+    assert any(p.get("type") == "text" and p.get("text") for p in reply["parts"]), reply["parts"]
+    # `opencode run --attach` (attach's non-interactive form) through the same Berth URL.
+    attached = run_opencode(stack.state_dir.parent / "client", {}, [
+        "run", "--attach", endpoint["url"], "-p", password.group(1), "Reply with the single word: ready"], {})
+    assert attached.returncode == 0, attached.stdout + attached.stderr
+    listed = httpx.get(endpoint["url"] + "/session", timeout=10, headers={"Authorization": basic}).json()
+    assert len(listed) == 2
     note = stack.describe(opencode)["endpoint"]["note"]
     assert "lapses at" in note and "restart the workflow to renew it" in note
     ephemeral = stack.state_dir / "volumes" / "ephemeral" / opencode / "workspace"
