@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 from activities.supervision import RANK_PIDFILE, Supervisor
 from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
-from berth.processes import remove_file, tail, write_pidfile
+from berth.processes import remove_file, tail
 from berth.settings import StateLayout, repo_root
 from workflows.payloads import RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
 
@@ -125,7 +125,7 @@ class NodeActivities:
                 # Retrying would fail the same way: bad engine path, permissions, no memory.
                 raise ApplicationError(message, type="RankSpawnFailed", non_retryable=True) from None
         pidfile = run_dir / RANK_PIDFILE
-        write_pidfile(pidfile, process.pid, spec=spec.model_dump(mode="json"), log=str(log_path))
+        await self.supervisor.record(pidfile, process.pid, spec=spec.model_dump(mode="json"), log=str(log_path))
         segments: set[str] = set()  # /dev/shm names this rank's processes mapped: ours to clean up
 
         def scan() -> None:

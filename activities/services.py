@@ -21,7 +21,7 @@ from activities.ranks import NodeContext
 from activities.supervision import SERVICE_PIDFILE, Supervisor
 from berth.api_client import ApiClient
 from berth.errors import BerthError
-from berth.processes import remove_file, tail, write_pidfile
+from berth.processes import remove_file, tail
 from gateway.litellm_service import LiteLLMLaunch, LiteLLMServiceSpec, prepare_launch
 from workflows.payloads import LiveCheck, ServiceExit, ServiceRun
 
@@ -74,8 +74,6 @@ class ServiceActivities:
             jwks_url=f"{base}/.well-known/jwks.json",
             # The pool's size follows the rate LiteLLM itself measures (issue: "at the LiteLLM proxy").
             rate_url=f"{base}/v1/internal/endpoints/{run.endpoint_id}/requests",
-            # A woken copy is routable when LiteLLM has it: a quick poll keeps the wake short.
-            sync_interval_s=0.25,
             host=run.address, port=run.port,
         )
         return await asyncio.to_thread(prepare_launch, spec, workdir)
@@ -114,9 +112,12 @@ class ServiceActivities:
                     if notes.get("model_id") and item.get("ready") and item["id"] != run.endpoint_id:
                         candidates.append((item["url"], item["id"]))
         problems = []
+        tokens: dict[str, str] = {}  # env var → that endpoint's token (a token is bound to one endpoint)
         for url, endpoint_id in candidates:
+            token = None
             if endpoint_id and options.get("endpoint_auth") != "api-key":
-                token, expires = await self.api.owner_token(run.owner, endpoint_id, for_endpoint=run.endpoint_id)
+                token, lapses = await self.api.owner_token(run.owner, endpoint_id)
+                expires = min(expires, lapses) if expires else lapses
             try:
                 models = await opencode.preflight(url, token, litellm_key)
             except BerthError as error:
@@ -126,7 +127,10 @@ class ServiceActivities:
                                            non_retryable=True) from None
                 continue
             key = "berth" if not targets else f"berth-{len(targets) + 1}"
-            api_key = "{env:LITELLM_KEY}" if litellm_key and not token else "{env:" + opencode.TOKEN_ENV + "}"
+            token_env = opencode.TOKEN_ENV if not targets else f"{opencode.TOKEN_ENV}_{len(targets) + 1}"
+            if token:
+                tokens[token_env] = token
+            api_key = "{env:LITELLM_KEY}" if litellm_key and not token else "{env:" + token_env + "}"
             headers = {"x-litellm-api-key": "{env:LITELLM_KEY}"} if litellm_key and token else {}
             targets[key] = opencode.ProviderTarget(url=url, model_ids=tuple(models),
                                                    max_context=int(options.get("max_context") or 32768),
@@ -135,11 +139,13 @@ class ServiceActivities:
             why = "; ".join(problems) or "no model endpoint is ready that you may reach"
             raise ApplicationError(f"OpenCode has no model endpoint to use: {why}", type="EndpointUnreachable",
                                    non_retryable=True)
+        if expires:
+            await self.api.note_token_lapse(run.endpoint_id, expires)
         config = opencode.opencode_config(targets, default_model=options.get("model") or None, offline=True)
         assert run.password, "the OpenCode password is generated at submission"
         command = opencode.render_serve(config, run.password, host=run.address, port=run.port,
-                                        data_dir=workdir / "opencode", token=token, litellm_key=litellm_key,
-                                        workspace=self._workspace(run))
+                                        data_dir=workdir / "opencode", litellm_key=litellm_key,
+                                        workspace=self._workspace(run), more_tokens=tokens)
         show = self.context.state.workflow_logs(run.workflow_id) / "show-server" / "show-server.log"
         show.parent.mkdir(parents=True, exist_ok=True)
         lapse = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(expires)) if expires else "n/a (API key)"
@@ -197,7 +203,8 @@ class ServiceActivities:
                 log.write(f"[berth] {message}\n".encode())
                 raise ApplicationError(message, type="ServiceSpawnFailed", non_retryable=True) from None
         pidfile = workdir / SERVICE_PIDFILE
-        write_pidfile(pidfile, process.pid, name=run.name, workflow_id=run.workflow_id, log=str(log_path))
+        await self.supervisor.record(pidfile, process.pid, name=run.name, workflow_id=run.workflow_id,
+                                     log=str(log_path))
         try:
             code = await self.supervisor.watch(process, run.name)
         finally:

@@ -25,6 +25,7 @@ from berth.processes import (
     stop_group,
     supervise,
     tail,
+    write_pidfile,
 )
 
 HEARTBEAT_EVERY_S = 2.0
@@ -63,6 +64,15 @@ class Supervisor:
     node_id: str
     node_dir: Path
     adopted: set[Path] = field(default_factory=set)  # pidfiles a restarted agent took back
+
+    async def record(self, pidfile: Path, pid: int, **fields: Any) -> None:
+        """Write the pidfile a restarted agent adopts from; if it cannot be written, stop the process
+        rather than leave it running unsupervised and out of the orphan reaper's sight."""
+        try:
+            write_pidfile(pidfile, pid, **fields)
+        except OSError:
+            await stop_group(pid, STOP_GRACE_S)
+            raise
 
     async def watch(self, process: Process | int, what: str, *, on_beat: Callable[[int], object] | None = None,
                     before_stop: Callable[[], object] | None = None) -> int | None:

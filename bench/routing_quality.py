@@ -114,9 +114,9 @@ def main() -> None:
                                    {"BERTH_SIM_TOKENS_PER_SECOND": str(FAST_TOKENS_PER_S / SLOW_FACTOR)})
         results = {policy: run_policy(stack, policy) for policy in POLICIES}
     finally:
-        stack.stop()
-        if slow_node is not None:
+        if slow_node is not None:  # before the stack: its shutdown talks to Temporal
             stop_group_sync(slow_node.pid, 10)
+        stack.stop()
     ratios = {policy: {load: round(results[policy][load]["latency_s"]["p99"]
                                    / results["round_robin"][load]["latency_s"]["p99"], 3) for load in LOADS}
               for policy in POLICIES if policy != "round_robin"}

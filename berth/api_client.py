@@ -183,13 +183,17 @@ class ApiClient:
         await self.request("PUT", f"/v1/internal/endpoints/{update.endpoint_id}/service",
                            json=update.model_dump(mode="json"))
 
-    async def owner_token(self, user: str, endpoint_id: str | None = None, ttl_s: int = 7 * 24 * 3600,
-                          for_endpoint: str | None = None) -> tuple[str, float]:
-        """A token speaking for a workflow's owner (API, or bound to one endpoint), for its service;
-        `for_endpoint` (the service's own endpoint) records when it lapses, for `describe`."""
+    async def owner_token(self, user: str, endpoint_id: str | None = None, ttl_s: int = 7 * 24 * 3600
+                          ) -> tuple[str, float]:
+        """A token speaking for a workflow's owner (API, or bound to one endpoint), for its service."""
         data = await self.request("POST", f"/v1/internal/users/{user}/tokens",
-                                  json={"endpoint_id": endpoint_id, "ttl_s": ttl_s, "for_endpoint": for_endpoint})
+                                  json={"endpoint_id": endpoint_id, "ttl_s": ttl_s})
         return str(data["token"]), float(data["expires_at"])
+
+    async def note_token_lapse(self, endpoint_id: str, expires_at: float) -> None:
+        """Record on a service's own endpoint when the tokens it borrowed lapse, for `describe`."""
+        await self.request("PUT", f"/v1/internal/endpoints/{endpoint_id}/token-lapse",
+                           json={"expires_at": expires_at})
 
     async def service_token(self, endpoint_id: str) -> str:
         data = await self.request("POST", f"/v1/internal/endpoints/{endpoint_id}/service-token")

@@ -137,11 +137,13 @@ class ServeCommand:
 
 def render_serve(config: Mapping[str, Any], password: str, *, host: str, port: int, data_dir: Path,
                  token: str | None = None, litellm_key: str | None = None,
-                 binary: Path | None = None, workspace: Path | None = None) -> ServeCommand:
+                 binary: Path | None = None, workspace: Path | None = None,
+                 more_tokens: Mapping[str, str] | None = None) -> ServeCommand:
     """Write opencode.json under `data_dir` and render `opencode serve` with HOME and XDG dirs there, so
     sessions live on the workflow's volume and nothing is read from or written to the node's user.
     `token` (the workflow's minted Berth token) and `litellm_key` travel as environment variables the
-    config names with {env:…}; neither is written to disk."""
+    config names with {env:…}; neither is written to disk. `more_tokens` (env var → token) carries the
+    tokens of further providers: an endpoint token is bound to one endpoint."""
     workspace = workspace or data_dir / "workspace"
     home = data_dir / "home"
     for directory in (workspace, home):
@@ -162,6 +164,7 @@ def render_serve(config: Mapping[str, Any], password: str, *, host: str, port: i
     }
     if token:
         env[TOKEN_ENV] = token
+    env.update(more_tokens or {})
     if litellm_key:
         env[LITELLM_KEY_ENV] = litellm_key
     argv = (str(binary or opencode_binary()), "serve", "--hostname", host, "--port", str(port))

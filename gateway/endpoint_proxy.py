@@ -36,6 +36,7 @@ STRIPPED_REQUEST = HOP_BY_HOP | {b"berth-authorization", CALLER_HEADER}
 # A request for a pool with no routable copy waits this long at most (x-request-timeout shortens it).
 HOLD_TIMEOUT_S = 120.0
 LITELLM_SYNC_SETTLE_S = 1.5
+AWAKE_ANSWER_TTL_S = 2.0  # how long a LiteLLM-fronted pool's "not asleep" answer is trusted
 HELD_POLL_S = 0.05  # while requests are held: how often to look for a routable copy (a routes read)
 MAX_HELD_PER_ENDPOINT = 100
 WAKE_EVERY_S = 5.0  # re-send the wake-up while requests wait (a lost signal must not strand them)
@@ -146,6 +147,7 @@ class EndpointProxy:
         self._last_wake: dict[str, float] = {}
         self._woken_at: dict[str, float] = {}  # when this proxy woke a LiteLLM-fronted pool from zero
         self._waking: dict[str, asyncio.Future[bool]] = {}
+        self._awake_until: dict[str, float] = {}  # a pool that said "not asleep", until when to believe it
         self.scraper = MetricsScraper(self._scrape_targets)
 
     def _scrape_targets(self) -> list[tuple[str, ReplicaMetrics]]:
@@ -365,9 +367,12 @@ class EndpointProxy:
         """Whether a request to this LiteLLM-fronted pool with no ready copy should be held: the pool was
         at zero (this call wakes it) or a wake from here is still under way. Concurrent first requests
         share one wake call, so none of them sees the pool "already waking" and slips past the hold."""
+        now = time.monotonic()
         woken_at = self._woken_at.get(route.id)
-        if woken_at is not None and time.monotonic() - woken_at < self.hold_timeout_s:
+        if woken_at is not None and now - woken_at < self.hold_timeout_s:
             return True
+        if now < self._awake_until.get(route.id, 0.0):
+            return False  # asked a moment ago: copies are already wanted (one API call per pool)
         pending = self._waking.get(route.id)
         if pending is None:
             pending = self._waking[route.id] = asyncio.ensure_future(self._wake_once(route))
@@ -385,14 +390,11 @@ class EndpointProxy:
             self._woken_at[route.id] = time.monotonic()
             log.info("woke endpoint %s (workflow %s)", route.id, route.workflow_id)
             return True
+        self._awake_until[route.id] = time.monotonic() + AWAKE_ANSWER_TTL_S
         return False
 
     async def _wake(self, route: Route) -> None:
-        try:
-            await self.api.wake_endpoint(route.id, "a request arrived at the endpoint proxy")
-            log.info("woke endpoint %s (workflow %s)", route.id, route.workflow_id)
-        except BerthError as error:
-            log.warning("waking endpoint %s failed: %s", route.id, error)
+        await self._wake_once(route)
 
     async def _forward(self, scope: dict[str, Any], receive: Receive, send: Send, route: Route,
                        target: Replica, rest: str, headers: list[tuple[bytes, bytes]],

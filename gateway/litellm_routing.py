@@ -71,6 +71,7 @@ class PolicyRouting:
     def __init__(self, model_name: str, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.model_name: Final = model_name
         self.policy: routing.Policy = routing.make(routing.DEFAULT_POLICY)
+        self._asked_policy = routing.DEFAULT_POLICY
         # api_base (http://host:port/v1, as the deployments carry it) -> the replica and its figures.
         self.replicas: dict[str, Replica] = {}
         self.scraper: Final = MetricsScraper(self._scrape_targets, transport=transport)
@@ -83,8 +84,11 @@ class PolicyRouting:
         return [(replica.url, replica.metrics) for replica in list(self.replicas.values())]
 
     def set_policy(self, name: str) -> None:
-        if name == self.policy.name:
-            return  # keep the policy's own state (round robin's position)
+        # Compared with the name last asked for (an empty or unknown one resolves to the default, whose
+        # name differs): keeps the policy's own state (round robin's position) and logs once.
+        if name == self._asked_policy:
+            return
+        self._asked_policy = name
         self.policy = routing.make_or_default(name)
         logger.info("berth routing: %s routes by %s", self.model_name, self.policy.name)
 
@@ -96,7 +100,9 @@ class PolicyRouting:
             if known is None or known.copy_id != replica_id:
                 known = Replica(copy_id=replica_id, url=api_base.rstrip("/").removesuffix("/v1"))
             followed[api_base] = known
-        new: Final = [replica for replica in followed.values() if replica.metrics.scraped_at is None]
+        # Only never-tried replicas: one whose scrapes keep failing must not stall every tick on a timeout.
+        new: Final = [replica for replica in followed.values()
+                      if replica.metrics.scraped_at is None and replica.metrics.failed_at is None]
         self.replicas = followed
         forgotten: Final = time.monotonic() - CALL_FORGOTTEN_AFTER_S
         for call_id in [call_id for call_id, (_, sent_at) in self._calls.items() if sent_at < forgotten]:

@@ -54,6 +54,7 @@ REPLICAS_TIMEOUT_S: Final = 2.0
 ROUTER_WAIT_S: Final = 0.1
 RATE_WINDOW_S: Final = 60
 REQUESTS_ROUTE: Final = "/berth/requests"
+EMPTY_POLL_SPEEDUP: Final = 4
 _STATE_KEY: Final = "berth_replica_sync"
 
 # A child of LiteLLM's proxy logger, so its lines reach LiteLLM's handler and format; INFO because
@@ -261,7 +262,9 @@ class ReplicaSync:
                     # One bad tick (a replica LiteLLM refuses, a router change mid-update) must not end
                     # the loop: then the proxy would silently stop following the pool for good.
                     logger.exception("berth replica sync: tick failed; retrying next interval")
-                await asyncio.sleep(self.settings.interval_s)
+                # No replica routed (a pool at zero or waking): look 4× as often, since a held request
+                # waits for LiteLLM to learn of the first copy; with replicas, the configured interval.
+                await asyncio.sleep(self.settings.interval_s / (1 if self.counter.replicas else EMPTY_POLL_SPEEDUP))
         finally:
             await self.routing.aclose()
             await self._client.aclose()

@@ -227,9 +227,9 @@ async def relay(response: UpstreamResponse, send: Send, log: logging.Logger, sou
     as it arrives. An upstream break mid-body is logged as "<source> <name> broke mid-response" and ends
     the body (the status is already out, so the client sees a short body). The pooled connection is
     released whatever happens: a client that went away mid-stream must not leak it."""
-    await send({"type": "http.response.start", "status": response.status,
-                "headers": [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]})
     try:
+        await send({"type": "http.response.start", "status": response.status,
+                    "headers": [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]})
         async for chunk in response.body():
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
     except UpstreamError as error:

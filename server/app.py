@@ -126,10 +126,13 @@ class RequestCounters(BaseModel):
     replicas: tuple[str, ...] = ()  # copy ids LiteLLM routes to now
 
 
+class TokenLapse(BaseModel):
+    expires_at: float
+
+
 class UserTokenRequest(BaseModel):
     endpoint_id: str | None = None
     ttl_s: int = 7 * 24 * 3600
-    for_endpoint: str | None = None  # the service's own endpoint: it records when the token lapses
 
 
 class TokenRequest(BaseModel):
@@ -448,7 +451,8 @@ def create_app(context: ServerContext) -> FastAPI:
             # Whether the pool was asleep tells the caller to hold the request (a copy is coming) or not
             # (copies are already wanted: starting, or waiting for capacity).
             status: ServiceStatus = await handle.query(ServiceWorkflow.status, rpc_timeout=_timedelta(5))
-            await handle.signal(ServiceWorkflow.wake, body.reason or f"a request from {who.user}")
+            if status.desired_replicas == 0:  # else a no-op for the workflow: spare its history the signal
+                await handle.signal(ServiceWorkflow.wake, body.reason or f"a request from {who.user}")
         except RPCError as error:
             raise NotFoundError(
                 f"Workflow '{endpoint.workflow_id}' is not running ({error.message}).") from None
@@ -634,11 +638,13 @@ def create_app(context: ServerContext) -> FastAPI:
             token = context.signing.endpoint_token(owner, body.endpoint_id, ttl)
         else:
             token = context.signing.api_token(owner, ttl)
-        expires_at = time.time() + ttl
-        if body.for_endpoint:
-            # `describe` tells the owner when the service's borrowed token lapses (a restart renews it).
-            await run_in_threadpool(context.store.note_token_lapse, body.for_endpoint, expires_at)
-        return {"token": token, "expires_at": expires_at}
+        return {"token": token, "expires_at": time.time() + ttl}
+
+    @app.put("/v1/internal/endpoints/{endpoint_id}/token-lapse", status_code=204)
+    async def token_lapse(endpoint_id: str, body: TokenLapse, _who: Identity = Depends(admin)) -> None:
+        """When the tokens a service borrowed for its owner lapse (the earliest; a restart of the service
+        reports afresh): `describe` says so and that a restart renews them."""
+        await run_in_threadpool(context.store.note_token_lapse, endpoint_id, body.expires_at)
 
     @app.post("/v1/internal/endpoints/{endpoint_id}/requests", status_code=204)
     async def litellm_requests(endpoint_id: str, body: RequestCounters,

@@ -1,14 +1,15 @@
-"""Autoscaler: size each replica pool from the request rate measured at its front door, and scale an
-idle MinReplicas=0 pool to zero; decisions go to the workflow's `scale` update with their reason.
+"""Autoscaler: size each replica pool from its request rate, and scale an idle MinReplicas=0 pool to
+zero; decisions go to the workflow's `scale` update with their reason.
 
-The rate source is pluggable (`RateSource`). Today it is the endpoint proxy, which counts requests per
-endpoint and reports them every second (`FrontDoorRates`); the LiteLLM proxy's sync hook, which counts
-the same requests one hop later, can feed the same interface once it runs per model.
+Rate sources (`RateSource`): a Proxy=true pool is sized by the rate its LiteLLM proxy measures (the sync
+hook posts its counters, `LiteLLMRates`); the endpoint proxy counts the requests it admits per endpoint
+(`FrontDoorRates`), which sizes nothing for Proxy=false pools (as documented) but decides idleness.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
@@ -58,6 +59,7 @@ class LiteLLMRates(FrontDoorRates):
     def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
         super().__init__(window_s)
         self._totals: dict[tuple[str, int, float], int] = {}  # (endpoint, worker pid, worker start)
+        self.created_at = time.time()
         # The copies LiteLLM routes to, as its last post said: the endpoint proxy sends a request held
         # for a woken pool on as soon as LiteLLM knows a copy (not after a guessed delay).
         self.routed: dict[str, tuple[str, ...]] = {}
@@ -66,7 +68,10 @@ class LiteLLMRates(FrontDoorRates):
                      replicas: tuple[str, ...] = ()) -> None:
         self.routed[endpoint_id] = tuple(sorted(replicas))
         key = (endpoint_id, pid, started_at)
-        previous = self._totals.get(key, 0)  # a new worker: everything since its start is new
+        # A worker first heard from: if it started after us, all it counted is new; if it predates us
+        # (the API server restarted), its lifetime total is only a baseline, or a busy pool's history
+        # would read as one burst and scale it to MaxReplicas.
+        previous = self._totals.get(key, 0 if started_at >= self.created_at else requests_total)
         self._totals[key] = requests_total
         self.add(endpoint_id, max(0, requests_total - previous), now)
 

@@ -183,17 +183,11 @@ class Store:
             row.service_url = url
 
     def note_token_lapse(self, endpoint_id: str, expires_at: float) -> None:
-        """Keep the earliest lapse of the tokens a service borrowed for its owner (the first to fail)."""
         with self.session() as s:
             row = s.get(EndpointRow, endpoint_id)
             if row is None:
                 raise NotFoundError(f"No endpoint with ID '{endpoint_id}'.")
-            notes = dict(row.annotations or {})
-            earlier = notes.get("token_lapses_at")
-            # Tokens from an earlier run of the service are replaced: only still-valid ones count.
-            if earlier is None or earlier < time.time() or expires_at < earlier:
-                notes["token_lapses_at"] = expires_at
-            row.annotations = notes
+            row.annotations = {**(row.annotations or {}), "token_lapses_at": expires_at}
 
     def remove_endpoint(self, endpoint_id: str) -> None:
         with self.session() as s:

@@ -463,6 +463,9 @@ class ServiceWorkflow:
                     continue
                 if not agent_went_silent(process.exception()) or adoptions >= MAX_ADOPTIONS:
                     break
+                # Histories recorded before services could be adopted restarted the service here.
+                if not workflow.patched("service-adoption"):
+                    break
                 adoptions += 1
                 self._event("service_unresponsive",
                             f"node agent of {port.node_id} stopped answering for {run.name}; the service keeps "

@@ -5,7 +5,6 @@ adopts is stopped by the restarted agent."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from berth.processes import pid_alive, stop_group_sync, wait_http_sync
+from berth.processes import pid_alive, read_pidfile, stop_group_sync, wait_http_sync
 from berth.settings import StackPorts
 from tests.support import (
     REPO,
@@ -138,9 +137,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 stop_group_sync(process.pid, 30)
         for record in (*(state / "nodes").glob("*/ranks/*/rank.json"),  # nothing a test left behind
                        *(state / "nodes").glob("*/services/*/service.json")):
-            pid = int(json.loads(record.read_text())["pid"])
-            if pid_alive(pid):
-                stop_group_sync(pid, 5)
+            found = read_pidfile(record)  # None when an agent removed it meanwhile
+            if found is not None and pid_alive(found["pid"]):
+                stop_group_sync(found["pid"], 5)
 
 
 def test_api_server_and_control_worker_restart_keep_copies_serving(cluster: Cluster) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from activities.ranks import _shm_names
 from tests.support import REPO, RunningStack, free_port_base, processes_mentioning
 
 MIRROR = REPO / ".state" / "hf-mirrors"
@@ -24,11 +25,7 @@ pytestmark = pytest.mark.real_engine
 def shm_mapped_by_live_processes() -> set[str]:
     names: set[str] = set()
     for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-        try:
-            with open(f"/proc/{pid}/maps") as maps:
-                names |= {line.rsplit("/dev/shm/", 1)[1].split(" ")[0].strip() for line in maps if "/dev/shm/" in line}
-        except OSError:
-            continue
+        names |= _shm_names(pid)
     return names
 
 

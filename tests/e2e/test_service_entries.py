@@ -5,6 +5,7 @@ reached over its HTTP API with its generated password)."""
 from __future__ import annotations
 
 import base64
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -98,13 +99,22 @@ def test_opencode_entry_with_password_and_bad_endpoint(stack: RunningStack) -> N
     assert ephemeral.is_dir()
     stack.cli("workflow", "stop", opencode)
     assert not ephemeral.exists()  # no Volume: the workspace goes with the workflow
-    # No Endpoint: every model endpoint the owner may reach is registered (discovery).
+    # No Endpoint: every model endpoint the owner may reach is registered (discovery), each provider
+    # with a token bound to its own endpoint (the endpoint proxy refuses another endpoint's token).
+    second = stack.start_entry("vLLM", "Model=hf://Qwen/Qwen3-0.6B,Proxy=false")
+    second_endpoint = stack.endpoint(second)
     discovered = stack.start_entry("OpenCode", "ServiceScope=public,Volume=my-workspace")
     config = httpx.get(stack.endpoint(discovered)["url"] + "/config", timeout=10, headers={
         "Authorization": "Basic " + base64.b64encode(
             f"opencode:{_password(stack, discovered)}".encode()).decode()}).json()
-    assert model_endpoint["url"] in str(config) and "openai/gpt-oss-20b" in str(config)
+    providers = {p["options"]["baseURL"].removesuffix("/v1"): p for p in config["provider"].values()}
+    assert set(providers) == {model_endpoint["url"], second_endpoint["url"]}
+    for endpoint_info in (model_endpoint, second_endpoint):
+        token = providers[endpoint_info["url"]]["options"]["apiKey"]  # /config shows what {env:…} became
+        claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+        assert claims["aud"] == f"endpoint:{endpoint_info['id']}"
     stack.cli("workflow", "stop", discovered)
+    stack.cli("workflow", "stop", second)
     assert (stack.state_dir / "volumes" / "persistent" / "my-workspace" / "workspace").is_dir()
     # An Endpoint the workflow cannot reach: the workflow fails and says which and why.
     bad = stack.start_entry("OpenCode", "Endpoint=http://127.0.0.1:9/v1,ServiceScope=public", watch=False)

@@ -725,7 +725,9 @@ async def test_least_queue_routes_around_a_queued_replica(
                 return figures.get("running", 0) + figures.get("waiting", 0) >= 3
 
             await wait_until(queued)
-            await asyncio.sleep(SCRAPE_INTERVAL_S + 0.5)  # LiteLLM's scraper has read the queue since
+            # LiteLLM's scraper has read the queue since (two rounds: a starved process may miss one);
+            # the queued requests last ~30 s (50 tokens each at 5 tokens/s, one at a time).
+            await asyncio.sleep(2 * SCRAPE_INTERVAL_S + 0.5)
             before: Final = finished_requests(await engine_metrics(stack.upstream_a))
             replies: Final = await answers(client, stack.master_key, 10)
             after: Final = finished_requests(await engine_metrics(stack.upstream_a))

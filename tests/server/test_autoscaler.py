@@ -67,17 +67,27 @@ def test_front_door_rate_window() -> None:
 
 def test_litellm_rates_count_each_worker_once() -> None:
     rates = LiteLLMRates(window_s=10)
-    rates.add_snapshot("ep", pid=1, started_at=100.0, requests_total=20, now=1.0)
-    rates.add_snapshot("ep", pid=1, started_at=100.0, requests_total=30, now=2.0)  # +10
-    rates.add_snapshot("ep", pid=2, started_at=101.0, requests_total=10, now=2.0)  # a second worker
-    rates.add_snapshot("ep", pid=1, started_at=100.0, requests_total=30, now=3.0)  # nothing new
+    born = rates.created_at + 1  # workers started after the API server
+    rates.add_snapshot("ep", pid=1, started_at=born, requests_total=20, now=1.0)
+    rates.add_snapshot("ep", pid=1, started_at=born, requests_total=30, now=2.0)  # +10
+    rates.add_snapshot("ep", pid=2, started_at=born + 1, requests_total=10, now=2.0)  # a second worker
+    rates.add_snapshot("ep", pid=1, started_at=born, requests_total=30, now=3.0)  # nothing new
     assert rates.load("ep", 3.0).rate_rps == 4.0  # (20 + 10 + 10) / 10 s
+
+
+def test_litellm_rates_after_an_api_restart_take_old_totals_as_a_baseline() -> None:
+    rates = LiteLLMRates(window_s=10)
+    old_worker = rates.created_at - 3600  # served 10,000 requests before this API server started
+    rates.add_snapshot("ep", pid=1, started_at=old_worker, requests_total=10_000, now=1.0)
+    assert rates.load("ep", 1.0).rate_rps == 0.0
+    rates.add_snapshot("ep", pid=1, started_at=old_worker, requests_total=10_005, now=2.0)
+    assert rates.load("ep", 2.0).rate_rps == 0.5
 
 
 def test_proxied_pool_is_idle_only_when_no_door_saw_a_request() -> None:
     litellm, front_door = LiteLLMRates(window_s=10), FrontDoorRates(window_s=10)
     rates = ProxiedRates(litellm, front_door)
-    litellm.add_snapshot("ep", pid=1, started_at=0.0, requests_total=5, now=0.0)
+    litellm.add_snapshot("ep", pid=1, started_at=litellm.created_at, requests_total=5, now=0.0)
     front_door.add("ep", 1, now=8.0)  # a request held while the pool had no copy
     load = rates.load("ep", 9.0)
     assert load.rate_rps == 0.5 and load.idle_s == 1.0
