@@ -112,7 +112,8 @@ class NodeActivities:
         log_path = self._log_path(spec)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         shm_before = _shm_entries()
-        with open(log_path, "ab", buffering=0) as log:
+        # A local file opened once per rank start: not worth a thread hop.
+        with open(log_path, "ab", buffering=0) as log:  # noqa: ASYNC230
             log.write(f"[berth] node {context.node_id} starting: {' '.join(argv)}\n".encode())
             try:
                 process = await asyncio.create_subprocess_exec(

@@ -81,7 +81,7 @@ class ServiceActivities:
     async def _gateway_launch(self, run: ServiceRun, workdir: Path) -> ServiceLaunch:
         """The discovering gateway polls the endpoints API as the workflow's owner."""
         token, _expires = await self.api.owner_token(run.owner)
-        workdir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_TOKEN")}
         env.update({"BERTH_API_URL": self.api.base_url, "BERTH_TOKEN": token, "PYTHONUNBUFFERED": "1"})
         argv = (sys.executable, "-m", "cli", "gateway", "--host", run.address, "--port", str(run.port))

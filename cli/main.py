@@ -44,7 +44,8 @@ app.add_typer(user_app, name="user")
 app.add_typer(group_app, name="group")
 
 OutputOption = Annotated[Format, typer.Option("--output", "-o", help="table or json")]
-StateDirOption = Annotated[Path | None, typer.Option("--state-dir", help="State directory (default ~/.local/state/berth)")]
+StateDirOption = Annotated[Path | None,
+                           typer.Option("--state-dir", help="State directory (default ~/.local/state/berth)")]
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -629,7 +630,8 @@ def secret_create(
     """Create or replace a secret. Values never appear in listings or logs."""
     if value is None:
         if sys.stdin.isatty():
-            raise fail("Give the value as an argument, or pipe it on standard input (printf 'sk-…' | berth secret create …).")
+            raise fail("Give the value as an argument, or pipe it on standard input "
+                       "(printf 'sk-…' | berth secret create …).")
         value = sys.stdin.read().rstrip("\n")
     created = call(lambda api: api.create_secret(ref, kind, value))
     console.print(f"Created {ref} (type {created['type']}).", highlight=False)
