@@ -336,7 +336,7 @@ class EndpointProxy:
                 now = time.monotonic()
                 if now - self._last_wake.get(route.id, 0.0) >= WAKE_EVERY_S:
                     self._last_wake[route.id] = now
-                    asyncio.create_task(self._wake(route))
+                    asyncio.create_task(self._wake_once(route))
                 if now - started >= deadline_s:
                     break
                 # Tight while someone waits: every 100 ms of polling is 100 ms on the first reply.
@@ -392,9 +392,6 @@ class EndpointProxy:
             return True
         self._awake_until[route.id] = time.monotonic() + AWAKE_ANSWER_TTL_S
         return False
-
-    async def _wake(self, route: Route) -> None:
-        await self._wake_once(route)
 
     async def _forward(self, scope: dict[str, Any], receive: Receive, send: Send, route: Route,
                        target: Replica, rest: str, headers: list[tuple[bytes, bytes]],
