@@ -603,7 +603,33 @@ async def test_wrong_key_through_the_sdk_raises_authentication_error(stack: Stac
             await sdk.models.list()
 
 
+async def use_policy(stack: Stack, name: str) -> None:
+    """Name `name` in the replica list and wait until LiteLLM's strategy says it applied it (once more)."""
+    marker: Final = f"{MODEL} routes by {name}"
+
+    async def seen() -> int:
+        return (await asyncio.to_thread(stack.log_path.read_text, errors="replace")).count(marker)
+
+    before: Final = await seen()
+    stack.control.routing_policy = name
+
+    async def applied() -> bool:
+        return await seen() > before
+
+    await wait_until(applied)  # callers always switch to another policy: it logs each change
+
+
 async def test_traffic_follows_the_pool(stack: Stack, client: httpx.AsyncClient) -> None:
+    # Round robin: this is about following the pool; under least_queue a scrape taken while A was busy
+    # may rightly send all of a short burst to B.
+    await use_policy(stack, "round_robin")
+    try:
+        await _traffic_follows_the_pool(stack, client)
+    finally:
+        await use_policy(stack, "least_queue")
+
+
+async def _traffic_follows_the_pool(stack: Stack, client: httpx.AsyncClient) -> None:
     await serve(stack, client, ("a", stack.upstream_a, True))
     assert await served_by(client, stack.master_key, 4) == {"hello from A"}
 
@@ -754,13 +780,7 @@ async def test_a_session_stays_on_one_replica(stack: Stack, client: httpx.AsyncC
 
 
 async def test_the_replica_list_names_the_policy(stack: Stack) -> None:
-    stack.control.routing_policy = "round_robin"
-
-    async def applied() -> bool:
-        log: Final = await asyncio.to_thread(stack.log_path.read_text, errors="replace")
-        return f"{MODEL} routes by round_robin" in log
-
     try:
-        await wait_until(applied)
+        await use_policy(stack, "round_robin")  # waits for LiteLLM's strategy to log it applied it
     finally:
-        stack.control.routing_policy = "least_queue"
+        await use_policy(stack, "least_queue")
