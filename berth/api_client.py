@@ -4,6 +4,7 @@ worker and the endpoint proxy. One httpx.AsyncClient per instance; tests inject 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -17,6 +18,7 @@ from berth.errors import (
     UnavailableError,
     UserInputError,
 )
+from berth.tokens import RevokeResult, TokenRecord
 from workflows.payloads import (
     EndpointService,
     ReplicaRecord,
@@ -217,6 +219,18 @@ class ApiClient:
     async def user_token(self, name: str, expiration: str) -> dict[str, Any]:
         return await self.request("POST", f"/v1/users/{name}/tokens",  # type: ignore[no-any-return]
                                   json={"expiration": expiration})
+
+    async def tokens(self, user: str | None = None) -> list[TokenRecord]:
+        params = {"user": user} if user else {}
+        rows = await self.request("GET", "/v1/tokens", params=params)
+        return [TokenRecord.model_validate(row) for row in rows]
+
+    async def revoke_token(self, token_id: str) -> RevokeResult:
+        return RevokeResult.model_validate(await self.request("DELETE", f"/v1/tokens/{quote(token_id, safe='')}"))
+
+    async def revoke_all_tokens(self, user: str) -> RevokeResult:
+        path = f"/v1/users/{quote(user, safe='')}/tokens/revoke-all"
+        return RevokeResult.model_validate(await self.request("POST", path))
 
     async def whoami(self) -> dict[str, Any]:
         return await self.request("GET", "/v1/whoami")  # type: ignore[no-any-return]

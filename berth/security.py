@@ -101,8 +101,12 @@ class SigningKey:
                    "jti": uuid.uuid4().hex, **claims}
         return jwt.encode(payload, self.private, algorithm=ALGORITHM, headers={"kid": self.kid})
 
-    def api_token(self, identity: Identity, ttl_s: float = 365 * 24 * 3600) -> str:
-        return self.sign({**identity.claims(), "aud": API_AUDIENCE, "typ": "api"}, ttl_s)
+    def api_token(self, identity: Identity, ttl_s: float = 365 * 24 * 3600, kind: str = "user",
+                  note: str = "") -> str:
+        """An API token; `kind` and `note` say in `berth token list` why it exists (a token minted
+        outside the API is recorded from them when first seen)."""
+        claims = {**identity.claims(), "aud": API_AUDIENCE, "typ": "api", "use": kind}
+        return self.sign({**claims, "note": note} if note else claims, ttl_s)
 
     def endpoint_token(self, identity: Identity, endpoint_id: str, ttl_s: float) -> str:
         return self.sign({**identity.claims(), "aud": endpoint_audience(endpoint_id), "typ": "endpoint"}, ttl_s)
@@ -136,6 +140,9 @@ class TokenVerifier:
                 raise AuthenticationError("The token was signed by an unknown key.")
             return jwt.decode(token, key, algorithms=[ALGORITHM], audience=audience, issuer=ISSUER,
                               options={"require": ["exp", "sub", "aud"]})
+        except jwt.ExpiredSignatureError:
+            raise AuthenticationError("Token expired: get a new one (an administrator runs "
+                                      "`berth login --user NAME --print-token`).") from None
         except jwt.PyJWTError as error:
             raise AuthenticationError(f"The token is not valid here ({type(error).__name__}).") from None
 

@@ -87,6 +87,11 @@ class ClusterSettings(BaseModel):
     hf_endpoint: str | None = Field(None, description="HF_ENDPOINT for weight downloads (a mirror)")
     publish_jwks: bool = Field(True, description="Publish caller-assertion signing keys (JWKS)")
     max_token_expiration_s: int = Field(30 * 24 * 3600, ge=60, description="Longest endpoint token")
+    max_api_token_expiration_s: int = Field(90 * 24 * 3600, ge=60, description="Longest API token a user "
+                                            "or an administrator may mint (`berth login --expiration`)")
+    token_revocation_refresh_s: float = Field(2.0, gt=0, le=60, description="How stale an API process's "
+                                              "copy of the revocation list may be (revoked on the same "
+                                              "process: refused at once)")
     node_offline_after_s: float = Field(60.0, gt=0, description="Silent node becomes offline")
     placement_policy: str = Field("pack", pattern="^(pack|spread)$",
                                   description="pack: fill busy nodes first; spread: prefer empty nodes")

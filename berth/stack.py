@@ -27,6 +27,7 @@ from berth.processes import (
 )
 from berth.security import Identity, SigningKey
 from berth.settings import ClientConfig, ClusterSettings, StackPorts, StateLayout, venv_bin
+from berth.tokens import previous_stack_token, revoke_previous_stack_token
 from node.inventory import simulated_gpus
 
 
@@ -126,7 +127,9 @@ class Stack:
         signing = SigningKey.load_or_create(layout.keys)
         admin = Identity(user=os.environ.get("BERTH_ADMIN_USER", "admin"), groups=("default",), org="default",
                          admin=True)
-        token = signing.api_token(admin)
+        # Rotated at each start: the token the last `berth up` wrote is revoked once the API is up.
+        previous, token = previous_stack_token(layout.client_config), signing.api_token(admin, kind="stack",
+                                                                                      note="berth up")
         env = self._env(token)
         if settings.hf_endpoint:
             env["HF_ENDPOINT"] = settings.hf_endpoint
@@ -154,6 +157,7 @@ class Stack:
             wait_http_sync(f"http://127.0.0.1:{ports.api}/healthz", 60, api.process)
         except (TimeoutError, RuntimeError) as error:
             raise self._fail(api, error) from None
+        revoke_previous_stack_token(f"http://127.0.0.1:{ports.api}", token, previous)
         self._start("worker", _python() + ["worker"], env)
         for index in range(options.nodes):
             argv = _python() + ["node", "--id", f"node-{index + 1}",

@@ -19,6 +19,7 @@ from berth.errors import BerthError, UserInputError
 from berth.settings import DEFAULT_PORT_BASE, ClientConfig, default_state_dir
 from catalog.values import load_values_file, parse_values
 from cli.output import Format, console, emit_json, errors, table
+from cli.tokens import token_app
 
 T = TypeVar("T")
 
@@ -42,6 +43,7 @@ app.add_typer(node_app, name="node")
 app.add_typer(secret_app, name="secret")
 app.add_typer(user_app, name="user")
 app.add_typer(group_app, name="group")
+app.add_typer(token_app, name="token")
 
 OutputOption = Annotated[Format, typer.Option("--output", "-o", help="table or json")]
 StateDirOption = Annotated[Path | None,
@@ -223,7 +225,9 @@ def admin_token(state_dir: StateDirOption = None,
     from berth.settings import StateLayout
 
     key = SigningKey.load_or_create(StateLayout(_state_dir(state_dir)).keys)
-    sys.stdout.write(key.api_token(Identity(user=user, groups=("default",), org="default", admin=True)) + "\n")
+    identity = Identity(user=user, groups=("default",), org="default", admin=True)
+    # Listed by `berth token list` from its first use, revocable like any other.
+    sys.stdout.write(key.api_token(identity, kind="key-holder", note="berth admin-token") + "\n")
 
 
 @app.command("hf-mirror")
@@ -641,7 +645,8 @@ def secret_create(
 def secret_list(output: OutputOption = Format.TABLE) -> None:
     """List the secrets you can use (names and types, never values)."""
     listing(output, lambda api: api.secrets(),
-            [("ref", "SECRET"), ("type", "TYPE"), ("scope", "SCOPE"), ("owner", "OWNER")])
+            [("ref", "SECRET"), ("type", "TYPE"), ("scope", "SCOPE"), ("owner", "OWNER"),
+             ("created_by", "CREATED BY")])
 
 
 @secret_app.command("delete")

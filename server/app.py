@@ -36,12 +36,15 @@ from berth.processes import tail
 from berth.security import API_AUDIENCE, Cipher, Identity, SigningKey, TokenVerifier, generate_api_key
 from berth.settings import CONTROL_TASK_QUEUE, ClusterSettings, StateLayout
 from berth.temporal import connect
-from catalog.definition import ReplicaSpec, Scope, WorkflowDefinition
+from berth.tokens import TokenKind, parse_duration
+from catalog.definition import ReplicaSpec, WorkflowDefinition
 from catalog.entry import Entry, find_entry, load_catalog
 from catalog.memory import gpus_needed, max_context_that_fits, memory_need, memory_table
 from catalog.render import render, resolve_values
 from server import opencode as opencode_checks
 from server import scheduler
+from server.access import WorkflowAccess, allocation_labels, workflow_reader
+from server.access import in_scope as _in_scope
 from server.autoscaler import (
     FrontDoorRates,
     LiteLLMRates,
@@ -53,6 +56,8 @@ from server.autoscaler import (
 from server.models import EndpointRow, WorkflowRow
 from server.secrets import Secrets
 from server.store import Store
+from server.token_registry import TokenRegistry
+from server.tokens import record_minted, token_router
 from workflows.payloads import (
     CopyTimings,
     EndpointService,
@@ -67,16 +72,6 @@ from workflows.payloads import (
 )
 from workflows.service import ServiceWorkflow
 
-DURATION = re.compile(r"^(\d+)([smhdw])$")
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(text: str) -> int:
-    match = DURATION.match(text.strip())
-    if not match:
-        raise UserInputError(f"Expiration '{text}' is not a duration like 30m, 8h or 7d.")
-    return int(match.group(1)) * UNITS[match.group(2)]
-
 
 @dataclass
 class ServerContext:
@@ -87,6 +82,7 @@ class ServerContext:
     verifier: TokenVerifier
     cipher: Cipher
     temporal_address: str
+    tokens: TokenRegistry
     _temporal: Client | None = None
 
     async def temporal(self) -> Client:
@@ -198,7 +194,8 @@ def build_context(state_dir: Path, temporal_address: str, database_url: str | No
     store.ensure_user(admin, org="default", groups=["default"], admin=True)
     return ServerContext(state=state, settings=settings, store=store, signing=signing,
                          verifier=TokenVerifier.from_jwks(signing.jwks()), cipher=cipher,
-                         temporal_address=temporal_address)
+                         temporal_address=temporal_address,
+                         tokens=TokenRegistry(store, settings.token_revocation_refresh_s))
 
 
 def create_app(context: ServerContext) -> FastAPI:
@@ -223,12 +220,16 @@ def create_app(context: ServerContext) -> FastAPI:
         if not authorization or not authorization.lower().startswith("bearer "):
             raise AuthenticationError("No Berth API token. Run `berth login` or set BERTH_TOKEN.")
         claims = context.verifier.verify(authorization[7:].strip(), API_AUDIENCE)
+        await context.tokens.admit(claims)  # revoked tokens are refused (issue 11)
         return Identity.from_claims(claims)
 
     async def admin(identity: Identity = Depends(caller)) -> Identity:
         if not identity.admin:
             raise PermissionDeniedError("Only administrators and Berth's own services may call this route.")
         return identity
+
+    app.include_router(token_router(context, caller))
+    readable = workflow_reader(context.store, caller)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -328,8 +329,8 @@ def create_app(context: ServerContext) -> FastAPI:
         return result
 
     @app.get("/v1/workflows/{workflow_id}")
-    async def describe_workflow(workflow_id: str, who: Identity = Depends(caller)) -> dict[str, Any]:
-        row = await _owned_workflow(context, workflow_id, who)
+    async def describe_workflow(workflow_id: str, access: WorkflowAccess = Depends(readable)) -> dict[str, Any]:
+        row = access.row
         client = await context.temporal()
         handle = client.get_workflow_handle(workflow_id)
         result: dict[str, Any] = {"id": row.id, "entry": row.entry, "owner": row.owner, "created_at": row.created_at,
@@ -361,13 +362,12 @@ def create_app(context: ServerContext) -> FastAPI:
         except (RPCError, Exception) as error:  # noqa: BLE001 — a query can fail many ways; say so
             result["phase"] = "unknown"
             result["note"] = f"could not query the workflow ({type(error).__name__}); is the control worker up?"
-        return result
+        return access.redact_status(result)
 
     @app.get("/v1/workflows/{workflow_id}/definition")
-    async def workflow_definition(workflow_id: str, who: Identity = Depends(caller)) -> dict[str, Any]:
-        row = await _owned_workflow(context, workflow_id, who)
-        if row.owner != who.user and not who.admin:
-            raise PermissionDeniedError("Only the workflow's owner may read its definition (it holds its API key).")
+    async def workflow_definition(workflow_id: str, access: WorkflowAccess = Depends(readable)) -> dict[str, Any]:
+        access.require_owner("read its definition (it holds its keys and passwords)")
+        row = access.row
         return {"id": row.id, "entry": row.entry, "definition": context.store.workflow_definition(row)}
 
     @app.post("/v1/workflows/{workflow_id}/stop")
@@ -405,13 +405,13 @@ def create_app(context: ServerContext) -> FastAPI:
 
     @app.get("/v1/workflows/{workflow_id}/logs")
     async def workflow_logs(workflow_id: str, job: str | None = None, lines: int = 200,
-                            who: Identity = Depends(caller)) -> dict[str, Any]:
-        await _owned_workflow(context, workflow_id, who)
+                            access: WorkflowAccess = Depends(readable)) -> dict[str, Any]:
         root = context.state.workflow_logs(workflow_id)
         files = sorted(root.rglob("*.log"), key=lambda p: p.stat().st_mtime) if root.exists() else []
-        jobs = sorted({p.stem for p in files})
+        jobs = sorted({p.stem for p in files if access.may_read_job(p.stem)})
         if job is None:
             return {"jobs": jobs}
+        access.require_job(job)
         matching = [p for p in files if p.stem == job]
         if not matching:
             known = ", ".join(jobs) or "none yet"
@@ -526,16 +526,6 @@ def create_app(context: ServerContext) -> FastAPI:
         users = await run_in_threadpool(context.store.users)
         return [_user_json(u) for u in users if who.admin or u.org == who.org]
 
-    @app.post("/v1/users/{name}/tokens", status_code=201)
-    async def user_token(name: str, body: TokenRequest, who: Identity = Depends(caller)) -> dict[str, Any]:
-        """An API token for `name` (administrators: any user; others: themselves). The user's groups
-        and organization are read now and carried in the token."""
-        if name != who.user and not who.admin:
-            raise PermissionDeniedError("Only administrators may mint API tokens for other users.")
-        identity = await run_in_threadpool(context.store.identity, name)
-        ttl = parse_duration(body.expiration)
-        return {"user": name, "token": context.signing.api_token(identity, ttl), "expires_at": time.time() + ttl}
-
     @app.post("/v1/groups", status_code=201)
     async def create_group(body: GroupRequest, _who: Identity = Depends(admin)) -> dict[str, Any]:
         await run_in_threadpool(context.store.create_group, _check_name("Group", body.name),
@@ -555,12 +545,13 @@ def create_app(context: ServerContext) -> FastAPI:
         return {"id": row.id, "state": context.store.node_state(row)}
 
     @app.get("/v1/nodes")
-    async def list_nodes(_who: Identity = Depends(caller)) -> list[dict[str, Any]]:
+    async def list_nodes(who: Identity = Depends(caller)) -> list[dict[str, Any]]:
         nodes = await run_in_threadpool(context.store.nodes)
         allocations = await run_in_threadpool(context.store.allocations)
+        label = await run_in_threadpool(allocation_labels, context.store, who)
         out = []
         for node in nodes:
-            held = {a.gpu_index: a.copy_id for a in allocations if a.node_id == node.id}
+            held = {a.gpu_index: label(a.copy_id) for a in allocations if a.node_id == node.id}
             gpus = [_gpu_row(g, held.get(int(g["index"]))) for g in node.gpus]
             out.append({"id": node.id, "state": context.store.node_state(node), "address": node.address,
                         "engine": node.engine, "gpus": gpus, "allocated": len(held), "cpus": node.cpus,
@@ -637,7 +628,8 @@ def create_app(context: ServerContext) -> FastAPI:
         if body.endpoint_id:
             token = context.signing.endpoint_token(owner, body.endpoint_id, ttl)
         else:
-            token = context.signing.api_token(owner, ttl)
+            token = context.signing.api_token(owner, ttl, TokenKind.SERVICE.value, "a workflow service's, as its owner")
+            await run_in_threadpool(record_minted, context, token, _who.user)
         return {"token": token, "expires_at": time.time() + ttl}
 
     @app.put("/v1/internal/endpoints/{endpoint_id}/token-lapse", status_code=204)
@@ -757,7 +749,11 @@ def _service_or_admin(context: ServerContext, endpoint_id: str, authorization: s
     try:
         context.verifier.verify(token, service_audience(endpoint_id))
     except AuthenticationError:
-        if not Identity.from_claims(context.verifier.verify(token, API_AUDIENCE)).admin:
+        claims = context.verifier.verify(token, API_AUDIENCE)
+        refusal = context.tokens.refusal(claims)
+        if refusal:
+            raise AuthenticationError(refusal) from None
+        if not Identity.from_claims(claims).admin:
             raise PermissionDeniedError("Only the endpoint's service or an administrator may call this.") from None
 
 
@@ -830,17 +826,6 @@ def _temporal_status(status: WorkflowExecutionStatus | None) -> str:
 
 def _endpoint_url(context: ServerContext, endpoint_id: str) -> str:
     return f"{context.settings.proxy_url.rstrip('/')}/endpoints/{endpoint_id}"
-
-
-def _in_scope(endpoint: EndpointRow, who: Identity) -> bool:
-    scope = Scope(endpoint.scope)
-    if who.user == endpoint.owner or scope is Scope.PUBLIC:
-        return True
-    if scope is Scope.GROUP:
-        return bool(set(who.groups) & set(endpoint.groups))
-    if scope is Scope.ORGANIZATION:
-        return who.org == endpoint.org
-    return False
 
 
 async def _owned_workflow(context: ServerContext, workflow_id: str, who: Identity) -> WorkflowRow:

@@ -127,3 +127,31 @@ class SecretRow(Base):
     type: Mapped[str] = mapped_column(String(32))
     ciphertext: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
+    # Who may change or delete a shared (group/organization) secret besides an administrator. None on
+    # rows made before Berth recorded it: only an administrator may change those.
+    created_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+
+
+class ApiTokenRow(Base):
+    """An API token Berth issued or saw (by its `jti`, never the token), and whether it was revoked."""
+
+    __tablename__ = "api_tokens"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user: Mapped[str] = mapped_column(String(128), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    note: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+    minted_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
+    revoked_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+
+
+class TokenCutoffRow(Base):
+    """`berth token revoke --all --user NAME`: every API token of the user issued before `not_before`
+    is refused, recorded or not."""
+
+    __tablename__ = "token_cutoffs"
+    user: Mapped[str] = mapped_column(String(128), primary_key=True)
+    not_before: Mapped[float] = mapped_column(Float)
+    by: Mapped[str] = mapped_column(String(128))

@@ -56,6 +56,17 @@ def validate_value(kind: str, value: str) -> str:
     return value
 
 
+def _may_change(row: SecretRow, who: Identity, ref: str) -> None:
+    """A shared (group/organization) secret is changed or deleted by its creator or an administrator
+    only: another member could otherwise swap the value every workflow using it resolves. A row from
+    before Berth recorded creators is an administrator's to change."""
+    if row.scope == "user" or who.admin or (row.created_by is not None and row.created_by == who.user):
+        return
+    made = f"was created by {row.created_by}" if row.created_by else "has no recorded creator (it is older)"
+    raise PermissionDeniedError(f"{ref} {made}: only its creator or an administrator may change or delete it. "
+                                "Create your own under another name.")
+
+
 class Secrets:
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -69,8 +80,11 @@ class Secrets:
             row = s.get(SecretRow, key)
             if row is None:
                 row = SecretRow(ref=key, scope=scope, owner=owner, name=name, type=kind, ciphertext="",
-                                created_at=time.time())
+                                created_at=time.time(), created_by=who.user)
                 s.add(row)
+            else:
+                _may_change(row, who, ref)
+                row.created_by = row.created_by or who.user  # an administrator adopts an unattributed one
             row.type = kind
             row.ciphertext = self.store.cipher.encrypt_json({"value": value})
         return {"ref": ref, "type": kind, "scope": scope, "owner": owner}
@@ -80,7 +94,8 @@ class Secrets:
         with self.store.session() as s:
             rows = s.scalars(select(SecretRow).order_by(SecretRow.name)).all()
             return [{"ref": f"secret://{r.scope}/{r.name}", "type": r.type, "scope": r.scope, "owner": r.owner,
-                     "created_at": r.created_at} for r in rows if (r.scope, r.owner) in owners]
+                     "created_at": r.created_at, "created_by": r.created_by}
+                    for r in rows if (r.scope, r.owner) in owners]
 
     def delete(self, who: Identity, ref: str) -> None:
         scope, name = parse_reference(ref)
@@ -89,6 +104,7 @@ class Secrets:
             row = s.get(SecretRow, key)
             if row is None:
                 raise NotFoundError(f"No secret {ref}. `berth secret list` shows yours.")
+            _may_change(row, who, ref)
             s.delete(row)
 
     def resolve(self, owner: Identity, ref: str) -> tuple[str, str]:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import create_engine, delete, event, select
+from sqlalchemy import create_engine, delete, event, inspect, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -53,12 +53,26 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
+def add_new_columns(engine: Engine) -> None:
+    """Schema changes are additive: a nullable column a table gained since its database was made is
+    added in place (create_all makes missing tables, never missing columns)."""
+    inspector = inspect(engine)
+    for table in Base.metadata.sorted_tables:
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name not in present and column.nullable:
+                kind = column.type.compile(dialect=engine.dialect)
+                with engine.begin() as connection:
+                    connection.execute(text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}'))
+
+
 class Store:
     def __init__(self, url: str, cipher: Cipher, node_offline_after_s: float = 60.0,
                  policy: scheduler.Policy = scheduler.Policy.PACK) -> None:
         self.engine = make_engine(url)
         self.policy = policy
         Base.metadata.create_all(self.engine)
+        add_new_columns(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._placement_lock = threading.Lock()
         self.cipher = cipher

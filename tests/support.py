@@ -24,14 +24,23 @@ REPO = Path(__file__).resolve().parent.parent
 def litellm_bin() -> str | None:
     """The litellm executable for node agents: BERTH_LITELLM_BIN, this checkout's .venv-litellm, or, in a
     linked git worktree (which has none of its own), the main checkout's."""
-    if os.environ.get("BERTH_LITELLM_BIN"):
-        return os.environ["BERTH_LITELLM_BIN"]
-    own = REPO / ".venv-litellm" / "bin" / "litellm"
+    return _tool("BERTH_LITELLM_BIN", Path(".venv-litellm") / "bin" / "litellm")
+
+
+def opencode_bin() -> str | None:
+    """The opencode executable for node agents, found like litellm_bin (`make opencode` installs it)."""
+    return _tool("BERTH_OPENCODE_BIN", Path(".tools") / "opencode" / "node_modules" / ".bin" / "opencode")
+
+
+def _tool(variable: str, relative: Path) -> str | None:
+    if os.environ.get(variable):
+        return os.environ[variable]
+    own = REPO / relative
     if own.exists():
         return str(own)
     common = subprocess.run(["git", "rev-parse", "--path-format=absolute", "--git-common-dir"],
                             capture_output=True, text=True, check=False, cwd=REPO).stdout.strip()
-    candidate = Path(common).parent / ".venv-litellm" / "bin" / "litellm"
+    candidate = Path(common).parent / relative
     return str(candidate) if common and candidate.exists() else None
 
 
@@ -68,9 +77,9 @@ class RunningStack:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.extra_env)
-        executable = litellm_bin()
-        if executable:
-            env["BERTH_LITELLM_BIN"] = executable
+        for variable, executable in (("BERTH_LITELLM_BIN", litellm_bin()), ("BERTH_OPENCODE_BIN", opencode_bin())):
+            if executable:
+                env[variable] = executable
         env["BERTH_CONFIG"] = str(self.state_dir / "client.json")
         env["BERTH_STATE_DIR"] = str(self.state_dir)
         env.pop("BERTH_API_URL", None)

@@ -1,0 +1,64 @@
+"""`berth token list|revoke`: the API tokens you (an administrator: anyone) hold, and revoking them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+
+from berth.api_client import ApiClient
+from cli.output import Format, console, emit_json, table
+
+token_app = typer.Typer(help="API tokens: list them, revoke one by id or all of a user's.", no_args_is_help=True)
+
+
+def _when(value: float | None) -> str:
+    return datetime.fromtimestamp(value).strftime("%Y-%m-%d %H:%M") if value else "-"
+
+
+@token_app.command("list")
+def token_list(user: Annotated[str | None, typer.Option(help="One user's tokens (administrators)")] = None,
+               output: Annotated[Format, typer.Option("--output", "-o", help="table or json")] = Format.TABLE,
+               ) -> None:
+    """List API tokens (never the tokens themselves): yours, or everyone's for an administrator."""
+    from cli.main import call  # cli.main registers this module: import at call time
+
+    async def fetch(api: ApiClient) -> list[dict[str, Any]]:
+        return [record.model_dump(mode="json") for record in await api.tokens(user)]
+
+    rows = call(fetch)
+    if output is Format.JSON:
+        emit_json(rows)
+        return
+    table([{**r, "created": _when(r["created_at"]), "expires": _when(r["expires_at"])} for r in rows],
+          [("id", "ID"), ("user", "USER"), ("kind", "KIND"), ("state", "STATE"), ("created", "CREATED"),
+           ("expires", "EXPIRES"), ("note", "NOTE")])
+
+
+@token_app.command("revoke")
+def token_revoke(token_id: Annotated[str | None, typer.Argument(help="The token's id (`berth token list`)")] = None,
+                 all_tokens: Annotated[bool, typer.Option("--all", help="Every token of --user")] = False,
+                 user: Annotated[str | None, typer.Option(help="Whose tokens --all revokes (default: yours)")]
+                 = None) -> None:
+    """Revoke one API token by id, or with --all every token of a user (listed or not); refused at once."""
+    from cli.main import call, fail
+
+    if all_tokens == (token_id is not None):
+        raise fail("Give exactly one of a token ID or --all [--user NAME].")
+    if user is not None and not all_tokens:
+        raise fail("--user goes with --all; a token ID names its user already.")
+
+    async def revoke(api: ApiClient) -> tuple[list[str], str]:
+        if token_id is not None:
+            result = await api.revoke_token(token_id)
+        else:
+            result = await api.revoke_all_tokens(user or str((await api.whoami())["name"]))
+        return result.revoked, result.user or ""
+
+    revoked, whose = call(revoke)
+    if token_id is not None:
+        console.print(f"Revoked token {token_id} of {whose}.", highlight=False)
+    else:
+        console.print(f"Revoked every API token of {whose} issued until now ({len(revoked)} listed).",
+                      highlight=False)
