@@ -371,10 +371,8 @@ def create_app(context: ServerContext) -> FastAPI:
         return {"id": row.id, "entry": row.entry, "definition": context.store.workflow_definition(row)}
 
     @app.post("/v1/workflows/{workflow_id}/stop")
-    async def stop_workflow(workflow_id: str, who: Identity = Depends(caller)) -> dict[str, Any]:
-        row = await _owned_workflow(context, workflow_id, who)
-        if row.owner != who.user and not who.admin:
-            raise PermissionDeniedError("Only the workflow's owner or an administrator may stop it.")
+    async def stop_workflow(workflow_id: str, access: WorkflowAccess = Depends(readable)) -> dict[str, Any]:
+        access.require_owner("stop it")
         client = await context.temporal()
         try:
             await client.get_workflow_handle(workflow_id).signal(ServiceWorkflow.stop)
@@ -385,10 +383,9 @@ def create_app(context: ServerContext) -> FastAPI:
 
     @app.post("/v1/workflows/{workflow_id}/scale")
     async def scale_workflow(workflow_id: str, body: ScaleBody,
-                             who: Identity = Depends(caller)) -> dict[str, Any]:
-        row = await _owned_workflow(context, workflow_id, who)
-        if row.owner != who.user and not who.admin:
-            raise PermissionDeniedError("Only the workflow's owner or an administrator may scale it.")
+                             access: WorkflowAccess = Depends(readable)) -> dict[str, Any]:
+        access.require_owner("scale it")
+        who = access.who
         if body.replicas < 0:
             raise UserInputError(f"--replicas must be 0 or more, not {body.replicas}.")
         client = await context.temporal()
@@ -826,13 +823,6 @@ def _temporal_status(status: WorkflowExecutionStatus | None) -> str:
 
 def _endpoint_url(context: ServerContext, endpoint_id: str) -> str:
     return f"{context.settings.proxy_url.rstrip('/')}/endpoints/{endpoint_id}"
-
-
-async def _owned_workflow(context: ServerContext, workflow_id: str, who: Identity) -> WorkflowRow:
-    row = await run_in_threadpool(context.store.workflow, workflow_id)
-    if row.owner != who.user and not who.admin and row.org != who.org:
-        raise NotFoundError(f"No workflow with ID '{workflow_id}'. Run `berth workflow list` to see your workflows.")
-    return row
 
 
 def _check_capacity(context: ServerContext, entry: Entry, definition: WorkflowDefinition) -> None:
