@@ -110,7 +110,12 @@ def revoke_previous_stack_token(api_url: str, new_token: str, previous: str | No
     A previous token this cluster no longer accepts (other keys, expired) needs nothing."""
     if not previous or previous == new_token:
         return
-    response = httpx.post(f"{api_url}/v1/tokens/revoke", json={"token": previous}, timeout=10,
-                          headers={"Authorization": f"Bearer {new_token}"})
+    try:
+        response = httpx.post(f"{api_url}/v1/tokens/revoke", json={"token": previous}, timeout=10,
+                              headers={"Authorization": f"Bearer {new_token}"})
+    except httpx.HTTPError as error:
+        raise UserInputError(f"Could not revoke the previous administrator token ({type(error).__name__}); "
+                             "run `berth up` again.") from None
     if response.status_code >= 500:
-        raise UserInputError(f"Could not revoke the previous administrator token ({response.status_code}).")
+        raise UserInputError(f"Could not revoke the previous administrator token ({response.status_code}); "
+                             "run `berth up` again.")

@@ -4,6 +4,8 @@ administrator token and revokes the one it wrote before."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from berth.security import Identity, SigningKey
+from berth.errors import AuthenticationError
+from berth.security import API_AUDIENCE, Cipher, Identity, SigningKey, TokenVerifier
+from server.store import Store
+from server.token_registry import TokenRegistry
 from tests.security.conftest import People
 from tests.support import RunningStack, free_port_base
 
@@ -127,3 +132,26 @@ def test_berth_up_rotates_the_administrator_token(own_stack: RunningStack) -> No
     rows = {r["note"] + ":" + r["state"] for r in own_stack.cli_json("token", "list", "--user", "admin")
             if r["kind"] == "stack"}
     assert rows == {"berth up:revoked", "berth up:active"}
+
+
+async def test_another_api_process_refuses_a_revoked_token_within_its_refresh(tmp_path: Path) -> None:
+    """Several API processes (one database): the one that revokes refuses at once, the others within
+    `token_revocation_refresh_s`."""
+    keys = tmp_path / "keys"
+    store = Store(f"sqlite:///{tmp_path / 'berth.db'}", Cipher.load_or_create(keys))
+    key = SigningKey.load_or_create(keys)
+    claims = TokenVerifier.from_jwks(key.jwks()).verify(key.api_token(Identity("frank", (), "acme"), 3600),
+                                                        API_AUDIENCE)
+    here, there = TokenRegistry(store, 0.2), TokenRegistry(store, 0.2)
+    await there.admit(claims)  # seen first there: recorded
+    here.revoke(Identity("admin", admin=True), str(claims["jti"]))
+    with pytest.raises(AuthenticationError, match="Token revoked"):
+        await here.admit(claims)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            await there.admit(claims)
+        except AuthenticationError:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the other process still admits the revoked token after 5 s")
