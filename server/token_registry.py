@@ -20,6 +20,7 @@ from server.models import ApiTokenRow, TokenCutoffRow
 from server.store import Store
 
 KNOWN_LIMIT = 100_000  # token ids remembered as recorded; past it the memory starts afresh
+LIST_LIMIT = 1000  # `berth token list` shows the newest this many
 
 
 def _kind(claims: dict[str, Any]) -> str:
@@ -90,8 +91,8 @@ class TokenRegistry:
         subject = user if user is not None else (None if who.admin else who.user)
         now = time.time()
         with self.store.session() as s:
-            query = select(ApiTokenRow).order_by(ApiTokenRow.created_at)
-            rows = s.scalars(query if subject is None else query.where(ApiTokenRow.user == subject)).all()
+            query = select(ApiTokenRow).order_by(ApiTokenRow.created_at.desc()).limit(LIST_LIMIT)
+            rows = s.scalars(query if subject is None else query.where(ApiTokenRow.user == subject)).all()[::-1]
             cutoffs = {row.user: row.not_before for row in s.scalars(select(TokenCutoffRow))}
         return [self._record(row, cutoffs.get(row.user), now) for row in rows]
 
