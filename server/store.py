@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, delete, event, inspect, select, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from berth.errors import ConflictError, NotFoundError, UnavailableError, UserInputError
@@ -62,7 +63,8 @@ def add_new_columns(engine: Engine) -> None:
         for column in table.columns:
             if column.name not in present and column.nullable:
                 kind = column.type.compile(dialect=engine.dialect)
-                with engine.begin() as connection:
+                # Another API process starting at the same moment may add it first: that is as good.
+                with contextlib.suppress(DBAPIError), engine.begin() as connection:
                     connection.execute(text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}'))
 
 
