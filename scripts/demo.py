@@ -56,7 +56,7 @@ def main() -> None:
         import openai
 
         client = openai.OpenAI(base_url=endpoint["url"] + "/v1", api_key=token, max_retries=0)
-        question = [{"role": "user", "content": "What is the capital of France?"}]
+        question = [{"role": "user", "content": "What is the capital of France? Answer in one short English sentence."}]
         print(f"\nOpenAI SDK → {endpoint['url']}/v1 (model {model})")
         reply = client.chat.completions.create(model=model, messages=question, max_tokens=48, temperature=0)
         print(f"  chat:     {reply.choices[0].message.content!r}")

@@ -19,6 +19,10 @@ import httpx
 from berth.processes import free_port, spawn, stop_group_sync, wait_http_sync
 
 REPO = Path(__file__).resolve().parent.parent
+# The question the real SmolLM2 (a Q4_1 approximation, greedy) is asked. Plain "What is the capital of
+# France?" starts "The" only 0.12 nats ahead of "L'…", so another CPU's kernels can tip it into French
+# (seen in CI: "L'Étoile, la Marseillaise…"); asking for an English sentence puts "Paris" 2.1 nats ahead.
+SMOLLM2_QUESTION = "What is the capital of France? Answer in one short English sentence."
 
 
 def litellm_bin() -> str | None:
