@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from activities.ranks import NodeContext
 from activities.supervision import SERVICE_PIDFILE, Supervisor
 from berth.api_client import ApiClient
 from berth.errors import BerthError
-from berth.processes import remove_file, tail
+from berth.processes import berth_python, remove_file, tail
 from gateway.litellm_service import LiteLLMLaunch, LiteLLMServiceSpec, prepare_launch
 from workflows.payloads import LiveCheck, ServiceExit, ServiceRun
 
@@ -84,7 +83,7 @@ class ServiceActivities:
         await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_TOKEN")}
         env.update({"BERTH_API_URL": self.api.base_url, "BERTH_TOKEN": token, "PYTHONUNBUFFERED": "1"})
-        argv = (sys.executable, "-m", "cli", "gateway", "--host", run.address, "--port", str(run.port))
+        argv = (*berth_python("cli"), "gateway", "--host", run.address, "--port", str(run.port))
         return ServiceLaunch(argv=argv, environment=env, working_directory=workdir)
 
     async def _opencode_launch(self, run: ServiceRun, workdir: Path) -> ServiceLaunch:
