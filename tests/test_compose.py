@@ -35,3 +35,12 @@ def test_dockerfile_copies_existing_paths() -> None:
         if line.startswith("COPY "):
             for source in line.split()[1:-1]:
                 assert (REPO / source).exists(), f"Dockerfile copies missing {source}"
+
+
+def test_temporal_and_its_ui_are_not_published() -> None:
+    """Whoever reaches Temporal can start, terminate and poll: it stays on the compose network."""
+    services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+    for name in ("temporal", "temporal-ui", "postgres"):
+        assert not services[name].get("ports"), f"{name} publishes {services[name]['ports']}"
+    published = [str(port) for service in services.values() for port in service.get("ports", [])]
+    assert not [port for port in published if "7233" in port or "8233" in port or "8080" in port], published
