@@ -39,7 +39,7 @@ class InputAuthority:
         except AuthenticationError as error:
             raise _refuse(f"the workflow input's signature is not the Berth API's ({error})") from None
         workflow_id = activity.info().workflow_id
-        if claims.get("typ") != "workflow-input" or claims.get("wid") != workflow_id \
+        if workflow_id is None or claims.get("typ") != "workflow-input" or claims.get("wid") != workflow_id \
                 or input.workflow_id != workflow_id:
             raise _refuse("the signed input was issued for another workflow")
         if claims.get("digest") != input.digest() or claims.get("sub") != input.owner.user:
@@ -50,6 +50,8 @@ class InputAuthority:
         """A copy runs only as the child of a ServiceWorkflow on this worker's queue (which checked its own
         grant): the parent is read from the Temporal server's record, not from the input."""
         info = activity.info()
+        if info.workflow_id is None:
+            raise _refuse("a replica copy's check runs only inside its workflow")
         client = activity.client()
         copy = await client.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id).describe()
         parent_id, parent_run = copy.parent_id, copy.parent_run_id
