@@ -25,7 +25,7 @@ async def run_worker(state_dir: Path, temporal_address: str, api_url: str, token
     async with ApiClient(api_url, token) as api:
         control = ControlActivities(api)
         # The public key only: this worker can check the API's grants but never mint one.
-        authority = InputAuthority(TokenVerifier.from_jwks(await api.internal_keys()), task_queue)
+        authority = InputAuthority(TokenVerifier.from_jwks(await api.internal_keys_when_up()), task_queue)
         worker = Worker(
             client, task_queue=task_queue, workflows=[ServiceWorkflow, CopyWorkflow],
             activities=[control.reserve_placement, control.release_placement, control.publish_replica,
