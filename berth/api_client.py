@@ -3,6 +3,7 @@ worker and the endpoint proxy. One httpx.AsyncClient per instance; tests inject 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from urllib.parse import quote
 
@@ -143,6 +144,15 @@ class ApiClient:
     # --- internal (control worker, endpoint proxy) -------------------------------------------------
     async def internal_keys(self) -> dict[str, Any]:
         return await self.request("GET", "/v1/internal/keys")  # type: ignore[no-any-return]
+
+    async def internal_keys_when_up(self, attempts: int = 100, every_s: float = 0.2) -> dict[str, Any]:
+        """The verification keys, waiting for an API that is still starting beside its caller."""
+        for _ in range(attempts - 1):
+            try:
+                return await self.internal_keys()
+            except BerthError:
+                await asyncio.sleep(every_s)
+        return await self.internal_keys()
 
     async def reserve(self, request: ReserveRequest) -> ReserveResult:
         data = await self.request("POST", "/v1/internal/reservations", json=request.model_dump(mode="json"))

@@ -23,6 +23,11 @@ from berth.errors import AuthenticationError
 ISSUER = "berth"
 API_AUDIENCE = "berth-api"
 ALGORITHM = "EdDSA"
+WORKFLOW_INPUT_AUDIENCE = "berth-workflow-input"
+# A signed start is checked when the control worker first runs it: a day lets a start queued while the
+# worker is down still run, and bounds how long a grant copied out of a history could start its one
+# workflow ID again.
+WORKFLOW_GRANT_TTL_S = 24 * 3600
 
 
 def endpoint_audience(endpoint_id: str) -> str:
@@ -110,6 +115,13 @@ class SigningKey:
 
     def endpoint_token(self, identity: Identity, endpoint_id: str, ttl_s: float) -> str:
         return self.sign({**identity.claims(), "aud": endpoint_audience(endpoint_id), "typ": "endpoint"}, ttl_s)
+
+    def workflow_grant(self, user: str, workflow_id: str, digest: str,
+                       ttl_s: float = WORKFLOW_GRANT_TTL_S) -> str:
+        """The API's signature over one workflow's input (its digest): the control worker runs only what
+        the API started, and holds only the public key, as node agents hold none."""
+        return self.sign({"sub": user, "aud": WORKFLOW_INPUT_AUDIENCE, "typ": "workflow-input",
+                          "wid": workflow_id, "digest": digest}, ttl_s)
 
     def caller_assertion(self, identity: Identity, endpoint_id: str, ttl_s: float = 60) -> str:
         claims = {"sub": identity.user, "groups": list(identity.groups), "org": identity.org,

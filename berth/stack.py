@@ -147,7 +147,9 @@ class Stack:
 
         temporal = self._start("temporal", [
             str(venv_bin("temporal")), "server", "start-dev", "--db-filename", str(layout.temporal_db),
-            "--ip", "127.0.0.1", "--port", str(ports.temporal), "--ui-port", str(ports.temporal_ui),
+            # Loopback only, the UI too: whoever reaches Temporal can poll, cancel and terminate.
+            "--ip", "127.0.0.1", "--port", str(ports.temporal), "--ui-ip", "127.0.0.1",
+            "--ui-port", str(ports.temporal_ui),
             "--http-port", str(ports.temporal_http), "--metrics-port", str(ports.temporal_metrics),
             "--log-level", "warn",
         ], env)

@@ -69,6 +69,7 @@ from workflows.payloads import (
     ServicePort,
     ServicePortRequest,
     ServiceStatus,
+    StopRequest,
 )
 from workflows.service import ServiceWorkflow
 
@@ -299,14 +300,14 @@ def create_app(context: ServerContext) -> FastAPI:
         await run_in_threadpool(context.store.add_workflow, row, definition.model_dump(mode="json"), endpoint)
         try:
             client = await context.temporal()
-            await client.start_workflow(
-                ServiceWorkflow.run,
-                ServiceInput(workflow_id=workflow_id, endpoint_id=endpoint_id,
-                             endpoint_url=_endpoint_url(context, endpoint_id),
-                             owner=Owner(user=who.user, groups=who.groups, org=who.org),
-                             definition=definition, timings=_copy_timings(context)),
-                id=workflow_id, task_queue=CONTROL_TASK_QUEUE,
-            )
+            unsigned = ServiceInput(workflow_id=workflow_id, endpoint_id=endpoint_id,
+                                    endpoint_url=_endpoint_url(context, endpoint_id),
+                                    owner=Owner(user=who.user, groups=who.groups, org=who.org),
+                                    definition=definition, timings=_copy_timings(context))
+            # The control worker runs only an input the API signed (node agents hold no signing key).
+            grant = context.signing.workflow_grant(who.user, workflow_id, unsigned.digest())
+            await client.start_workflow(ServiceWorkflow.run, unsigned.model_copy(update={"grant": grant}),
+                                        id=workflow_id, task_queue=CONTROL_TASK_QUEUE)
         except (RPCError, UnavailableError) as error:
             await run_in_threadpool(context.store.remove_endpoint, endpoint_id)
             raise UnavailableError(f"Temporal refused to start the workflow ({error}); nothing was created.") from None
@@ -375,7 +376,8 @@ def create_app(context: ServerContext) -> FastAPI:
         access.require_owner("stop it")
         client = await context.temporal()
         try:
-            await client.get_workflow_handle(workflow_id).signal(ServiceWorkflow.stop)
+            await client.get_workflow_handle(workflow_id).signal(ServiceWorkflow.stop,
+                                                                 StopRequest(by=access.who.user))
         except RPCError as error:
             raise NotFoundError(f"Workflow '{workflow_id}' is not running ({error.message}).") from None
         await run_in_threadpool(context.store.mark_stop_requested, workflow_id)
