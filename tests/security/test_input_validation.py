@@ -50,7 +50,11 @@ def test_a_revision_that_is_not_a_git_ref_is_refused(people: People, revision: s
 
 @pytest.mark.parametrize("revision", ["main", "v1.0", "refs/pr/1", "0123456789abcdef0123456789abcdef01234567"])
 def test_real_revisions_still_pass(revision: str) -> None:
-    assert WeightsJob(repo="openai/gpt-oss-20b", revision=revision).revision == revision
+    assert _job("openai/gpt-oss-20b", revision).revision == revision
+
+
+def _job(repo: str, revision: str) -> WeightsJob:
+    return WeightsJob(repo=repo, revision=revision, volume=None, size_bytes_hint=0)
 
 
 def test_the_node_refuses_a_weights_path_outside_the_volume(tmp_path: Path) -> None:
@@ -63,7 +67,7 @@ def test_the_node_refuses_a_weights_path_outside_the_volume(tmp_path: Path) -> N
         with pytest.raises(ApplicationError) as refused:
             model_dir_for(context, WeightsInput.model_construct(workflow_id="wf-1", job=job, owner="bob"))
         assert refused.value.non_retryable
-    fine = WeightsInput(workflow_id="wf-1", job=WeightsJob(repo="openai/gpt-oss-20b", revision="main"))
+    fine = WeightsInput(workflow_id="wf-1", job=_job("openai/gpt-oss-20b", "main"), owner="bob")
     assert model_dir_for(context, fine).is_relative_to(tmp_path / "volumes")
 
 
