@@ -144,6 +144,19 @@ class TokenVerifier:
                 keys[item["kid"]] = Ed25519PublicKey.from_public_bytes(raw)
         return cls(keys)
 
+    def issued(self, token: str) -> bool:
+        """Whether `token` is a Berth token, whatever its audience and even expired: Berth's issuer, or
+        signed under one of these keys. Read unverified on purpose: it decides only what to strip before
+        a request leaves Berth, and stripping a forgery that looks like one of ours costs nothing."""
+        if not token.startswith("eyJ") or token.count(".") != 2:
+            return False  # not a JWT: the common case (an sk-… key) costs one comparison
+        try:
+            header = jwt.get_unverified_header(token)
+            claims = jwt.decode(token, options={"verify_signature": False})
+        except jwt.PyJWTError:
+            return False
+        return header.get("kid") in self.keys or claims.get("iss") == ISSUER
+
     def verify(self, token: str, audience: str) -> dict[str, Any]:
         try:
             kid = jwt.get_unverified_header(token).get("kid")

@@ -102,6 +102,8 @@ class ClusterSettings(BaseModel):
     rank_adopt_window_s: float = Field(60.0, gt=0, description="No agent adopted the rank within this: the "
                                        "rank is lost and its copy fails as a unit (a service: started again)")
     proxy_url: str = Field("http://127.0.0.1:18233", description="Public base URL of the endpoint proxy")
+    max_request_body_bytes: int = Field(1024 * 1024, ge=4096, description="Largest request body the API "
+                                        "reads (Content-Length or streamed); larger ones get 413")
 
     @classmethod
     def load(cls, state_dir: Path) -> ClusterSettings:

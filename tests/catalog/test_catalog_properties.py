@@ -27,7 +27,9 @@ def secret(parameter: Parameter) -> st.SearchStrategy[str]:
 
 
 def hf_model(entry: Entry) -> st.SearchStrategy[str]:
-    revision = st.one_of(st.just(""), WORD.map(lambda r: f"@{r}"))
+    # A revision is a git ref (issue 11 item 10): no `..`, no leading `.` or `-`.
+    ref = st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9_-]|\.[A-Za-z0-9]){0,11}", fullmatch=True)
+    revision = st.one_of(st.just(""), ref.map(lambda r: f"@{r}"))
     if entry.model is not None:  # a per-model entry serves only its own repository
         return revision.map(lambda r: f"hf://{entry.model.repo}{r}")  # type: ignore[union-attr]
     return st.builds(lambda org, name, rev: f"hf://{org}/{name}{rev}", NAME, NAME, revision)
