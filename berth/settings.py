@@ -100,6 +100,9 @@ class ClusterSettings(BaseModel):
     rank_adopt_window_s: float = Field(60.0, gt=0, description="No agent adopted the rank within this: the "
                                        "rank is lost and its copy fails as a unit (a service: started again)")
     proxy_url: str = Field("http://127.0.0.1:18233", description="Public base URL of the endpoint proxy")
+    allow_trust_remote_code: bool = Field(False, description="Let ExtraArgs carry --trust-remote-code and "
+                                          "the other flags that make vLLM run code of the sender's choosing "
+                                          "(catalog.engine_flags); off: refused at submission")
 
     @classmethod
     def load(cls, state_dir: Path) -> ClusterSettings:

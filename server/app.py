@@ -38,6 +38,7 @@ from berth.settings import CONTROL_TASK_QUEUE, ClusterSettings, StateLayout
 from berth.temporal import connect
 from berth.tokens import TokenKind, parse_duration
 from catalog.definition import ReplicaSpec, WorkflowDefinition
+from catalog.engine_flags import refuse_code_flags
 from catalog.entry import Entry, find_entry, load_catalog
 from catalog.memory import gpus_needed, max_context_that_fits, memory_need, memory_table
 from catalog.render import render, resolve_values
@@ -267,6 +268,9 @@ def create_app(context: ServerContext) -> FastAPI:
         entry = find_entry(body.entry)
         values = resolve_values(entry, body.values)
         definition = render(entry, values)
+        if definition.replica is not None:
+            refuse_code_flags("ExtraArgs", definition.replica.engine.extra_args,
+                              context.settings.allow_trust_remote_code)
         _check_capacity(context, entry, definition)
         await run_in_threadpool(opencode_checks.check_submission, context.store, definition,
                                 context.settings.proxy_url)
