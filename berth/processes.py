@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -17,15 +18,39 @@ from typing import Any
 import httpx
 
 
-def spawn(argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None,
-          cwd: Path | None = None) -> subprocess.Popen[bytes]:
-    """Start `argv` in a new session (its own process group) with stdout+stderr appended to a log."""
+def spawn(argv: Sequence[str], log_path: Path, *, cwd: Path,
+          env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start `argv` in a new session (its own process group) with stdout+stderr appended to a log. The
+    working directory is always the caller's choice, never inherited: whoever runs Berth may stand in
+    any folder, and what is there must not matter."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab", buffering=0) as log:
         return subprocess.Popen(
             list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
         )
+
+
+def berth_python(module: str) -> list[str]:
+    """`python -P -m MODULE` on this interpreter: how Berth starts a Python process of its own.
+
+    -P (safe path) keeps the working directory off sys.path, so a `cli/`, `server/` or `node/` folder
+    where the user stands is never imported in place of the installed Berth. Not -I: that would also
+    drop PYTHONPATH, which is how an operator (or the test suite) points Berth at a checkout on purpose."""
+    return [sys.executable, "-P", "-m", module]
+
+
+def without_relative_python_path(env: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """`env` with PYTHONPATH's empty and relative entries dropped, and the entries dropped. Each names a
+    folder relative to the child's working directory (an empty one *is* it, as `PYTHONPATH=$PYTHONPATH:/x`
+    yields when nothing was set), which would put back on sys.path what -P took off."""
+    cleaned = dict(env)
+    entries = cleaned.pop("PYTHONPATH", "").split(os.pathsep)
+    dropped = [entry for entry in entries if not os.path.isabs(entry)]
+    kept = [entry for entry in entries if os.path.isabs(entry)]
+    if kept:
+        cleaned["PYTHONPATH"] = os.pathsep.join(kept)
+    return cleaned, [entry for entry in dropped if entry or len(entries) > 1]
 
 
 def pid_alive(pid: int) -> bool:

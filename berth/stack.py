@@ -18,6 +18,7 @@ from typing import IO, Any
 from berth.child_environment import BASE_VARIABLES, inherit
 from berth.errors import ConflictError, NotFoundError, UserInputError
 from berth.processes import (
+    berth_python,
     pid_alive,
     port_open,
     spawn,
@@ -25,6 +26,7 @@ from berth.processes import (
     tail,
     wait_http_sync,
     wait_port_sync,
+    without_relative_python_path,
 )
 from berth.security import Identity, SigningKey
 from berth.settings import ClientConfig, ClusterSettings, StackPorts, StateLayout, venv_bin
@@ -52,7 +54,15 @@ class Child:
 
 
 def _python() -> list[str]:
-    return [sys.executable, "-m", "cli"]
+    return berth_python("cli")
+
+
+def _component_environment(env: dict[str, str]) -> dict[str, str]:
+    cleaned, dropped = without_relative_python_path(env)
+    if dropped:
+        print(f"berth: the components ignore PYTHONPATH entries that are not absolute paths: {dropped}",
+              file=sys.stderr, flush=True)
+    return cleaned
 
 
 def _temporal_env() -> dict[str, str]:
@@ -98,8 +108,7 @@ class Stack:
 
     # --- start --------------------------------------------------------------------------------------
     def _env(self, token: str) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(self.options.extra_env)
+        env = _component_environment({**os.environ, **self.options.extra_env})
         env.update({
             "BERTH_STATE_DIR": str(self.layout.root),
             "BERTH_TEMPORAL_ADDRESS": f"127.0.0.1:{self.ports.temporal}",
@@ -111,7 +120,8 @@ class Stack:
 
     def _start(self, name: str, argv: list[str], env: dict[str, str]) -> Child:
         log = self.layout.logs / "stack" / f"{name}.log"
-        child = Child(name, spawn(argv, log, env=env), log)
+        # The state dir, not wherever `berth up` was typed: nothing found there may matter to a component.
+        child = Child(name, spawn(argv, log, env=env, cwd=self.layout.root), log)
         self.children.append(child)
         return child
 
@@ -278,9 +288,23 @@ def run_foreground(options: StackOptions, on_ready: Any) -> None:
         stack.stop()
 
 
-def start_detached(options: StackOptions, argv: list[str]) -> dict[str, Any]:
+def foreground_command(options: StackOptions) -> list[str]:
+    """`berth up` without --detach for these options, every path absolute: the supervisor runs in the
+    state dir, so nothing of the caller's working directory may be left to resolve (or to import)."""
+    argv = _python() + ["up", "--state-dir", str(options.state_dir.resolve()), "--port-base", str(options.port_base),
+                        "--nodes", str(options.nodes)]
+    if options.simulate_gpus:
+        argv += ["--simulate-gpus", options.simulate_gpus]
+    if options.engine:
+        argv += ["--engine", options.engine]
+    if options.hf_mirror is not None:
+        argv += ["--hf-mirror", str(options.hf_mirror.resolve())]
+    return argv
+
+
+def start_detached(options: StackOptions) -> dict[str, Any]:
     """Re-run `berth up` without --detach in its own session and wait until it reports ready."""
-    layout = StateLayout(options.state_dir)
+    layout = StateLayout(options.state_dir.resolve())
     existing = _read_stack(layout)
     if existing and pid_alive(int(existing.get("pid", 0))):
         raise ConflictError(
@@ -290,7 +314,8 @@ def start_detached(options: StackOptions, argv: list[str]) -> dict[str, Any]:
     log = layout.logs / "stack" / "supervisor.log"
     with contextlib.suppress(OSError):
         layout.stack_file.unlink()
-    process = spawn(argv, log)
+    layout.root.mkdir(parents=True, exist_ok=True)
+    process = spawn(foreground_command(options), log, env=_component_environment(dict(os.environ)), cwd=layout.root)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         info = _read_stack(layout)

@@ -45,6 +45,7 @@ def resolve_values(entry: Entry, raw: dict[str, Any]) -> dict[str, Any]:
     for name, value in raw.items():
         parameter = entry.parameter(name)  # raises with a suggestion for unknown names
         values[parameter.name] = parameter.parse(value)
+    given = set(values)
     for parameter in entry.parameters:
         if parameter.name in values:
             continue
@@ -54,6 +55,7 @@ def resolve_values(entry: Entry, raw: dict[str, Any]) -> dict[str, Any]:
                 f"'{entry.name}' needs {parameter.name}{hint}. Add --values {parameter.name}=…"
             )
         values[parameter.name] = parameter.default
+    _check_replica_bounds(values, given)
     if entry.model is not None:
         _check_model(entry, values)
         if values.get("GpusPerNode") is None:
@@ -62,6 +64,17 @@ def resolve_values(entry: Entry, raw: dict[str, Any]) -> dict[str, Any]:
             nodes = max(int(values.get("Nodes") or 1), 1)
             values["GpusPerNode"] = gpus_needed(memory_need(entry.model, context).total_gb / nodes)
     return values
+
+
+def _check_replica_bounds(values: dict[str, Any], given: set[str]) -> None:
+    """MaxReplicas below MinReplicas, both given, is a contradiction: refuse it rather than silently run
+    MinReplicas copies. With MaxReplicas left at its default the pool grows to MinReplicas (the template's
+    max), so `MinReplicas=3` alone still means three copies."""
+    if {"MinReplicas", "MaxReplicas"} <= given and values["MaxReplicas"] < values["MinReplicas"]:
+        raise UserInputError(
+            f"MaxReplicas ({values['MaxReplicas']}) is below MinReplicas ({values['MinReplicas']}): "
+            "raise MaxReplicas or lower MinReplicas."
+        )
 
 
 def _check_model(entry: Entry, values: dict[str, Any]) -> None:

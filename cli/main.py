@@ -116,8 +116,7 @@ def up(
                                  hf_mirror=hf_mirror.resolve() if hf_mirror else None)
     try:
         if detach:
-            argv = [sys.executable, "-m", "cli"] + [a for a in sys.argv[1:] if a != "--detach"]
-            _print_stack(stack.start_detached(options, argv), detached=True)
+            _print_stack(stack.start_detached(options), detached=True)
             return
         stack.run_foreground(options, lambda info: _print_stack(info, detached=False))
     except BerthError as error:

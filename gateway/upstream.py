@@ -26,6 +26,12 @@ HOP_BY_HOP = frozenset({
     b"transfer-encoding", b"upgrade", b"host", b"content-length",
 })
 
+# What a client of an event stream reads when the upstream breaks mid-body (OpenAI's error shape), just
+# before the connection is aborted: a stream that simply ended would look like a complete reply.
+BROKEN_STREAM_EVENT = (b'data: {"error": {"message": "The model\'s upstream copy broke mid-stream: this reply is '
+                       b'incomplete; retry the request.", "type": "upstream_error", "code": 502}}\n\n')
+EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
+
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -96,7 +102,10 @@ class UpstreamResponse:
                         yield chunk
                 if parsed.complete or self._head_only:
                     return
-                data = await self._connection.reader.read(READ_SIZE)
+                try:
+                    data = await self._connection.reader.read(READ_SIZE)
+                except OSError as error:  # reset by the upstream: as broken as a close mid-body
+                    raise UpstreamError(f"upstream read failed ({type(error).__name__})", sent_nothing=False) from None
                 if not data:
                     # End of stream: complete for a close-delimited body, otherwise a broken response.
                     if eof:
@@ -224,16 +233,27 @@ class UpstreamPool:
 
 async def relay(response: UpstreamResponse, send: Send, log: logging.Logger, source: str, name: str) -> None:
     """Copy an upstream response to the ASGI client: status and end-to-end headers, then each body chunk
-    as it arrives. An upstream break mid-body is logged as "<source> <name> broke mid-response" and ends
-    the body (the status is already out, so the client sees a short body). The pooled connection is
-    released whatever happens: a client that went away mid-stream must not leak it."""
+    as it arrives. An upstream break mid-body is logged as "<source> <name> broke mid-response" and never
+    looks like a complete reply: an event stream gets a last `data: {"error": …}` event, then the
+    UpstreamError propagates, which is how an ASGI app aborts a started response (uvicorn closes the
+    connection without the chunked terminator, so the client reads an incomplete body). The pooled
+    connection is released whatever happens: a client that went away mid-stream must not leak it."""
+    event_stream = any(key == b"content-type" and value.lower().startswith(b"text/event-stream")
+                       for key, value in response.headers)
+    last = b""
     try:
         await send({"type": "http.response.start", "status": response.status,
                     "headers": [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]})
         async for chunk in response.body():
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            last = chunk
     except UpstreamError as error:
         log.warning("%s %s broke mid-response: %s", source, name, error)
+        if event_stream:
+            # Blank lines first when the break cut an event short: the error must be an event of its own.
+            separator = b"" if not last or last.endswith(EVENT_ENDS) else b"\n\n"
+            await send({"type": "http.response.body", "body": separator + BROKEN_STREAM_EVENT, "more_body": True})
+        raise
     finally:
         response.release()
     await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -19,7 +19,9 @@ from tests.support import free_port_base  # noqa: E402 — reuse the free-port f
 
 def berth(*args: str, env: dict[str, str], capture: bool = False) -> str:
     print(f"$ berth {' '.join(args)}", flush=True)
-    result = subprocess.run([sys.executable, "-m", "cli", *args], env=env, cwd=REPO, text=True,
+    # -P and PYTHONPATH: this checkout's Berth, chosen explicitly, for `berth` and every component it starts
+    # (they never import from the working directory).
+    result = subprocess.run([sys.executable, "-P", "-m", "cli", *args], env=env, cwd=REPO, text=True,
                             stdout=subprocess.PIPE if capture else None)
     if result.returncode != 0:
         raise SystemExit(f"demo: `berth {' '.join(args)}` failed with status {result.returncode}")
@@ -34,7 +36,8 @@ def main() -> None:
                         help="local Hugging Face mirror holding SmolLM2 (make smollm2)")
     options = parser.parse_args()
     state = Path(tempfile.mkdtemp(prefix="berth-demo-"))
-    env = dict(os.environ, BERTH_CONFIG=str(state / "client-config.json"))
+    env = dict(os.environ, BERTH_CONFIG=str(state / "client-config.json"),
+               PYTHONPATH=os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))))
     up = ["up", "--detach", "--state-dir", str(state / "state"), "--port-base", str(free_port_base())]
     if options.simulate:
         entry, values, model = "GPT-OSS 20B", "", "openai/gpt-oss-20b"
@@ -56,7 +59,7 @@ def main() -> None:
         import openai
 
         client = openai.OpenAI(base_url=endpoint["url"] + "/v1", api_key=token, max_retries=0)
-        question = [{"role": "user", "content": "What is the capital of France?"}]
+        question = [{"role": "user", "content": "What is the capital of France? Answer in one short English sentence."}]
         print(f"\nOpenAI SDK → {endpoint['url']}/v1 (model {model})")
         reply = client.chat.completions.create(model=model, messages=question, max_tokens=48, temperature=0)
         print(f"  chat:     {reply.choices[0].message.content!r}")

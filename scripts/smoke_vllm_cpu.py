@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 SERVED_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
-QUESTION = "What is the capital of France?"
+QUESTION = "What is the capital of France? Answer in one short English sentence."
 
 
 def free_port() -> int:

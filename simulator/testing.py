@@ -135,6 +135,7 @@ async def start_simulator(
         started_at = time.monotonic()
         process = await asyncio.create_subprocess_exec(
             sys.executable,
+            "-P",  # the working directory off sys.path: the simulator comes from PYTHONPATH only
             "-m",
             "simulator",
             "serve",

@@ -8,7 +8,6 @@ import os
 import random
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +15,13 @@ from typing import Any
 
 import httpx
 
-from berth.processes import free_port, spawn, stop_group_sync, wait_http_sync
+from berth.processes import berth_python, free_port, spawn, stop_group_sync, wait_http_sync
 
 REPO = Path(__file__).resolve().parent.parent
+# The question the real SmolLM2 (a Q4_1 approximation, greedy) is asked. Plain "What is the capital of
+# France?" starts "The" only 0.12 nats ahead of "L'…", so another CPU's kernels can tip it into French
+# (seen in CI: "L'Étoile, la Marseillaise…"); asking for an English sentence puts "Paris" 2.1 nats ahead.
+SMOLLM2_QUESTION = "What is the capital of France? Answer in one short English sentence."
 
 
 def litellm_bin() -> str | None:
@@ -72,11 +75,15 @@ class RunningStack:
     hf_mirror: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    cwd: Path = REPO  # where the CLI runs: only what it reads from the command line depends on it
 
     @property
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.extra_env)
+        # Berth's processes run with -P (never the working directory on sys.path), so the checkout under
+        # test reaches them, and every component the stack starts, through PYTHONPATH.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), env.get("PYTHONPATH"))))
         for variable, executable in (("BERTH_LITELLM_BIN", litellm_bin()), ("BERTH_OPENCODE_BIN", opencode_bin())):
             if executable:
                 env[variable] = executable
@@ -88,8 +95,8 @@ class RunningStack:
 
     def cli(self, *args: str, check: bool = True, timeout: float = 300, input: str | None = None,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True,
-                                timeout=timeout, env=env or self.env, cwd=REPO, input=input)
+        result = subprocess.run([*berth_python("cli"), *args], capture_output=True, text=True,
+                                timeout=timeout, env=env or self.env, cwd=self.cwd, input=input)
         if check and result.returncode != 0:
             raise AssertionError(f"berth {' '.join(args)} failed ({result.returncode}):\n"
                                  f"{result.stdout}\n{result.stderr}")
@@ -165,8 +172,8 @@ def start_gateway(stack: RunningStack, token: str) -> tuple[subprocess.Popen[byt
     Stop it with `berth.processes.stop_group_sync(process.pid)`."""
     port = free_port()
     env = dict(stack.env, BERTH_API_URL=stack.info["api_url"], BERTH_TOKEN=token)
-    process = spawn([sys.executable, "-m", "cli", "gateway", "--port", str(port)], stack.state_dir / "gateway.log",
-                    env=env, cwd=REPO)
+    process = spawn([*berth_python("cli"), "gateway", "--port", str(port)], stack.state_dir / "gateway.log",
+                    env=env, cwd=stack.state_dir)
     try:
         wait_http_sync(f"http://127.0.0.1:{port}/health", 60, process)
     except BaseException:
@@ -183,9 +190,9 @@ def add_node_agent(stack: RunningStack, node_id: str, simulate_gpus: str,
     blocks = 1 + stack.nodes + len(list((stack.state_dir / "logs" / "extra-nodes").glob("*.log")))
     env = dict(stack.env, BERTH_API_URL=stack.info["api_url"], BERTH_TOKEN=stack.token,
                BERTH_TEMPORAL_ADDRESS=stack.info["temporal_address"], **(extra_env or {}))
-    process = spawn([sys.executable, "-m", "cli", "node", "--id", node_id, "--simulate-gpus", simulate_gpus,
+    process = spawn([*berth_python("cli"), "node", "--id", node_id, "--simulate-gpus", simulate_gpus,
                      "--port-start", str(stack.port_base + 100 * blocks)],
-                    stack.state_dir / "logs" / "extra-nodes" / f"{node_id}.log", env=env, cwd=REPO)
+                    stack.state_dir / "logs" / "extra-nodes" / f"{node_id}.log", env=env, cwd=stack.state_dir)
     try:
         wait_for(lambda: any(n["id"] == node_id and n.get("state") == "ready"
                              for n in stack.api("GET", "/v1/nodes").json()), 60, f"node agent {node_id}")

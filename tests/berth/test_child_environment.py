@@ -58,8 +58,9 @@ def test_sizes_are_bounded() -> None:
 
 def test_a_rank_inherits_no_credential_and_no_berth_setting() -> None:
     rank = engine_environment(AGENT)
+    # PYTHONPATH is the operator's (where Berth is); a user may not set it (test above).
     assert rank == {"PATH": "/usr/bin", "HOME": "/root", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1",
-                    "HF_HUB_OFFLINE": "1", "NCCL_SOCKET_IFNAME": "ib0"}
+                    "PYTHONPATH": "/x", "HF_HUB_OFFLINE": "1", "NCCL_SOCKET_IFNAME": "ib0"}
     # The simulator keeps its knobs (tests slow it down through the agent's environment).
     assert engine_environment(AGENT, simulator=True)["BERTH_SIM_REPLY"] == "hi"
     assert "BERTH_TOKEN" not in engine_environment(AGENT, simulator=True)

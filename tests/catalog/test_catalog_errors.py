@@ -56,6 +56,9 @@ def test_wrong_type(raw: dict[str, Any], expected: str) -> None:
         ("GPT-OSS 20B", {"GpusPerNode": "17"}, "GpusPerNode=17 is above its maximum 16."),
         ("GPT-OSS 20B", {"MaxContextSize": "100"}, "MaxContextSize=100 is below its minimum 256."),
         ("GPT-OSS 20B", {"MinReplicas": "-1"}, "MinReplicas=-1 is below its minimum 0."),
+        # Issue 12: both given and contradictory ran MinReplicas copies silently.
+        ("GPT-OSS 20B", {"MinReplicas": "5", "MaxReplicas": "2"},
+         "MaxReplicas (2) is below MinReplicas (5): raise MaxReplicas or lower MinReplicas."),
         # Above the model's maximum: the maximum is named, as a plain number.
         ("GPT-OSS 20B", {"MaxContextSize": "262144"}, "MaxContextSize=262144 is above its maximum 131072."),
         (

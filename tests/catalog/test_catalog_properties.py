@@ -94,8 +94,11 @@ def test_any_in_bounds_values_render_a_valid_definition(name: str) -> None:
     @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(values_for(entry))
     def check(raw: dict[str, Any]) -> None:
-        # The one documented cross-parameter refusal: api-key auth without the key to send.
+        # The documented cross-parameter refusals: api-key auth without the key to send, and a pool whose
+        # MaxReplicas and MinReplicas, both given, contradict each other.
         assume(not (raw.get("EndpointAuth") == "api-key" and not raw.get("ApiKeySecret")))
+        assume(not ("MinReplicas" in raw and "MaxReplicas" in raw
+                    and int(raw["MaxReplicas"]) < int(raw["MinReplicas"])))
         values = resolve_values(entry, raw)
         definition = render(entry, values)
         assert isinstance(definition, WorkflowDefinition)

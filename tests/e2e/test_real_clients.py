@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from tests.e2e.opencode_support import require_opencode, run_opencode
-from tests.support import REPO, RunningStack, free_port_base
+from tests.support import REPO, SMOLLM2_QUESTION, RunningStack, free_port_base
 
 # BERTH_HF_MIRRORS / BERTH_VLLM_BIN let a worktree use the main checkout's mirror and engine.
 MIRROR = Path(os.environ.get("BERTH_HF_MIRRORS", REPO / ".state" / "hf-mirrors"))
@@ -47,7 +47,7 @@ def _client(served: dict[str, Any], token: str | None = None) -> openai.OpenAI:
     return openai.OpenAI(base_url=served["url"] + "/v1", api_key=token or served["token"], max_retries=0)
 
 
-QUESTION: Any = [{"role": "user", "content": "What is the capital of France?"}]
+QUESTION: Any = [{"role": "user", "content": SMOLLM2_QUESTION}]
 
 
 def test_sdk_chat_streamed_chat_and_completions(smollm2: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from activities.ranks import _shm_names
-from tests.support import REPO, RunningStack, free_port_base, processes_mentioning
+from tests.support import REPO, SMOLLM2_QUESTION, RunningStack, free_port_base, processes_mentioning
 
 MIRROR = REPO / ".state" / "hf-mirrors"
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -55,7 +55,7 @@ def test_smollm2_end_to_end(cpu_stack: RunningStack) -> None:
     endpoint = stack.endpoint(workflow_id)
     client = openai.OpenAI(base_url=endpoint["url"] + "/v1", api_key=stack.token_for(endpoint["id"]), max_retries=0)
     assert [m.id for m in client.models.list().data] == [MODEL]
-    question = [{"role": "user", "content": "What is the capital of France?"}]
+    question = [{"role": "user", "content": SMOLLM2_QUESTION}]
     reply = client.chat.completions.create(model=MODEL, messages=question, max_tokens=32, temperature=0)
     assert "Paris" in (reply.choices[0].message.content or "")
     streamed = "".join(
@@ -89,7 +89,7 @@ def test_data_parallel_copy_across_two_cpu_nodes_fails_as_a_unit(cpu_stack: Runn
     endpoint = stack.endpoint(workflow_id)
     client = openai.OpenAI(base_url=endpoint["url"] + "/v1", api_key=stack.token_for(endpoint["id"]), max_retries=0)
     reply = client.chat.completions.create(model=MODEL, max_tokens=16, temperature=0,
-                                           messages=[{"role": "user", "content": "What is the capital of France?"}])
+                                           messages=[{"role": "user", "content": SMOLLM2_QUESTION}])
     assert "Paris" in (reply.choices[0].message.content or "")
     copy = stack.describe(workflow_id)["replicas"][0]
     assert len(copy["nodes"]) == 2 and copy["nodes"][0] != copy["nodes"][1]
