@@ -32,8 +32,10 @@ CREDENTIAL_WORDS: Final = frozenset({"TOKEN", "KEY", "SECRET", "PASSWORD", "PASS
 # A name with one of these words points the engine at a file or a library on the node (NCCL_NET_PLUGIN
 # loads one, NCCL_DEBUG_FILE overwrites one, VLLM_LOGGING_CONFIG_PATH's dictConfig instantiates any
 # class): a user may not choose them; the operator may.
-LOCATION_WORDS: Final = frozenset({"PATH", "DIR", "ROOT", "HOME", "FILE", "PLUGIN", "PLUGINS", "LIBRARY",
-                                   "LIBRARIES", "CACHE", "PREFIX"})
+LOCATION_WORDS: Final = frozenset({"PATH", "DIR", "DIRS", "DIRECTORY", "FOLDER", "ROOT", "HOME", "FILE", "OUT",
+                                   "OUTPUT", "PLUGIN", "PLUGINS", "LIBRARY", "LIBRARIES", "CACHE", "PREFIX"})
+# A name with one of these words has the engine import or trust code by name (HF_DATASETS_TRUST_REMOTE_CODE).
+CODE_WORDS: Final = frozenset({"TRUST", "MODULE", "MODULES", "CLASS", "CLS", "IMPORT"})
 
 # Refused whole families, checked first so the message says why.
 _REFUSED_PREFIXES: Final = (
@@ -77,6 +79,8 @@ def user_variable_problem(name: str) -> str | None:
         return "it names a credential (give secrets through their own parameters, e.g. HfTokenSecret)"
     if _words(upper) & LOCATION_WORDS:
         return "it points the engine at a file or library on the node"
+    if _words(upper) & CODE_WORDS:
+        return "it has the engine import or trust code by name"
     if not (upper.startswith(ENGINE_PREFIXES) or upper in ENGINE_NAMES):
         return f"it is not an engine setting; allowed: {ALLOWED_SUMMARY}"
     return None

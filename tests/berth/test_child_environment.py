@@ -35,8 +35,9 @@ def test_engine_knobs_are_allowed(name: str) -> None:
     ("HF_TOKEN", "credential"), ("VLLM_API_KEY", "credential"), ("HF_HUB_TOKEN", "credential"),
     ("VLLM_LOGGING_CONFIG_PATH", "file"), ("NCCL_NET_PLUGIN", "file"), ("NCCL_DEBUG_FILE", "file"),
     ("VLLM_CACHE_ROOT", "file"), ("OMP_TOOL_LIBRARIES", "file"), ("TRITON_PTXAS_PATH", "file"),
-    ("VLLM_SERVER_DEV_MODE", "routes"), ("BASH_ENV", "not an engine setting"),
-    ("HOME", "file"), ("pythonwarnings", "Python"),
+    ("CUDA_MPS_PIPE_DIRECTORY", "file"), ("TORCH_LOGS_OUT", "file"), ("TRITON_CACHE_MANAGER", "file"),
+    ("HF_DATASETS_TRUST_REMOTE_CODE", "code"), ("VLLM_SERVER_DEV_MODE", "routes"),
+    ("BASH_ENV", "not an engine setting"), ("HOME", "file"), ("pythonwarnings", "Python"),
 ])
 def test_dangerous_names_are_refused_with_the_reason(name: str, why: str) -> None:
     problem = user_variable_problem(name)
