@@ -104,6 +104,9 @@ class ClusterSettings(BaseModel):
     proxy_url: str = Field("http://127.0.0.1:18233", description="Public base URL of the endpoint proxy")
     max_request_body_bytes: int = Field(1024 * 1024, ge=4096, description="Largest request body the API "
                                         "reads (Content-Length or streamed); larger ones get 413")
+    allow_trust_remote_code: bool = Field(False, description="Let ExtraArgs carry --trust-remote-code and "
+                                          "the other flags that make vLLM run code of the sender's choosing "
+                                          "(catalog.engine_flags); off: refused at submission")
 
     @classmethod
     def load(cls, state_dir: Path) -> ClusterSettings:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from berth.child_environment import BASE_VARIABLES, inherit
 from berth.errors import ConflictError, NotFoundError, UserInputError
 from berth.processes import (
     berth_python,
@@ -62,6 +63,12 @@ def _component_environment(env: dict[str, str]) -> dict[str, str]:
         print(f"berth: the components ignore PYTHONPATH entries that are not absolute paths: {dropped}",
               file=sys.stderr, flush=True)
     return cleaned
+
+
+def _temporal_env() -> dict[str, str]:
+    """The Temporal dev server needs none of Berth's settings: above all not the admin token, which
+    anything that can read its /proc environ (or a crash dump) would then hold."""
+    return inherit(os.environ, BASE_VARIABLES, prefixes=("TEMPORAL_",))
 
 
 class Stack:
@@ -152,7 +159,7 @@ class Stack:
             "--ui-port", str(ports.temporal_ui),
             "--http-port", str(ports.temporal_http), "--metrics-port", str(ports.temporal_metrics),
             "--log-level", "warn",
-        ], env)
+        ], _temporal_env())
         try:
             wait_port_sync("127.0.0.1", ports.temporal, 60, temporal.process)
         except (TimeoutError, RuntimeError) as error:

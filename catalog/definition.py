@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from berth.child_environment import user_environment_problem
 from catalog.limits import check_exec_size
 
 SECRET_REF = re.compile(r"^secret://(user|group|organization)/[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -77,6 +78,10 @@ class EngineSpec(Frozen):
         for name in value:
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
                 raise ValueError(f"'{name}' is not a valid environment variable name")
+        # Ranks run with these: no loader, interpreter or Berth variable, no credential, no file path.
+        problem = user_environment_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from berth.child_environment import user_environment_problem
 from berth.errors import NotFoundError, UserInputError, shown
 from catalog.definition import HF_REPO, HF_REVISION, REVISION_HELP, SECRET_REF
 from catalog.limits import check_name_length, check_value_length
@@ -149,7 +150,9 @@ class Parameter(BaseModel):
             split_args(self.name, text)
             value = text
         elif kind is ParameterType.ENV:
-            split_env(self.name, text)
+            problem = user_environment_problem(split_env(self.name, text), self.name)
+            if problem is not None:
+                raise UserInputError(problem)
             value = text
         else:
             if self.pattern is not None and not re.fullmatch(self.pattern, text):

@@ -38,6 +38,7 @@ from berth.settings import CONTROL_TASK_QUEUE, ClusterSettings, StateLayout
 from berth.temporal import connect
 from berth.tokens import TokenKind, parse_duration
 from catalog.definition import ReplicaSpec, WorkflowDefinition
+from catalog.engine_flags import refuse_code_flags
 from catalog.entry import Entry, find_entry, load_catalog
 from catalog.memory import gpus_needed, max_context_that_fits, memory_need, memory_table
 from catalog.render import render, resolve_values
@@ -693,6 +694,8 @@ def _prepare(context: ServerContext, body: StartRequest) -> tuple[Entry, Workflo
     """A submission's entry and its rendered definition, once its values and capacity are checked."""
     entry = find_entry(body.entry)
     definition = render(entry, resolve_values(entry, body.values))
+    if definition.replica is not None:
+        refuse_code_flags("ExtraArgs", definition.replica.engine.extra_args, context.settings.allow_trust_remote_code)
     _check_capacity(context, entry, definition)
     return entry, definition
 
