@@ -100,6 +100,8 @@ class ClusterSettings(BaseModel):
     rank_adopt_window_s: float = Field(60.0, gt=0, description="No agent adopted the rank within this: the "
                                        "rank is lost and its copy fails as a unit (a service: started again)")
     proxy_url: str = Field("http://127.0.0.1:18233", description="Public base URL of the endpoint proxy")
+    restart_components: bool = Field(True, description="`berth up` starts a crashed component again (0.5 s "
+                                     "back-off doubling to 30 s); false: it only reports the exit")
 
     @classmethod
     def load(cls, state_dir: Path) -> ClusterSettings:
