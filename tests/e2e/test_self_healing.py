@@ -1,9 +1,11 @@
-"""The embedded stack heals itself: a crashed component (endpoint proxy, API, control worker) is started
-again by `berth up`'s supervisor with back-off, `berth status` says so, and a clean `berth down` stops
-everything with nothing restarted."""
+"""The embedded stack heals itself: a crashed component (endpoint proxy, API, control worker, node agent)
+is started again by `berth up`'s supervisor with back-off, `berth status` says so, a restarted node agent
+prunes stale rank dirs and /tmp aliases but keeps a live rank, and a clean `berth down` stops everything
+with nothing restarted."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 from pathlib import Path
@@ -12,7 +14,7 @@ from typing import Any
 import httpx
 
 from berth.processes import pid_alive
-from tests.support import RunningStack, free_port_base, processes_mentioning, wait_for
+from tests.support import RunningStack, free_port_base, processes_mentioning, rank_record, wait_for
 
 MODEL = "nvidia/some-model"
 
@@ -25,6 +27,11 @@ def _chat(endpoint: dict[str, Any], token: str) -> int:
     except httpx.HTTPError:
         return 0  # nothing listens (yet)
     return response.status_code
+
+
+def _alias(directory: Path) -> Path:
+    """The /tmp alias a node agent makes for a rank's scratch dir (activities/ranks.py)."""
+    return Path("/tmp") / f"berth-{hashlib.sha1(str(directory).encode()).hexdigest()[:12]}"
 
 
 def _answers(url: str) -> bool:
@@ -79,8 +86,24 @@ def test_crashed_components_restart_and_down_stops_everything(tmp_path: Path) ->
         assert _component(stack, "api")["last_exit_status"] == -signal.SIGKILL
         assert _component(stack, "worker")["restarts"] == 1
         assert _chat(endpoint, token) == 200
+
+        # The node agent crashes, leaving its live rank and stale leftovers of earlier ranks: the restarted
+        # agent prunes the leftovers and keeps what its workflow may still adopt; the copy serves on.
+        copy_id = stack.describe(workflow_id)["replicas"][0]["copy_id"]
+        rank = rank_record(state, copy_id, 0)
+        ranks = state / "nodes" / "node-1" / "ranks"
+        stale_dir, stale_alias = ranks / "wf-old-copy-0-r0", _alias(ranks / "wf-old-copy-0-r0" / "tmp")
+        (stale_dir / "tmp").mkdir(parents=True)
+        stale_alias.symlink_to(stale_dir / "tmp", target_is_directory=True)
+        node_pid = _kill(stack, "node-1")
+        wait_for(lambda: _restarted(stack, "node-1", node_pid), 30, "the node agent to be restarted")
+        wait_for(lambda: not stale_dir.exists() and not stale_alias.is_symlink(), 30, "the stale rank dir pruned")
+        assert pid_alive(int(rank["pid"])) and _alias(ranks / f"{copy_id}-r0" / "tmp").is_symlink()
+        assert (ranks / f"{copy_id}-r0" / "rank.json").exists()
+        assert _chat(endpoint, token) == 200
+
         log = (state / "logs" / "stack" / "supervisor.log").read_text()
-        for name in ("proxy", "api", "worker"):
+        for name in ("proxy", "api", "worker", "node-1"):
             assert f"berth: {name} exited with status -9; restarting it in 0.5 s (restart 1)" in log
     finally:
         stack.stop()
