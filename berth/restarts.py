@@ -38,6 +38,12 @@ class RestartRecord:
         self.last_exit_status, self.last_exit_at, self.due_at = status, wall, now + delay
         return delay
 
+    def postpone(self, now: float, backoff: Backoff) -> float:
+        """The restart itself failed (the executable could not be started): try again, later."""
+        delay = self.next_delay_s or backoff.first_s
+        self.next_delay_s, self.due_at = min(delay * 2, backoff.max_s), now + delay
+        return delay
+
     def restarted(self, now: float) -> None:
         self.restarts += 1
         self.started_at, self.due_at = now, None

@@ -280,7 +280,12 @@ class Stack:
         record, now = child.record, time.monotonic()
         if record.due_at is not None:
             if now >= record.due_at:
-                child.process = spawn(child.argv, child.log, env=child.env, cwd=self.layout.root)
+                try:
+                    child.process = spawn(child.argv, child.log, env=child.env, cwd=self.layout.root)
+                except OSError as error:  # the supervisor outlives a component it cannot start (yet)
+                    print(f"berth: restarting {child.name} failed ({error}); trying again in "
+                          f"{record.postpone(now, self.backoff):g} s", file=sys.stderr, flush=True)
+                    return
                 record.restarted(now)
                 self._publish()
             return
