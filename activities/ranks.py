@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 from activities.supervision import RANK_PIDFILE, Supervisor
 from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
+from berth.child_environment import engine_environment
 from berth.processes import berth_python, remove_file, tail
 from berth.settings import StateLayout, repo_root
 from workflows.payloads import RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
@@ -130,7 +131,8 @@ class NodeActivities:
         argv = engine_command(context.engine) + vllm_serve_args(spec)
         run_dir = context.ranks_dir / f"{spec.copy_id}-r{spec.rank}"
         (run_dir / "tmp").mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
+        # Never the agent's own environment: it holds the admin token and the state dir with the keys.
+        env = engine_environment(os.environ, simulator=context.engine == "simulator")
         env.update(rank_environment(spec))
         # Each rank's scratch under the state dir: nothing lands in a shared /tmp or ~/.cache.
         env["TMPDIR"] = str(_short_alias(run_dir / "tmp"))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from berth.child_environment import BASE_VARIABLES, inherit
 from berth.errors import ConflictError, NotFoundError, UserInputError
 from berth.processes import (
     berth_python,
@@ -71,6 +72,12 @@ def _component_environment(env: dict[str, str]) -> dict[str, str]:
         print(f"berth: the components ignore PYTHONPATH entries that are not absolute paths: {dropped}",
               file=sys.stderr, flush=True)
     return cleaned
+
+
+def _temporal_env() -> dict[str, str]:
+    """The Temporal dev server needs none of Berth's settings: above all not the admin token, which
+    anything that can read its /proc environ (or a crash dump) would then hold."""
+    return inherit(os.environ, BASE_VARIABLES, prefixes=("TEMPORAL_",))
 
 
 class Stack:
@@ -159,10 +166,12 @@ class Stack:
 
         temporal = self._start("temporal", [
             str(venv_bin("temporal")), "server", "start-dev", "--db-filename", str(layout.temporal_db),
-            "--ip", "127.0.0.1", "--port", str(ports.temporal), "--ui-port", str(ports.temporal_ui),
+            # Loopback only, the UI too: whoever reaches Temporal can poll, cancel and terminate.
+            "--ip", "127.0.0.1", "--port", str(ports.temporal), "--ui-ip", "127.0.0.1",
+            "--ui-port", str(ports.temporal_ui),
             "--http-port", str(ports.temporal_http), "--metrics-port", str(ports.temporal_metrics),
             "--log-level", "warn",
-        ], env)
+        ], _temporal_env())
         try:
             wait_port_sync("127.0.0.1", ports.temporal, 60, temporal.process)
         except (TimeoutError, RuntimeError) as error:

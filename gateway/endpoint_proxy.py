@@ -23,14 +23,14 @@ from berth.errors import AuthenticationError, BerthError
 from berth.failure_log import FailureLog
 from berth.security import Identity, SigningKey, TokenVerifier, endpoint_audience
 from catalog.definition import Scope
-from gateway import routing
+from gateway import model_cards, routing
+from gateway.credentials import COOKIE_NAME, strip_berth_credentials
 from gateway.metrics import MetricsScraper
 from gateway.routing import Replica, ReplicaMetrics
 from gateway.upstream import HOP_BY_HOP, Receive, Send, UpstreamError, UpstreamPool, relay
 
 log = logging.getLogger("berth.proxy")
 
-COOKIE_NAME = "berth_token"
 CALLER_HEADER = b"x-berth-caller"
 # A client's own x-berth-caller is always dropped: only this proxy may speak for a caller.
 STRIPPED_REQUEST = HOP_BY_HOP | {b"berth-authorization", CALLER_HEADER}
@@ -401,8 +401,9 @@ class EndpointProxy:
                        target: Replica, rest: str, headers: list[tuple[bytes, bytes]],
                        strip_authorization: bool, session_id: str | None = None,
                        caller: bytes | None = None) -> None:
+        # Every Berth credential goes, whatever its audience: the service's owner must not receive one.
         upstream_headers = [
-            (name, value) for name, value in headers
+            (name, value) for name, value in strip_berth_credentials(headers, self.verifier)
             if name not in STRIPPED_REQUEST and not (strip_authorization and name == b"authorization")
         ]
         if caller is not None:
@@ -443,7 +444,10 @@ class EndpointProxy:
                     await _json(send, 502, b'{"error":{"message":"The model service did not answer; '
                                            b'retry shortly.","type":"bad_gateway","code":502}}')
                     return
-            await relay(response, send, log, "upstream", target.url)
+            if model_cards.is_listing(method, rest):
+                await model_cards.relay_listing(response, send, log, target.url)  # no state-dir paths
+            else:
+                await relay(response, send, log, "upstream", target.url)
         finally:
             target.in_flight -= 1
 
