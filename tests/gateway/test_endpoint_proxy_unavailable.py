@@ -8,9 +8,13 @@ import asyncio
 import json
 import socket
 import struct
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from berth.processes import free_port
+from berth.security import SigningKey, TokenVerifier
 from gateway.endpoint_proxy import EndpointProxy
 from gateway.upstream import UpstreamPool
 from tests.gateway.test_endpoint_proxy_identity import FakeApi
@@ -40,8 +44,13 @@ async def _ask(proxy: EndpointProxy) -> tuple[int, dict[bytes, bytes], bytes]:
     return sent[0]["status"], dict(sent[0]["headers"]), b"".join(m.get("body", b"") for m in sent[1:])
 
 
-def _proxy(endpoint: dict[str, Any]) -> EndpointProxy:
-    return EndpointProxy(FakeApi([endpoint]), verifier=None, upstream=UpstreamPool(connect_timeout_s=2))  # type: ignore[arg-type]
+@pytest.fixture()
+def verifier(tmp_path: Path) -> TokenVerifier:
+    return TokenVerifier.from_jwks(SigningKey.load_or_create(tmp_path).jwks())
+
+
+def _proxy(endpoint: dict[str, Any], verifier: TokenVerifier) -> EndpointProxy:
+    return EndpointProxy(FakeApi([endpoint]), verifier, upstream=UpstreamPool(connect_timeout_s=2))  # type: ignore[arg-type]
 
 
 def _assert_unavailable(status: int, headers: dict[bytes, bytes], body: bytes) -> None:
@@ -51,12 +60,12 @@ def _assert_unavailable(status: int, headers: dict[bytes, bytes], body: bytes) -
     assert "LiteLLM proxy is not answering" in error["message"]
 
 
-def test_litellm_refusing_connections_is_503_with_retry_after() -> None:
+def test_litellm_refusing_connections_is_503_with_retry_after(verifier: TokenVerifier) -> None:
     closed = f"http://127.0.0.1:{free_port()}"  # nothing listens: connection refused
-    _assert_unavailable(*asyncio.run(_ask(_proxy(_endpoint("litellm", closed)))))
+    _assert_unavailable(*asyncio.run(_ask(_proxy(_endpoint("litellm", closed), verifier))))
 
 
-def test_litellm_resetting_before_a_response_is_503() -> None:
+def test_litellm_resetting_before_a_response_is_503(verifier: TokenVerifier) -> None:
     async def main() -> tuple[int, dict[bytes, bytes], bytes]:
         async def reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             await reader.read(1)  # the request arrived; answer with an RST, not a response
@@ -67,14 +76,14 @@ def test_litellm_resetting_before_a_response_is_503() -> None:
         server = await asyncio.start_server(reset, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         try:
-            return await _ask(_proxy(_endpoint("litellm", f"http://127.0.0.1:{port}")))
+            return await _ask(_proxy(_endpoint("litellm", f"http://127.0.0.1:{port}"), verifier))
         finally:
             server.close()
 
     _assert_unavailable(*asyncio.run(main()))
 
 
-def test_unreachable_direct_replica_stays_502() -> None:
+def test_unreachable_direct_replica_stays_502(verifier: TokenVerifier) -> None:
     closed = f"http://127.0.0.1:{free_port()}"
-    status, _headers, body = asyncio.run(_ask(_proxy(_endpoint(None, closed))))
+    status, _headers, body = asyncio.run(_ask(_proxy(_endpoint(None, closed), verifier)))
     assert status == 502 and json.loads(body)["error"]["type"] == "bad_gateway"
