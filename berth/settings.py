@@ -107,6 +107,8 @@ class ClusterSettings(BaseModel):
     allow_trust_remote_code: bool = Field(False, description="Let ExtraArgs carry --trust-remote-code and "
                                           "the other flags that make vLLM run code of the sender's choosing "
                                           "(catalog.engine_flags); off: refused at submission")
+    restart_components: bool = Field(True, description="`berth up` starts a crashed component again (0.5 s "
+                                     "back-off doubling to 30 s); false: it only reports the exit")
 
     @classmethod
     def load(cls, state_dir: Path) -> ClusterSettings:

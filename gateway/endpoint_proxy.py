@@ -20,6 +20,7 @@ from typing import Any
 
 from berth.api_client import ApiClient
 from berth.errors import AuthenticationError, BerthError
+from berth.failure_log import FailureLog
 from berth.security import Identity, SigningKey, TokenVerifier, endpoint_audience
 from catalog.definition import Scope
 from gateway import model_cards, routing
@@ -196,11 +197,14 @@ class EndpointProxy:
         return replica
 
     async def _refresh_forever(self) -> None:
+        failures = FailureLog(log, "route refresh")  # the API down: not one line per second
         while True:
             try:
                 await self.refresh()
             except BerthError as error:
-                log.warning("route refresh failed: %s", error)
+                failures.failed(error)
+            else:
+                failures.succeeded()
             await asyncio.sleep(self.refresh_s)
 
     async def _route(self, endpoint_id: str) -> Route | None:
@@ -427,8 +431,7 @@ class EndpointProxy:
                          if retriable and error.sent_nothing and route.pool else None)
                 target.metrics.failed_at = time.monotonic()  # out until a scrape succeeds again
                 if other is None:
-                    await _json(send, 502, b'{"error":{"message":"The model service did not answer; '
-                                           b'retry shortly.","type":"bad_gateway","code":502}}')
+                    await _upstream_failed(send, route, target)
                     return
                 target.in_flight -= 1
                 target = other
@@ -493,6 +496,19 @@ async def _plain(send: Send, status: int, body: bytes) -> None:
                 "headers": [(b"content-type", b"text/plain; charset=utf-8"),
                             (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _upstream_failed(send: Send, route: Route, target: Replica) -> None:
+    """No answer from upstream, nothing sent to the client. A Proxy=true endpoint's LiteLLM that refuses
+    or resets the connection is down and being started again (ServiceWorkflow's back-off): 503 with
+    Retry-After, as documented (docs/architecture.md), not a 502 that reads as a broken model."""
+    if route.service == "litellm" and target.copy_id == "service":
+        await _json(send, 503, b'{"error":{"message":"The endpoint\'s LiteLLM proxy is not answering (it is '
+                    b'being restarted); retry shortly.","type":"service_unavailable","code":503}}',
+                    [(b"retry-after", b"5")])
+        return
+    await _json(send, 502, b'{"error":{"message":"The model service did not answer; '
+                           b'retry shortly.","type":"bad_gateway","code":502}}')
 
 
 async def _json(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:
