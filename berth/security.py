@@ -4,6 +4,8 @@ and AES-GCM for secrets at rest and Temporal payloads."""
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import os
 import secrets
@@ -40,6 +42,16 @@ def _write_private(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
+
+
+def _load_or_create_secret(path: Path) -> bytes:
+    """32 random bytes kept in a 0600 file of the state dir's keys (the first process to need it makes it)."""
+    if not path.exists():
+        try:
+            _write_private(path, secrets.token_bytes(32))
+        except FileExistsError:
+            pass  # another process created it first; use theirs
+    return path.read_bytes()
 
 
 def _b64url(data: bytes) -> str:
@@ -181,13 +193,7 @@ class Cipher:
 
     @classmethod
     def load_or_create(cls, keys_dir: Path, name: str = "data.key") -> Cipher:
-        path = keys_dir / name
-        if not path.exists():
-            try:
-                _write_private(path, AESGCM.generate_key(bit_length=256))
-            except FileExistsError:
-                pass
-        return cls(path.read_bytes())
+        return cls(_load_or_create_secret(keys_dir / name))
 
     def encrypt(self, plaintext: bytes, associated: bytes = b"") -> bytes:
         nonce = secrets.token_bytes(12)
@@ -201,6 +207,28 @@ class Cipher:
 
     def decrypt_json(self, data: str) -> Any:
         return json.loads(self.decrypt(base64.b64decode(data)))
+
+
+class ReplicaKeys:
+    """Each copy's vLLM API key: HMAC-SHA256 of the copy id under one secret of the state dir's keys.
+
+    Derived, not generated and carried: the node agent that starts a copy (it hands the key to vLLM in
+    VLLM_API_KEY, never in argv) and the control plane that gives it to Berth's own callers of the copy
+    (the endpoint proxy, LiteLLM, the gateway, through service- or admin-only routes) compute the same key
+    from the same secret, so no key is stored, written to a Temporal history, or sent to a node."""
+
+    PREFIX = "sk-berth-replica-"
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    @classmethod
+    def load_or_create(cls, keys_dir: Path, name: str = "replica.key") -> ReplicaKeys:
+        return cls(_load_or_create_secret(keys_dir / name))
+
+    def for_copy(self, copy_id: str) -> str:
+        digest = hmac.new(self._secret, b"berth-replica-key\0" + copy_id.encode(), hashlib.sha256).digest()
+        return self.PREFIX + _b64url(digest)
 
 
 def generate_api_key() -> str:
