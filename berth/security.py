@@ -32,6 +32,10 @@ WORKFLOW_INPUT_AUDIENCE = "berth-workflow-input"
 WORKFLOW_GRANT_TTL_S = 24 * 3600
 
 
+# A gateway's token for its owner's copies' keys (server/replica_keys.py): read by no other route.
+REPLICA_KEYS_AUDIENCE = "berth-replica-keys"
+
+
 def endpoint_audience(endpoint_id: str) -> str:
     return f"endpoint:{endpoint_id}"
 
@@ -135,6 +139,11 @@ class SigningKey:
         the API started, and holds only the public key, as node agents hold none."""
         return self.sign({"sub": user, "aud": WORKFLOW_INPUT_AUDIENCE, "typ": "workflow-input",
                           "wid": workflow_id, "digest": digest}, ttl_s)
+
+    def replica_keys_token(self, owner: Identity, ttl_s: float) -> str:
+        """What a gateway run for `owner` reads its discovered copies' keys with (never a user's to hold).
+        It carries the owner's claims, like the owner token the gateway discovers with: the same reach."""
+        return self.sign({**owner.claims(), "aud": REPLICA_KEYS_AUDIENCE, "typ": "service"}, ttl_s)
 
     def caller_assertion(self, identity: Identity, endpoint_id: str, ttl_s: float = 60) -> str:
         claims = {"sub": identity.user, "groups": list(identity.groups), "org": identity.org,

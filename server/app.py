@@ -63,6 +63,7 @@ from server.autoscaler import (
     policy_from_annotations,
 )
 from server.models import EndpointRow, WorkflowRow
+from server.replica_keys import replica_keys_router
 from server.secrets import Secrets
 from server.store import Store
 from server.token_registry import TokenRegistry
@@ -243,6 +244,7 @@ def create_app(context: ServerContext) -> FastAPI:
         return identity
 
     app.include_router(token_router(context, caller))
+    app.include_router(replica_keys_router(context, admin))
     readable = workflow_reader(context.store, caller)
 
     @app.get("/healthz")
