@@ -82,6 +82,8 @@ def _why_long(name: str) -> tuple[str, str] | None:
 
 def _why_short(token: str) -> tuple[str, str] | None:
     name = token.split("=", 1)[0].split(".", 1)[0]
+    if len(name) < 2:
+        return None  # a lone `-` is a positional to argparse
     for short, long in SHORT.items():
         # Exact, an abbreviation (`-t` is `-tp`), or a one-letter alias with its value glued on (`-n2`).
         if short.startswith(name) or (len(short) == 2 and name.startswith(short)):
@@ -90,22 +92,29 @@ def _why_short(token: str) -> tuple[str, str] | None:
     return None
 
 
-def check_extra_args(tokens: Iterable[str]) -> None:
-    """Refuse the first token that sets a flag Berth owns; the model is Berth's first positional."""
+def extra_args_refusal(tokens: Iterable[str]) -> str | None:
+    """Why ExtraArgs may not hold these words (the first that sets a flag Berth owns), or None. The model
+    is Berth's first positional: a second one makes vLLM refuse to start, so positionals pass here."""
     for token in tokens:
         if token == "--":
-            raise UserInputError("ExtraArgs may not contain a bare `--`: every ExtraArgs word must be a vLLM flag "
-                                 "or its value.")
+            return "ExtraArgs may not contain a bare `--`: every ExtraArgs word must be a vLLM flag or its value."
         if token.startswith("--"):
             found = _why_long(_long_name(token))
-        elif token.startswith("-") and len(token) > 1:
+        elif token.startswith("-"):
             found = _why_short(token)
         else:
             continue
         if found:
             written, flag = token.split("=", 1)[0], f"--{found[0]}"
             shown = flag if written == flag else f"{written} (vLLM reads it as {flag})"
-            raise UserInputError(f"ExtraArgs may not set {shown}: {found[1]}.")
+            return f"ExtraArgs may not set {shown}: {found[1]}."
+    return None
+
+
+def check_extra_args(tokens: Iterable[str]) -> None:
+    refusal = extra_args_refusal(tokens)
+    if refusal:
+        raise UserInputError(refusal)
 
 
 def check_extra_env(names: Mapping[str, str] | Iterable[str]) -> None:
