@@ -67,7 +67,8 @@ logger.setLevel(logging.INFO)
 class Replica(BaseModel):
     """One replica as the pool publishes it."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    # hide_input_in_errors: a malformed list must not put a copy's key into the warning it causes.
+    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
 
     id: str
     url: str
@@ -78,7 +79,7 @@ class Replica(BaseModel):
 class ReplicaList(BaseModel):
     """The body of BERTH_REPLICAS_URL."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
 
     replicas: list[Replica]
     routing_policy: str = ""  # empty: gateway.routing's default
