@@ -22,6 +22,7 @@ from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
 from berth.child_environment import engine_environment
 from berth.processes import berth_python, remove_file, tail
+from berth.security import ReplicaKeys
 from berth.settings import StateLayout, repo_root
 from workflows.payloads import RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
 
@@ -119,6 +120,8 @@ class NodeActivities:
         self.context = context
         self.supervisor = supervisor
         self.api = api  # resolves secrets at the last moment (never through Temporal)
+        # Each copy's API key is derived here, on the node, from the state dir's keys: never carried.
+        self.replica_keys = ReplicaKeys.load_or_create(context.state.keys)
 
     @activity.defn(name="run_rank")
     async def run_rank(self, spec: RankSpec) -> RankExit:
@@ -133,7 +136,7 @@ class NodeActivities:
         (run_dir / "tmp").mkdir(parents=True, exist_ok=True)
         # Never the agent's own environment: it holds the admin token and the state dir with the keys.
         env = engine_environment(os.environ, simulator=context.engine == "simulator")
-        env.update(rank_environment(spec))
+        env.update(rank_environment(spec, self.replica_keys.for_copy(spec.copy_id)))
         # Each rank's scratch under the state dir: nothing lands in a shared /tmp or ~/.cache.
         env["TMPDIR"] = str(_short_alias(run_dir / "tmp"))
         # vLLM's cache (model-class inspection, compile artifacts) is keyed by content hash and made to be
@@ -208,10 +211,11 @@ class NodeActivities:
 
     @activity.defn(name="wait_ready")
     async def wait_ready(self, check: ReadyCheck) -> None:
-        """Ready = `/health` answers 200, then `/v1/models` lists the served model."""
+        """Ready = `/health` answers 200, then `/v1/models` (with the copy's key) lists the served model."""
         deadline = time.monotonic() + check.timeout_s
         last = "no answer yet"
-        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as client:
+        headers = {"Authorization": f"Bearer {self.replica_keys.for_copy(check.copy_id)}"} if check.copy_id else {}
+        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0), headers=headers) as client:
             while time.monotonic() < deadline:
                 activity.heartbeat(last)
                 try:

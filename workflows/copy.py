@@ -118,7 +118,7 @@ class CopyWorkflow:
         try:
             ready = workflow.start_activity(
                 "wait_ready", ReadyCheck(url=url, model_id=input.engine.served_model_name,
-                                         timeout_s=input.engine.startup_timeout_s),
+                                         timeout_s=input.engine.startup_timeout_s, copy_id=input.copy_id),
                 task_queue=node_task_queue(leader.node_id),
                 start_to_close_timeout=timedelta(seconds=input.engine.startup_timeout_s + 60),
                 heartbeat_timeout=heartbeat, retry_policy=PROBE_RETRY,

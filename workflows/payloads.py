@@ -187,6 +187,7 @@ class ReadyCheck(Payload):
     url: str
     model_id: str
     timeout_s: float = 1800
+    copy_id: str = ""  # whose API key /v1/models wants (the node derives it); "" = none
 
 
 class CopyResult(Payload):
