@@ -55,7 +55,7 @@ from server.autoscaler import (
     policy_from_annotations,
 )
 from server.models import EndpointRow, WorkflowRow
-from server.secrets import Secrets
+from server.secrets import Secrets, check_references
 from server.store import Store
 from server.token_registry import TokenRegistry
 from server.tokens import record_minted, token_router
@@ -270,7 +270,7 @@ def create_app(context: ServerContext) -> FastAPI:
     async def start_workflow(body: StartRequest, who: Identity = Depends(caller)) -> dict[str, Any]:
         # Checking and rendering a submission is CPU work and reads the store: off the event loop, so
         # one large submission cannot hold every other request (issue 11 item 3).
-        entry, definition = await run_in_threadpool(_prepare, context, body)
+        entry, definition = await run_in_threadpool(_prepare, context, body, who)
         await run_in_threadpool(opencode_checks.check_submission, context.store, definition,
                                 context.settings.proxy_url)
         if definition.service is not None and definition.service.kind == "opencode" \
@@ -690,13 +690,16 @@ def create_app(context: ServerContext) -> FastAPI:
     return app
 
 
-def _prepare(context: ServerContext, body: StartRequest) -> tuple[Entry, WorkflowDefinition]:
-    """A submission's entry and its rendered definition, once its values and capacity are checked."""
+def _prepare(context: ServerContext, body: StartRequest, who: Identity) -> tuple[Entry, WorkflowDefinition]:
+    """A submission's entry and its rendered definition, once its values, secret references and capacity
+    are checked."""
     entry = find_entry(body.entry)
-    definition = render(entry, resolve_values(entry, body.values))
+    values = resolve_values(entry, body.values)
+    definition = render(entry, values)
     if definition.replica is not None:
         refuse_code_flags("ExtraArgs", definition.replica.engine.extra_args, context.settings.allow_trust_remote_code)
     _check_capacity(context, entry, definition)
+    check_references(Secrets(context.store), who, entry, values)
     return entry, definition
 
 

@@ -115,6 +115,10 @@ def test_suggests_more_nodes_when_no_node_has_enough_gpus(catalog_api: CatalogAp
         "Nodes=2,GpusPerNode=2 at this context (nodes with 2 GPU(s) of ≥ 68 GB: node-0, node-1, node-2, "
         "node-3)" in detail
     )
+    # Every secret a submission names must exist for its owner (issue 13 item 5), so this one does.
+    created = catalog_api.client.post("/v1/secrets", json={"ref": "secret://user/hf-token", "type": "hf",
+                                                           "value": '{"token":"hf_test"}'})
+    assert created.status_code == 201, created.text
     response = catalog_api.start(
         "Llama 4 Scout", {"HfTokenSecret": "secret://user/hf-token", "Nodes": "2", "GpusPerNode": "2"}
     )
