@@ -40,6 +40,7 @@ from berth.tokens import TokenKind, parse_duration
 from catalog.definition import ReplicaSpec, WorkflowDefinition
 from catalog.engine_flags import refuse_code_flags
 from catalog.entry import Entry, find_entry, load_catalog
+from catalog.images import refuse_image
 from catalog.memory import gpus_needed, max_context_that_fits, memory_need, memory_table
 from catalog.render import render, resolve_values
 from server import opencode as opencode_checks
@@ -698,6 +699,7 @@ def _prepare(context: ServerContext, body: StartRequest, who: Identity) -> tuple
     definition = render(entry, values)
     if definition.replica is not None:
         refuse_code_flags("ExtraArgs", definition.replica.engine.extra_args, context.settings.allow_trust_remote_code)
+    refuse_image(entry, values, context.settings.container_runtime)
     _check_capacity(context, entry, definition)
     check_references(Secrets(context.store), who, entry, values)
     return entry, definition
