@@ -168,6 +168,19 @@ def test_general_entry_names_the_gpu_sizes(catalog_api: CatalogApi) -> None:
     assert response.status_code == 503
 
 
+def test_general_entry_on_a_cluster_without_gpus_points_at_the_cpu_engine(catalog_api: CatalogApi) -> None:
+    """Issue 13 item 7: "Lower GpusPerNode or GpuMemoryGb" does not help where no node has a GPU."""
+    catalog_api.add_node("cpu-only", [])
+    response = catalog_api.start("vLLM", {"Model": "hf://Qwen/Qwen3-0.6B"})
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert detail.endswith("No node here has a GPU: GpusPerNode=0 runs it on the CPU engine (vllm-cpu), if the "
+                           "model is small enough for the nodes' memory."), detail
+    assert "Lower GpusPerNode" not in detail
+    response = catalog_api.start("vLLM", {"Model": "hf://Qwen/Qwen3-0.6B", "GpusPerNode": "0"})
+    assert response.status_code == 503 and "Temporal" in response.json()["detail"]
+
+
 def test_cpu_entry_and_service_entries_pass(catalog_api: CatalogApi) -> None:
     catalog_api.add_node("cpu-only", [])
     for entry in ("SmolLM2 135M Instruct", "LiteLLM Model Gateway", "OpenCode"):
