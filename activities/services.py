@@ -151,12 +151,11 @@ class ServiceActivities:
                                         workspace=self._workspace(run), more_tokens=tokens)
         show = self.context.state.workflow_logs(run.workflow_id) / "show-server" / "show-server.log"
         show.parent.mkdir(parents=True, exist_ok=True)
-        lapse = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(expires)) if expires else "n/a (API key)"
         show.write_text(
             f"OpenCode server: {run.endpoint_url or command.url}\nuser: {opencode.SERVER_USERNAME}\n"
             f"password: {run.password}\nattach: opencode attach {run.endpoint_url or command.url} -p {run.password}\n"
             f"model endpoints: {', '.join(t.url for t in targets.values())}\n"
-            f"Berth token for the models lapses: {lapse} (restart the workflow to renew it)\n")
+            f"{_token_line(expires, litellm_key is not None)}\n")
         env = inherit(os.environ, ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE"))
         env.update(command.env)
         return ServiceLaunch(argv=tuple(command.argv), environment=env, working_directory=command.cwd)
@@ -247,3 +246,14 @@ class ServiceActivities:
         raise ApplicationError(f"{check.url} was not live within {check.timeout_s:.0f} s ({last})",
                                type="NotReady", non_retryable=True)
 
+
+
+def _token_line(expires: float, api_key: bool) -> str:
+    """The show-server line on how OpenCode authenticates to its models: a minted Berth token lapses
+    (and a restart mints a new one); a LiteLLM key from ApiKeySecret does not."""
+    if expires:
+        return (f"Berth token for the models lapses: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(expires))}"
+                " (restart the workflow to renew it)")
+    if api_key:
+        return "models reached with the LiteLLM key from ApiKeySecret: no Berth token, nothing lapses"
+    return "models reached without a Berth token: nothing lapses"

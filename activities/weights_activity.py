@@ -61,6 +61,9 @@ async def download_into_volume(context: NodeContext, request: WeightsInput,
                                api: ApiClient | None = None) -> WeightsResult:
     target = model_dir_for(context, request)
     job = request.job
+    # Resolved before the dry run too, as a real node would: a secret deleted after submission (or of the
+    # wrong type) then fails the same way on simulated nodes as on real ones.
+    token = await _token(request, api)
     if context.engine == "simulator":
         # Dry run: the simulator needs no weights; report the published size as done so the
         # phases and progress bar behave as on a real cluster.
@@ -70,8 +73,6 @@ async def download_into_volume(context: NodeContext, request: WeightsInput,
         return WeightsResult(model_dir=str(target), bytes_total=size, dry_run=True)
     from activities import weights
     from activities.errors import WeightsError
-
-    token = await _token(request, api)
 
     def report(progress: weights.DownloadProgress) -> None:
         activity.heartbeat(DownloadProgress(

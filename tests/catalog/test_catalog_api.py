@@ -115,6 +115,10 @@ def test_suggests_more_nodes_when_no_node_has_enough_gpus(catalog_api: CatalogAp
         "Nodes=2,GpusPerNode=2 at this context (nodes with 2 GPU(s) of ≥ 68 GB: node-0, node-1, node-2, "
         "node-3)" in detail
     )
+    # Every secret a submission names must exist for its owner (issue 13 item 5), so this one does.
+    created = catalog_api.client.post("/v1/secrets", json={"ref": "secret://user/hf-token", "type": "hf",
+                                                           "value": '{"token":"hf_test"}'})
+    assert created.status_code == 201, created.text
     response = catalog_api.start(
         "Llama 4 Scout", {"HfTokenSecret": "secret://user/hf-token", "Nodes": "2", "GpusPerNode": "2"}
     )
@@ -162,6 +166,19 @@ def test_general_entry_names_the_gpu_sizes(catalog_api: CatalogApi) -> None:
         "vLLM", {"Model": "hf://Qwen/Qwen3-0.6B", "GpusPerNode": "4", "GpuMemoryGb": "80"}
     )
     assert response.status_code == 503
+
+
+def test_general_entry_on_a_cluster_without_gpus_points_at_the_cpu_engine(catalog_api: CatalogApi) -> None:
+    """Issue 13 item 7: "Lower GpusPerNode or GpuMemoryGb" does not help where no node has a GPU."""
+    catalog_api.add_node("cpu-only", [])
+    response = catalog_api.start("vLLM", {"Model": "hf://Qwen/Qwen3-0.6B"})
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert detail.endswith("No node here has a GPU: GpusPerNode=0 runs it on the CPU engine (vllm-cpu), if the "
+                           "model is small enough for the nodes' memory."), detail
+    assert "Lower GpusPerNode" not in detail
+    response = catalog_api.start("vLLM", {"Model": "hf://Qwen/Qwen3-0.6B", "GpusPerNode": "0"})
+    assert response.status_code == 503 and "Temporal" in response.json()["detail"]
 
 
 def test_cpu_entry_and_service_entries_pass(catalog_api: CatalogApi) -> None:

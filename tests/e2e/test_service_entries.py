@@ -10,12 +10,13 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from tests.e2e.opencode_support import run_opencode
-from tests.support import REPO, RunningStack, free_port_base
+from tests.support import REPO, RunningStack, free_port_base, wait_for
 
 OPENCODE = REPO / ".tools" / "opencode" / "node_modules" / ".bin" / "opencode"
 
@@ -127,3 +128,49 @@ def _password(stack: RunningStack, workflow_id: str) -> str:
     found = re.search(r"password: (\S+)", stack.cli("workflow", "log", workflow_id, "show-server").stdout)
     assert found, "show-server prints the OpenCode password"
     return found.group(1)
+
+
+def test_opencode_with_an_api_key_prints_its_plain_url_and_no_lapse(stack: RunningStack) -> None:
+    """Issue 13 item 7: OpenCode's endpoint is no OpenAI API, so `Ready.` and describe print it without
+    /v1; with EndpointAuth=api-key no Berth token is minted, so show-server promises no lapse or renewal."""
+    if not OPENCODE.exists():
+        pytest.fail("the OpenCode binary is not installed: run `make opencode` (make test does)")
+    wide = dict(stack.env, COLUMNS="400")  # Rich wraps at the terminal's width
+    stack.cli("secret", "create", "secret://user/opencode-key", input="sk-opencode-0123456789abcdef")
+    model = stack.start_entry("GPT-OSS 20B", "Scope=public,ApiKeySecret=secret://user/opencode-key")
+    model_endpoint = stack.endpoint(model)
+    started = stack.cli("workflow", "catalog", "start", "OpenCode", "--watch", "--values",
+                        f"Endpoint={model_endpoint['url']},EndpointAuth=api-key,"
+                        "ApiKeySecret=secret://user/opencode-key,ServiceScope=public", timeout=600, env=wide)
+    opencode = started.stdout.strip().splitlines()[0]
+    endpoint = stack.endpoint(opencode)
+    assert f"Ready. Endpoint: {endpoint['url']} (ID {endpoint['id']})" in started.stdout
+    assert f"Endpoint {endpoint['id']}: {endpoint['url']}\n" in stack.cli("workflow", "describe", opencode,
+                                                                         env=wide).stdout
+    # A model endpoint is an OpenAI API: still printed as its /v1 base URL.
+    assert f"{model_endpoint['url']}/v1\n" in stack.cli("workflow", "describe", model, env=wide).stdout
+    show = stack.cli("workflow", "log", opencode, "show-server").stdout
+    assert "models reached with the LiteLLM key from ApiKeySecret: no Berth token, nothing lapses" in show
+    assert "lapses:" not in show and "renew" not in show and "n/a" not in show
+    for workflow_id in (opencode, model):
+        stack.cli("workflow", "stop", workflow_id)
+
+
+def test_workflow_list_shows_the_phase(stack: RunningStack) -> None:
+    """Issue 13 item 7: a stopped workflow is listed as `stopped` (its phase), not Temporal's `completed`."""
+    workflow_id = stack.start_entry("GPT-OSS 20B", "Proxy=false")
+
+    def listed() -> dict[str, Any]:
+        return next(row for row in stack.cli_json("workflow", "list") if row["id"] == workflow_id)
+
+    assert (listed()["phase"], listed()["status"]) == ("ready", "running")
+    stack.cli("workflow", "stop", workflow_id)
+    def closed() -> dict[str, Any] | None:
+        row = listed()
+        return row if row["status"] != "running" else None
+
+    row = wait_for(closed, 60, "the workflow to close after its stop")
+    assert (row["phase"], row["status"]) == ("stopped", "completed")
+    table = stack.cli("workflow", "list", env=dict(stack.env, COLUMNS="400")).stdout
+    line = next(text for text in table.splitlines() if workflow_id in text)
+    assert "stopped" in line and "completed" not in line and "PHASE" in table
