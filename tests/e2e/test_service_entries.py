@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.e2e.opencode_support import run_opencode
-from tests.support import REPO, RunningStack, free_port_base
+from tests.support import REPO, RunningStack, free_port_base, wait_for
 
 OPENCODE = REPO / ".tools" / "opencode" / "node_modules" / ".bin" / "opencode"
 
@@ -51,6 +51,40 @@ def test_gateway_entry_serves_every_discoverable_model(stack: RunningStack) -> N
         assert reply.status_code == 200, reply.text
     assert "gateway" in stack.cli("workflow", "log", gateway).stdout
     for workflow_id in (gateway, gpt, qwen):
+        stack.cli("workflow", "stop", workflow_id)
+
+
+def test_gateway_traffic_keeps_a_scale_to_zero_pool_awake(stack: RunningStack) -> None:
+    """A MinReplicas=0, Proxy=false pool used only through the gateway entry: its requests go straight
+    to the copies, past the endpoint proxy, and must still count (issue 13 item 1). Once the load
+    stops, the pool goes to zero within a bound."""
+    gateway = stack.start_entry("LiteLLM Model Gateway", "DiscoveryInterval=1")
+    entrance = stack.endpoint(gateway)
+    headers = {"Authorization": f"Bearer {stack.token_for(entrance['id'])}"}
+    pool = stack.start_entry("vLLM", "Model=hf://Qwen/Qwen3-0.6B,Proxy=false,MinReplicas=0,ScaleToZeroAfter=6")
+
+    def chat() -> int:
+        body = {"model": "Qwen/Qwen3-0.6B", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+        return httpx.post(entrance["url"] + "/v1/chat/completions", headers=headers, json=body,
+                          timeout=130).status_code
+
+    def scale_downs() -> list[str]:
+        return [e["message"] for e in stack.describe(pool)["events"] if e["kind"] == "scale_down"]
+
+    wait_for(lambda: chat() == 200, 120, "the gateway serves the pool", every=0.5)
+    # It may have gone to zero before the gateway discovered it (and been woken by it): count from here.
+    before = len(scale_downs())
+    started = time.monotonic()
+    while time.monotonic() - started < 20:  # longer than 3 × ScaleToZeroAfter
+        assert chat() == 200
+        time.sleep(1.5)  # the load's pace, a request every ~1.5 s: not a synchronization
+    assert scale_downs()[before:] == [], "a pool busy through the gateway was judged idle"
+    assert stack.describe(pool)["desired_replicas"] == 1
+    stopped = time.monotonic()
+    stack.wait_phase(pool, {"scaled_to_zero"}, timeout=40)
+    assert time.monotonic() - stopped < 6 + 20, "idle, it should reach zero soon after ScaleToZeroAfter"
+    assert "ScaleToZeroAfter=6" in scale_downs()[-1]
+    for workflow_id in (pool, gateway):
         stack.cli("workflow", "stop", workflow_id)
 
 
