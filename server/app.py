@@ -56,6 +56,7 @@ from server import request_limits, scheduler
 from server.access import WorkflowAccess, allocation_labels, workflow_reader
 from server.access import in_scope as _in_scope
 from server.autoscaler import (
+    CountingCopies,
     FrontDoorRates,
     LiteLLMRates,
     PoolMemory,
@@ -63,6 +64,7 @@ from server.autoscaler import (
     decide,
     policy_from_annotations,
 )
+from server.copy_activity import CopyActivity, CopyTarget
 from server.models import EndpointRow, WorkflowRow
 from server.replica_keys import replica_keys_router
 from server.secrets import Secrets, check_references
@@ -215,11 +217,14 @@ def build_context(state_dir: Path, temporal_address: str, database_url: str | No
 def create_app(context: ServerContext) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):  # type: ignore[no-untyped-def]
-        task = asyncio.create_task(_autoscale_forever(context, rates, ProxiedRates(litellm_rates, rates)))
+        copies = CopyActivity()
+        task = asyncio.create_task(
+            _autoscale_forever(context, rates, ProxiedRates(litellm_rates, rates), copies))
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        await copies.aclose()
 
     rates = FrontDoorRates()
     litellm_rates = LiteLLMRates()
@@ -729,22 +734,28 @@ def _pool_facts(definition: WorkflowDefinition) -> dict[str, Any]:
             "scale_to_zero_after_s": pool.scale_to_zero_after_s}
 
 
-async def _autoscale_forever(context: ServerContext, rates: FrontDoorRates, proxied: ProxiedRates) -> None:
+async def _autoscale_forever(context: ServerContext, rates: FrontDoorRates, proxied: ProxiedRates,
+                             copies: CopyActivity) -> None:
     memories: dict[str, PoolMemory] = {}
     while True:
         await asyncio.sleep(AUTOSCALE_EVERY_S)
         try:
-            await _autoscale_once(context, rates, proxied, memories)
+            await _autoscale_once(context, rates, proxied, copies, memories)
         except Exception as error:  # noqa: BLE001 — the loop must outlive any one failure; say what it was
             log.warning("autoscaler tick failed: %s: %s", type(error).__name__, error)
 
 
 async def _autoscale_once(context: ServerContext, rates: FrontDoorRates, proxied: ProxiedRates,
-                          memories: dict[str, PoolMemory]) -> None:
+                          copies: CopyActivity, memories: dict[str, PoolMemory]) -> None:
     endpoints = await run_in_threadpool(context.store.endpoints)
     pools = [(e, policy_from_annotations(e.annotations or {})) for e in endpoints]
     active = [(e, p) for e, p in pools
               if p is not None and (p.min_replicas == 0 or p.target_requests_per_s > 0)]
+    # Only a pool that may go to zero needs its copies' own counters (its idleness decides a cold start).
+    may_sleep = {e.id for e, p in active if p is not None and p.min_replicas == 0}
+    replicas = await run_in_threadpool(context.store.replicas) if may_sleep else []
+    await copies.observe(CopyTarget(endpoint_id=r.endpoint_id, copy_id=r.copy_id, url=r.url)
+                         for r in replicas if r.endpoint_id in may_sleep and r.ready)
     if not active:
         return
     client = await context.temporal()
@@ -758,7 +769,7 @@ async def _autoscale_once(context: ServerContext, rates: FrontDoorRates, proxied
         memory = memories.setdefault(endpoint.id, PoolMemory())
         # Proxy=true: the rate measured at the pool's LiteLLM proxy; Proxy=false: at the endpoint proxy.
         fronted = bool((endpoint.annotations or {}).get("proxy"))
-        source = proxied if fronted else rates
+        source = CountingCopies(proxied if fronted else rates, copies)
         decision = decide(policy, status.desired_replicas, source.load(endpoint.id, now), memory, now)
         if decision is None or decision[0] == status.desired_replicas:
             continue
