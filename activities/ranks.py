@@ -16,12 +16,13 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.health import until_hung
 from activities.supervision import RANK_PIDFILE, Supervisor
 from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
 from berth.processes import berth_python, remove_file, tail
 from berth.settings import StateLayout, repo_root
-from workflows.payloads import RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
+from workflows.payloads import HealthCheck, RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
 
 SHM_SCAN_EVERY = 3  # heartbeats between scans of the rank's shared-memory mappings
 ENGINES = ("vllm", "vllm-cpu", "simulator")
@@ -138,8 +139,13 @@ class NodeActivities:
         try:
             # A last look before each stop: a segment made since the previous scan (vLLM's
             # multiprocessing semaphores come and go) would otherwise outlive the killed rank unnoticed.
-            code = await self.supervisor.watch(
-                process, f"rank {spec.rank}", before_stop=scan, on_beat=scan_now_and_then)
+            watching = asyncio.ensure_future(self.supervisor.watch(
+                process, f"rank {spec.rank}", before_stop=scan, on_beat=scan_now_and_then))
+            hung = await _unless_hung(watching, spec.health)
+            if hung is not None:
+                return RankExit(rank=spec.rank, node_id=context.node_id, reason="unhealthy", note=hung,
+                                log_tail=tail(log_path, 15))
+            code = watching.result()
             assert code is not None
             return RankExit(
                 rank=spec.rank, node_id=context.node_id,
@@ -203,6 +209,29 @@ class NodeActivities:
     async def delete_ephemeral_volume(self, workflow_id: str) -> None:
         path = self.context.state.ephemeral_volume(workflow_id)
         await asyncio.to_thread(shutil.rmtree, path, True)
+
+
+async def _unless_hung(watching: asyncio.Future[int | None], health: HealthCheck | None) -> str | None:
+    """Wait until the watched process ends (None), or until its engine is hung: then stop it (cancelling
+    the watch stops its process group) and return why."""
+    if health is None or health.interval_s <= 0:
+        await asyncio.wait({watching})
+        return None
+    hung = asyncio.ensure_future(until_hung(health))
+    try:
+        await asyncio.wait({watching, hung}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the copy stops: the watch stops the group, then the cancel goes on
+        for task in (hung, watching):
+            task.cancel()
+        await asyncio.gather(hung, watching, return_exceptions=True)
+        raise
+    if watching.done():
+        hung.cancel()
+        await asyncio.gather(hung, return_exceptions=True)
+        return None
+    watching.cancel()
+    await asyncio.gather(watching, return_exceptions=True)
+    return hung.result()
 
 
 def _shm_names(pid: str) -> set[str]:

@@ -814,7 +814,12 @@ def _gpu_row(gpu: dict[str, Any], copy_id: str | None) -> dict[str, Any]:
 def _copy_timings(context: ServerContext) -> CopyTimings:
     settings = context.settings
     return CopyTimings(rank_heartbeat_timeout_s=settings.rank_heartbeat_timeout_s,
-                       rank_adopt_window_s=settings.rank_adopt_window_s)
+                       rank_adopt_window_s=settings.rank_adopt_window_s,
+                       health_check_interval_s=settings.health_check_interval_s,
+                       health_check_timeout_s=settings.health_check_timeout_s,
+                       health_failures_to_fail=settings.health_failures_to_fail,
+                       replace_backoff_s=settings.replace_backoff_s,
+                       replace_backoff_max_s=settings.replace_backoff_max_s)
 
 
 def _temporal_status(status: WorkflowExecutionStatus | None) -> str:

@@ -17,6 +17,7 @@ with workflow.unsafe.imports_passed_through():
         CopyResult,
         CopyStatus,
         Event,
+        HealthCheck,
         Placement,
         RankExit,
         RankSpec,
@@ -102,16 +103,20 @@ class CopyWorkflow:
         heartbeat = timedelta(seconds=timings.rank_heartbeat_timeout_s)
         self._stopping = False
         ranks: dict[int, asyncio.Task[RankExit]] = {}
+        url = f"http://{leader.address}:{leader.port}"
+        # Liveness, once the engine answers: only the leader serves HTTP (the other ranks are headless).
+        health = HealthCheck(url=url, interval_s=timings.health_check_interval_s,
+                             timeout_s=timings.health_check_timeout_s,
+                             failures_to_fail=timings.health_failures_to_fail)
         for rank in placement.ranks:
             spec = RankSpec(
                 workflow_id=input.workflow_id, copy_id=input.copy_id, rank=rank.rank, nnodes=input.nodes,
                 engine=input.engine, gpus_per_node=input.gpus_per_node, gpus=rank.gpus,
                 host="0.0.0.0" if input.nodes > 1 else rank.address, port=rank.port,
                 master_addr=leader.address, master_port=placement.master_port, model_dir=input.model_dir,
-                log_name=f"vllm-rank-{rank.rank}",
+                log_name=f"vllm-rank-{rank.rank}", health=health if rank.rank == leader.rank else None,
             )
             ranks[rank.rank] = asyncio.create_task(self._rank_life(spec, rank.node_id))
-        url = f"http://{leader.address}:{leader.port}"
         published = False
         try:
             ready = workflow.start_activity(
