@@ -5,6 +5,7 @@ answers nothing (deadlocked, SIGSTOPped, wedged on a GPU) fails its copy instead
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import httpx
@@ -41,17 +42,26 @@ async def probe(client: httpx.AsyncClient, check: HealthCheck) -> str | None:
     return None if response.status_code == 200 else f"answered {response.status_code}"
 
 
-async def until_hung(check: HealthCheck, transport: httpx.AsyncBaseTransport | None = None) -> str:
+async def until_hung(check: HealthCheck, on_routable: Callable[[bool], Awaitable[None]] | None = None,
+                     transport: httpx.AsyncBaseTransport | None = None) -> str:
     """Probe every `interval_s` and return why the engine is hung; never returns while it stays healthy.
 
-    Probing starts counting only after the first answer: until then the engine is still starting, and
-    its start-up is the readiness probe's business (wait_ready, with the engine's own start timeout)."""
+    As a readiness probe, the first failed probe calls `on_routable(False)` (no new requests to an engine
+    that may be hung) and the next passing one `on_routable(True)`; as a liveness probe, `failures_to_fail`
+    in a row end it. Probing starts only after the first answer: until then the engine is still starting,
+    and its start-up is wait_ready's business (with the engine's own start timeout)."""
     streak = FailureStreak(check.failures_to_fail)
     answered = False
+    routable = True
     async with httpx.AsyncClient(transport=transport) as client:
         while True:
             await asyncio.sleep(check.interval_s)
             failure = await probe(client, check)
             answered = answered or failure is None
-            if answered and streak.record(failure):
+            if not answered:
+                continue
+            if streak.record(failure):
                 return f"/health failed {streak.count} times in a row ({streak.last})"
+            if (failure is None) != routable and on_routable is not None:
+                routable = failure is None
+                await on_routable(routable)

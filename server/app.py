@@ -62,6 +62,7 @@ from workflows.payloads import (
     CopyTimings,
     EndpointService,
     Owner,
+    ReplicaReadiness,
     ReplicaRecord,
     ReserveRequest,
     ScaleRequest,
@@ -585,6 +586,10 @@ def create_app(context: ServerContext) -> FastAPI:
     async def report_load(endpoint_id: str, body: LoadBody, _who: Identity = Depends(admin)) -> None:
         """Requests the endpoint proxy admitted for this endpoint since its last report."""
         rates.add(endpoint_id, body.requests, time.monotonic())
+
+    @app.put("/v1/internal/replicas/{copy_id}/ready", status_code=204)
+    async def replica_readiness(copy_id: str, body: ReplicaReadiness, _who: Identity = Depends(admin)) -> None:
+        await run_in_threadpool(context.store.set_replica_ready, copy_id, body.ready)
 
     @app.post("/v1/internal/replicas/{copy_id}/drain", status_code=204)
     async def drain_replica(copy_id: str, _who: Identity = Depends(admin)) -> None:

@@ -105,7 +105,7 @@ class CopyWorkflow:
         ranks: dict[int, asyncio.Task[RankExit]] = {}
         url = f"http://{leader.address}:{leader.port}"
         # Liveness, once the engine answers: only the leader serves HTTP (the other ranks are headless).
-        health = HealthCheck(url=url, interval_s=timings.health_check_interval_s,
+        health = HealthCheck(url=url, copy_id=input.copy_id, interval_s=timings.health_check_interval_s,
                              timeout_s=timings.health_check_timeout_s,
                              failures_to_fail=timings.health_failures_to_fail)
         for rank in placement.ranks:

@@ -134,6 +134,7 @@ class HealthCheck(Payload):
     engine is hung."""
 
     url: str
+    copy_id: str = ""  # whose published replica leaves routing while a probe fails
     interval_s: float = 5.0
     timeout_s: float = 2.0
     failures_to_fail: int = 3
@@ -229,6 +230,12 @@ class DownloadProgress(Payload):
     eta_s: float | None = None
     files_done: int = 0
     files_total: int = 0
+
+
+class ReplicaReadiness(Payload):
+    """A published copy taken out of routing (its engine stopped answering) or back in (it answers again)."""
+
+    ready: bool
 
 
 class ReplicaRecord(Payload):

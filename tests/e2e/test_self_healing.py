@@ -78,6 +78,12 @@ def replaced(stack: RunningStack, workflow_id: str, victim: str) -> list[str]:
     return ready if len(ready) == 2 and victim not in ready else []
 
 
+def routing(stack: RunningStack, endpoint_id: str) -> dict[str, bool]:
+    """Each published copy of the endpoint: whether proxies route to it."""
+    rows = stack.api("GET", f"/v1/endpoints/{endpoint_id}").json()["replicas"]
+    return {row["copy_id"]: row["ready"] and not row["draining"] for row in rows}
+
+
 def events(info: dict[str, Any], kind: str) -> list[str]:
     return [e["message"] for e in info["events"] if e["kind"] == kind]
 
@@ -88,10 +94,13 @@ def test_a_hung_engine_is_failed_by_its_health_probe_and_replaced(stack: Running
     victim = ready_copies(stack, workflow_id)[0]
     record = rank_record(stack.state_dir, victim, 0)
     pid = int(record["pid"])
+    endpoint_id = stack.endpoint(workflow_id)["id"]
     try:
         with Load(stack, workflow_id) as load:
             wait_for(lambda: len(load.statuses) >= 5, 30, "requests to flow")
             os.killpg(pid, signal.SIGSTOP)  # alive, listening, answering nothing
+            # Readiness: out of routing at the first failed probe, while still published (not yet failed).
+            wait_for(lambda: routing(stack, endpoint_id).get(victim) is False, 30, "the hung copy out of routing")
             wait_for(lambda: replaced(stack, workflow_id, victim), 90, "the hung copy to be re-placed")
             served = len(load.statuses)
             wait_for(lambda: len(load.statuses) >= served + 5, 30, "requests to the new pool")
