@@ -8,6 +8,7 @@ import contextlib
 import functools
 import logging
 import os
+import re
 import shutil
 import signal
 import time
@@ -23,6 +24,7 @@ from activities.health import until_hung
 from activities.supervision import RANK_PIDFILE, Supervisor
 from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
+from berth.child_environment import engine_environment
 from berth.errors import BerthError
 from berth.processes import berth_python, remove_file, tail
 from berth.settings import StateLayout, repo_root
@@ -62,16 +64,52 @@ class NodeContext:
         return self.node_dir / "ranks"
 
 
+ALIAS_DIR = Path("/tmp")
+ALIAS_NAME = re.compile(r"berth-[0-9a-f]{12}")
+
+
 def _short_alias(directory: Path) -> Path:
     """A short /tmp symlink to `directory`: vLLM puts ZMQ IPC sockets in TMPDIR, and a socket path
     may not exceed 107 bytes, which a state dir deep in a tree easily does."""
     import hashlib
 
-    alias = Path("/tmp") / f"berth-{hashlib.sha1(str(directory).encode()).hexdigest()[:12]}"
+    alias = ALIAS_DIR / f"berth-{hashlib.sha1(str(directory).encode()).hexdigest()[:12]}"
     if not alias.is_symlink():
         with contextlib.suppress(FileExistsError):
             alias.symlink_to(directory, target_is_directory=True)
     return alias
+
+
+def prune_rank_dirs(ranks_dir: Path, live: set[Path], alias_dir: Path = ALIAS_DIR) -> list[str]:
+    """At agent start, once the orphans are found (`live`: the rank dirs whose pidfile names a live
+    process, which their workflows may still adopt): remove every other rank dir — its rank ended, or
+    died with a previous agent — and the /tmp aliases that dangle or lead into a removed rank dir.
+    Without it each copy ever started leaves a directory and a /tmp symlink behind for good.
+    Returns what was removed, for the log."""
+    removed = []
+    if ranks_dir.is_dir():
+        for run_dir in sorted(ranks_dir.iterdir()):
+            if run_dir not in live and run_dir.is_dir() and not run_dir.is_symlink():
+                shutil.rmtree(run_dir, ignore_errors=True)
+                removed.append(run_dir.name)
+    with contextlib.suppress(OSError):
+        for alias in sorted(alias_dir.iterdir()):
+            if ALIAS_NAME.fullmatch(alias.name) and alias.is_symlink() and _stale_alias(alias, ranks_dir, live):
+                with contextlib.suppress(OSError):  # another user's, in a sticky /tmp: theirs to prune
+                    alias.unlink()
+                    removed.append(alias.name)
+    return removed
+
+
+def _stale_alias(alias: Path, ranks_dir: Path, live: set[Path]) -> bool:
+    try:
+        target = Path(os.readlink(alias))
+    except OSError:
+        return False
+    if not target.exists():
+        return True  # dangling: whatever rank it served is gone (a live rank's scratch always exists)
+    # Ours (<ranks>/<copy>-r<rank>/tmp) for a rank that is not live any more.
+    return target.parent.parent == ranks_dir and target.parent not in live
 
 
 def _shm_entries() -> set[str]:
@@ -100,7 +138,8 @@ class NodeActivities:
         argv = engine_command(context.engine) + vllm_serve_args(spec)
         run_dir = context.ranks_dir / f"{spec.copy_id}-r{spec.rank}"
         (run_dir / "tmp").mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
+        # Never the agent's own environment: it holds the admin token and the state dir with the keys.
+        env = engine_environment(os.environ, simulator=context.engine == "simulator")
         env.update(rank_environment(spec))
         # Each rank's scratch under the state dir: nothing lands in a shared /tmp or ~/.cache.
         env["TMPDIR"] = str(_short_alias(run_dir / "tmp"))

@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 from activities.ranks import NodeContext
 from activities.supervision import SERVICE_PIDFILE, Supervisor
 from berth.api_client import ApiClient
+from berth.child_environment import BASE_VARIABLES, PYTHON_SETTINGS, inherit
 from berth.errors import BerthError
 from berth.processes import berth_python, remove_file, tail
 from gateway.litellm_service import LiteLLMLaunch, LiteLLMServiceSpec, prepare_launch
@@ -81,7 +82,8 @@ class ServiceActivities:
         """The discovering gateway polls the endpoints API as the workflow's owner."""
         token, _expires = await self.api.owner_token(run.owner)
         await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_TOKEN")}
+        # The owner's token and the API's address only: nothing of the agent's (its admin token, state dir).
+        env = inherit(os.environ, (*BASE_VARIABLES, *PYTHON_SETTINGS))
         env.update({"BERTH_API_URL": self.api.base_url, "BERTH_TOKEN": token, "PYTHONUNBUFFERED": "1"})
         argv = (*berth_python("cli"), "gateway", "--host", run.address, "--port", str(run.port))
         return ServiceLaunch(argv=argv, environment=env, working_directory=workdir)
@@ -153,7 +155,7 @@ class ServiceActivities:
             f"password: {run.password}\nattach: opencode attach {run.endpoint_url or command.url} -p {run.password}\n"
             f"model endpoints: {', '.join(t.url for t in targets.values())}\n"
             f"Berth token for the models lapses: {lapse} (restart the workflow to renew it)\n")
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE")}
+        env = inherit(os.environ, ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE"))
         env.update(command.env)
         return ServiceLaunch(argv=tuple(command.argv), environment=env, working_directory=command.cwd)
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from berth.errors import BerthError
+from berth.errors import BerthError, shown
+from catalog.definition import HF_REPO, HF_REVISION
 from workflows.payloads import DownloadProgress, WeightsInput, WeightsResult
 
 if TYPE_CHECKING:
@@ -22,13 +23,20 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
 def model_dir_for(context: NodeContext, request: WeightsInput) -> Path:
+    """The snapshot's directory inside its volume. The catalog already refuses a revision or repository
+    that could leave it; checked again here, where the path is made, since the path is what matters."""
     job = request.job
     revision = job.revision or "main"
     if job.volume:
         base = context.state.persistent_volume(job.volume)
     else:
         base = context.state.ephemeral_volume(request.workflow_id)
-    return base / "models" / job.repo / revision
+    target = base / "models" / job.repo / revision
+    inside = target.resolve().is_relative_to((base / "models").resolve())
+    if not HF_REPO.fullmatch(job.repo) or not HF_REVISION.match(revision) or not inside:
+        raise ApplicationError(f"{job.repo}@{shown(revision)} does not name a directory inside the volume; "
+                               "pin a branch, tag or commit id", type="WeightsRevisionError", non_retryable=True)
+    return target
 
 
 async def _token(request: WeightsInput, api: ApiClient | None) -> str | None:

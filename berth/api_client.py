@@ -3,6 +3,7 @@ worker and the endpoint proxy. One httpx.AsyncClient per instance; tests inject 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from urllib.parse import quote
 
@@ -33,6 +34,14 @@ _ERRORS: dict[int, type[BerthError]] = {
     400: UserInputError, 401: AuthenticationError, 403: PermissionDeniedError, 404: NotFoundError,
     409: ConflictError, 422: CapacityError, 503: UnavailableError,
 }
+
+
+def _segment(value: str) -> str:
+    """One path segment as the URL carries it: every `/`, `?`, `#` and `%` encoded, so an ID typed on
+    the command line (`../../v1/internal/routes`) stays one segment and never names another route."""
+    if value in ("", ".", ".."):
+        raise UserInputError(f"'{value}' is not an ID. Run the matching `list` command to see the IDs.")
+    return quote(value, safe="")
 
 
 class ApiClient:
@@ -88,40 +97,40 @@ class ApiClient:
         return await self.request("GET", "/v1/workflows")  # type: ignore[no-any-return]
 
     async def describe_workflow(self, workflow_id: str) -> dict[str, Any]:
-        return await self.request("GET", f"/v1/workflows/{workflow_id}")  # type: ignore[no-any-return]
+        return await self.request("GET", f"/v1/workflows/{_segment(workflow_id)}")  # type: ignore[no-any-return]
 
     async def workflow_definition(self, workflow_id: str) -> dict[str, Any]:
-        return await self.request("GET", f"/v1/workflows/{workflow_id}/definition")  # type: ignore[no-any-return]
+        return await self.request("GET", f"/v1/workflows/{_segment(workflow_id)}/definition")  # type: ignore[no-any-return]
 
     async def stop_workflow(self, workflow_id: str) -> dict[str, Any]:
-        return await self.request("POST", f"/v1/workflows/{workflow_id}/stop")  # type: ignore[no-any-return]
+        return await self.request("POST", f"/v1/workflows/{_segment(workflow_id)}/stop")  # type: ignore[no-any-return]
 
     async def workflow_log(self, workflow_id: str, job: str | None, lines: int = 200) -> dict[str, Any]:
         params: dict[str, Any] = {"lines": lines}
         if job:
             params["job"] = job
-        return await self.request("GET", f"/v1/workflows/{workflow_id}/logs", params=params)  # type: ignore[no-any-return]
+        return await self.request("GET", f"/v1/workflows/{_segment(workflow_id)}/logs", params=params)  # type: ignore[no-any-return]
 
     # --- endpoints and nodes ----------------------------------------------------------------------
     async def endpoints(self) -> list[dict[str, Any]]:
         return await self.request("GET", "/v1/endpoints")  # type: ignore[no-any-return]
 
     async def generate_token(self, endpoint_id: str, expiration: str) -> dict[str, Any]:
-        return await self.request("POST", f"/v1/endpoints/{endpoint_id}/tokens",  # type: ignore[no-any-return]
+        return await self.request("POST", f"/v1/endpoints/{_segment(endpoint_id)}/tokens",  # type: ignore[no-any-return]
                                   json={"expiration": expiration})
 
     async def endpoint_client_config(self, endpoint_id: str) -> dict[str, Any]:
-        return await self.request("GET", f"/v1/endpoints/{endpoint_id}/client-config")  # type: ignore[no-any-return]
+        return await self.request("GET", f"/v1/endpoints/{_segment(endpoint_id)}/client-config")  # type: ignore[no-any-return]
 
     async def nodes(self) -> list[dict[str, Any]]:
         return await self.request("GET", "/v1/nodes")  # type: ignore[no-any-return]
 
     async def set_node_draining(self, node_id: str, draining: bool) -> dict[str, Any]:
         action = "drain" if draining else "undrain"
-        return await self.request("POST", f"/v1/nodes/{node_id}/{action}")  # type: ignore[no-any-return]
+        return await self.request("POST", f"/v1/nodes/{_segment(node_id)}/{_segment(action)}")  # type: ignore[no-any-return]
 
     async def heartbeat_node(self, node_id: str, inventory: dict[str, Any]) -> dict[str, Any]:
-        return await self.request("POST", f"/v1/nodes/{node_id}/heartbeat", json=inventory)  # type: ignore[no-any-return]
+        return await self.request("POST", f"/v1/nodes/{_segment(node_id)}/heartbeat", json=inventory)  # type: ignore[no-any-return]
 
     async def jwks(self) -> dict[str, Any]:
         return await self.request("GET", "/.well-known/jwks.json")  # type: ignore[no-any-return]
@@ -145,65 +154,75 @@ class ApiClient:
     async def internal_keys(self) -> dict[str, Any]:
         return await self.request("GET", "/v1/internal/keys")  # type: ignore[no-any-return]
 
+    async def internal_keys_when_up(self, attempts: int = 100, every_s: float = 0.2) -> dict[str, Any]:
+        """The verification keys, waiting for an API that is still starting beside its caller."""
+        for _ in range(attempts - 1):
+            try:
+                return await self.internal_keys()
+            except BerthError:
+                await asyncio.sleep(every_s)
+        return await self.internal_keys()
+
     async def reserve(self, request: ReserveRequest) -> ReserveResult:
         data = await self.request("POST", "/v1/internal/reservations", json=request.model_dump(mode="json"))
         return ReserveResult.model_validate(data)
 
     async def release(self, copy_id: str) -> None:
-        await self.request("DELETE", f"/v1/internal/reservations/{copy_id}")
+        await self.request("DELETE", f"/v1/internal/reservations/{_segment(copy_id)}")
 
     async def publish_replica(self, record: ReplicaRecord) -> None:
-        await self.request("PUT", f"/v1/internal/replicas/{record.copy_id}", json=record.model_dump(mode="json"))
+        await self.request("PUT", f"/v1/internal/replicas/{_segment(record.copy_id)}",
+                           json=record.model_dump(mode="json"))
 
     async def unpublish_replica(self, copy_id: str) -> None:
-        await self.request("DELETE", f"/v1/internal/replicas/{copy_id}")
+        await self.request("DELETE", f"/v1/internal/replicas/{_segment(copy_id)}")
 
     async def report_load(self, endpoint_id: str, requests: int) -> None:
-        await self.request("POST", f"/v1/internal/endpoints/{endpoint_id}/load", json={"requests": requests})
+        await self.request("POST", f"/v1/internal/endpoints/{_segment(endpoint_id)}/load", json={"requests": requests})
 
     async def set_replica_ready(self, copy_id: str, ready: bool) -> None:
         await self.request("PUT", f"/v1/internal/replicas/{copy_id}/ready",
                            json=ReplicaReadiness(ready=ready).model_dump(mode="json"))
 
     async def drain_replica(self, copy_id: str) -> None:
-        await self.request("POST", f"/v1/internal/replicas/{copy_id}/drain")
+        await self.request("POST", f"/v1/internal/replicas/{_segment(copy_id)}/drain")
 
     async def wake_endpoint(self, endpoint_id: str, reason: str = "") -> dict[str, Any]:
-        return await self.request("POST", f"/v1/endpoints/{endpoint_id}/wake",  # type: ignore[no-any-return]
+        return await self.request("POST", f"/v1/endpoints/{_segment(endpoint_id)}/wake",  # type: ignore[no-any-return]
                                   json={"reason": reason})
 
     async def scale_workflow(self, workflow_id: str, replicas: int) -> dict[str, Any]:
-        return await self.request("POST", f"/v1/workflows/{workflow_id}/scale",  # type: ignore[no-any-return]
+        return await self.request("POST", f"/v1/workflows/{_segment(workflow_id)}/scale",  # type: ignore[no-any-return]
                                   json={"replicas": replicas})
 
     async def endpoint_detail(self, endpoint_id: str) -> dict[str, Any]:
-        return await self.request("GET", f"/v1/endpoints/{endpoint_id}")  # type: ignore[no-any-return]
+        return await self.request("GET", f"/v1/endpoints/{_segment(endpoint_id)}")  # type: ignore[no-any-return]
 
     async def remove_endpoint(self, endpoint_id: str) -> None:
-        await self.request("DELETE", f"/v1/internal/endpoints/{endpoint_id}")
+        await self.request("DELETE", f"/v1/internal/endpoints/{_segment(endpoint_id)}")
 
     async def reserve_service_port(self, request: ServicePortRequest) -> ServicePort:
         data = await self.request("POST", "/v1/internal/service-ports", json=request.model_dump(mode="json"))
         return ServicePort.model_validate(data)
 
     async def set_endpoint_service(self, update: EndpointService) -> None:
-        await self.request("PUT", f"/v1/internal/endpoints/{update.endpoint_id}/service",
+        await self.request("PUT", f"/v1/internal/endpoints/{_segment(update.endpoint_id)}/service",
                            json=update.model_dump(mode="json"))
 
     async def owner_token(self, user: str, endpoint_id: str | None = None, ttl_s: int = 7 * 24 * 3600
                           ) -> tuple[str, float]:
         """A token speaking for a workflow's owner (API, or bound to one endpoint), for its service."""
-        data = await self.request("POST", f"/v1/internal/users/{user}/tokens",
+        data = await self.request("POST", f"/v1/internal/users/{_segment(user)}/tokens",
                                   json={"endpoint_id": endpoint_id, "ttl_s": ttl_s})
         return str(data["token"]), float(data["expires_at"])
 
     async def note_token_lapse(self, endpoint_id: str, expires_at: float) -> None:
         """Record on a service's own endpoint when the tokens it borrowed lapse, for `describe`."""
-        await self.request("PUT", f"/v1/internal/endpoints/{endpoint_id}/token-lapse",
+        await self.request("PUT", f"/v1/internal/endpoints/{_segment(endpoint_id)}/token-lapse",
                            json={"expires_at": expires_at})
 
     async def service_token(self, endpoint_id: str) -> str:
-        data = await self.request("POST", f"/v1/internal/endpoints/{endpoint_id}/service-token")
+        data = await self.request("POST", f"/v1/internal/endpoints/{_segment(endpoint_id)}/service-token")
         return str(data["token"])
 
     # --- identity -----------------------------------------------------------------------------------
@@ -218,11 +237,11 @@ class ApiClient:
         return await self.request("POST", "/v1/groups", json={"name": name, "org": org})  # type: ignore[no-any-return]
 
     async def add_member(self, group: str, user: str) -> dict[str, Any]:
-        return await self.request("POST", f"/v1/groups/{group}/members",  # type: ignore[no-any-return]
+        return await self.request("POST", f"/v1/groups/{_segment(group)}/members",  # type: ignore[no-any-return]
                                   json={"user": user})
 
     async def user_token(self, name: str, expiration: str) -> dict[str, Any]:
-        return await self.request("POST", f"/v1/users/{name}/tokens",  # type: ignore[no-any-return]
+        return await self.request("POST", f"/v1/users/{_segment(name)}/tokens",  # type: ignore[no-any-return]
                                   json={"expiration": expiration})
 
     async def tokens(self, user: str | None = None) -> list[TokenRecord]:
@@ -231,10 +250,10 @@ class ApiClient:
         return [TokenRecord.model_validate(row) for row in rows]
 
     async def revoke_token(self, token_id: str) -> RevokeResult:
-        return RevokeResult.model_validate(await self.request("DELETE", f"/v1/tokens/{quote(token_id, safe='')}"))
+        return RevokeResult.model_validate(await self.request("DELETE", f"/v1/tokens/{_segment(token_id)}"))
 
     async def revoke_all_tokens(self, user: str) -> RevokeResult:
-        path = f"/v1/users/{quote(user, safe='')}/tokens/revoke-all"
+        path = f"/v1/users/{_segment(user)}/tokens/revoke-all"
         return RevokeResult.model_validate(await self.request("POST", path))
 
     async def whoami(self) -> dict[str, Any]:

@@ -12,6 +12,17 @@
 
 from __future__ import annotations
 
+# An error quotes at most this much of a value a user sent: a 2 MB name must not come back whole.
+SHOWN_CHARS = 80
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """A user's value as an error message quotes it: cut to `limit` characters, with an ellipsis and
+    its full length when cut, control characters escaped, so the message stays one short line."""
+    text = value if isinstance(value, str) else repr(value)
+    head = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])
+    return head if len(text) <= limit else f"{head}… ({len(text)} characters)"
+
 
 class BerthError(Exception):
     """Base class; `str(error)` is a complete sentence saying what is wrong and what to do."""

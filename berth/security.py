@@ -23,6 +23,11 @@ from berth.errors import AuthenticationError
 ISSUER = "berth"
 API_AUDIENCE = "berth-api"
 ALGORITHM = "EdDSA"
+WORKFLOW_INPUT_AUDIENCE = "berth-workflow-input"
+# A signed start is checked when the control worker first runs it: a day lets a start queued while the
+# worker is down still run, and bounds how long a grant copied out of a history could start its one
+# workflow ID again.
+WORKFLOW_GRANT_TTL_S = 24 * 3600
 
 
 def endpoint_audience(endpoint_id: str) -> str:
@@ -30,7 +35,8 @@ def endpoint_audience(endpoint_id: str) -> str:
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)  # the keys dir: owner only, also where an older Berth made it 0755
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
@@ -111,6 +117,13 @@ class SigningKey:
     def endpoint_token(self, identity: Identity, endpoint_id: str, ttl_s: float) -> str:
         return self.sign({**identity.claims(), "aud": endpoint_audience(endpoint_id), "typ": "endpoint"}, ttl_s)
 
+    def workflow_grant(self, user: str, workflow_id: str, digest: str,
+                       ttl_s: float = WORKFLOW_GRANT_TTL_S) -> str:
+        """The API's signature over one workflow's input (its digest): the control worker runs only what
+        the API started, and holds only the public key, as node agents hold none."""
+        return self.sign({"sub": user, "aud": WORKFLOW_INPUT_AUDIENCE, "typ": "workflow-input",
+                          "wid": workflow_id, "digest": digest}, ttl_s)
+
     def caller_assertion(self, identity: Identity, endpoint_id: str, ttl_s: float = 60) -> str:
         claims = {"sub": identity.user, "groups": list(identity.groups), "org": identity.org,
                   "aud": endpoint_id, "typ": "caller"}
@@ -131,6 +144,19 @@ class TokenVerifier:
                 raw = base64.urlsafe_b64decode(item["x"] + "=" * (-len(item["x"]) % 4))
                 keys[item["kid"]] = Ed25519PublicKey.from_public_bytes(raw)
         return cls(keys)
+
+    def issued(self, token: str) -> bool:
+        """Whether `token` is a Berth token, whatever its audience and even expired: Berth's issuer, or
+        signed under one of these keys. Read unverified on purpose: it decides only what to strip before
+        a request leaves Berth, and stripping a forgery that looks like one of ours costs nothing."""
+        if not token.startswith("eyJ") or token.count(".") != 2:
+            return False  # not a JWT: the common case (an sk-… key) costs one comparison
+        try:
+            header = jwt.get_unverified_header(token)
+            claims = jwt.decode(token, options={"verify_signature": False})
+        except jwt.PyJWTError:
+            return False
+        return header.get("kid") in self.keys or claims.get("iss") == ISSUER
 
     def verify(self, token: str, audience: str) -> dict[str, Any]:
         try:

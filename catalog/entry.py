@@ -13,8 +13,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from berth.errors import NotFoundError, UserInputError
-from catalog.definition import HF_REPO, SECRET_REF
+from berth.child_environment import user_environment_problem
+from berth.errors import NotFoundError, UserInputError, shown
+from catalog.definition import HF_REPO, HF_REVISION, REVISION_HELP, SECRET_REF
+from catalog.limits import check_name_length, check_value_length
 
 CATALOG_DIR = Path(__file__).resolve().parent
 
@@ -43,12 +45,14 @@ def _bound(number: float) -> str:
 
 
 def split_args(name: str, text: str) -> list[str]:
-    """Split a command-line fragment like a POSIX shell would (quotes group words)."""
+    """Split a command-line fragment like a POSIX shell would (quotes group words). Bounded first:
+    shlex.split is quadratic in its input."""
+    check_value_length(name, text)
     try:
         return shlex.split(text)
     except ValueError as error:
         raise UserInputError(
-            f"{name} cannot be split like a shell command line ({error}): {text!r}. Close the quote."
+            f"{name} cannot be split like a shell command line ({error}): {shown(text)!r}. Close the quote."
         ) from None
 
 
@@ -59,7 +63,7 @@ def split_env(name: str, text: str) -> dict[str, str]:
         key, sep, value = word.partition("=")
         if not sep or not ENV_NAME.match(key):
             raise UserInputError(
-                f"{name} must be space-separated NAME=VALUE pairs; '{word}' is not one. "
+                f"{name} must be space-separated NAME=VALUE pairs; '{shown(word)}' is not one. "
                 f"Example: {ENV_EXAMPLE}."
             )
         pairs[key] = value
@@ -101,40 +105,42 @@ class Parameter(BaseModel):
         if kind is ParameterType.ENV and isinstance(raw, dict):
             raw = " ".join(shlex.quote(f"{key}={value}") for key, value in raw.items())
         if isinstance(raw, (dict, list, tuple)):
-            raise UserInputError(f"{self.name} takes a single value, not {type(raw).__name__} {raw!r}.")
+            raise UserInputError(f"{self.name} takes a single value, not {type(raw).__name__} {shown(raw)}.")
         text = str(raw).strip() if not isinstance(raw, bool) else ("true" if raw else "false")
+        check_value_length(self.name, text)
+        quoted = shown(text)
         if kind is ParameterType.INT:
             if isinstance(raw, float) and not raw.is_integer():
-                raise UserInputError(f"{self.name} must be a whole number, not '{text}'.")
+                raise UserInputError(f"{self.name} must be a whole number, not '{quoted}'.")
             try:
                 value: Any = int(raw) if isinstance(raw, float) else int(text.replace("_", ""))
             except ValueError:
-                raise UserInputError(f"{self.name} must be a whole number, not '{text}'.") from None
+                raise UserInputError(f"{self.name} must be a whole number, not '{quoted}'.") from None
         elif kind is ParameterType.FLOAT:
             try:
                 value = float(text)
             except ValueError:
-                raise UserInputError(f"{self.name} must be a number, not '{text}'.") from None
+                raise UserInputError(f"{self.name} must be a number, not '{quoted}'.") from None
             if value != value or value in (float("inf"), float("-inf")):
-                raise UserInputError(f"{self.name} must be a finite number, not '{text}'.")
+                raise UserInputError(f"{self.name} must be a finite number, not '{quoted}'.")
         elif kind is ParameterType.BOOL:
             lowered = text.lower()
             if lowered not in {"true", "false", "1", "0", "yes", "no"}:
-                raise UserInputError(f"{self.name} must be true or false, not '{text}'.")
+                raise UserInputError(f"{self.name} must be true or false, not '{quoted}'.")
             value = lowered in {"true", "1", "yes"}
         elif kind is ParameterType.CHOICE:
             if text not in self.choices:
-                raise UserInputError(f"{self.name} must be one of {', '.join(self.choices)}, not '{text}'.")
+                raise UserInputError(f"{self.name} must be one of {', '.join(self.choices)}, not '{quoted}'.")
             value = text
         elif kind is ParameterType.SECRET:
             if text and not SECRET_REF.match(text):
                 raise UserInputError(
-                    f"{self.name} must be a secret reference like secret://user/NAME, not '{text}'."
+                    f"{self.name} must be a secret reference like secret://user/NAME, not '{quoted}'."
                 )
             if text and self.user_only and not text.startswith("secret://user/"):
                 raise UserInputError(
                     f"{self.name} must be a user-scoped secret reference like secret://user/NAME, not "
-                    f"'{text}': group and organization secrets are refused for environment variables."
+                    f"'{quoted}': group and organization secrets are refused for environment variables."
                 )
             value = text or None
         elif kind is ParameterType.HF_MODEL:
@@ -144,13 +150,15 @@ class Parameter(BaseModel):
             split_args(self.name, text)
             value = text
         elif kind is ParameterType.ENV:
-            split_env(self.name, text)
+            problem = user_environment_problem(split_env(self.name, text), self.name)
+            if problem is not None:
+                raise UserInputError(problem)
             value = text
         else:
             if self.pattern is not None and not re.fullmatch(self.pattern, text):
                 like = f" like {self.example}" if self.example else ""
                 what = f" ({self.help})" if self.help else ""
-                raise UserInputError(f"{self.name} must be a value{like}{what}, not '{text}'.")
+                raise UserInputError(f"{self.name} must be a value{like}{what}, not '{quoted}'.")
             value = text
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if self.min is not None and value < self.min:
@@ -164,13 +172,15 @@ def parse_hf_uri(text: str, parameter: str = "Model") -> tuple[str, str | None]:
     """`hf://org/name[@revision][?options]` → (repo, revision)."""
     example = "hf://openai/gpt-oss-20b or hf://org/name@revision"
     if not text.startswith("hf://"):
-        raise UserInputError(f"{parameter} must be a Hugging Face URI such as {example}, not '{text}'.")
+        raise UserInputError(f"{parameter} must be a Hugging Face URI such as {example}, not '{shown(text)}'.")
     body = text[len("hf://"):].split("?", 1)[0]
-    repo, _, revision = body.partition("@")
-    if not HF_REPO.match(repo):
+    repo, at, revision = body.partition("@")
+    if not HF_REPO.fullmatch(repo):
         raise UserInputError(
-            f"{parameter} must name a repository as org/name (e.g. {example}), not '{text}'."
+            f"{parameter} must name a repository as org/name (e.g. {example}), not '{shown(text)}'."
         )
+    if at and not HF_REVISION.match(revision):
+        raise UserInputError(f"{parameter}'s revision '{shown(revision)}' is not {REVISION_HELP}.")
     return repo, revision or None
 
 
@@ -255,13 +265,14 @@ class Entry(BaseModel):
         for parameter in self.parameters:
             if parameter.name == name:
                 return parameter
+        check_name_length("Parameter", name)  # before difflib, whose cost grows with the name
         names = [p.name for p in self.parameters]
         close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
         if not close:
             close = [n for n in names if n.lower() == name.lower()]
         hint = f" Did you mean {close[0]}?" if close else ""
         raise UserInputError(
-            f"'{self.name}' has no parameter '{name}'.{hint} Its parameters: {', '.join(names)}."
+            f"'{self.name}' has no parameter '{shown(name)}'.{hint} Its parameters: {', '.join(names)}."
         )
 
 
@@ -304,8 +315,9 @@ def find_entry(name: str) -> Entry:
     by_folded.update({entry.slug.casefold(): entry for entry in catalog.values()})
     if name.casefold() in by_folded:
         return by_folded[name.casefold()]
+    check_name_length("Entry", name)  # before difflib, whose cost grows with the name
     close = difflib.get_close_matches(name, list(catalog), n=1, cutoff=0.4)
     hint = f" Did you mean \"{close[0]}\"?" if close else ""
     raise NotFoundError(
-        f"No catalog entry named \"{name}\".{hint} Run `berth workflow catalog list` to see the entries."
+        f"No catalog entry named \"{shown(name)}\".{hint} Run `berth workflow catalog list` to see the entries."
     )

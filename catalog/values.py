@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from berth.errors import UserInputError
+from berth.errors import UserInputError, shown
 
 _KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*=")
 
@@ -42,14 +42,14 @@ def parse_values(text: str) -> dict[str, str]:
             current.append(char)
         index += 1
     if quote:
-        raise UserInputError(f"--values has an unclosed {quote} quote: {text!r}. Close it and try again.")
+        raise UserInputError(f"--values has an unclosed {quote} quote: {shown(text)!r}. Close it and try again.")
     parts.append("".join(current))
     for part in parts:
         key, sep, value = part.partition("=")
         key = key.strip()
         if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", key):
             raise UserInputError(
-                f"--values entry {part!r} is not KEY=VALUE. Use e.g. --values MaxContextSize=32768,Nodes=2."
+                f"--values entry {shown(part)!r} is not KEY=VALUE. Use e.g. --values MaxContextSize=32768,Nodes=2."
             )
         if key in values:
             raise UserInputError(f"--values sets {key} twice. Give each parameter once.")

@@ -165,7 +165,16 @@ def status(state_dir: StateDirOption = None, output: OutputOption = Format.TABLE
         return
     console.print(f"Stack pid {info['pid']}: {'running' if info['running'] else 'NOT running'}")
     console.print(f"  API {info['api_url']}  proxy {info['proxy_url']}  Temporal UI {info['temporal_ui']}")
-    table(info["children"], [("name", "COMPONENT"), ("pid", "PID"), ("running", "RUNNING")])
+    rows = [{**child, "last_exit_at": _exited_at(child.get("last_exit_at"))} for child in info["children"]]
+    table(rows, [("name", "COMPONENT"), ("pid", "PID"), ("running", "RUNNING"), ("restarts", "RESTARTS"),
+                 ("last_exit_status", "LAST EXIT"), ("last_exit_at", "EXITED AT")])
+    if not info.get("restarts_enabled", True):
+        console.print("  Restarts are off (restart_components=false): a crashed component stays down.",
+                      highlight=False)
+
+
+def _exited_at(epoch: float | None) -> str | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch).isoformat(sep=" ", timespec="seconds")
 
 
 # --- component processes (what `berth up` runs; also for multi-host) ---------------------------------

@@ -20,16 +20,17 @@ from typing import Any
 
 from berth.api_client import ApiClient
 from berth.errors import AuthenticationError, BerthError
+from berth.failure_log import FailureLog
 from berth.security import Identity, SigningKey, TokenVerifier, endpoint_audience
 from catalog.definition import Scope
-from gateway import routing
+from gateway import model_cards, routing
+from gateway.credentials import COOKIE_NAME, strip_berth_credentials
 from gateway.metrics import MetricsScraper
 from gateway.routing import Replica, ReplicaMetrics
 from gateway.upstream import HOP_BY_HOP, Receive, Send, UpstreamError, UpstreamPool, relay
 
 log = logging.getLogger("berth.proxy")
 
-COOKIE_NAME = "berth_token"
 CALLER_HEADER = b"x-berth-caller"
 # A client's own x-berth-caller is always dropped: only this proxy may speak for a caller.
 STRIPPED_REQUEST = HOP_BY_HOP | {b"berth-authorization", CALLER_HEADER}
@@ -196,11 +197,14 @@ class EndpointProxy:
         return replica
 
     async def _refresh_forever(self) -> None:
+        failures = FailureLog(log, "route refresh")  # the API down: not one line per second
         while True:
             try:
                 await self.refresh()
             except BerthError as error:
-                log.warning("route refresh failed: %s", error)
+                failures.failed(error)
+            else:
+                failures.succeeded()
             await asyncio.sleep(self.refresh_s)
 
     async def _route(self, endpoint_id: str) -> Route | None:
@@ -397,8 +401,9 @@ class EndpointProxy:
                        target: Replica, rest: str, headers: list[tuple[bytes, bytes]],
                        strip_authorization: bool, session_id: str | None = None,
                        caller: bytes | None = None) -> None:
+        # Every Berth credential goes, whatever its audience: the service's owner must not receive one.
         upstream_headers = [
-            (name, value) for name, value in headers
+            (name, value) for name, value in strip_berth_credentials(headers, self.verifier)
             if name not in STRIPPED_REQUEST and not (strip_authorization and name == b"authorization")
         ]
         if caller is not None:
@@ -426,8 +431,7 @@ class EndpointProxy:
                          if retriable and error.sent_nothing and route.pool else None)
                 target.metrics.failed_at = time.monotonic()  # out until a scrape succeeds again
                 if other is None:
-                    await _json(send, 502, b'{"error":{"message":"The model service did not answer; '
-                                           b'retry shortly.","type":"bad_gateway","code":502}}')
+                    await _upstream_failed(send, route, target)
                     return
                 target.in_flight -= 1
                 target = other
@@ -440,7 +444,10 @@ class EndpointProxy:
                     await _json(send, 502, b'{"error":{"message":"The model service did not answer; '
                                            b'retry shortly.","type":"bad_gateway","code":502}}')
                     return
-            await relay(response, send, log, "upstream", target.url)
+            if model_cards.is_listing(method, rest):
+                await model_cards.relay_listing(response, send, log, target.url)  # no state-dir paths
+            else:
+                await relay(response, send, log, "upstream", target.url)
         finally:
             target.in_flight -= 1
 
@@ -489,6 +496,19 @@ async def _plain(send: Send, status: int, body: bytes) -> None:
                 "headers": [(b"content-type", b"text/plain; charset=utf-8"),
                             (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _upstream_failed(send: Send, route: Route, target: Replica) -> None:
+    """No answer from upstream, nothing sent to the client. A Proxy=true endpoint's LiteLLM that refuses
+    or resets the connection is down and being started again (ServiceWorkflow's back-off): 503 with
+    Retry-After, as documented (docs/architecture.md), not a 502 that reads as a broken model."""
+    if route.service == "litellm" and target.copy_id == "service":
+        await _json(send, 503, b'{"error":{"message":"The endpoint\'s LiteLLM proxy is not answering (it is '
+                    b'being restarted); retry shortly.","type":"service_unavailable","code":503}}',
+                    [(b"retry-after", b"5")])
+        return
+    await _json(send, 502, b'{"error":{"message":"The model service did not answer; '
+                           b'retry shortly.","type":"bad_gateway","code":502}}')
 
 
 async def _json(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:

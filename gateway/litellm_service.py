@@ -23,6 +23,8 @@ import httpx
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from berth.child_environment import BASE_VARIABLES, inherit
+
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
 LITELLM_EXECUTABLE_ENV: Final = "BERTH_LITELLM_BIN"
 CONFIG_FILE_NAME: Final = "litellm_config.yaml"
@@ -32,16 +34,7 @@ CUSTOM_AUTH: Final = "gateway.litellm_auth.user_api_key_auth"
 # The only variables of the caller's environment LiteLLM inherits. LiteLLM reads dozens of others
 # (DATABASE_URL, REDIS_HOST, OPENAI_API_KEY, ...) that would silently change its behaviour, and the
 # node agent's own secrets have no business in it.
-INHERITED_VARIABLES: Final = (
-    "PATH",
-    "HOME",
-    "LANG",
-    "LC_ALL",
-    "TZ",
-    "TMPDIR",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-)
+INHERITED_VARIABLES: Final = BASE_VARIABLES
 
 
 class LiteLLMStartError(RuntimeError):
@@ -149,7 +142,7 @@ def render_environment(
 ) -> dict[str, str]:
     """The LiteLLM process's complete environment (it holds the master key: never log it)."""
     source: Final = os.environ if inherited is None else inherited
-    environment: Final = {name: source[name] for name in INHERITED_VARIABLES if name in source}
+    environment: Final = inherit(source, INHERITED_VARIABLES)
     environment.update(
         {
             "LITELLM_MASTER_KEY": spec.master_key.get_secret_value(),

@@ -16,7 +16,9 @@ from typing import Any
 
 from berth.api_client import ApiClient
 from berth.errors import BerthError
+from berth.security import TokenVerifier
 from gateway import routing
+from gateway.credentials import strip_berth_credentials
 from gateway.metrics import MetricsScraper
 from gateway.upstream import HOP_BY_HOP, Receive, Send, UpstreamError, UpstreamPool, relay
 
@@ -46,6 +48,8 @@ class ModelGateway:
         self.upstream = upstream or UpstreamPool()
         self.refresh_s = refresh_s
         self.hold_deadline_s = hold_deadline_s
+        # No keys: a Berth token is recognised by its issuer, enough to strip it from any header.
+        self._berth_tokens = TokenVerifier()
         self.pools: dict[str, Pool] = {}
         self.not_discoverable: dict[str, str] = {}
         self._told: set[str] = set()
@@ -166,7 +170,7 @@ class ModelGateway:
                             extra=[(b"retry-after", b"10")])
             return
         pool, replica = choice
-        forward = [(k, v) for k, v in headers if k not in STRIPPED]
+        forward = [(k, v) for k, v in strip_berth_credentials(headers, self._berth_tokens) if k not in STRIPPED]
         query = scope.get("query_string") or b""
         target = replica.url + path + ("?" + query.decode("latin-1") if query else "")
         replica.in_flight += 1

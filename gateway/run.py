@@ -27,12 +27,10 @@ def load_signer() -> SigningKey | None:
 def run_endpoint_proxy(api_url: str, token: str, host: str, port: int) -> None:
     async def load_keys() -> TokenVerifier:
         async with ApiClient(api_url, token) as api:
-            for _ in range(100):
-                try:
-                    return TokenVerifier.from_jwks(await api.internal_keys())
-                except BerthError:
-                    await asyncio.sleep(0.2)
-        raise SystemExit(f"cannot load the signing keys from {api_url}")
+            try:
+                return TokenVerifier.from_jwks(await api.internal_keys_when_up())
+            except BerthError:
+                raise SystemExit(f"cannot load the signing keys from {api_url}") from None
 
     verifier = asyncio.run(load_keys())
     app = EndpointProxy(ApiClient(api_url, token), verifier, signer=load_signer())

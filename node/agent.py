@@ -14,7 +14,7 @@ from typing import Any
 
 from temporalio.worker import Worker
 
-from activities.ranks import NodeActivities, NodeContext
+from activities.ranks import NodeActivities, NodeContext, prune_rank_dirs
 from activities.services import ServiceActivities
 from activities.supervision import Orphan, Supervisor
 from berth.api_client import ApiClient
@@ -95,6 +95,11 @@ class NodeAgent:
     async def run(self, stop: asyncio.Event) -> None:
         supervisor = Supervisor(self.config.node_id, self.context.node_dir)
         orphans = supervisor.find_orphans()
+        # After find_orphans, before the workers run: what a workflow may still adopt is kept, and no
+        # rank of this agent can have started yet.
+        pruned = prune_rank_dirs(self.context.ranks_dir, {orphan.pidfile.parent for orphan in orphans})
+        if pruned:
+            log.info("pruned %d stale rank dir(s) and /tmp alias(es): %s", len(pruned), ", ".join(pruned))
         settings = ClusterSettings.load(self.config.state_dir)
         cipher = Cipher.load_or_create(self.state.keys)
         client = await connect(self.config.temporal_address, cipher)

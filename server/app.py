@@ -38,11 +38,12 @@ from berth.settings import CONTROL_TASK_QUEUE, ClusterSettings, StateLayout
 from berth.temporal import connect
 from berth.tokens import TokenKind, parse_duration
 from catalog.definition import ReplicaSpec, WorkflowDefinition
+from catalog.engine_flags import refuse_code_flags
 from catalog.entry import Entry, find_entry, load_catalog
 from catalog.memory import gpus_needed, max_context_that_fits, memory_need, memory_table
 from catalog.render import render, resolve_values
 from server import opencode as opencode_checks
-from server import scheduler
+from server import request_limits, scheduler
 from server.access import WorkflowAccess, allocation_labels, workflow_reader
 from server.access import in_scope as _in_scope
 from server.autoscaler import (
@@ -70,6 +71,7 @@ from workflows.payloads import (
     ServicePort,
     ServicePortRequest,
     ServiceStatus,
+    StopRequest,
 )
 from workflows.service import ServiceWorkflow
 
@@ -211,7 +213,9 @@ def create_app(context: ServerContext) -> FastAPI:
     rates = FrontDoorRates()
     litellm_rates = LiteLLMRates()
 
-    app = FastAPI(title="Berth control plane", lifespan=lifespan)
+    app = FastAPI(title="Berth control plane", lifespan=lifespan,
+                  dependencies=[Depends(request_limits.check_path_ids)])
+    request_limits.install(app, context.settings.max_request_body_bytes)
 
     @app.exception_handler(BerthError)
     async def _berth_error(_request: Request, error: BerthError) -> JSONResponse:
@@ -260,15 +264,14 @@ def create_app(context: ServerContext) -> FastAPI:
 
     @app.get("/v1/catalog/entry")
     async def catalog_entry(name: str, _who: Identity = Depends(caller)) -> dict[str, Any]:
-        return _entry_detail(find_entry(name))
+        return await run_in_threadpool(lambda: _entry_detail(find_entry(name)))
 
     # --- workflows --------------------------------------------------------------------------------
     @app.post("/v1/workflows", status_code=201)
     async def start_workflow(body: StartRequest, who: Identity = Depends(caller)) -> dict[str, Any]:
-        entry = find_entry(body.entry)
-        values = resolve_values(entry, body.values)
-        definition = render(entry, values)
-        _check_capacity(context, entry, definition)
+        # Checking and rendering a submission is CPU work and reads the store: off the event loop, so
+        # one large submission cannot hold every other request (issue 11 item 3).
+        entry, definition = await run_in_threadpool(_prepare, context, body)
         await run_in_threadpool(opencode_checks.check_submission, context.store, definition,
                                 context.settings.proxy_url)
         if definition.service is not None and definition.service.kind == "opencode" \
@@ -300,14 +303,14 @@ def create_app(context: ServerContext) -> FastAPI:
         await run_in_threadpool(context.store.add_workflow, row, definition.model_dump(mode="json"), endpoint)
         try:
             client = await context.temporal()
-            await client.start_workflow(
-                ServiceWorkflow.run,
-                ServiceInput(workflow_id=workflow_id, endpoint_id=endpoint_id,
-                             endpoint_url=_endpoint_url(context, endpoint_id),
-                             owner=Owner(user=who.user, groups=who.groups, org=who.org),
-                             definition=definition, timings=_copy_timings(context)),
-                id=workflow_id, task_queue=CONTROL_TASK_QUEUE,
-            )
+            unsigned = ServiceInput(workflow_id=workflow_id, endpoint_id=endpoint_id,
+                                    endpoint_url=_endpoint_url(context, endpoint_id),
+                                    owner=Owner(user=who.user, groups=who.groups, org=who.org),
+                                    definition=definition, timings=_copy_timings(context))
+            # The control worker runs only an input the API signed (node agents hold no signing key).
+            grant = context.signing.workflow_grant(who.user, workflow_id, unsigned.digest())
+            await client.start_workflow(ServiceWorkflow.run, unsigned.model_copy(update={"grant": grant}),
+                                        id=workflow_id, task_queue=CONTROL_TASK_QUEUE)
         except (RPCError, UnavailableError) as error:
             await run_in_threadpool(context.store.remove_endpoint, endpoint_id)
             raise UnavailableError(f"Temporal refused to start the workflow ({error}); nothing was created.") from None
@@ -369,14 +372,16 @@ def create_app(context: ServerContext) -> FastAPI:
     async def workflow_definition(workflow_id: str, access: WorkflowAccess = Depends(readable)) -> dict[str, Any]:
         access.require_owner("read its definition (it holds its keys and passwords)")
         row = access.row
-        return {"id": row.id, "entry": row.entry, "definition": context.store.workflow_definition(row)}
+        return {"id": row.id, "entry": row.entry,
+                "definition": await run_in_threadpool(context.store.workflow_definition, row)}
 
     @app.post("/v1/workflows/{workflow_id}/stop")
     async def stop_workflow(workflow_id: str, access: WorkflowAccess = Depends(readable)) -> dict[str, Any]:
         access.require_owner("stop it")
         client = await context.temporal()
         try:
-            await client.get_workflow_handle(workflow_id).signal(ServiceWorkflow.stop)
+            await client.get_workflow_handle(workflow_id).signal(ServiceWorkflow.stop,
+                                                                 StopRequest(by=access.who.user))
         except RPCError as error:
             raise NotFoundError(f"Workflow '{workflow_id}' is not running ({error.message}).") from None
         await run_in_threadpool(context.store.mark_stop_requested, workflow_id)
@@ -688,6 +693,16 @@ def create_app(context: ServerContext) -> FastAPI:
         } for e in endpoints]}
 
     return app
+
+
+def _prepare(context: ServerContext, body: StartRequest) -> tuple[Entry, WorkflowDefinition]:
+    """A submission's entry and its rendered definition, once its values and capacity are checked."""
+    entry = find_entry(body.entry)
+    definition = render(entry, resolve_values(entry, body.values))
+    if definition.replica is not None:
+        refuse_code_flags("ExtraArgs", definition.replica.engine.extra_args, context.settings.allow_trust_remote_code)
+    _check_capacity(context, entry, definition)
+    return entry, definition
 
 
 def _pool_facts(definition: WorkflowDefinition) -> dict[str, Any]:

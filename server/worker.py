@@ -8,9 +8,10 @@ from pathlib import Path
 
 from temporalio.worker import Worker
 
+from activities.authorization import InputAuthority
 from activities.control import ControlActivities
 from berth.api_client import ApiClient
-from berth.security import Cipher
+from berth.security import Cipher, TokenVerifier
 from berth.settings import CONTROL_TASK_QUEUE, StateLayout
 from berth.temporal import connect
 from workflows.copy import CopyWorkflow
@@ -23,11 +24,14 @@ async def run_worker(state_dir: Path, temporal_address: str, api_url: str, token
     client = await connect(temporal_address, cipher)
     async with ApiClient(api_url, token) as api:
         control = ControlActivities(api)
+        # The public key only: this worker can check the API's grants but never mint one.
+        authority = InputAuthority(TokenVerifier.from_jwks(await api.internal_keys_when_up()), task_queue)
         worker = Worker(
             client, task_queue=task_queue, workflows=[ServiceWorkflow, CopyWorkflow],
             activities=[control.reserve_placement, control.release_placement, control.publish_replica,
                         control.unpublish_replica, control.remove_endpoint, control.drain_replica,
-                        control.reserve_service_port, control.set_endpoint_service],
+                        control.reserve_service_port, control.set_endpoint_service,
+                        authority.verify_service_input, authority.verify_copy_parent],
         )
         async with worker:
             await stop.wait()

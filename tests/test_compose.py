@@ -35,3 +35,13 @@ def test_dockerfile_copies_existing_paths() -> None:
         if line.startswith("COPY "):
             for source in line.split()[1:-1]:
                 assert (REPO / source).exists(), f"Dockerfile copies missing {source}"
+
+
+def test_temporal_and_its_ui_are_not_published() -> None:
+    """Whoever reaches Temporal can start, terminate and poll: it stays on the compose network."""
+    services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+    for name in ("temporal", "temporal-ui", "postgres"):
+        assert not services[name].get("ports"), f"{name} publishes {services[name]['ports']}"
+    published = {part for service in services.values() for port in service.get("ports", [])
+                 for part in str(port).split(":")}
+    assert not published & {"7233", "8233", "8080"}, published

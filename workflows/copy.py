@@ -12,6 +12,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
+    from workflows.authorized import require_authorized
     from workflows.payloads import (
         CopyInput,
         CopyResult,
@@ -64,6 +65,7 @@ class CopyWorkflow:
     @workflow.run
     async def run(self, input: CopyInput) -> CopyResult:
         self.input = input
+        await require_authorized("verify_copy_parent", input)
         placement = await self._reserve(input)
         try:
             return await self._serve(input, placement)

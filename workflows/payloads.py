@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from enum import Enum
 
@@ -77,6 +79,20 @@ class ServiceInput(Payload):
     definition: WorkflowDefinition
     timings: CopyTimings = CopyTimings()
     endpoint_url: str = ""  # the endpoint's stable public URL (shown by a service's show-server job)
+    grant: str = ""  # the API's signature over the rest (see `digest`); the control worker runs nothing without it
+
+    def digest(self) -> str:
+        """SHA-256 of everything but the grant, in a form both the API and the control worker compute alike."""
+        canonical = json.dumps(self.model_dump(mode="json", exclude={"grant"}), sort_keys=True,
+                               separators=(",", ":"), ensure_ascii=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class StopRequest(Payload):
+    """Stop a service workflow; an argument so that the codec refuses a stop from outside Berth (a signal
+    without one carries nothing the codec could check)."""
+
+    by: str
 
 
 class RankPlacement(Payload):

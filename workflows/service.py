@@ -15,6 +15,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 
 with workflow.unsafe.imports_passed_through():
     from berth.settings import CONTROL_TASK_QUEUE, NODES_TASK_QUEUE, node_task_queue
+    from workflows.authorized import refuse_signal, require_authorized
     from workflows.copy import CopyWorkflow
     from workflows.healing import SAME_FAILURES_TO_FAIL, Pacing, Verdict, decide, failure_signature
     from workflows.payloads import (
@@ -37,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         ServicePortRequest,
         ServiceRun,
         ServiceStatus,
+        StopRequest,
         WeightsInput,
         WeightsResult,
     )
@@ -98,7 +100,11 @@ class ServiceWorkflow:
         )
 
     @workflow.signal
-    def stop(self) -> None:
+    def stop(self, request: StopRequest | None = None) -> None:
+        # Histories from before a stop carried its request replay their bare stops as stops.
+        if request is None and workflow.patched("stop-request"):
+            refuse_signal("stop")
+            return
         if not self.state.stop_requested:
             self.state.stop_requested = True
             self._event("stop_requested", "stop requested")
@@ -132,8 +138,11 @@ class ServiceWorkflow:
                 f"Cannot scale to {request.replicas} copies: MinReplicas is {pool.min_replicas}.")
 
     @workflow.signal
-    def wake(self, reason: str) -> None:
+    def wake(self, reason: str | None = None) -> None:
         """A request reached the pool while it had no copy: bring one up (a no-op when copies exist)."""
+        if reason is None:
+            refuse_signal("wake")
+            return
         if self.state.stop_requested or self.state.desired > 0 or self.input is None:
             return
         if self.input.definition.replica is None:
@@ -143,11 +152,17 @@ class ServiceWorkflow:
         self._update_phase()
 
     @workflow.signal
-    def copy_event(self, event: Event) -> None:
+    def copy_event(self, event: Event | None = None) -> None:
+        if event is None:
+            refuse_signal("copy_event")
+            return
         self._append(event)
 
     @workflow.signal
-    def copy_state(self, info: ReplicaInfo) -> None:
+    def copy_state(self, info: ReplicaInfo | None = None) -> None:
+        if info is None:
+            refuse_signal("copy_state")
+            return
         if info.copy_id in self.state.copies or not self.state.stop_requested:
             self.state.copies[info.copy_id] = info
         if info.status is CopyStatus.READY:  # a copy serves: whatever failed before was not the model
@@ -188,6 +203,12 @@ class ServiceWorkflow:
     @workflow.run
     async def run(self, input: ServiceInput) -> ServiceStatus:
         self.input = input
+        try:
+            await require_authorized("verify_service_input", input)
+        except ApplicationError as error:
+            self.state.last_error = error.message
+            self.state.phase = Phase.FAILED
+            raise
         definition = input.definition
         self._event("submitted", f"{definition.entry} submitted by {input.owner.user}")
         model_dir = ""

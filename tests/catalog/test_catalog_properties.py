@@ -11,6 +11,7 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from berth.child_environment import ENGINE_PREFIXES, user_variable_problem
 from catalog.definition import WorkflowDefinition
 from catalog.entry import Entry, Parameter, ParameterType, load_catalog
 from catalog.render import render, resolve_values
@@ -18,7 +19,10 @@ from catalog.render import render, resolve_values
 SAFE = string.ascii_letters + string.digits + "._-"
 WORD = st.text(SAFE, min_size=1, max_size=12)
 NAME = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True)
-ENV_NAME = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,15}", fullmatch=True)
+# In bounds = a name ExtraEnv allows (berth.child_environment): an engine family's knob, no path, no credential.
+ENV_NAME = st.builds(lambda family, rest: family + rest, st.sampled_from(ENGINE_PREFIXES),
+                     st.from_regex(r"[A-Za-z0-9_]{1,15}", fullmatch=True)).filter(
+    lambda name: user_variable_problem(name) is None)
 
 
 def secret(parameter: Parameter) -> st.SearchStrategy[str]:
@@ -27,7 +31,9 @@ def secret(parameter: Parameter) -> st.SearchStrategy[str]:
 
 
 def hf_model(entry: Entry) -> st.SearchStrategy[str]:
-    revision = st.one_of(st.just(""), WORD.map(lambda r: f"@{r}"))
+    # A revision is a git ref (issue 11 item 10): no `..`, no leading `.` or `-`.
+    ref = st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9_-]|\.[A-Za-z0-9]){0,11}", fullmatch=True)
+    revision = st.one_of(st.just(""), ref.map(lambda r: f"@{r}"))
     if entry.model is not None:  # a per-model entry serves only its own repository
         return revision.map(lambda r: f"hf://{entry.model.repo}{r}")  # type: ignore[union-attr]
     return st.builds(lambda org, name, rev: f"hf://{org}/{name}{rev}", NAME, NAME, revision)

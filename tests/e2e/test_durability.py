@@ -125,6 +125,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             "BERTH_RANK_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S),
             "BERTH_RANK_ADOPT_WINDOW_S": str(ADOPT_WINDOW_S),
             "BERTH_NODE_OFFLINE_AFTER_S": "10",
+            # These tests kill and replace components by hand (or keep them away on purpose).
+            "BERTH_RESTART_COMPONENTS": "false",
         },
     ).start()
     running = Cluster(stack=stack, pids={c["name"]: c["pid"] for c in stack.info["children"]})

@@ -21,8 +21,10 @@ from tests.support import REPO, RunningStack, free_port_base, processes_mentioni
 
 @pytest.fixture
 def one_gpu_stack(tmp_path: Path) -> Iterator[RunningStack]:
+    # Restarts off: these tests stop and replace components by hand (tests/e2e/test_self_healing.py
+    # covers the stack restarting them).
     stack = RunningStack(state_dir=tmp_path / "state", port_base=free_port_base(), nodes=1,
-                         simulate_gpus="1x80GB").start()
+                         simulate_gpus="1x80GB", extra_env={"BERTH_RESTART_COMPONENTS": "false"}).start()
     try:
         yield stack
     finally:

@@ -1,0 +1,46 @@
+"""Strip every Berth credential from a request before it leaves Berth for a model service: a model's
+owner runs that service, and a user's API token, another endpoint's token or the console cookie
+would let them act as the caller on the control plane (issue 11 item 6)."""
+
+from __future__ import annotations
+
+from http.cookies import CookieError, SimpleCookie
+
+from berth.security import TokenVerifier
+
+COOKIE_NAME = "berth_token"
+
+
+def _credential(value: bytes) -> str:
+    text = value.decode("latin-1").strip()
+    return text[7:].strip() if text[:7].lower() == "bearer " else text
+
+
+def _without_berth_cookies(value: bytes, verifier: TokenVerifier) -> bytes | None:
+    """The Cookie header less `berth_token` and any cookie holding a Berth token; None if none is left."""
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(value.decode("latin-1"))
+    except CookieError:
+        return None  # unparseable: it might hide one, and a model service has no use for Berth's cookies
+    kept = [f"{name}={morsel.coded_value}" for name, morsel in jar.items()
+            if name != COOKIE_NAME and not verifier.issued(morsel.value)]
+    return "; ".join(kept).encode("latin-1") if kept else None
+
+
+def strip_berth_credentials(headers: list[tuple[bytes, bytes]],
+                            verifier: TokenVerifier) -> list[tuple[bytes, bytes]]:
+    """`headers` without any value that is a Berth token, whatever its audience and header: keys go in
+    Authorization, x-api-key, x-litellm-api-key and more (LiteLLM reads six), so every header is
+    looked at. A service key (sk-…) and other cookies stay."""
+    kept: list[tuple[bytes, bytes]] = []
+    for name, value in headers:
+        if name == b"cookie":
+            cookies = _without_berth_cookies(value, verifier)
+            if cookies is not None:
+                kept.append((name, cookies))
+        elif verifier.issued(_credential(value)):
+            continue
+        else:
+            kept.append((name, value))
+    return kept

@@ -1,0 +1,89 @@
+"""The endpoint proxy, in process with its real upstream pool on loopback: a Proxy=true endpoint whose
+LiteLLM refuses or resets the connection answers 503 with Retry-After in OpenAI error shape (the
+documented "being restarted" answer), not 502; a direct replica that does not answer stays 502."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from berth.processes import free_port
+from berth.security import SigningKey, TokenVerifier
+from gateway.endpoint_proxy import EndpointProxy
+from gateway.upstream import UpstreamPool
+from tests.gateway.test_endpoint_proxy_identity import FakeApi
+
+
+def _endpoint(service: str | None, url: str) -> dict[str, Any]:
+    route: dict[str, Any] = {"id": "ep-1", "scope": "public", "owner": "alice", "org": "acme", "groups": [],
+                             "service": service, "service_url": url if service else None, "replicas": []}
+    if not service:
+        route["replicas"] = [url]
+    return route
+
+
+async def _ask(proxy: EndpointProxy) -> tuple[int, dict[bytes, bytes], bytes]:
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b'{"model":"m","messages":[]}', "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await proxy.refresh()
+    scope = {"type": "http", "path": "/endpoints/ep-1/v1/chat/completions", "method": "POST",
+             "headers": [(b"content-type", b"application/json")], "query_string": b""}
+    await proxy(scope, receive, send)
+    return sent[0]["status"], dict(sent[0]["headers"]), b"".join(m.get("body", b"") for m in sent[1:])
+
+
+@pytest.fixture()
+def verifier(tmp_path: Path) -> TokenVerifier:
+    return TokenVerifier.from_jwks(SigningKey.load_or_create(tmp_path).jwks())
+
+
+def _proxy(endpoint: dict[str, Any], verifier: TokenVerifier) -> EndpointProxy:
+    return EndpointProxy(FakeApi([endpoint]), verifier, upstream=UpstreamPool(connect_timeout_s=2))  # type: ignore[arg-type]
+
+
+def _assert_unavailable(status: int, headers: dict[bytes, bytes], body: bytes) -> None:
+    assert status == 503 and headers[b"retry-after"] == b"5"
+    error = json.loads(body)["error"]
+    assert error["type"] == "service_unavailable" and error["code"] == 503
+    assert "LiteLLM proxy is not answering" in error["message"]
+
+
+def test_litellm_refusing_connections_is_503_with_retry_after(verifier: TokenVerifier) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens: connection refused
+    _assert_unavailable(*asyncio.run(_ask(_proxy(_endpoint("litellm", closed), verifier))))
+
+
+def test_litellm_resetting_before_a_response_is_503(verifier: TokenVerifier) -> None:
+    async def main() -> tuple[int, dict[bytes, bytes], bytes]:
+        async def reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1)  # the request arrived; answer with an RST, not a response
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+
+        server = await asyncio.start_server(reset, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            return await _ask(_proxy(_endpoint("litellm", f"http://127.0.0.1:{port}"), verifier))
+        finally:
+            server.close()
+
+    _assert_unavailable(*asyncio.run(main()))
+
+
+def test_unreachable_direct_replica_stays_502(verifier: TokenVerifier) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+    status, _headers, body = asyncio.run(_ask(_proxy(_endpoint(None, closed), verifier)))
+    assert status == 502 and json.loads(body)["error"]["type"] == "bad_gateway"
