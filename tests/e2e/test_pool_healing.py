@@ -1,4 +1,4 @@
-"""Self-healing pools on a real simulated stack: a hung engine (SIGSTOPped: alive, socket open, nothing
+"""Self-healing replica pools on a real simulated stack: a hung engine (SIGSTOPped: alive, socket open, nothing
 answers) is failed by its /health probe and re-placed; a crashed copy of a MinReplicas=2 pool is re-placed
 by default while the other copy serves; a model that always fails ends the workflow after the same exit on
 consecutive copies."""
