@@ -163,9 +163,11 @@ class ServiceWorkflow:
         if info is None:
             refuse_signal("copy_state")
             return
+        before = self.state.copies.get(info.copy_id)
         if info.copy_id in self.state.copies or not self.state.stop_requested:
             self.state.copies[info.copy_id] = info
-        if info.status is CopyStatus.READY:  # a copy serves: whatever failed before was not the model
+        became_ready = info.status is CopyStatus.READY and (before is None or before.status is not CopyStatus.READY)
+        if became_ready:  # a copy serves: whatever failed before was not the model
             self.state.failure_streak.clear()
             self.state.streak_replaced = 0
         self._update_phase()
