@@ -52,10 +52,13 @@ def decide(streak: Sequence[str], replaced: int, pacing: Pacing, remaining: int,
         return Decision(Verdict.FAIL, reason=f"{SAME_FAILURES_TO_FAIL} copies in a row failed the same way "
                         f"without one becoming ready; the model keeps failing: {message}")
     if replaced < pacing.budget:
-        backoff = min(pacing.backoff_s * 2 ** replaced, pacing.backoff_max_s)
+        # As Kubernetes restarts a crashed container: the first at once (a one-off crash costs only the
+        # start-up: docs/performance.md measures it), then waits doubling while the failures go on.
+        backoff = 0.0 if replaced == 0 else min(pacing.backoff_s * 2 ** (replaced - 1), pacing.backoff_max_s)
+        when = f"in {backoff:g} s" if backoff else "now"
         return Decision(Verdict.REPLACE, backoff_s=backoff,
-                        reason=f"re-placing it in {backoff:g} s ({replaced + 1} of ReplaceFailedCopies="
-                        f"{pacing.budget} in a row)")
+                        reason=f"re-placing it {when} ({replaced + 1} of ReplaceFailedCopies={pacing.budget} "
+                        "in a row)")
     if remaining >= minimum:
         return Decision(Verdict.DROP, reason=f"dropped; the pool was above its minimum ({remaining + 1} > "
                         f"MinReplicas={minimum}); a later scale-up replaces it")

@@ -68,7 +68,7 @@ class CopyTimings(Payload):
     health_check_interval_s: float = 5.0  # a ready copy's leader probed on /health this often (0 = never)
     health_check_timeout_s: float = 2.0  # a probe unanswered this long failed
     health_failures_to_fail: int = 3  # this many failed probes in a row → the copy failed as a unit
-    replace_backoff_s: float = 5.0  # first wait before re-placing a failed copy; doubles per failure in a row
+    replace_backoff_s: float = 5.0  # wait before the 2nd replacement in a row (the 1st: at once); then doubling
     replace_backoff_max_s: float = 120.0
 
 

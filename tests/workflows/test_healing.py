@@ -11,10 +11,13 @@ PACING = Pacing(budget=3, backoff_s=5.0, backoff_max_s=12.0)
 
 
 def test_a_failed_copy_is_replaced_with_doubling_capped_back_off() -> None:
-    waits = [decide([CRASH, KILLED][: 1 + n % 2], n, PACING, 1, 2, "boom").backoff_s for n in range(3)]
-    assert waits == [5.0, 10.0, 12.0]
+    pacing = Pacing(budget=4, backoff_s=5.0, backoff_max_s=12.0)
+    waits = [decide([CRASH, KILLED][: 1 + n % 2], n, pacing, 1, 2, "boom").backoff_s for n in range(4)]
+    assert waits == [0.0, 5.0, 10.0, 12.0]
     first = decide([CRASH], 0, PACING, 1, 2, "boom")
-    assert first.verdict is Verdict.REPLACE and "1 of ReplaceFailedCopies=3" in first.reason
+    assert first.verdict is Verdict.REPLACE
+    assert first.reason == "re-placing it now (1 of ReplaceFailedCopies=3 in a row)"
+    assert decide([CRASH, KILLED], 1, PACING, 1, 2, "boom").reason.startswith("re-placing it in 5 s (2 of")
 
 
 def test_the_same_exit_on_consecutive_copies_fails_the_workflow_despite_budget() -> None:
