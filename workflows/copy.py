@@ -66,14 +66,25 @@ class CopyWorkflow:
     async def run(self, input: CopyInput) -> CopyResult:
         self.input = input
         await require_authorized("verify_copy_parent", input)
-        placement = await self._reserve(input)
+        try:
+            placement = await self._reserve(input)
+        except asyncio.CancelledError:
+            # Stopped while reserving: the cancel does not wait for reserve_placement, which may still
+            # have placed the copy. Release it, or its GPUs stay held with no copy to free them (a pool
+            # that fails while re-placing a copy does exactly this). Older histories ended here as they were.
+            if workflow.patched("release-on-cancelled-reserve"):
+                await self._release(input)
+            raise
         try:
             return await self._serve(input, placement)
         finally:
-            await workflow.execute_activity(
-                "release_placement", input.copy_id, task_queue=CONTROL_TASK_QUEUE,
-                start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
-            )
+            await self._release(input)
+
+    async def _release(self, input: CopyInput) -> None:
+        await workflow.execute_activity(
+            "release_placement", input.copy_id, task_queue=CONTROL_TASK_QUEUE,
+            start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
+        )
 
     async def _reserve(self, input: CopyInput) -> Placement:
         request = ReserveRequest(workflow_id=input.workflow_id, copy_id=input.copy_id, nodes=input.nodes,
