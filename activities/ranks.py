@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import logging
 import os
 import re
 import shutil
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,17 +20,21 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.health import until_hung
 from activities.supervision import RANK_PIDFILE, Supervisor
 from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
 from berth.child_environment import engine_environment
+from berth.errors import BerthError
 from berth.processes import berth_python, remove_file, tail
 from berth.security import ReplicaKeys
 from berth.settings import StateLayout, repo_root
-from workflows.payloads import RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
+from workflows.payloads import HealthCheck, RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
 
 SHM_SCAN_EVERY = 3  # heartbeats between scans of the rank's shared-memory mappings
 ENGINES = ("vllm", "vllm-cpu", "simulator")
+
+log = logging.getLogger("berth.node")
 
 
 def engine_command(engine: str) -> list[str]:
@@ -180,8 +187,13 @@ class NodeActivities:
         try:
             # A last look before each stop: a segment made since the previous scan (vLLM's
             # multiprocessing semaphores come and go) would otherwise outlive the killed rank unnoticed.
-            code = await self.supervisor.watch(
-                process, f"rank {spec.rank}", before_stop=scan, on_beat=scan_now_and_then)
+            watching = asyncio.ensure_future(self.supervisor.watch(
+                process, f"rank {spec.rank}", before_stop=scan, on_beat=scan_now_and_then))
+            hung = await _unless_hung(watching, spec.health, self._set_routable)
+            if hung is not None:
+                return RankExit(rank=spec.rank, node_id=context.node_id, reason="unhealthy", note=hung,
+                                log_tail=tail(log_path, 15))
+            code = watching.result()
             assert code is not None
             return RankExit(
                 rank=spec.rank, node_id=context.node_id,
@@ -205,6 +217,16 @@ class NodeActivities:
             shutil.rmtree(run_dir / "tmp", ignore_errors=True)
         return RankExit(rank=spec.rank, node_id=self.context.node_id, reason="lost" if adopted.lost else "exited",
                         note=adopted.note, log_tail=adopted.log_tail)
+
+    async def _set_routable(self, copy_id: str, routable: bool) -> None:
+        """Take the copy out of routing while its /health fails, and back in when it answers again; the
+        API being unreachable costs only that (the liveness count goes on)."""
+        if self.api is None:
+            return
+        try:
+            await self.api.set_replica_ready(copy_id, routable)
+        except BerthError as error:
+            log.warning("could not mark %s %s: %s", copy_id, "routable" if routable else "unroutable", error)
 
     def _log_path(self, spec: RankSpec) -> Path:
         return self.context.state.workflow_logs(spec.workflow_id) / spec.copy_id / f"{spec.log_name}.log"
@@ -246,6 +268,30 @@ class NodeActivities:
     async def delete_ephemeral_volume(self, workflow_id: str) -> None:
         path = self.context.state.ephemeral_volume(workflow_id)
         await asyncio.to_thread(shutil.rmtree, path, True)
+
+
+async def _unless_hung(watching: asyncio.Future[int | None], health: HealthCheck | None,
+                       set_routable: Callable[[str, bool], Awaitable[None]]) -> str | None:
+    """Wait until the watched process ends (None), or until its engine is hung: then stop it (cancelling
+    the watch stops its process group) and return why."""
+    if health is None or health.interval_s <= 0:
+        await asyncio.wait({watching})
+        return None
+    hung = asyncio.ensure_future(until_hung(health, functools.partial(set_routable, health.copy_id)))
+    try:
+        await asyncio.wait({watching, hung}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the copy stops: the watch stops the group, then the cancel goes on
+        for task in (hung, watching):
+            task.cancel()
+        await asyncio.gather(hung, watching, return_exceptions=True)
+        raise
+    if watching.done():
+        hung.cancel()
+        await asyncio.gather(hung, return_exceptions=True)
+        return None
+    watching.cancel()
+    await asyncio.gather(watching, return_exceptions=True)
+    return hung.result()
 
 
 def _shm_names(pid: str) -> set[str]:

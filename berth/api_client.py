@@ -22,6 +22,7 @@ from berth.errors import (
 from berth.tokens import RevokeResult, TokenRecord
 from workflows.payloads import (
     EndpointService,
+    ReplicaReadiness,
     ReplicaRecord,
     ReserveRequest,
     ReserveResult,
@@ -178,6 +179,10 @@ class ApiClient:
 
     async def report_load(self, endpoint_id: str, requests: int) -> None:
         await self.request("POST", f"/v1/internal/endpoints/{_segment(endpoint_id)}/load", json={"requests": requests})
+
+    async def set_replica_ready(self, copy_id: str, ready: bool) -> None:
+        await self.request("PUT", f"/v1/internal/replicas/{copy_id}/ready",
+                           json=ReplicaReadiness(ready=ready).model_dump(mode="json"))
 
     async def drain_replica(self, copy_id: str) -> None:
         await self.request("POST", f"/v1/internal/replicas/{_segment(copy_id)}/drain")

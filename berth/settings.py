@@ -101,6 +101,16 @@ class ClusterSettings(BaseModel):
                                             "this long: its workflow asks a restarted agent to adopt it")
     rank_adopt_window_s: float = Field(60.0, gt=0, description="No agent adopted the rank within this: the "
                                        "rank is lost and its copy fails as a unit (a service: started again)")
+    # Liveness of ready copies, as a Kubernetes livenessProbe (periodSeconds, timeoutSeconds,
+    # failureThreshold=3): a hung engine (alive, socket open, nothing answers) is failed and re-placed.
+    health_check_interval_s: float = Field(5.0, ge=0, description="A ready copy's leader rank is probed on "
+                                           "/health this often (0 = never)")
+    health_check_timeout_s: float = Field(2.0, gt=0, description="A /health probe unanswered this long failed")
+    health_failures_to_fail: int = Field(3, ge=1, description="Failed /health probes in a row that fail the "
+                                         "copy as a unit (its pool then re-places it)")
+    replace_backoff_s: float = Field(5.0, ge=0, description="Wait before a pool re-places its second failed copy "
+                                     "in a row (the first goes at once); doubles with each further one")
+    replace_backoff_max_s: float = Field(120.0, ge=0, description="Longest wait before re-placing a failed copy")
     proxy_url: str = Field("http://127.0.0.1:18233", description="Public base URL of the endpoint proxy")
     max_request_body_bytes: int = Field(1024 * 1024, ge=4096, description="Largest request body the API "
                                         "reads (Content-Length or streamed); larger ones get 413")

@@ -75,6 +75,7 @@ from workflows.payloads import (
     CopyTimings,
     EndpointService,
     Owner,
+    ReplicaReadiness,
     ReplicaRecord,
     ReserveRequest,
     ScaleRequest,
@@ -606,6 +607,10 @@ def create_app(context: ServerContext) -> FastAPI:
         """Requests the endpoint proxy admitted for this endpoint since its last report."""
         rates.add(endpoint_id, body.requests, time.monotonic())
 
+    @app.put("/v1/internal/replicas/{copy_id}/ready", status_code=204)
+    async def replica_readiness(copy_id: str, body: ReplicaReadiness, _who: Identity = Depends(admin)) -> None:
+        await run_in_threadpool(context.store.set_replica_ready, copy_id, body.ready)
+
     @app.post("/v1/internal/replicas/{copy_id}/drain", status_code=204)
     async def drain_replica(copy_id: str, _who: Identity = Depends(admin)) -> None:
         await run_in_threadpool(context.store.drain_replica, copy_id)
@@ -857,7 +862,12 @@ def _gpu_row(gpu: dict[str, Any], copy_id: str | None) -> dict[str, Any]:
 def _copy_timings(context: ServerContext) -> CopyTimings:
     settings = context.settings
     return CopyTimings(rank_heartbeat_timeout_s=settings.rank_heartbeat_timeout_s,
-                       rank_adopt_window_s=settings.rank_adopt_window_s)
+                       rank_adopt_window_s=settings.rank_adopt_window_s,
+                       health_check_interval_s=settings.health_check_interval_s,
+                       health_check_timeout_s=settings.health_check_timeout_s,
+                       health_failures_to_fail=settings.health_failures_to_fail,
+                       replace_backoff_s=settings.replace_backoff_s,
+                       replace_backoff_max_s=settings.replace_backoff_max_s)
 
 
 def _temporal_status(status: WorkflowExecutionStatus | None) -> str:

@@ -228,6 +228,13 @@ class Store:
             else:
                 row.url, row.ready, row.draining, row.updated_at = url, ready, draining, time.time()
 
+    def set_replica_ready(self, copy_id: str, ready: bool) -> None:
+        """Route to a published copy or not; a copy not (or no longer) published stays unpublished."""
+        with self.session() as s:
+            row = s.get(ReplicaRow, copy_id)
+            if row is not None:
+                row.ready, row.updated_at = ready, time.time()
+
     def drain_replica(self, copy_id: str) -> None:
         """Mark a copy draining: proxies stop choosing it; it stays listed until it is unpublished."""
         with self.session() as s:

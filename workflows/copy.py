@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
         CopyResult,
         CopyStatus,
         Event,
+        HealthCheck,
         Placement,
         RankExit,
         RankSpec,
@@ -65,14 +66,25 @@ class CopyWorkflow:
     async def run(self, input: CopyInput) -> CopyResult:
         self.input = input
         await require_authorized("verify_copy_parent", input)
-        placement = await self._reserve(input)
+        try:
+            placement = await self._reserve(input)
+        except asyncio.CancelledError:
+            # Stopped while reserving: the cancel does not wait for reserve_placement, which may still
+            # have placed the copy. Release it, or its GPUs stay held with no copy to free them (a pool
+            # that fails while re-placing a copy does exactly this). Older histories ended here as they were.
+            if workflow.patched("release-on-cancelled-reserve"):
+                await self._release(input)
+            raise
         try:
             return await self._serve(input, placement)
         finally:
-            await workflow.execute_activity(
-                "release_placement", input.copy_id, task_queue=CONTROL_TASK_QUEUE,
-                start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
-            )
+            await self._release(input)
+
+    async def _release(self, input: CopyInput) -> None:
+        await workflow.execute_activity(
+            "release_placement", input.copy_id, task_queue=CONTROL_TASK_QUEUE,
+            start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
+        )
 
     async def _reserve(self, input: CopyInput) -> Placement:
         request = ReserveRequest(workflow_id=input.workflow_id, copy_id=input.copy_id, nodes=input.nodes,
@@ -104,16 +116,20 @@ class CopyWorkflow:
         heartbeat = timedelta(seconds=timings.rank_heartbeat_timeout_s)
         self._stopping = False
         ranks: dict[int, asyncio.Task[RankExit]] = {}
+        url = f"http://{leader.address}:{leader.port}"
+        # Liveness, once the engine answers: only the leader serves HTTP (the other ranks are headless).
+        health = HealthCheck(url=url, copy_id=input.copy_id, interval_s=timings.health_check_interval_s,
+                             timeout_s=timings.health_check_timeout_s,
+                             failures_to_fail=timings.health_failures_to_fail)
         for rank in placement.ranks:
             spec = RankSpec(
                 workflow_id=input.workflow_id, copy_id=input.copy_id, rank=rank.rank, nnodes=input.nodes,
                 engine=input.engine, gpus_per_node=input.gpus_per_node, gpus=rank.gpus,
                 host="0.0.0.0" if input.nodes > 1 else rank.address, port=rank.port,
                 master_addr=leader.address, master_port=placement.master_port, model_dir=input.model_dir,
-                log_name=f"vllm-rank-{rank.rank}",
+                log_name=f"vllm-rank-{rank.rank}", health=health if rank.rank == leader.rank else None,
             )
             ranks[rank.rank] = asyncio.create_task(self._rank_life(spec, rank.node_id))
-        url = f"http://{leader.address}:{leader.port}"
         published = False
         try:
             ready = workflow.start_activity(
