@@ -60,8 +60,11 @@ from server.store import Store
 from server.token_registry import TokenRegistry
 from server.tokens import record_minted, token_router
 from workflows.payloads import (
+    MAX_HOLDINGS,
     CopyTimings,
     EndpointService,
+    FenceRequest,
+    NodeHolding,
     Owner,
     ReplicaRecord,
     ReserveRequest,
@@ -543,7 +546,8 @@ def create_app(context: ServerContext) -> FastAPI:
     async def node_heartbeat(node_id: str, inventory: dict[str, Any],
                              _who: Identity = Depends(admin)) -> dict[str, Any]:
         port_start = int(inventory.get("port_start", 0))
-        row = await run_in_threadpool(context.store.heartbeat_node, node_id, inventory, port_start)
+        held = _holdings(inventory)
+        row = await run_in_threadpool(context.store.heartbeat_node, node_id, inventory, port_start, held)
         return {"id": row.id, "state": context.store.node_state(row)}
 
     @app.get("/v1/nodes")
@@ -580,6 +584,10 @@ def create_app(context: ServerContext) -> FastAPI:
     @app.delete("/v1/internal/reservations/{copy_id}", status_code=204)
     async def release(copy_id: str, _who: Identity = Depends(admin)) -> None:
         await run_in_threadpool(context.store.release, copy_id)
+
+    @app.post("/v1/internal/reservations/{copy_id}/fence", status_code=204)
+    async def fence(copy_id: str, request: FenceRequest, _who: Identity = Depends(admin)) -> None:
+        await run_in_threadpool(context.store.fence, copy_id, request.nodes)
 
     @app.put("/v1/internal/replicas/{copy_id}", status_code=204)
     async def publish(copy_id: str, record: ReplicaRecord, _who: Identity = Depends(admin)) -> None:
@@ -698,6 +706,16 @@ def _prepare(context: ServerContext, body: StartRequest) -> tuple[Entry, Workflo
         refuse_code_flags("ExtraArgs", definition.replica.engine.extra_args, context.settings.allow_trust_remote_code)
     _check_capacity(context, entry, definition)
     return entry, definition
+
+
+def _holdings(inventory: dict[str, Any]) -> list[NodeHolding] | None:
+    """What the node's live rank processes hold; None from an agent too old to say (no fencing then)."""
+    raw = inventory.get("held")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) > MAX_HOLDINGS:
+        raise UserInputError(f"a node heartbeat's 'held' must be a list of at most {MAX_HOLDINGS} holdings")
+    return [NodeHolding.model_validate(item) for item in raw]
 
 
 def _pool_facts(definition: WorkflowDefinition) -> dict[str, Any]:
