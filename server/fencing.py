@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 
 from sqlalchemy import delete, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import InstrumentedAttribute, Session
+from sqlalchemy.sql.elements import ColumnElement
 
 from server.models import AllocationRow, PortRow
 from workflows.payloads import NodeHolding
@@ -19,9 +20,9 @@ from workflows.payloads import NodeHolding
 log = logging.getLogger("berth.server")
 
 
-def not_fenced(column: object) -> object:
+def not_fenced(column: InstrumentedAttribute[bool | None]) -> ColumnElement[bool]:
     """SQL for rows a copy's release may free (fenced is NULL in rows from before fencing)."""
-    return or_(column.is_(None), column.is_(False))  # type: ignore[attr-defined]
+    return or_(column.is_(None), column.is_(False))
 
 
 def fence(s: Session, copy_id: str, nodes: tuple[str, ...]) -> None:
