@@ -42,8 +42,8 @@ from catalog.engine_flags import refuse_code_flags
 from catalog.entry import Entry, find_entry, load_catalog
 from catalog.memory import gpus_needed, max_context_that_fits, memory_need, memory_table
 from catalog.render import render, resolve_values
+from server import fencing, request_limits, scheduler
 from server import opencode as opencode_checks
-from server import request_limits, scheduler
 from server.access import WorkflowAccess, allocation_labels, workflow_reader
 from server.access import in_scope as _in_scope
 from server.autoscaler import (
@@ -60,11 +60,9 @@ from server.store import Store
 from server.token_registry import TokenRegistry
 from server.tokens import record_minted, token_router
 from workflows.payloads import (
-    MAX_HOLDINGS,
     CopyTimings,
     EndpointService,
     FenceRequest,
-    NodeHolding,
     Owner,
     ReplicaRecord,
     ReserveRequest,
@@ -546,7 +544,7 @@ def create_app(context: ServerContext) -> FastAPI:
     async def node_heartbeat(node_id: str, inventory: dict[str, Any],
                              _who: Identity = Depends(admin)) -> dict[str, Any]:
         port_start = int(inventory.get("port_start", 0))
-        held = _holdings(inventory)
+        held = fencing.holdings(inventory)
         row = await run_in_threadpool(context.store.heartbeat_node, node_id, inventory, port_start, held)
         return {"id": row.id, "state": context.store.node_state(row)}
 
@@ -706,16 +704,6 @@ def _prepare(context: ServerContext, body: StartRequest) -> tuple[Entry, Workflo
         refuse_code_flags("ExtraArgs", definition.replica.engine.extra_args, context.settings.allow_trust_remote_code)
     _check_capacity(context, entry, definition)
     return entry, definition
-
-
-def _holdings(inventory: dict[str, Any]) -> list[NodeHolding] | None:
-    """What the node's live rank processes hold; None from an agent too old to say (no fencing then)."""
-    raw = inventory.get("held")
-    if raw is None:
-        return None
-    if not isinstance(raw, list) or len(raw) > MAX_HOLDINGS:
-        raise UserInputError(f"a node heartbeat's 'held' must be a list of at most {MAX_HOLDINGS} holdings")
-    return [NodeHolding.model_validate(item) for item in raw]
 
 
 def _pool_facts(definition: WorkflowDefinition) -> dict[str, Any]:

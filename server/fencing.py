@@ -9,15 +9,31 @@ Run inside the store's placement lock, so no placement reads the rows half recon
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.orm import InstrumentedAttribute, Session
 from sqlalchemy.sql.elements import ColumnElement
 
+from berth.errors import UserInputError
 from server.models import AllocationRow, PortRow
-from workflows.payloads import NodeHolding
+from workflows.payloads import MAX_HOLDINGS, NodeHolding
 
 log = logging.getLogger("berth.server")
+
+
+def holdings(inventory: dict[str, Any]) -> list[NodeHolding] | None:
+    """What the node's live rank processes hold; None from an agent too old to say (no fencing then)."""
+    raw = inventory.get("held")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) > MAX_HOLDINGS:
+        raise UserInputError(f"a node heartbeat's 'held' must be a list of at most {MAX_HOLDINGS} holdings")
+    try:
+        return [NodeHolding.model_validate(item) for item in raw]
+    except ValidationError as error:
+        raise UserInputError(f"a node heartbeat's 'held' is malformed: {error.errors()[0]['msg']}") from None
 
 
 def not_fenced(column: InstrumentedAttribute[bool | None]) -> ColumnElement[bool]:

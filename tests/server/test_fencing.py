@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from berth.errors import UserInputError
 from berth.security import Cipher
+from server.fencing import holdings
 from server.store import Store
 from workflows.payloads import NodeHolding, ReserveRequest
 
@@ -59,3 +63,11 @@ def test_a_heartbeat_without_holdings_leaves_fences_alone(tmp_path: Path) -> Non
     store.release("wf.copy-0")
     store.heartbeat_node("n0", INVENTORY, port_start=30000)  # an agent too old to report what it holds
     assert [a.copy_id for a in store.allocations()] == ["wf.copy-0"]
+
+
+def test_a_malformed_or_oversized_holdings_report_is_refused_in_one_line() -> None:
+    assert holdings({}) is None  # an agent from before fencing
+    with pytest.raises(UserInputError, match="at most 256 holdings"):
+        holdings({"held": [{"owner": "c"}] * 257})
+    with pytest.raises(UserInputError, match="'held' is malformed: String should have at most 160"):
+        holdings({"held": [{"owner": "c" * 161}]})
