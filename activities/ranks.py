@@ -23,6 +23,7 @@ from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
 from berth.child_environment import engine_environment
 from berth.processes import berth_python, read_pidfile, remove_file, tail
+from berth.security import ReplicaKeys
 from berth.settings import StateLayout, repo_root
 from workflows.payloads import RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
 
@@ -120,6 +121,8 @@ class NodeActivities:
         self.context = context
         self.supervisor = supervisor
         self.api = api  # resolves secrets at the last moment (never through Temporal)
+        # Each copy's API key is derived here, on the node, from the state dir's keys: never carried.
+        self.replica_keys = ReplicaKeys.load_or_create(context.state.keys)
 
     @activity.defn(name="run_rank")
     async def run_rank(self, spec: RankSpec) -> RankExit:
@@ -134,7 +137,7 @@ class NodeActivities:
         (run_dir / "tmp").mkdir(parents=True, exist_ok=True)
         # Never the agent's own environment: it holds the admin token and the state dir with the keys.
         env = engine_environment(os.environ, simulator=context.engine == "simulator")
-        env.update(rank_environment(spec))
+        env.update(rank_environment(spec, self.replica_keys.for_copy(spec.copy_id)))
         # Each rank's scratch under the state dir: nothing lands in a shared /tmp or ~/.cache.
         env["TMPDIR"] = str(_short_alias(run_dir / "tmp"))
         # vLLM's cache (model-class inspection, compile artifacts) is keyed by content hash and made to be
@@ -211,9 +214,12 @@ class NodeActivities:
     async def wait_ready(self, check: ReadyCheck) -> None:
         """Ready = `/health` answers 200 from a listener that is the copy's rank 0 (its process group owns
         the listening socket: an orphan or a foreign server on the port must never pass for the copy),
-        then `/v1/models` lists the served model."""
+        then `/v1/models` (with the copy's key) lists the served model."""
         deadline = time.monotonic() + check.timeout_s
         last = "no answer yet"
+        # The key goes only to /v1/models, once the listener is proven the copy's own: never to a foreign
+        # process on the port (/health asks for no key, in vLLM as in the simulator).
+        headers = {"Authorization": f"Bearer {self.replica_keys.for_copy(check.copy_id)}"} if check.copy_id else {}
         async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as client:
             while time.monotonic() < deadline:
                 activity.heartbeat(last)
@@ -222,7 +228,7 @@ class NodeActivities:
                     if health.status_code == 200 and check.copy_id and (owner := await self._listener(check)):
                         last = owner  # rank 0 not recorded yet: the answer cannot be its own
                     elif health.status_code == 200:
-                        models = await client.get(f"{check.url}/v1/models")
+                        models = await client.get(f"{check.url}/v1/models", headers=headers)
                         ids = [m.get("id") for m in models.json().get("data", [])] if models.is_success else []
                         if check.model_id in ids:
                             return

@@ -81,10 +81,12 @@ class ServiceActivities:
     async def _gateway_launch(self, run: ServiceRun, workdir: Path) -> ServiceLaunch:
         """The discovering gateway polls the endpoints API as the workflow's owner."""
         token, _expires = await self.api.owner_token(run.owner)
+        keys_token = await self.api.replica_keys_token(run.owner)  # the keys of the copies it discovers
         await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
         # The owner's token and the API's address only: nothing of the agent's (its admin token, state dir).
         env = inherit(os.environ, (*BASE_VARIABLES, *PYTHON_SETTINGS))
-        env.update({"BERTH_API_URL": self.api.base_url, "BERTH_TOKEN": token, "PYTHONUNBUFFERED": "1"})
+        env.update({"BERTH_API_URL": self.api.base_url, "BERTH_TOKEN": token,
+                    "BERTH_REPLICA_KEYS_TOKEN": keys_token, "PYTHONUNBUFFERED": "1"})
         argv = (*berth_python("cli"), "gateway", "--host", run.address, "--port", str(run.port))
         return ServiceLaunch(argv=argv, environment=env, working_directory=workdir)
 

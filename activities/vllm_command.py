@@ -51,8 +51,12 @@ def vllm_serve_args(spec: RankSpec) -> list[str]:
     return args
 
 
-def rank_environment(spec: RankSpec) -> dict[str, str]:
+def rank_environment(spec: RankSpec, api_key: str | None = None) -> dict[str, str]:
     env = dict(spec.engine.extra_env)
     if spec.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
+    if api_key:
+        # vLLM guards /v1 with VLLM_API_KEY as with --api-key, which would put the key in argv
+        # (/proc/PID/cmdline, readable by every local user); set last, so nothing overrides it.
+        env["VLLM_API_KEY"] = api_key
     return env

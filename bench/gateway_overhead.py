@@ -31,14 +31,15 @@ def main() -> None:
     gateway = None
     try:
         workflow_id = stack.start_entry("GPT-OSS 20B", "Proxy=false")
-        replica = stack.describe(workflow_id)["replicas"][0]["url"]
+        copy = stack.describe(workflow_id)["replicas"][0]
+        replica, direct_auth = copy["url"], {"Authorization": f"Bearer {stack.replica_key(copy['copy_id'])}"}
         endpoint = stack.endpoint(workflow_id)
         gateway, gateway_url = start_gateway(stack, stack.token)
         wait_for(lambda: any(m["id"] == BODY["model"] for m in
                              httpx.get(gateway_url + "/v1/models", timeout=5).json()["data"]), 30,
                  "the gateway to discover the pool")
         paths = {
-            "direct": (replica + "/v1/chat/completions", {}),
+            "direct": (replica + "/v1/chat/completions", direct_auth),
             "endpoint_proxy": (endpoint["url"] + "/v1/chat/completions",
                                {"Authorization": f"Bearer {stack.token_for(endpoint['id'])}"}),
             "gateway": (gateway_url + "/v1/chat/completions", {}),

@@ -37,11 +37,12 @@ def main() -> None:
     stock = None
     try:
         workflow_id = stack.start_entry("GPT-OSS 20B")  # Proxy=true: endpoint proxy → LiteLLM → replica
-        replica = stack.describe(workflow_id)["replicas"][0]["url"]
+        copy = stack.describe(workflow_id)["replicas"][0]
+        replica, replica_key = copy["url"], stack.replica_key(copy["copy_id"])
         endpoint = stack.endpoint(workflow_id)
         auth = {"Authorization": f"Bearer {stack.token_for(endpoint['id'])}"}
         full_url = endpoint["url"] + "/v1/chat/completions"
-        stock, stock_base = start_litellm(replica, workdir)
+        stock, stock_base = start_litellm(replica, workdir, replica_key)
         stock_url = stock_base + "/v1/chat/completions"
         stock_auth = {"Authorization": "Bearer sk-bench-master"}
         # Interleaved rounds: the shared cores' load drifts; alternating keeps the comparison fair.

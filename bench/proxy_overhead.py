@@ -90,11 +90,11 @@ async def stream_chunks(url: str, headers: dict[str, str], requests: int) -> int
     return chunks
 
 
-def start_litellm(replica: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_litellm(replica: str, workdir: Path, replica_key: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     config = {"model_list": [{"model_name": "openai/gpt-oss-20b",
                               "litellm_params": {"model": "openai/openai/gpt-oss-20b", "api_base": replica + "/v1",
-                                                 "api_key": "none"}}],
+                                                 "api_key": replica_key}}],
               "general_settings": {"master_key": "sk-bench-master"},
               "litellm_settings": {"telemetry": False, "num_retries": 0}}
     path = workdir / "litellm.yaml"
@@ -117,11 +117,13 @@ def main() -> None:
     try:
         # Proxy=false: this bench measures the endpoint proxy alone (bench/litellm_overhead.py: the full path).
         workflow_id = stack.start_entry("GPT-OSS 20B", "Proxy=false")
-        replica = stack.describe(workflow_id)["replicas"][0]["url"]
+        copy = stack.describe(workflow_id)["replicas"][0]
+        replica, replica_key = copy["url"], stack.replica_key(copy["copy_id"])
+        direct_auth = {"Authorization": f"Bearer {replica_key}"}  # every copy wants its own key
         endpoint = stack.endpoint(workflow_id)
         auth = {"Authorization": f"Bearer {stack.token_for(endpoint['id'])}"}
         direct_url, proxy_url = replica + "/v1/chat/completions", endpoint["url"] + "/v1/chat/completions"
-        direct = asyncio.run(latencies(direct_url, {}, 300))
+        direct = asyncio.run(latencies(direct_url, direct_auth, 300))
         proxied = asyncio.run(latencies(proxy_url, auth, 300))
         added_p50 = summary(proxied)["p50"] - summary(direct)["p50"]
         proxy_pid = next(c["pid"] for c in stack.info["children"] if c["name"] == "proxy")
@@ -129,8 +131,8 @@ def main() -> None:
         chunks = asyncio.run(stream_chunks(proxy_url, auth, 20))
         cpu_per_chunk_ms = (cpu_seconds(proxy_pid) - before) * 1000 / max(chunks, 1)
         proxy_rps = asyncio.run(rps(proxy_url, auth))
-        direct_rps = asyncio.run(rps(direct_url, {}))
-        httpx_rps = {"direct": asyncio.run(throughput(direct_url, {}, 32, 6)),
+        direct_rps = asyncio.run(rps(direct_url, direct_auth))
+        httpx_rps = {"direct": asyncio.run(throughput(direct_url, direct_auth, 32, 6)),
                      "proxy": asyncio.run(throughput(proxy_url, auth, 32, 6))}
         result: dict[str, object] = {
             "latency_ms_concurrency_1": {"direct": summary(direct), "proxy": summary(proxied)},
@@ -139,7 +141,7 @@ def main() -> None:
             "proxy_cpu_ms_per_streamed_chunk": cpu_per_chunk_ms, "streamed_chunks": chunks,
         }
         if litellm_bin():
-            litellm, litellm_url = start_litellm(replica, workdir)
+            litellm, litellm_url = start_litellm(replica, workdir, replica_key)
             litellm_headers = {"Authorization": "Bearer sk-bench-master"}
             litellm_rps = asyncio.run(rps(litellm_url + "/v1/chat/completions", litellm_headers))
             before = cpu_seconds(litellm.pid)

@@ -221,6 +221,16 @@ class ApiClient:
         await self.request("PUT", f"/v1/internal/endpoints/{_segment(endpoint_id)}/token-lapse",
                            json={"expires_at": expires_at})
 
+    async def replica_keys_token(self, user: str) -> str:
+        """For the gateway a node starts for `user`: reads the keys of the copies `user` may reach."""
+        data = await self.request("POST", f"/v1/internal/users/{user}/replica-keys-token")
+        return str(data["token"])
+
+    async def replica_keys(self) -> dict[str, str]:
+        """copy id → key of the copies this client's token may call directly (never logged)."""
+        data = await self.request("GET", "/v1/internal/replica-keys")
+        return {str(copy_id): str(key) for copy_id, key in (data.get("keys") or {}).items()}
+
     async def service_token(self, endpoint_id: str) -> str:
         data = await self.request("POST", f"/v1/internal/endpoints/{_segment(endpoint_id)}/service-token")
         return str(data["token"])

@@ -4,6 +4,8 @@ and AES-GCM for secrets at rest and Temporal payloads."""
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import os
 import secrets
@@ -30,6 +32,10 @@ WORKFLOW_INPUT_AUDIENCE = "berth-workflow-input"
 WORKFLOW_GRANT_TTL_S = 24 * 3600
 
 
+# A gateway's token for its owner's copies' keys (server/replica_keys.py): read by no other route.
+REPLICA_KEYS_AUDIENCE = "berth-replica-keys"
+
+
 def endpoint_audience(endpoint_id: str) -> str:
     return f"endpoint:{endpoint_id}"
 
@@ -40,6 +46,16 @@ def _write_private(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
+
+
+def _load_or_create_secret(path: Path) -> bytes:
+    """32 random bytes kept in a 0600 file of the state dir's keys (the first process to need it makes it)."""
+    if not path.exists():
+        try:
+            _write_private(path, secrets.token_bytes(32))
+        except FileExistsError:
+            pass  # another process created it first; use theirs
+    return path.read_bytes()
 
 
 def _b64url(data: bytes) -> str:
@@ -124,6 +140,11 @@ class SigningKey:
         return self.sign({"sub": user, "aud": WORKFLOW_INPUT_AUDIENCE, "typ": "workflow-input",
                           "wid": workflow_id, "digest": digest}, ttl_s)
 
+    def replica_keys_token(self, owner: Identity, ttl_s: float) -> str:
+        """What a gateway run for `owner` reads its discovered copies' keys with (never a user's to hold).
+        It carries the owner's claims, like the owner token the gateway discovers with: the same reach."""
+        return self.sign({**owner.claims(), "aud": REPLICA_KEYS_AUDIENCE, "typ": "service"}, ttl_s)
+
     def caller_assertion(self, identity: Identity, endpoint_id: str, ttl_s: float = 60) -> str:
         claims = {"sub": identity.user, "groups": list(identity.groups), "org": identity.org,
                   "aud": endpoint_id, "typ": "caller"}
@@ -181,13 +202,7 @@ class Cipher:
 
     @classmethod
     def load_or_create(cls, keys_dir: Path, name: str = "data.key") -> Cipher:
-        path = keys_dir / name
-        if not path.exists():
-            try:
-                _write_private(path, AESGCM.generate_key(bit_length=256))
-            except FileExistsError:
-                pass
-        return cls(path.read_bytes())
+        return cls(_load_or_create_secret(keys_dir / name))
 
     def encrypt(self, plaintext: bytes, associated: bytes = b"") -> bytes:
         nonce = secrets.token_bytes(12)
@@ -201,6 +216,28 @@ class Cipher:
 
     def decrypt_json(self, data: str) -> Any:
         return json.loads(self.decrypt(base64.b64decode(data)))
+
+
+class ReplicaKeys:
+    """Each copy's vLLM API key: HMAC-SHA256 of the copy id under one secret of the state dir's keys.
+
+    Derived, not generated and carried: the node agent that starts a copy (it hands the key to vLLM in
+    VLLM_API_KEY, never in argv) and the control plane that gives it to Berth's own callers of the copy
+    (the endpoint proxy, LiteLLM, the gateway, through service- or admin-only routes) compute the same key
+    from the same secret, so no key is stored, written to a Temporal history, or sent to a node."""
+
+    PREFIX = "sk-berth-replica-"
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    @classmethod
+    def load_or_create(cls, keys_dir: Path, name: str = "replica.key") -> ReplicaKeys:
+        return cls(_load_or_create_secret(keys_dir / name))
+
+    def for_copy(self, copy_id: str) -> str:
+        digest = hmac.new(self._secret, b"berth-replica-key\0" + copy_id.encode(), hashlib.sha256).digest()
+        return self.PREFIX + _b64url(digest)
 
 
 def generate_api_key() -> str:

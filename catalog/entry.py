@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from berth.child_environment import user_environment_problem
 from berth.errors import NotFoundError, UserInputError, shown
+from catalog.berth_flags import check_extra_args, check_extra_env
 from catalog.definition import HF_REPO, HF_REVISION, REVISION_HELP, SECRET_REF
 from catalog.limits import check_name_length, check_value_length
 
@@ -147,12 +148,14 @@ class Parameter(BaseModel):
             parse_hf_uri(text, self.name)
             value = text
         elif kind is ParameterType.ARGS:
-            split_args(self.name, text)
+            check_extra_args(split_args(self.name, text))
             value = text
         elif kind is ParameterType.ENV:
-            problem = user_environment_problem(split_env(self.name, text), self.name)
+            pairs = split_env(self.name, text)
+            problem = user_environment_problem(pairs, self.name)
             if problem is not None:
                 raise UserInputError(problem)
+            check_extra_env(pairs)
             value = text
         else:
             if self.pattern is not None and not re.fullmatch(self.pattern, text):

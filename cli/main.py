@@ -219,10 +219,12 @@ def proxy(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 3,
 @app.command()
 def gateway(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 7,
             host: Annotated[str, typer.Option()] = "127.0.0.1") -> None:
-    """Run the discovering model gateway with BERTH_TOKEN's identity (what the catalog entry runs)."""
+    """Run the discovering model gateway with BERTH_TOKEN's identity (what the catalog entry runs). It calls
+    copies with their keys, read with BERTH_REPLICA_KEYS_TOKEN (the catalog entry's node mints it), else
+    with BERTH_TOKEN if that is an administrator's."""
     from gateway.model_gateway import run_gateway
 
-    run_gateway(_env("BERTH_API_URL"), _env("BERTH_TOKEN"), host, port)
+    run_gateway(_env("BERTH_API_URL"), _env("BERTH_TOKEN"), host, port, os.environ.get("BERTH_REPLICA_KEYS_TOKEN"))
 
 
 @app.command("admin-token")

@@ -193,6 +193,7 @@ class EndpointProxy:
         if replica is None or replica.url != entry["url"]:
             replica = Replica(copy_id=entry["copy_id"], url=entry["url"])
         replica.ready, replica.draining = bool(entry.get("ready", True)), bool(entry.get("draining"))
+        replica.api_key = str(entry.get("api_key") or "")
         known[replica.copy_id] = replica
         return replica
 
@@ -424,7 +425,8 @@ class EndpointProxy:
         target.in_flight += 1
         try:
             try:
-                response = await self.upstream.request(method, target.url + path, upstream_headers, body)
+                response = await self.upstream.request(method, target.url + path, _to(target, upstream_headers),
+                                                       body)
             except UpstreamError as error:
                 log.warning("upstream %s failed: %s", target.url, error)
                 other = (route.target(session_id, exclude=frozenset({target.copy_id}))
@@ -437,7 +439,8 @@ class EndpointProxy:
                 target = other
                 target.in_flight += 1
                 try:
-                    response = await self.upstream.request(method, target.url + path, upstream_headers, body)
+                    response = await self.upstream.request(method, target.url + path,
+                                                           _to(target, upstream_headers), body)
                 except UpstreamError as retry_error:
                     target.metrics.failed_at = time.monotonic()
                     log.warning("retry on %s failed too: %s", target.url, retry_error)
@@ -469,6 +472,14 @@ class EndpointProxy:
                 await self.api.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _to(target: Replica, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """A copy of a pool gets its own key as `Authorization`, in place of whatever the client sent; a
+    service (LiteLLM, the gateway, OpenCode) gets the headers as they are."""
+    if not target.api_key:
+        return headers
+    return [(name, value) for name, value in headers if name != b"authorization"] + target.authorization()
 
 
 def _forbidden(endpoint_id: str, route: Route) -> str:

@@ -14,7 +14,8 @@ count requests for autoscaling."""
 #
 # Environment:
 #   BERTH_MODEL_NAME         model id clients ask for and /v1/models lists, e.g. openai/gpt-oss-20b
-#   BERTH_REPLICAS_URL       GET -> {"replicas": [{"id": "...", "url": "http://host:port/v1", "ready": true}],
+#   BERTH_REPLICAS_URL       GET -> {"replicas": [{"id": "...", "url": "http://host:port/v1", "ready": true,
+#                                                 "api_key": "<the copy's vLLM key>"}],
 #                                   "routing_policy": "least_queue"}  (a policy of gateway.routing)
 #   BERTH_SERVED_MODEL_NAME  name the replicas serve the model under (default: BERTH_MODEL_NAME)
 #   BERTH_SYNC_INTERVAL_S    poll interval (default 1.0)
@@ -40,7 +41,7 @@ from litellm.integrations.custom_logger import CustomLogger
 from litellm.proxy.auth.user_api_key_auth import user_api_key_auth
 from litellm.router import Router
 from litellm.types.router import Deployment, LiteLLM_Params, ModelInfo
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.litellm_routing import PolicyRouting, deployments_for
 
@@ -48,7 +49,7 @@ from gateway.litellm_routing import PolicyRouting, deployments_for
 # (reasoning_effort, tool schemas without `strict`) on top of the OpenAI transformation.
 PROVIDER_PREFIX: Final = "hosted_vllm/"
 DEPLOYMENT_ID_PREFIX: Final = "berth-replica-"
-# vLLM does not check keys; LiteLLM still wants one for an OpenAI-style client.
+# Each copy wants its own vLLM key (the replica list carries it); LiteLLM wants one even where none is.
 UPSTREAM_API_KEY: Final = "none"
 REPLICAS_TIMEOUT_S: Final = 2.0
 ROUTER_WAIT_S: Final = 0.1
@@ -66,17 +67,19 @@ logger.setLevel(logging.INFO)
 class Replica(BaseModel):
     """One replica as the pool publishes it."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    # hide_input_in_errors: a malformed list must not put a copy's key into the warning it causes.
+    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
 
     id: str
     url: str
     ready: bool
+    api_key: str = Field(default="", repr=False)  # the copy's vLLM key: never logged
 
 
 class ReplicaList(BaseModel):
     """The body of BERTH_REPLICAS_URL."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
 
     replicas: list[Replica]
     routing_policy: str = ""  # empty: gateway.routing's default
@@ -205,8 +208,10 @@ def current_deployments(router: Router, model_name: str) -> dict[str, str | None
     return found
 
 
-def apply_replicas(router: Router, settings: SyncSettings, ready: Mapping[str, str]) -> tuple[int, int]:
-    """Make the model's deployments equal `ready` (replica id -> url); return (added, removed)."""
+def apply_replicas(router: Router, settings: SyncSettings, ready: Mapping[str, str],
+                   keys: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """Make the model's deployments equal `ready` (replica id -> url), each calling its copy with the
+    copy's key from `keys` (replica id -> key; a key never changes for a copy id); return (added, removed)."""
     desired: Final = {deployment_id(replica_id): url for replica_id, url in ready.items()}
     current: Final = current_deployments(router, settings.model_name)
     removed = 0
@@ -219,13 +224,14 @@ def apply_replicas(router: Router, settings: SyncSettings, ready: Mapping[str, s
     for identifier, url in desired.items():
         if current.get(identifier) == url:
             continue
+        replica_id = identifier.removeprefix(DEPLOYMENT_ID_PREFIX)
         router.add_deployment(
             Deployment(
                 model_name=settings.model_name,
                 litellm_params=LiteLLM_Params(
                     model=f"{PROVIDER_PREFIX}{settings.served_model_name}",
                     api_base=url,
-                    api_key=UPSTREAM_API_KEY,
+                    api_key=(keys or {}).get(replica_id) or UPSTREAM_API_KEY,
                 ),
                 model_info=ModelInfo(id=identifier),
             )
@@ -276,7 +282,8 @@ class ReplicaSync:
             self.routing.set_policy(listing.routing_policy)
             # Scraped before LiteLLM learns of it, so a new replica is eligible from its first request.
             await self.routing.follow(ready)
-            added, removed = apply_replicas(router, self.settings, ready)
+            keys: Final = {replica.id: replica.api_key for replica in listing.replicas if replica.ready}
+            added, removed = apply_replicas(router, self.settings, ready, keys)
             # Read back from the router, so the counters say what LiteLLM routes to, not what it was told.
             routed: Final = current_deployments(router, self.settings.model_name)
             self.counter.replicas = tuple(

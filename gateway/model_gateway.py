@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from berth.api_client import ApiClient
-from berth.errors import BerthError
+from berth.errors import BerthError, PermissionDeniedError
 from berth.security import TokenVerifier
 from gateway import routing
 from gateway.credentials import strip_berth_credentials
@@ -43,8 +43,11 @@ class Pool:
 
 class ModelGateway:
     def __init__(self, api: ApiClient, upstream: UpstreamPool | None = None, refresh_s: float = 2.0,
-                 hold_deadline_s: float = HOLD_DEADLINE_S) -> None:
+                 hold_deadline_s: float = HOLD_DEADLINE_S, keys_api: ApiClient | None = None) -> None:
         self.api = api
+        # Reads the discovered copies' keys (a replica-keys token, or an administrator's; default: `api`).
+        self.keys_api = keys_api or api
+        self._keys_refused = False
         self.upstream = upstream or UpstreamPool()
         self.refresh_s = refresh_s
         self.hold_deadline_s = hold_deadline_s
@@ -61,8 +64,28 @@ class ModelGateway:
         return [(r.url, r.metrics) for pool in self.pools.values() for r in pool.replicas.values()]
 
     # --- discovery --------------------------------------------------------------------------------
+    async def _replica_keys(self) -> dict[str, str] | None:
+        """Each discovered copy's key (vLLM answers 401 without it); none when this gateway may not read
+        them, said once: it then runs for a user who holds neither a replica-keys token nor admin rights.
+        None when the read failed otherwise: the keys already known stay."""
+        try:
+            keys = await self.keys_api.replica_keys()
+        except PermissionDeniedError:
+            if not self._keys_refused:
+                self._keys_refused = True
+                log.warning("cannot read the copies' keys (BERTH_REPLICA_KEYS_TOKEN unset and BERTH_TOKEN is not "
+                            "an administrator's): the copies will refuse these requests; run the gateway as the "
+                            "'LiteLLM Model Gateway' catalog entry")
+            return {}
+        except BerthError as error:
+            log.warning("reading the copies' keys failed: %s", error)
+            return None
+        self._keys_refused = False
+        return keys
+
     async def refresh(self) -> None:
         endpoints = await self.api.endpoints()
+        keys = await self._replica_keys()
         seen: set[str] = set()
         for endpoint in endpoints:
             notes = endpoint.get("annotations") or {}
@@ -94,6 +117,8 @@ class ModelGateway:
                     pool.replicas[copy_id] = replica
                     await self._scraper.scrape_now(replica.url, replica.metrics)
                 replica.ready, replica.draining = bool(item.get("ready")), bool(item.get("draining"))
+                if keys is not None:
+                    replica.api_key = keys.get(copy_id, "")
         for endpoint_id in list(self.pools):
             if endpoint_id not in seen:
                 log.info("dropped %s (endpoint %s is gone or out of reach)", self.pools[endpoint_id].model_id,
@@ -170,7 +195,8 @@ class ModelGateway:
                             extra=[(b"retry-after", b"10")])
             return
         pool, replica = choice
-        forward = [(k, v) for k, v in strip_berth_credentials(headers, self._berth_tokens) if k not in STRIPPED]
+        forward = [(k, v) for k, v in strip_berth_credentials(headers, self._berth_tokens)
+                   if k not in STRIPPED] + replica.authorization()
         query = scope.get("query_string") or b""
         target = replica.url + path + ("?" + query.decode("latin-1") if query else "")
         replica.in_flight += 1
@@ -220,6 +246,8 @@ class ModelGateway:
                 await self._scraper.aclose()
                 await self.upstream.aclose()
                 await self.api.aclose()
+                if self.keys_api is not self.api:
+                    await self.keys_api.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -258,10 +286,11 @@ async def _json(send: Send, status: int, data: dict[str, Any], extra: list[tuple
     await send({"type": "http.response.body", "body": body})
 
 
-def run_gateway(api_url: str, token: str, host: str, port: int) -> None:
+def run_gateway(api_url: str, token: str, host: str, port: int, keys_token: str | None = None) -> None:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll and scrape drowns the log
-    uvicorn.run(ModelGateway(ApiClient(api_url, token)), host=host, port=port, log_level="warning",
+    keys_api = ApiClient(api_url, keys_token) if keys_token else None
+    uvicorn.run(ModelGateway(ApiClient(api_url, token), keys_api=keys_api), host=host, port=port, log_level="warning",
                 access_log=False, loop="uvloop", http="httptools", lifespan="on")

@@ -47,6 +47,11 @@ class Replica:
     draining: bool = False
     metrics: ReplicaMetrics = field(default_factory=ReplicaMetrics)
     in_flight: int = 0  # requests this router has sent and not yet seen finish
+    api_key: str = field(default="", repr=False)  # the copy's vLLM key ("" for a service)
+
+    def authorization(self) -> list[tuple[bytes, bytes]]:
+        """The header a request to this copy carries (vLLM answers 401 on /v1 without it)."""
+        return [(b"authorization", b"Bearer " + self.api_key.encode())] if self.api_key else []
 
     @property
     def queue(self) -> float:

@@ -33,7 +33,15 @@ from berth.errors import (
 )
 from berth.opencode import generate_password
 from berth.processes import tail
-from berth.security import API_AUDIENCE, Cipher, Identity, SigningKey, TokenVerifier, generate_api_key
+from berth.security import (
+    API_AUDIENCE,
+    Cipher,
+    Identity,
+    ReplicaKeys,
+    SigningKey,
+    TokenVerifier,
+    generate_api_key,
+)
 from berth.settings import CONTROL_TASK_QUEUE, ClusterSettings, StateLayout
 from berth.temporal import connect
 from berth.tokens import TokenKind, parse_duration
@@ -55,6 +63,7 @@ from server.autoscaler import (
     policy_from_annotations,
 )
 from server.models import EndpointRow, WorkflowRow
+from server.replica_keys import replica_keys_router
 from server.secrets import Secrets
 from server.store import Store
 from server.token_registry import TokenRegistry
@@ -86,6 +95,7 @@ class ServerContext:
     cipher: Cipher
     temporal_address: str
     tokens: TokenRegistry
+    replica_keys: ReplicaKeys  # each copy's vLLM key, for Berth's own callers of copies only
     _temporal: Client | None = None
 
     async def temporal(self) -> Client:
@@ -198,7 +208,8 @@ def build_context(state_dir: Path, temporal_address: str, database_url: str | No
     return ServerContext(state=state, settings=settings, store=store, signing=signing,
                          verifier=TokenVerifier.from_jwks(signing.jwks()), cipher=cipher,
                          temporal_address=temporal_address,
-                         tokens=TokenRegistry(store, settings.token_revocation_refresh_s))
+                         tokens=TokenRegistry(store, settings.token_revocation_refresh_s),
+                         replica_keys=ReplicaKeys.load_or_create(state.keys))
 
 
 def create_app(context: ServerContext) -> FastAPI:
@@ -234,6 +245,7 @@ def create_app(context: ServerContext) -> FastAPI:
         return identity
 
     app.include_router(token_router(context, caller))
+    app.include_router(replica_keys_router(context, admin))
     readable = workflow_reader(context.store, caller)
 
     @app.get("/healthz")
@@ -665,7 +677,8 @@ def create_app(context: ServerContext) -> FastAPI:
             annotations = (await run_in_threadpool(context.store.endpoint, endpoint_id)).annotations or {}
         except NotFoundError:
             annotations = {}  # the endpoint is gone; its replica list is empty as well
-        return {"replicas": [{"id": r.copy_id, "url": r.url.rstrip("/") + "/v1", "ready": r.ready and not r.draining}
+        return {"replicas": [{"id": r.copy_id, "url": r.url.rstrip("/") + "/v1", "ready": r.ready and not r.draining,
+                              "api_key": context.replica_keys.for_copy(r.copy_id)}
                              for r in sorted(rows, key=lambda r: r.copy_id)],
                 # LiteLLM's custom routing strategy (gateway.litellm_routing) routes by it.
                 "routing_policy": annotations.get("routing_policy") or "least_queue"}
@@ -680,7 +693,9 @@ def create_app(context: ServerContext) -> FastAPI:
                 by_endpoint.setdefault(replica.endpoint_id, []).append(replica.url)
         pools: dict[str, list[dict[str, Any]]] = {}
         for replica in replicas:
-            pools.setdefault(replica.endpoint_id, []).append(_replica_view(replica))
+            # Only this admin route and the service routes carry a copy's key (the proxy sends it on).
+            pools.setdefault(replica.endpoint_id, []).append(
+                {**_replica_view(replica), "api_key": context.replica_keys.for_copy(replica.copy_id)})
         return {"endpoints": [{
             "id": e.id, "scope": e.scope, "owner": e.owner, "org": e.org, "groups": e.groups,
             "service": e.service, "service_url": e.service_url, "replicas": sorted(by_endpoint.get(e.id, [])),

@@ -166,12 +166,22 @@ class RunningStack:
     def token_for(self, endpoint_id: str, expiration: str = "1h") -> str:
         return self.cli("endpoint", "generate-token", endpoint_id, "--expiration", expiration).stdout.strip()
 
+    def replica_key(self, copy_id: str) -> str:
+        """A copy's vLLM key, derived from the state dir as its node does (an operator's view, not a user's)."""
+        from berth.security import ReplicaKeys
 
-def start_gateway(stack: RunningStack, token: str) -> tuple[subprocess.Popen[bytes], str]:
+        return ReplicaKeys.load_or_create(self.state_dir / "keys").for_copy(copy_id)
+
+
+def start_gateway(stack: RunningStack, token: str, keys_token: str | None = None
+                  ) -> tuple[subprocess.Popen[bytes], str]:
     """`berth gateway` for the owner of `token` on a free port, once /health answers: (process, URL).
+    `keys_token` reads the copies' keys as a node gives the catalog gateway (an admin `token` needs none).
     Stop it with `berth.processes.stop_group_sync(process.pid)`."""
     port = free_port()
     env = dict(stack.env, BERTH_API_URL=stack.info["api_url"], BERTH_TOKEN=token)
+    if keys_token:
+        env["BERTH_REPLICA_KEYS_TOKEN"] = keys_token
     process = spawn([*berth_python("cli"), "gateway", "--port", str(port)], stack.state_dir / "gateway.log",
                     env=env, cwd=stack.state_dir)
     try:

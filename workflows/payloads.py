@@ -187,7 +187,8 @@ class ReadyCheck(Payload):
     url: str
     model_id: str
     timeout_s: float = 1800
-    # The copy whose rank 0 must own the listening socket (empty in histories from before the check).
+    # Whose API key /v1/models wants (the node derives it), and whose rank 0 must own the listening
+    # socket; "" = neither (histories from before both checks).
     copy_id: str = ""
 
 

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from berth.child_environment import ENGINE_PREFIXES, user_variable_problem
+from catalog.berth_flags import extra_args_refusal
 from catalog.definition import WorkflowDefinition
 from catalog.entry import Entry, Parameter, ParameterType, load_catalog
 from catalog.render import render, resolve_values
@@ -62,7 +63,8 @@ def strategy(entry: Entry, parameter: Parameter) -> st.SearchStrategy[Any]:
         return hf_model(entry)
     if kind is ParameterType.ARGS:
         words = st.one_of(WORD.map(lambda w: f"--{w}"), st.text(SAFE + " ,=", max_size=10))
-        return st.lists(words, max_size=5).map(shlex.join)
+        # Flags Berth sets itself (and their abbreviations) are refused on purpose: tests/catalog/test_berth_flags.py.
+        return st.lists(words, max_size=5).filter(lambda w: extra_args_refusal(w) is None).map(shlex.join)
     if kind is ParameterType.ENV:
         pairs = st.dictionaries(ENV_NAME, st.text(SAFE + " ,=:/", max_size=12), max_size=4)
         return pairs.map(lambda env: " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()))

@@ -287,7 +287,9 @@ def test_restarted_node_agent_readopts_its_live_service_and_stops_one_nobody_ado
         HEARTBEAT_TIMEOUT_S + ADOPT_WINDOW_S + 30,
         "the restarted agent to stop the orphaned service",
     )
-    assert gpus_held(stack, workflow_id) == 0
+    # The stopped copy's GPU is released once its activity on the silent node times out: that can land just
+    # after the service is gone (seen under load), so wait on it rather than sample it once.
+    wait_for(lambda: gpus_held(stack, workflow_id) == 0, HEARTBEAT_TIMEOUT_S + 30, "the stopped copy's GPU released")
     wait_for(
         lambda: {n["id"]: n["state"] for n in stack.cli_json("node", "list")}[node] == "ready",
         30,

@@ -31,6 +31,8 @@ FOREIGN_SERVER = """
 import http.server, json, sys
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        with open(sys.argv[3], "a") as seen:  # every credential a prober hands it
+            seen.write((self.headers.get("Authorization") or "") + "\n")
         body = json.dumps({"data": [{"id": sys.argv[2]}]}).encode() if self.path == "/v1/models" else b"ok"
         self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
         self.wfile.write(body)
@@ -100,10 +102,12 @@ def _kinds(info: dict[str, Any]) -> list[str]:
     return [e["kind"] for e in info["events"]]
 
 
-def test_readiness_refuses_a_foreign_listener_on_the_copys_port(stack: RunningStack) -> None:
+def test_readiness_refuses_a_foreign_listener_on_the_copys_port(stack: RunningStack, tmp_path: Path) -> None:
     # Placement packs onto node-1 (ids break the tie) and gives the copy the first port of its block.
     port = StackPorts(stack.port_base).node_ports_start
-    foreign = subprocess.Popen([sys.executable, "-c", FOREIGN_SERVER, str(port), MODEL], start_new_session=True)
+    seen = tmp_path / "authorization-seen"
+    foreign = subprocess.Popen([sys.executable, "-c", FOREIGN_SERVER, str(port), MODEL, str(seen)],
+                               start_new_session=True)
     try:
         wait_for(lambda: _answers(port), 30, "the foreign server")
         workflow_id = stack.start_entry("vLLM", COPY, watch=False)
@@ -113,6 +117,8 @@ def test_readiness_refuses_a_foreign_listener_on_the_copys_port(stack: RunningSt
         assert "copy_ready" not in _kinds(info)
         assert f"answered, but port {port} is held by another process (not this copy's rank" in info["last_error"]
         assert "the copy is not marked ready" in info["last_error"]
+        # It was probed (/health) but never handed the copy's API key.
+        assert seen.read_text().splitlines() and not seen.read_text().strip()
     finally:
         stop_group_sync(foreign.pid, 5)
 

@@ -44,7 +44,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object
     for created in workflows.values():
         stack.wait_phase(created["id"], {"ready"}, timeout=120)
     try:
-        gateway, url = start_gateway(stack, tokens["alice"])
+        # As the catalog entry's node runs it: alice's token, and a token for the keys of her copies.
+        gateway, url = start_gateway(stack, tokens["alice"], key.replica_keys_token(ALICE, 3600))
     except BaseException:
         stack.stop()
         raise

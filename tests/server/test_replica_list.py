@@ -26,7 +26,11 @@ async def test_lists_ready_copies_and_the_endpoints_routing_policy(tmp_path: Pat
                                  headers={"Authorization": f"Bearer {token}"}) as api:
         listed = (await api.get("/v1/internal/endpoints/ep-1/replicas")).json()
         gone = (await api.get("/v1/internal/endpoints/ep-unknown/replicas")).json()
-    assert listed == {"replicas": [{"id": "wf-1.copy-0", "url": "http://10.0.0.1:8000/v1", "ready": True},
-                                   {"id": "wf-1.copy-1", "url": "http://10.0.0.2:8000/v1", "ready": False}],
+    keys = context.replica_keys
+    assert listed == {"replicas": [{"id": "wf-1.copy-0", "url": "http://10.0.0.1:8000/v1", "ready": True,
+                                    "api_key": keys.for_copy("wf-1.copy-0")},
+                                   {"id": "wf-1.copy-1", "url": "http://10.0.0.2:8000/v1", "ready": False,
+                                    "api_key": keys.for_copy("wf-1.copy-1")}],
                       "routing_policy": "most_free_kv"}
+    assert keys.for_copy("wf-1.copy-0") != keys.for_copy("wf-1.copy-1")
     assert gone == {"replicas": [], "routing_policy": "least_queue"}

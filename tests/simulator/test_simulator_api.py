@@ -224,3 +224,23 @@ async def test_api_key_guards_the_v1_routes_in_process() -> None:
         assert (await http.get("/v1/models")).status_code == 401
         keyed = await http.get("/v1/models", headers={"Authorization": "Bearer secret"})
         assert keyed.status_code == 200 and keyed.json()["data"][0]["id"] == "sim/keyed"
+
+
+async def test_vllm_api_key_guards_v1_exactly_as_vllm_does() -> None:
+    """VLLM_API_KEY as vLLM reads it (Berth's replicas get their key this way, never in argv): /v1 wants
+    `Bearer <key>` (the scheme in any case), /health, /metrics and /version stay open, OPTIONS passes."""
+    config = parse_command_line(["sim/keyed"], {"VLLM_API_KEY": "k-1", "BERTH_SIM_TOKENS_PER_SECOND": "0"})
+    transport = httpx.ASGITransport(app=create_app(config))
+    chat = {"model": "sim/keyed", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    async with httpx.AsyncClient(transport=transport, base_url="http://simulator") as http:
+        for path in ("/health", "/metrics", "/version"):
+            assert (await http.get(path)).status_code == 200
+        for headers in ({}, {"Authorization": "Bearer k-2"}, {"Authorization": "Basic k-1"},
+                        {"Authorization": "Bearer  k-1"}, {"Authorization": "k-1"}):
+            refused = await http.post("/v1/chat/completions", json=chat, headers=headers)
+            assert refused.status_code == 401 and refused.json() == {"error": "Unauthorized"}
+            assert (await http.get("/v1/models", headers=headers)).status_code == 401
+        assert (await http.post("/v1/chat/completions", json=chat, headers={"Authorization": "bearer k-1"})
+                ).status_code == 200
+        assert (await http.get("/v1/models", headers={"Authorization": "Bearer k-1"})).status_code == 200
+        assert (await http.options("/v1/models")).status_code != 401
