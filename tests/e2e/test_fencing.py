@@ -32,7 +32,7 @@ import http.server, json, sys
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         with open(sys.argv[3], "a") as seen:  # every credential a prober hands it
-            seen.write((self.headers.get("Authorization") or "") + "\n")
+            seen.write((self.headers.get("Authorization") or "") + "\\n")
         body = json.dumps({"data": [{"id": sys.argv[2]}]}).encode() if self.path == "/v1/models" else b"ok"
         self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
         self.wfile.write(body)
