@@ -139,7 +139,7 @@ def test_a_lost_agents_copy_moves_and_its_gpu_stays_fenced_until_the_orphan_is_g
     os.kill(_agent_pid(stack, node), signal.SIGKILL)  # a crash: the rank lives on, orphaned
     # (b) The copy is lost with its agent and placed again on the other node, the budget untouched.
     moved = wait_for(lambda: (r := _ready_copy(stack, first)) and r["copy_id"] != lost_copy["copy_id"] and r,
-                     HEARTBEAT_TIMEOUT_S + ADOPT_WINDOW_S + 60, "the copy to be placed again and serve")
+                     HEARTBEAT_TIMEOUT_S + ADOPT_WINDOW_S + 120, "the copy to be placed again and serve")
     assert moved["nodes"] == [other]
     info = stack.describe(first)
     assert info["status"] == "running" and info["phase"] == "ready"
