@@ -21,12 +21,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.health import until_hung
+from activities.listener import foreign_listener
 from activities.supervision import RANK_PIDFILE, Supervisor
 from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
 from berth.child_environment import engine_environment
 from berth.errors import BerthError
-from berth.processes import berth_python, remove_file, tail
+from berth.processes import berth_python, read_pidfile, remove_file, tail
 from berth.security import ReplicaKeys
 from berth.settings import StateLayout, repo_root
 from workflows.payloads import HealthCheck, RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
@@ -233,17 +234,23 @@ class NodeActivities:
 
     @activity.defn(name="wait_ready")
     async def wait_ready(self, check: ReadyCheck) -> None:
-        """Ready = `/health` answers 200, then `/v1/models` (with the copy's key) lists the served model."""
+        """Ready = `/health` answers 200 from a listener that is the copy's rank 0 (its process group owns
+        the listening socket: an orphan or a foreign server on the port must never pass for the copy),
+        then `/v1/models` (with the copy's key) lists the served model."""
         deadline = time.monotonic() + check.timeout_s
         last = "no answer yet"
+        # The key goes only to /v1/models, once the listener is proven the copy's own: never to a foreign
+        # process on the port (/health asks for no key, in vLLM as in the simulator).
         headers = {"Authorization": f"Bearer {self.replica_keys.for_copy(check.copy_id)}"} if check.copy_id else {}
-        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0), headers=headers) as client:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as client:
             while time.monotonic() < deadline:
                 activity.heartbeat(last)
                 try:
                     health = await client.get(f"{check.url}/health")
-                    if health.status_code == 200:
-                        models = await client.get(f"{check.url}/v1/models")
+                    if health.status_code == 200 and check.copy_id and (owner := await self._listener(check)):
+                        last = owner  # rank 0 not recorded yet: the answer cannot be its own
+                    elif health.status_code == 200:
+                        models = await client.get(f"{check.url}/v1/models", headers=headers)
                         ids = [m.get("id") for m in models.json().get("data", [])] if models.is_success else []
                         if check.model_id in ids:
                             return
@@ -257,6 +264,19 @@ class NodeActivities:
             f"{check.url} was not ready within {check.timeout_s:.0f} s ({last})", type="NotReady",
             non_retryable=True,
         )
+
+    async def _listener(self, check: ReadyCheck) -> str | None:
+        """Why the listener on the check's port cannot be taken for the copy's rank 0 yet, or None when
+        it is that rank; raises (non-retryable) when another process holds the port."""
+        record = read_pidfile(self.context.ranks_dir / f"{check.copy_id}-r0" / RANK_PIDFILE)
+        if record is None:
+            return f"rank 0 of {check.copy_id} has no process record on {self.context.node_id} yet"
+        port = httpx.URL(check.url).port or 80
+        refusal = await asyncio.to_thread(foreign_listener, port, int(record["pid"]))
+        if refusal is not None:
+            raise ApplicationError(f"{check.url} answered, but {refusal}: the copy is not marked ready",
+                                   type="ForeignListener", non_retryable=True)
+        return None
 
     @activity.defn(name="download_weights")
     async def download_weights(self, request: WeightsInput) -> WeightsResult:

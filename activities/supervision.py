@@ -27,6 +27,7 @@ from berth.processes import (
     tail,
     write_pidfile,
 )
+from workflows.payloads import MAX_HOLDINGS, NodeHolding
 
 HEARTBEAT_EVERY_S = 2.0
 STOP_GRACE_S = 10.0
@@ -125,6 +126,22 @@ class Supervisor:
                 else:
                     remove_file(pidfile)
         return orphans
+
+    def holdings(self) -> list[NodeHolding]:
+        """What each live rank process on this node holds (GPUs, ports), its own or an orphan: the node's
+        heartbeat reports it, so the store frees a lost rank's reservation only once it is gone."""
+        held = []
+        for pidfile in sorted(self.node_dir.glob(f"ranks/*/{RANK_PIDFILE}"))[:MAX_HOLDINGS]:
+            record = read_pidfile(pidfile)
+            spec = (record or {}).get("spec")
+            if record is None or not isinstance(spec, dict) or not same_process(record["pid"],
+                                                                                record.get("start_ticks")):
+                continue
+            ports = [spec["port"]]
+            if spec.get("rank") == 0 and spec.get("nnodes", 1) > 1:
+                ports.append(spec["master_port"])
+            held.append(NodeHolding(owner=spec["copy_id"], gpus=tuple(spec.get("gpus", ())), ports=tuple(ports)))
+        return held
 
     async def stop_unadopted(self, orphans: list[Orphan]) -> None:
         """Stop every orphan nobody adopted: a rank nobody watches must not serve on as half of a copy, nor a

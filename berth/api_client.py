@@ -22,6 +22,7 @@ from berth.errors import (
 from berth.tokens import RevokeResult, TokenRecord
 from workflows.payloads import (
     EndpointService,
+    FenceRequest,
     ReplicaReadiness,
     ReplicaRecord,
     ReserveRequest,
@@ -169,6 +170,10 @@ class ApiClient:
 
     async def release(self, copy_id: str) -> None:
         await self.request("DELETE", f"/v1/internal/reservations/{_segment(copy_id)}")
+
+    async def fence(self, request: FenceRequest) -> None:
+        await self.request("POST", f"/v1/internal/reservations/{_segment(request.copy_id)}/fence",
+                           json=request.model_dump(mode="json"))
 
     async def publish_replica(self, record: ReplicaRecord) -> None:
         await self.request("PUT", f"/v1/internal/replicas/{_segment(record.copy_id)}",

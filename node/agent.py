@@ -65,14 +65,17 @@ class NodeAgent:
         self.context = NodeContext(node_id=config.node_id, address=config.address, engine=self.engine,
                                    state=self.state)
 
-    def inventory(self) -> dict[str, Any]:
+    def inventory(self, supervisor: Supervisor) -> dict[str, Any]:
         if not self.config.simulate_gpus and self.gpus:
             self.gpus, _reason = nvml_gpus()  # free memory and temperature move: read them each heartbeat
         volumes_dir = self.state.volumes / "persistent"
         volumes = sorted(p.name for p in volumes_dir.iterdir()) if volumes_dir.exists() else []
         return {"address": self.config.address, "engine": self.engine, "gpus": self.gpus,
                 "gpu_source": self.gpu_note, **host_facts(), "labels": self.config.labels or {},
-                "taints": list(self.config.taints), "volumes": volumes, "port_start": self.config.port_start}
+                "taints": list(self.config.taints), "volumes": volumes, "port_start": self.config.port_start,
+                # Every live rank's GPUs and ports, orphans' included, from the first heartbeat on: a
+                # restarted agent never reports as free what a process it has not stopped yet holds.
+                "held": [holding.model_dump(mode="json") for holding in supervisor.holdings()]}
 
     async def reap_orphans(self, orphans: list[Orphan], supervisor: Supervisor, grace_s: float) -> None:
         """Give each orphan (a rank or service a previous agent left running) `grace_s` to be adopted by its
@@ -84,10 +87,10 @@ class NodeAgent:
         await asyncio.sleep(grace_s)
         await supervisor.stop_unadopted(orphans)
 
-    async def heartbeat_forever(self, api: ApiClient) -> None:
+    async def heartbeat_forever(self, api: ApiClient, supervisor: Supervisor) -> None:
         while True:
             try:
-                await api.heartbeat_node(self.config.node_id, self.inventory())
+                await api.heartbeat_node(self.config.node_id, self.inventory(supervisor))
             except BerthError as error:
                 log.warning("heartbeat failed: %s", error)
             await asyncio.sleep(HEARTBEAT_S)
@@ -121,8 +124,8 @@ class NodeAgent:
                      **common)
         shared = Worker(client, task_queue=NODES_TASK_QUEUE, max_concurrent_activities=8, **common)
         async with ApiClient(self.config.api_url, self.config.token) as api:
-            await api.heartbeat_node(self.config.node_id, self.inventory())
-            beat = asyncio.create_task(self.heartbeat_forever(api))
+            await api.heartbeat_node(self.config.node_id, self.inventory(supervisor))
+            beat = asyncio.create_task(self.heartbeat_forever(api, supervisor))
             runs = [asyncio.create_task(own.run()), asyncio.create_task(shared.run())]
             log.info("node %s ready: engine %s, %d GPU(s) (%s)", self.config.node_id, self.engine,
                      len(self.gpus), self.gpu_note)

@@ -51,8 +51,8 @@ from catalog.entry import Entry, find_entry, load_catalog
 from catalog.images import refuse_image
 from catalog.memory import gpus_needed, max_context_that_fits, memory_need, memory_table
 from catalog.render import render, resolve_values
+from server import fencing, request_limits, scheduler
 from server import opencode as opencode_checks
-from server import request_limits, scheduler
 from server.access import WorkflowAccess, allocation_labels, workflow_reader
 from server.access import in_scope as _in_scope
 from server.autoscaler import (
@@ -74,6 +74,7 @@ from server.tokens import record_minted, token_router
 from workflows.payloads import (
     CopyTimings,
     EndpointService,
+    FenceRequest,
     Owner,
     ReplicaReadiness,
     ReplicaRecord,
@@ -559,7 +560,8 @@ def create_app(context: ServerContext) -> FastAPI:
     async def node_heartbeat(node_id: str, inventory: dict[str, Any],
                              _who: Identity = Depends(admin)) -> dict[str, Any]:
         port_start = int(inventory.get("port_start", 0))
-        row = await run_in_threadpool(context.store.heartbeat_node, node_id, inventory, port_start)
+        held = fencing.holdings(inventory)
+        row = await run_in_threadpool(context.store.heartbeat_node, node_id, inventory, port_start, held)
         return {"id": row.id, "state": context.store.node_state(row)}
 
     @app.get("/v1/nodes")
@@ -596,6 +598,10 @@ def create_app(context: ServerContext) -> FastAPI:
     @app.delete("/v1/internal/reservations/{copy_id}", status_code=204)
     async def release(copy_id: str, _who: Identity = Depends(admin)) -> None:
         await run_in_threadpool(context.store.release, copy_id)
+
+    @app.post("/v1/internal/reservations/{copy_id}/fence", status_code=204)
+    async def fence(copy_id: str, request: FenceRequest, _who: Identity = Depends(admin)) -> None:
+        await run_in_threadpool(context.store.fence, copy_id, request.nodes)
 
     @app.put("/v1/internal/replicas/{copy_id}", status_code=204)
     async def publish(copy_id: str, record: ReplicaRecord, _who: Identity = Depends(admin)) -> None:

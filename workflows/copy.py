@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
         CopyResult,
         CopyStatus,
         Event,
+        FenceRequest,
         HealthCheck,
         Placement,
         RankExit,
@@ -46,6 +47,8 @@ class CopyWorkflow:
         self.nodes: tuple[str, ...] = ()
         self.input: CopyInput | None = None
         self._stopping = False
+        # Nodes where a rank was given up with its agent silent: its process may live on there.
+        self._lost_nodes: set[str] = set()
 
     @workflow.query
     def info(self) -> ReplicaInfo:
@@ -81,6 +84,12 @@ class CopyWorkflow:
             await self._release(input)
 
     async def _release(self, input: CopyInput) -> None:
+        if self._lost_nodes and workflow.patched("fence-lost-ranks"):
+            # Before the release: what a lost rank holds stays reserved until its node says it is gone.
+            await workflow.execute_activity(
+                "fence_placement", FenceRequest(copy_id=input.copy_id, nodes=tuple(sorted(self._lost_nodes))),
+                task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
+            )
         await workflow.execute_activity(
             "release_placement", input.copy_id, task_queue=CONTROL_TASK_QUEUE,
             start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
@@ -173,7 +182,10 @@ class CopyWorkflow:
             if not task.done():
                 continue
             exit_info = _rank_outcome(task, rank_index, self.nodes[rank_index])
-            interrupted = interrupted or exit_info.reason == "agent-stopped"
+            # A rank lost with its node agent is an infrastructure fault, like a stopped agent: the
+            # service places the copy again without spending ReplaceFailedCopies.
+            interrupted = interrupted or exit_info.reason == "agent-stopped" or (
+                exit_info.reason == "lost" and workflow.patched("lost-rank-interrupts"))
             if first is None:
                 first = exit_info
         if first is not None:
@@ -208,6 +220,8 @@ class CopyWorkflow:
             except ActivityError as error:
                 cause = error.cause
                 if isinstance(cause, CancelledError) or self._stopping:
+                    if agent_went_silent(error):  # its stop never reached the process
+                        self._lost_nodes.add(node_id)
                     return RankExit(rank=spec.rank, node_id=node_id, reason="cancelled")
                 if isinstance(cause, ApplicationError) and cause.type == "AgentStopped":
                     return RankExit(rank=spec.rank, node_id=node_id, reason="agent-stopped")
@@ -225,6 +239,7 @@ class CopyWorkflow:
                     )
                     continue
                 if isinstance(cause, TimeoutError):
+                    self._lost_nodes.add(node_id)
                     return RankExit(rank=spec.rank, node_id=node_id, reason="lost",
                                     note=f"no node agent on {node_id} adopted it within "
                                          f"{timings.rank_adopt_window_s:.0f} s")

@@ -208,7 +208,28 @@ class ReadyCheck(Payload):
     url: str
     model_id: str
     timeout_s: float = 1800
-    copy_id: str = ""  # whose API key /v1/models wants (the node derives it); "" = none
+    # Whose API key /v1/models wants (the node derives it), and whose rank 0 must own the listening
+    # socket; "" = neither (histories from before both checks).
+    copy_id: str = ""
+
+
+class FenceRequest(Payload):
+    """Keep a released copy's GPUs and ports on `nodes` (where a rank was lost with its agent) reserved
+    until those nodes confirm the rank's process is gone."""
+
+    copy_id: str
+    nodes: tuple[str, ...]
+
+
+MAX_HOLDINGS = 256  # live rank processes one node may report; far above any node's GPU count
+
+
+class NodeHolding(Payload):
+    """What one live rank process on a node holds, as its node agent reports it in each heartbeat."""
+
+    owner: str = Field(max_length=160)  # the copy id
+    gpus: tuple[int, ...] = Field(default=(), max_length=64)
+    ports: tuple[int, ...] = Field(default=(), max_length=4)
 
 
 class CopyResult(Payload):
