@@ -41,12 +41,16 @@ class InvariantMonitor:
     failed_workflows: set[str] = field(default_factory=set)
     lost_copies: list[dict[str, Any]] = field(default_factory=list)
     ticks: int = 0
+    # What the checks saw, so a check that never looked at anything shows as such.
+    most_rank_processes: int = 0
+    most_gpus_allocated: int = 0
     api_unavailable_ticks: int = 0
 
     def __post_init__(self) -> None:
         self._client = httpx.Client(base_url=self.api_url, timeout=5.0,
                                     headers={"Authorization": f"Bearer {self.token}"})
         self._known: dict[str, set[str]] = {w: set() for w in self.workflow_ids}
+        self._every_copy: set[str] = set()
         self._vanished: dict[tuple[str, str], float] = {}  # (workflow, copy) → when it was last seen
 
     def close(self) -> None:
@@ -65,6 +69,8 @@ class InvariantMonitor:
             self._check_processes(rank_processes(self.state_dir), {}, {})
             return
         self._check_processes(ranks, before, after)
+        self.most_rank_processes = max(self.most_rank_processes, len(ranks))
+        self.most_gpus_allocated = max(self.most_gpus_allocated, len(after))
         for workflow_id, info in described.items():
             self._check_workflow(workflow_id, info)
 
@@ -102,6 +108,7 @@ class InvariantMonitor:
         for copy_id in self._known[workflow_id] - present:
             self._vanished.setdefault((workflow_id, copy_id), now)
         self._known[workflow_id] |= present
+        self._every_copy |= present
         for key in [k for k in self._vanished if k[0] == workflow_id]:
             if key[1] in present:  # it came back (a copy workflow re-signalled its state)
                 del self._vanished[key]
@@ -132,6 +139,8 @@ class InvariantMonitor:
         return {"gpus_reserved_twice": len(self.double_reserved), "gpus_reserved_twice_detail": self.double_reserved,
                 "copies_lost_without_event": len(self.lost_copies), "copies_lost_detail": self.lost_copies,
                 "workflows_failed": len(self.failed_workflows), "failed_workflow_ids": sorted(self.failed_workflows),
+                "copies_seen": len(self._every_copy), "most_rank_processes_seen": self.most_rank_processes,
+                "most_gpus_allocated_seen": self.most_gpus_allocated,
                 "invariant_ticks": self.ticks, "ticks_api_unavailable": self.api_unavailable_ticks}
 
 

@@ -24,6 +24,8 @@ def test_chaos_smoke_keeps_every_invariant(tmp_path: Path) -> None:
     seed = int(os.environ.get("BERTH_CHAOS_SEED", "1212"))
     result = run_soak(SoakOptions(minutes=3, seed=seed, interval_s=(10.0, 20.0)), tmp_path / "state")
     print(json.dumps(result, indent=2))
+    # The checks looked at something: every rank of the 5 copies (2 + 3 + 1 processes) and every copy.
+    assert result["most_rank_processes_seen"] >= 6 and result["copies_seen"] >= 5, result
     assert result["kills"] >= 6 and len(result["kills_by_kind"]) >= 5, result["kill_log"]
     assert result["gpus_reserved_twice"] == 0, result["gpus_reserved_twice_detail"]
     assert result["orphans_after_down"] == 0, result["orphan_processes"]
