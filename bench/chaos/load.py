@@ -101,7 +101,7 @@ def stream_request(client: httpx.Client, target: Target, tally: LoadTally) -> No
     """A streamed request: a 200 stream must end with [DONE] or carry an error event, however it ends."""
     done = errored = False
     ending = "clean"
-    started = time.time()
+    started = time.monotonic()
     try:
         with client.stream("POST", target.url + "/v1/chat/completions", json=_body(target, True),
                            headers={"Authorization": f"Bearer {target.token}"}) as response:
@@ -128,7 +128,8 @@ def stream_request(client: httpx.Client, target: Target, tally: LoadTally) -> No
     elif errored:
         tally.count_stream(target, "error_event")
     else:
-        tally.count_stream(target, "broken", {"target": target.name, "at": round(started, 3), "ending": ending})
+        tally.count_stream(target, "broken", {"target": target.name, "ending": ending,
+                                              "began_mono": started, "ended_mono": time.monotonic()})
 
 
 def drive(targets: list[Target], rate_per_s: float, stop: threading.Event, tally: LoadTally) -> list[threading.Thread]:

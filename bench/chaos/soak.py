@@ -128,6 +128,7 @@ def _chaos(stack: RunningStack, options: SoakOptions, workflow_ids: list[str], t
     monitor.finish()
     monitor.check()  # the last word on phases
     monitor.close()
+    _name_kills(tally.broken_samples, monkey, began)
     machine = (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1])
     return {
         **monitor.summary(), **tally.summary(), **monkey.summary(),
@@ -137,6 +138,14 @@ def _chaos(stack: RunningStack, options: SoakOptions, workflow_ids: list[str], t
         "machine_cpu_busy_fraction": round(machine, 3),
         "machine_cores": os.cpu_count(),
     }
+
+
+def _name_kills(samples: list[dict[str, Any]], monkey: ChaosMonkey, began: float) -> None:
+    """Each broken stream with its times since the soak began and the kills while it ran (±1 s)."""
+    for sample in samples:
+        start, end = sample.pop("began_mono") - began, sample.pop("ended_mono") - began
+        sample.update({"began_s": round(start, 1), "ended_s": round(end, 1),
+                       "kills_meanwhile": [k.row() for k in monkey.kills if start - 1 <= k.at <= end + 1]})
 
 
 def _clean_up(orphans: list[str]) -> None:
