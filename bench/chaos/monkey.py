@@ -75,9 +75,9 @@ class ChaosMonkey:
             name, pid = self.random.choice(live)
             try:
                 os.kill(pid, signal.SIGKILL)  # a crash: no clean-up of any kind
-            except ProcessLookupError:
-                pid = None
-            kill = Kill(elapsed, kind, name, pid)
+                kill = Kill(elapsed, kind, name, pid)
+            except ProcessLookupError:  # it exited between the look and the kill
+                kill = Kill(elapsed, kind, name, None)
         self.kills.append(kill)
         print(f"chaos: {kill.row()}", flush=True)
         return kill

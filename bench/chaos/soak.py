@@ -39,7 +39,8 @@ class CpuMeter:
     last reading: a killed process keeps what it had used up to the previous sample."""
 
     def __init__(self, state_dir: Path) -> None:
-        self.state_dir, self.seen = state_dir, {}  # type: dict[int, float]
+        self.state_dir = state_dir
+        self.seen: dict[int, float] = {}
         self.ticks = os.sysconf("SC_CLK_TCK")
 
     def sample(self) -> None:
