@@ -36,6 +36,9 @@ class ChaosMonkey:
     seed: int
     interval_s: tuple[float, float] = (20.0, 40.0)
     kinds: tuple[str, ...] = KINDS
+    # Workflow id → the soak's name for it: targets are named, and drawn, by role rather than by the
+    # random workflow ids, so one seed picks the same rank of the same workflow in every run.
+    labels: dict[str, str] = field(default_factory=dict)
     kills: list[Kill] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -59,12 +62,16 @@ class ChaosMonkey:
                     if c["name"] == kind or (kind == "node" and c["name"].startswith("node-"))]
         pattern = "*/services/*.litellm/service.json" if kind == "litellm" else "*/ranks/*/rank.json"
         found = []
-        for record in sorted((self.state_dir / "nodes").glob(pattern)):
+        for record in (self.state_dir / "nodes").glob(pattern):
             try:
-                found.append((record.parent.name, int(json.loads(record.read_text())["pid"])))
+                found.append((self._label(record.parent.name), int(json.loads(record.read_text())["pid"])))
             except (OSError, ValueError, KeyError):
                 continue
-        return found
+        return sorted(found)
+
+    def _label(self, name: str) -> str:
+        workflow_id, _, rest = name.partition(".")
+        return f"{self.labels[workflow_id]}.{rest}" if workflow_id in self.labels else name
 
     def kill_one(self, elapsed: float) -> Kill:
         kind = self._next_kind()

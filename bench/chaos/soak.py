@@ -93,7 +93,7 @@ def run_soak(options: SoakOptions, state_dir: Path) -> dict[str, Any]:
     try:
         ids, targets = start_workflows(stack)
         result["stack_start_s"] = round(time.monotonic() - started, 1)
-        result.update(_chaos(stack, options, list(ids.values()), targets))
+        result.update(_chaos(stack, options, ids, targets))
     finally:
         stack.stop()
     orphans: list[str] = []
@@ -106,9 +106,10 @@ def run_soak(options: SoakOptions, state_dir: Path) -> dict[str, Any]:
     return result
 
 
-def _chaos(stack: RunningStack, options: SoakOptions, workflow_ids: list[str], targets: list[Target]) -> dict[str, Any]:
-    monitor = InvariantMonitor(stack.state_dir, stack.info["api_url"], stack.token, workflow_ids)
-    monkey = ChaosMonkey(stack.state_dir, options.seed, options.interval_s)
+def _chaos(stack: RunningStack, options: SoakOptions, ids: dict[str, str], targets: list[Target]) -> dict[str, Any]:
+    monitor = InvariantMonitor(stack.state_dir, stack.info["api_url"], stack.token, list(ids.values()))
+    monkey = ChaosMonkey(stack.state_dir, options.seed, options.interval_s,
+                         labels={workflow_id: name for name, workflow_id in ids.items()})
     tally, stop, cpu = LoadTally(), threading.Event(), CpuMeter(stack.state_dir)
     busy_before = machine_busy()
     began = time.monotonic()
@@ -132,7 +133,7 @@ def _chaos(stack: RunningStack, options: SoakOptions, workflow_ids: list[str], t
     _name_kills(tally.broken_samples, monkey, began)
     machine = (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1])
     return {
-        **monitor.summary(), **tally.summary(), **monkey.summary(),
+        "workflow_ids": ids, **monitor.summary(), **tally.summary(), **monkey.summary(),
         "component_restarts": restarts(stack),
         "soak_s": round(soak_s, 1),
         "stack_cpu_cores": round(cpu.total() / soak_s, 2),

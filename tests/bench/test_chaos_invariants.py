@@ -102,3 +102,12 @@ def test_the_seed_fixes_the_kill_sequence_and_every_kind_comes_up(tmp_path: Path
     assert sorted(deck(1212)) == sorted(KINDS)
     kill = ChaosMonkey(tmp_path, 1).kill_one(3.0)  # nothing runs under an empty state dir: skipped
     assert kill.pid is None
+
+
+def test_targets_are_named_and_drawn_by_role_not_by_workflow_id(tmp_path: Path) -> None:
+    for workflow_id, pid in (("vllm-ffff", 101), ("vllm-0000", 102)):
+        run = tmp_path / "nodes" / "node-1" / "ranks" / f"{workflow_id}.copy-0-r0"
+        run.mkdir(parents=True)
+        (run / "rank.json").write_text(f'{{"pid": {pid}}}')
+    monkey = ChaosMonkey(tmp_path, 1, labels={"vllm-ffff": "a_pool", "vllm-0000": "b_copy"})
+    assert monkey.candidates("rank") == [("a_pool.copy-0-r0", 101), ("b_copy.copy-0-r0", 102)]
