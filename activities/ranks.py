@@ -21,7 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.health import until_hung
-from activities.supervision import RANK_PIDFILE, Supervisor
+from activities.supervision import RANK_PIDFILE, SHUTDOWN_MARKER, Supervisor
 from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
 from berth.child_environment import engine_environment
@@ -141,6 +141,7 @@ class NodeActivities:
         argv = engine_command(context.engine) + vllm_serve_args(spec)
         run_dir = context.ranks_dir / f"{spec.copy_id}-r{spec.rank}"
         (run_dir / "tmp").mkdir(parents=True, exist_ok=True)
+        remove_file(run_dir / SHUTDOWN_MARKER)  # a previous run's, in a reused directory: not this run's story
         # Never the agent's own environment: it holds the admin token and the state dir with the keys.
         env = engine_environment(os.environ, simulator=context.engine == "simulator")
         env.update(rank_environment(spec, self.replica_keys.for_copy(spec.copy_id)))
@@ -215,8 +216,9 @@ class NodeActivities:
             adopted = await self.supervisor.adopt(run_dir / RANK_PIDFILE, f"rank {spec.rank}", self._log_path(spec))
         finally:
             shutil.rmtree(run_dir / "tmp", ignore_errors=True)
-        return RankExit(rank=spec.rank, node_id=self.context.node_id, reason="lost" if adopted.lost else "exited",
-                        note=adopted.note, log_tail=adopted.log_tail)
+        reason = "interrupted" if adopted.interrupted else "lost" if adopted.lost else "exited"
+        return RankExit(rank=spec.rank, node_id=self.context.node_id, reason=reason, note=adopted.note,
+                        log_tail=adopted.log_tail)
 
     async def _set_routable(self, copy_id: str, routable: bool) -> None:
         """Take the copy out of routing while its /health fails, and back in when it answers again; the

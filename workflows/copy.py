@@ -173,7 +173,7 @@ class CopyWorkflow:
             if not task.done():
                 continue
             exit_info = _rank_outcome(task, rank_index, self.nodes[rank_index])
-            interrupted = interrupted or exit_info.reason == "agent-stopped"
+            interrupted = interrupted or exit_info.interrupted
             if first is None:
                 first = exit_info
         if first is not None:
