@@ -14,11 +14,13 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from activities.health import until_hung
 from activities.supervision import RANK_PIDFILE, SHUTDOWN_MARKER, Supervisor
@@ -29,8 +31,9 @@ from berth.errors import BerthError
 from berth.processes import berth_python, remove_file, tail
 from berth.security import ReplicaKeys
 from berth.settings import StateLayout, repo_root
-from workflows.payloads import HealthCheck, RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
+from workflows.payloads import Event, HealthCheck, RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
 
+ANNOUNCE_TIMEOUT_S = 5.0  # well inside a rank's heartbeat timeout: the watch starts after it
 SHM_SCAN_EVERY = 3  # heartbeats between scans of the rank's shared-memory mappings
 ENGINES = ("vllm", "vllm-cpu", "simulator")
 
@@ -213,7 +216,8 @@ class NodeActivities:
         """Take back a rank whose previous agent died (see Supervisor.adopt)."""
         run_dir = self.context.ranks_dir / f"{spec.copy_id}-r{spec.rank}"
         try:
-            adopted = await self.supervisor.adopt(run_dir / RANK_PIDFILE, f"rank {spec.rank}", self._log_path(spec))
+            adopted = await self.supervisor.adopt(run_dir / RANK_PIDFILE, f"rank {spec.rank}", self._log_path(spec),
+                                                  claimed=lambda: self._announce_adoption(spec))
         finally:
             shutil.rmtree(run_dir / "tmp", ignore_errors=True)
         reason = "interrupted" if adopted.interrupted else "lost" if adopted.lost else "exited"
@@ -229,6 +233,19 @@ class NodeActivities:
             await self.api.set_replica_ready(copy_id, routable)
         except BerthError as error:
             log.warning("could not mark %s %s: %s", copy_id, "routable" if routable else "unroutable", error)
+
+    async def _announce_adoption(self, spec: RankSpec) -> None:
+        """One line in the workflow's events: the copy never noticed the adoption, its owner should. Sent to
+        the workflow (the copy's parent) through the worker's own client; the adoption never waits on it
+        for long, nor fails with it: the rank serves on either way."""
+        event = Event(at=datetime.now(UTC), kind="rank_readopted", copy_id=spec.copy_id,
+                      message=f"rank {spec.rank} of copy {spec.copy_id} re-adopted by {self.context.node_id} "
+                              f"after the agent restarted")
+        handle = activity.client().get_workflow_handle(spec.workflow_id)
+        try:
+            await asyncio.wait_for(handle.signal("copy_event", event), ANNOUNCE_TIMEOUT_S)
+        except (RPCError, TimeoutError) as error:
+            log.warning("could not record the re-adoption of %s rank %s: %s", spec.copy_id, spec.rank, error)
 
     def _log_path(self, spec: RankSpec) -> Path:
         return self.context.state.workflow_logs(spec.workflow_id) / spec.copy_id / f"{spec.log_name}.log"

@@ -9,7 +9,7 @@ import logging
 import os
 import time
 from asyncio.subprocess import Process
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,10 +91,12 @@ class Supervisor:
             on_beat=on_beat, before_stop=before_stop, every_s=HEARTBEAT_EVERY_S, grace_s=STOP_GRACE_S,
         )
 
-    async def adopt(self, pidfile: Path, what: str, default_log: Path) -> Adopted:
+    async def adopt(self, pidfile: Path, what: str, default_log: Path,
+                    claimed: Callable[[], Awaitable[object]] | None = None) -> Adopted:
         """Take back a process whose previous agent died: watch the live process its pidfile names until
         it ends, exactly as the activity that started it would, and stop it on cancellation. The process
-        is not this agent's child, so its exit status cannot be known: the result says so."""
+        is not this agent's child, so its exit status cannot be known: the result says so. `claimed` runs
+        once the live process is taken back, before the watch (to tell its workflow)."""
         self.adopted.add(pidfile)
         marker = pidfile.parent / SHUTDOWN_MARKER
         try:
@@ -112,6 +114,8 @@ class Supervisor:
                                note="its process ended while the node agent was down (exit status unknown)")
             remove_file(marker)  # marked, but its agent died before stopping it: it serves on, adopted
             self._claim(pidfile, record, log_path, what)
+            if claimed is not None:
+                await claimed()
             await self.watch(record["pid"], what)
             return Adopted(lost=False, log_tail=tail(log_path, 15),
                            note="the process was adopted by a restarted node agent, which is not its parent")
