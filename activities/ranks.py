@@ -241,10 +241,10 @@ class NodeActivities:
         event = Event(at=datetime.now(UTC), kind="rank_readopted", copy_id=spec.copy_id,
                       message=f"rank {spec.rank} of copy {spec.copy_id} re-adopted by {self.context.node_id} "
                               f"after the agent restarted")
-        handle = activity.client().get_workflow_handle(spec.workflow_id)
         try:
+            handle = activity.client().get_workflow_handle(spec.workflow_id)
             await asyncio.wait_for(handle.signal("copy_event", event), ANNOUNCE_TIMEOUT_S)
-        except (RPCError, TimeoutError) as error:
+        except (RPCError, TimeoutError, RuntimeError) as error:  # RuntimeError: no client (outside a worker)
             log.warning("could not record the re-adoption of %s rank %s: %s", spec.copy_id, spec.rank, error)
 
     def _log_path(self, spec: RankSpec) -> Path:

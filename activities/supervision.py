@@ -3,6 +3,7 @@ restarted agent takes back (adopts) the live ones its predecessor left, or stops
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -96,9 +97,10 @@ class Supervisor:
         """Take back a process whose previous agent died: watch the live process its pidfile names until
         it ends, exactly as the activity that started it would, and stop it on cancellation. The process
         is not this agent's child, so its exit status cannot be known: the result says so. `claimed` runs
-        once the live process is taken back, before the watch (to tell its workflow)."""
+        once the live process is taken back (to tell its workflow)."""
         self.adopted.add(pidfile)
         marker = pidfile.parent / SHUTDOWN_MARKER
+        telling: asyncio.Future[object] | None = None
         try:
             record = read_pidfile(pidfile)
             alive = record is not None and same_process(record["pid"], record.get("start_ticks"))
@@ -114,12 +116,14 @@ class Supervisor:
                                note="its process ended while the node agent was down (exit status unknown)")
             remove_file(marker)  # marked, but its agent died before stopping it: it serves on, adopted
             self._claim(pidfile, record, log_path, what)
-            if claimed is not None:
-                await claimed()
+            # Beside the watch, not before it: however long the telling takes, the process is watched.
+            telling = asyncio.ensure_future(claimed()) if claimed is not None else None
             await self.watch(record["pid"], what)
             return Adopted(lost=False, log_tail=tail(log_path, 15),
                            note="the process was adopted by a restarted node agent, which is not its parent")
         finally:
+            if telling is not None:
+                telling.cancel()
             remove_file(pidfile)
             remove_file(marker)
             self.adopted.discard(pidfile)
@@ -162,7 +166,6 @@ class Supervisor:
                 await stop_group(orphan.pid, STOP_GRACE_S)
             if ours:
                 remove_file(orphan.pidfile)
-
 
     def mark_shutdown(self) -> list[Path]:
         """Before a shutting-down agent stops its ranks: mark each live one as stopped by shutdown

@@ -70,7 +70,8 @@ def test_temporal_crash_then_down_and_up_interrupts_copies_and_fails_nothing(sta
     os.kill(temporal, signal.SIGKILL)  # a crash: nothing records what happens next
     started = time.monotonic()
     stack.cli("down", "--state-dir", str(stack.state_dir), timeout=DOWN_BOUND_S)
-    assert time.monotonic() - started < DOWN_BOUND_S
+    elapsed = time.monotonic() - started
+    assert elapsed < DOWN_BOUND_S, f"berth down took {elapsed:.0f} s with Temporal dead"
     marks = sorted(p.parent.name for p in (stack.state_dir / "nodes").glob("*/ranks/*/stopped-by-shutdown.json"))
     assert len(marks) == 3, marks  # every rank stopped by the shutdown said so on the node
 
