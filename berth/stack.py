@@ -240,8 +240,11 @@ class Stack:
     def stop(self) -> None:
         # Reverse order: proxy and nodes first (ranks stop while Temporal can still record it).
         nodes_stopped = False
+        # With Temporal gone (crashed) nothing can record the copies' ends: no use waiting for it. The node
+        # agents marked their ranks stopped by shutdown instead, for the next `berth up` to read.
+        temporal_up = any(c.name == "temporal" and c.process.poll() is None for c in self.children)
         for child in reversed(self.children):
-            if child.name == "worker" and nodes_stopped:
+            if child.name == "worker" and nodes_stopped and temporal_up:
                 self._wait_copies_released(15)
             if child.process.poll() is None:
                 stop_group_sync(child.process.pid, grace_s=40 if child.name.startswith("node") else 15)

@@ -77,15 +77,19 @@ class NodeAgent:
                 # restarted agent never reports as free what a process it has not stopped yet holds.
                 "held": [holding.model_dump(mode="json") for holding in supervisor.holdings()]}
 
-    async def reap_orphans(self, orphans: list[Orphan], supervisor: Supervisor, grace_s: float) -> None:
+    async def reap_orphans(self, orphans: list[Orphan], marked: list[Path], supervisor: Supervisor,
+                           grace_s: float) -> None:
         """Give each orphan (a rank or service a previous agent left running) `grace_s` to be adopted by its
-        workflow (adopt_rank, adopt_service), then stop whatever was not."""
-        if not orphans:
+        workflow (adopt_rank, adopt_service), then stop whatever was not; the shutdown markers of ranks a
+        previous agent stopped (`marked`) are kept as long, for the same adoptions to read."""
+        if not orphans and not marked:
             return
-        log.warning("found %d live process(es) of a previous agent; %.0f s for their workflows to adopt "
-                    "them: %s", len(orphans), grace_s, ", ".join(o.pidfile.parent.name for o in orphans))
+        if orphans:
+            log.warning("found %d live process(es) of a previous agent; %.0f s for their workflows to adopt "
+                        "them: %s", len(orphans), grace_s, ", ".join(o.pidfile.parent.name for o in orphans))
         await asyncio.sleep(grace_s)
         await supervisor.stop_unadopted(orphans)
+        supervisor.drop_unclaimed_markers(marked)
 
     async def heartbeat_forever(self, api: ApiClient, supervisor: Supervisor) -> None:
         while True:
@@ -98,9 +102,10 @@ class NodeAgent:
     async def run(self, stop: asyncio.Event) -> None:
         supervisor = Supervisor(self.config.node_id, self.context.node_dir)
         orphans = supervisor.find_orphans()
-        # After find_orphans, before the workers run: what a workflow may still adopt is kept, and no
-        # rank of this agent can have started yet.
-        pruned = prune_rank_dirs(self.context.ranks_dir, {orphan.pidfile.parent for orphan in orphans})
+        marked = supervisor.shutdown_marked()
+        # After find_orphans, before the workers run: what a workflow may still adopt (or ask about) is
+        # kept, and no rank of this agent can have started yet.
+        pruned = prune_rank_dirs(self.context.ranks_dir, {orphan.pidfile.parent for orphan in orphans} | set(marked))
         if pruned:
             log.info("pruned %d stale rank dir(s) and /tmp alias(es): %s", len(pruned), ", ".join(pruned))
         settings = ClusterSettings.load(self.config.state_dir)
@@ -109,7 +114,7 @@ class NodeAgent:
         secrets_api = ApiClient(self.config.api_url, self.config.token)
         activities = NodeActivities(self.context, supervisor, secrets_api)
         reaper = asyncio.create_task(self.reap_orphans(
-            orphans, supervisor, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
+            orphans, marked, supervisor, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
         services = ServiceActivities(self.context, supervisor, secrets_api)
         functions = [activities.run_rank, activities.adopt_rank, activities.wait_ready,
                      activities.download_weights, activities.delete_ephemeral_volume,
@@ -130,6 +135,9 @@ class NodeAgent:
             log.info("node %s ready: engine %s, %d GPU(s) (%s)", self.config.node_id, self.engine,
                      len(self.gpus), self.gpu_note)
             await stop.wait()
+            # Before the workers stop the ranks: should Temporal be unable to record their "agent stopped"
+            # results now, the restarted agent asked to adopt them still knows they were interrupted, not lost.
+            supervisor.mark_shutdown()
             beat.cancel()
             reaper.cancel()
             await asyncio.gather(own.shutdown(), shared.shutdown())

@@ -182,9 +182,10 @@ class CopyWorkflow:
             if not task.done():
                 continue
             exit_info = _rank_outcome(task, rank_index, self.nodes[rank_index])
-            # A rank lost with its node agent is an infrastructure fault, like a stopped agent: the
-            # service places the copy again without spending ReplaceFailedCopies.
-            interrupted = interrupted or exit_info.reason == "agent-stopped" or (
+            # A rank lost with its node agent is an infrastructure fault, like a stopped agent (or one the
+            # shutdown marker says was stopped): the service places the copy again without spending
+            # ReplaceFailedCopies.
+            interrupted = interrupted or exit_info.interrupted or (
                 exit_info.reason == "lost" and workflow.patched("lost-rank-interrupts"))
             if first is None:
                 first = exit_info

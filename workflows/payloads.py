@@ -178,16 +178,23 @@ class RankExit(Payload):
     node_id: str
     exit_code: int | None = None
     signal: int | None = None
-    reason: str = "exited"  # exited | cancelled | agent-stopped | lost | spawn-failed | unhealthy
+    # exited | cancelled | agent-stopped | lost | spawn-failed | unhealthy | interrupted (stopped by its agent's
+    # shutdown, as a restarted agent found recorded on the node: the "agent-stopped" result could not be delivered)
+    reason: str = "exited"
     log_tail: str = ""
     signal_name: str = ""  # filled by the node activity: workflow code cannot use the signal module
     note: str = ""  # what else the copy should say (e.g. why the exit status is unknown)
+
+    @property
+    def interrupted(self) -> bool:
+        """Stopped by its node agent's shutdown: the copy is placed again, not failed."""
+        return self.reason in ("agent-stopped", "interrupted")
 
     def describe(self) -> str:
         where = f"rank {self.rank} on node {self.node_id}"
         if self.reason == "lost":
             text = f"{where} was lost (its node agent stopped answering)"
-        elif self.reason == "agent-stopped":
+        elif self.reason in ("agent-stopped", "interrupted"):
             text = f"{where} was stopped because its node agent shut down"
         elif self.reason == "spawn-failed":
             text = f"{where} could not be started"

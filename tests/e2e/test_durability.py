@@ -1,7 +1,8 @@
 """Durability of serving copies: killing and restarting the API server, the control worker or a node
-agent never drops a serving copy; a restarted agent re-adopts its live ranks and services (the model's
-LiteLLM proxy); a node agent that stays away loses its copy as a unit ("lost"), which is placed again while
-the lost rank's GPU stays fenced; a rank or service nobody adopts is stopped by the restarted agent."""
+agent never drops a serving copy; a restarted agent re-adopts its live ranks (and says so in the events)
+and services (the model's LiteLLM proxy); a node agent that stays away loses its copy as a unit ("lost"),
+which is placed again while the lost rank's GPU stays fenced; a rank or service nobody adopts is stopped by
+the restarted agent."""
 
 from __future__ import annotations
 
@@ -185,6 +186,14 @@ def test_restarted_node_agent_readopts_its_live_ranks(cluster: Cluster) -> None:
     info = stack.describe(workflow_id)
     assert [(r["copy_id"], r["status"]) for r in info["replicas"]] == [(copy_id, "ready")]
     assert any(e["kind"] == "rank_unresponsive" and node in e["message"] for e in info["events"])
+    # The adoption itself is one line in the workflow's events (sent as the restarted agent takes the rank).
+    readopted = f"rank 1 of copy {copy_id} re-adopted by {node} after the agent restarted"
+    events = wait_for(
+        lambda: [e for e in stack.describe(workflow_id)["events"] if e["kind"] == "rank_readopted"],
+        30,
+        "the re-adoption event",
+    )
+    assert [(e["message"], e["copy_id"]) for e in events] == [(readopted, copy_id)]
     # The adopted rank still fails its copy as a unit — its exit status is unknowable, and said so.
     leader = rank_record(stack.state_dir, copy_id, 0)
     os.kill(int(follower["pid"]), signal.SIGKILL)
