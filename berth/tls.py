@@ -59,25 +59,37 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
                              serialization.NoEncryption())
 
 
-def _load_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    cert_path, key_path = directory / "ca.pem", directory / "ca-key.pem"
+Authority = tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
+
+
+def _load_authority(directory: Path, stem: str, common_name: str, issuer: Authority | None,
+                    path_length: int) -> Authority:
+    """A CA certificate and key kept in `directory` as STEM.pem / STEM-key.pem, made when absent: the root
+    signs itself (`issuer` None), the issuing CA is signed by the root."""
+    cert_path, key_path = directory / f"{stem}.pem", directory / f"{stem}-key.pem"
     if cert_path.exists() and key_path.exists():
-        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
-        if not isinstance(key, ec.EllipticCurvePrivateKey):
+        loaded = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        if not isinstance(loaded, ec.EllipticCurvePrivateKey):
             raise UserInputError(f"{key_path} is not an EC key; remove {directory} to make a new CA.")
-        return x509.load_pem_x509_certificate(cert_path.read_bytes()), key
+        return x509.load_pem_x509_certificate(cert_path.read_bytes()), loaded
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Berth private CA")])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    issuer_cert, issuer_key = issuer if issuer else (None, key)
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + CA_LIFETIME)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
-                                         data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                         crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .sign(key, hashes.SHA256()))
+    builder = (x509.CertificateBuilder().subject_name(name)
+               .issuer_name(issuer_cert.subject if issuer_cert else name).public_key(key.public_key())
+               .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+               .not_valid_after(now + CA_LIFETIME)
+               .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
+               .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,
+                                            key_encipherment=False, data_encipherment=False, key_agreement=False,
+                                            key_cert_sign=True, crl_sign=True, encipher_only=False,
+                                            decipher_only=False), critical=True)
+               .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False))
+    if issuer_cert is not None:
+        builder = builder.add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), critical=False)
+    cert = builder.sign(issuer_key, hashes.SHA256())
     _write_private(key_path, _key_pem(key))
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return cert, key
@@ -104,27 +116,32 @@ def _needs_new_server(cert_path: Path, ca: x509.Certificate, wanted: list[x509.G
 
 
 def ensure_private_ca(directory: Path, addresses: tuple[str, ...] = ()) -> TLSFiles:
-    """The CA (10 years) and a server certificate it signed (1 year) for loopback and `addresses`, made
-    once in `directory` (keys 0600) and the server certificate issued again within 30 days of its expiry
-    or when the names asked for changed."""
-    ca, ca_key = _load_ca(directory)
+    """The root CA (10 years; the one clients trust, `ca.pem`), an issuing CA it signed, and a server
+    certificate (1 year) the issuing CA signed for loopback and `addresses`, made once in `directory`
+    (keys 0600); the server certificate is issued again within 30 days of its expiry or when the names
+    asked for changed. Served as leaf + issuing CA, the shape of a real cluster's chain: a client without
+    the root then fails with OpenSSL's "unable to get local issuer certificate" (the documents' row)."""
+    root = _load_authority(directory, "ca", "Berth private root CA", None, path_length=1)
+    issuing, issuing_key = _load_authority(directory, "issuing-ca", "Berth issuing CA", root, path_length=0)
     files = TLSFiles(cert=directory / "server.pem", key=directory / "server-key.pem", ca=directory / "ca.pem")
     wanted = _subject_names(addresses)
-    if not _needs_new_server(files.cert, ca, wanted) and files.key.exists():
+    if not _needs_new_server(files.cert, issuing, wanted) and files.key.exists():
         return files
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Berth server")]))
-            .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .issuer_name(issuing.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + SERVER_LIFETIME)
             .add_extension(x509.SubjectAlternativeName(wanted), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuing_key.public_key()),
+                           critical=False)
+            .sign(issuing_key, hashes.SHA256()))
     _write_private(files.key, _key_pem(key))
-    files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pem = serialization.Encoding.PEM
+    files.cert.write_bytes(cert.public_bytes(pem) + issuing.public_bytes(pem))
     return files
 
 

@@ -32,8 +32,11 @@ def test_private_ca_issues_server_certificate_for_loopback_and_extra_names(tmp_p
     assert set(names.get_values_for_type(x509.DNSName)) == {"localhost", "berth.example"}
     assert set(names.get_values_for_type(x509.IPAddress)) == {ipaddress.ip_address("127.0.0.1"),
                                                                 ipaddress.ip_address("10.1.2.3")}
-    server.verify_directly_issued_by(ca)
-    for key in (files.key, tmp_path / "tls" / "ca-key.pem"):
+    # Served as leaf + issuing CA; the root (what clients trust) signed the issuing CA.
+    issuing = x509.load_pem_x509_certificates(files.cert.read_bytes())[1]
+    server.verify_directly_issued_by(issuing)
+    issuing.verify_directly_issued_by(ca)
+    for key in (files.key, tmp_path / "tls" / "ca-key.pem", tmp_path / "tls" / "issuing-ca-key.pem"):
         assert stat.S_IMODE(key.stat().st_mode) == 0o600
 
 
