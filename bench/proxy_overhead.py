@@ -2,6 +2,8 @@
 
 Targets (issue 2): added p50 at concurrency 1 ≤ 1 ms; req/s at concurrency 32 (non-streamed)
 ≥ 5× stock LiteLLM's; proxy CPU per streamed chunk ≤ 0.05 ms. Prints JSON.
+`--tls` (issue 13): a short run on a `berth up --tls` stack instead, the proxy's added p50 over https
+(kept-alive connection, as an SDK uses) and the cost of a new connection's handshake.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,9 +31,10 @@ LONG_REPLY = " ".join(["token"] * 400)
 BODY = {"model": "openai/gpt-oss-20b", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
 
 
-async def latencies(url: str, headers: dict[str, str], count: int) -> list[float]:
+async def latencies(url: str, headers: dict[str, str], count: int,
+                    verify: ssl.SSLContext | bool = True) -> list[float]:
     out = []
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with httpx.AsyncClient(timeout=30, verify=verify) as client:
         for _ in range(20):
             await client.post(url, json=BODY, headers=headers)
         for _ in range(count):
@@ -108,7 +113,49 @@ def start_litellm(replica: str, workdir: Path, replica_key: str) -> tuple[subpro
     return process, f"http://127.0.0.1:{port}"
 
 
+async def fresh_connection_latencies(url: str, headers: dict[str, str], count: int,
+                                     verify: ssl.SSLContext | bool) -> list[float]:
+    """Each request on a new connection: with https, the TCP + TLS handshake is in every figure."""
+    out = []
+    for _ in range(count):
+        async with httpx.AsyncClient(timeout=30, verify=verify) as client:
+            started = time.perf_counter()
+            (await client.post(url, json=BODY, headers=headers)).raise_for_status()
+            out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
+def tls_overhead() -> None:
+    """Direct (plain http to the copy) vs through the https endpoint proxy, same stack, Proxy=false."""
+    workdir = Path(tempfile.mkdtemp(prefix="berth-bench-proxy-tls-"))
+    stack = RunningStack(state_dir=workdir / "state", port_base=free_port_base(), nodes=1, simulate_gpus="1x80GB",
+                         extra_env={"BERTH_SIM_TOKENS_PER_SECOND": "0"}, tls=True).start()
+    try:
+        workflow_id = stack.start_entry("GPT-OSS 20B", "Proxy=false")
+        copy = stack.describe(workflow_id)["replicas"][0]
+        direct_url = copy["url"] + "/v1/chat/completions"
+        direct_auth = {"Authorization": f"Bearer {stack.replica_key(copy['copy_id'])}"}
+        endpoint = stack.endpoint(workflow_id)
+        proxy_url = endpoint["url"] + "/v1/chat/completions"
+        auth = {"Authorization": f"Bearer {stack.token_for(endpoint['id'])}"}
+        direct = asyncio.run(latencies(direct_url, direct_auth, 300))
+        proxied = asyncio.run(latencies(proxy_url, auth, 300, stack.verify))
+        fresh_direct = asyncio.run(fresh_connection_latencies(direct_url, direct_auth, 50, True))
+        fresh_proxied = asyncio.run(fresh_connection_latencies(proxy_url, auth, 50, stack.verify))
+        emit("proxy_overhead_tls", {
+            "latency_ms_concurrency_1": {"direct_http": summary(direct), "proxy_https": summary(proxied)},
+            "added_p50_ms": summary(proxied)["p50"] - summary(direct)["p50"],
+            "new_connection_ms": {"direct_http": summary(fresh_direct), "proxy_https": summary(fresh_proxied)},
+            "new_connection_added_p50_ms": summary(fresh_proxied)["p50"] - summary(fresh_direct)["p50"],
+        })
+    finally:
+        stack.stop()
+
+
 def main() -> None:
+    if "--tls" in sys.argv[1:]:
+        tls_overhead()
+        return
     workdir = Path(tempfile.mkdtemp(prefix="berth-bench-proxy-"))
     stack = RunningStack(state_dir=workdir / "state", port_base=free_port_base(), nodes=1, simulate_gpus="1x80GB",
                          extra_env={"BERTH_SIM_TOKENS_PER_SECOND": "0", "BERTH_SIM_REPLY": LONG_REPLY,
