@@ -2,8 +2,8 @@
 
 Targets (issue 2): added p50 at concurrency 1 ≤ 1 ms; req/s at concurrency 32 (non-streamed)
 ≥ 5× stock LiteLLM's; proxy CPU per streamed chunk ≤ 0.05 ms. Prints JSON.
-`--tls` (issue 13): a short run on a `berth up --tls` stack instead, the proxy's added p50 over https
-(kept-alive connection, as an SDK uses) and the cost of a new connection's handshake.
+`--tls` (issue 13): a short run instead, a plain and a `berth up --tls` stack side by side: what https adds
+to the proxy's p50 (kept-alive connection, as an SDK uses; and a new connection's handshake).
 """
 
 from __future__ import annotations
@@ -31,10 +31,9 @@ LONG_REPLY = " ".join(["token"] * 400)
 BODY = {"model": "openai/gpt-oss-20b", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
 
 
-async def latencies(url: str, headers: dict[str, str], count: int,
-                    verify: ssl.SSLContext | bool = True) -> list[float]:
+async def latencies(url: str, headers: dict[str, str], count: int) -> list[float]:
     out = []
-    async with httpx.AsyncClient(timeout=30, verify=verify) as client:
+    async with httpx.AsyncClient(timeout=30) as client:
         for _ in range(20):
             await client.post(url, json=BODY, headers=headers)
         for _ in range(count):
@@ -113,43 +112,65 @@ def start_litellm(replica: str, workdir: Path, replica_key: str) -> tuple[subpro
     return process, f"http://127.0.0.1:{port}"
 
 
-async def fresh_connection_latencies(url: str, headers: dict[str, str], count: int,
-                                     verify: ssl.SSLContext | bool) -> list[float]:
-    """Each request on a new connection: with https, the TCP + TLS handshake is in every figure."""
-    out = []
-    for _ in range(count):
-        async with httpx.AsyncClient(timeout=30, verify=verify) as client:
-            started = time.perf_counter()
-            (await client.post(url, json=BODY, headers=headers)).raise_for_status()
-            out.append((time.perf_counter() - started) * 1000)
+Target = tuple[str, dict[str, str], "ssl.SSLContext | bool"]  # URL, headers, what the client trusts
+
+
+async def interleaved(targets: dict[str, Target], rounds: int, fresh: bool = False) -> dict[str, list[float]]:
+    """One request to each target per round, in turn, so that the load of a shared machine weighs on
+    every target alike; `fresh`: each request on a new connection (TCP + TLS handshake in the figure)."""
+    out: dict[str, list[float]] = {name: [] for name in targets}
+    clients = {name: httpx.AsyncClient(timeout=30, verify=verify) for name, (_, _, verify) in targets.items()}
+    try:
+        for round_number in range(rounds + 10):  # the first 10 rounds warm up
+            for name, (url, headers, verify) in targets.items():
+                client = httpx.AsyncClient(timeout=30, verify=verify) if fresh else clients[name]
+                started = time.perf_counter()
+                (await client.post(url, json=BODY, headers=headers)).raise_for_status()
+                if round_number >= 10:
+                    out[name].append((time.perf_counter() - started) * 1000)
+                if fresh:
+                    await client.aclose()
+    finally:
+        for client in clients.values():
+            await client.aclose()
     return out
 
 
+def _endpoint_target(stack: RunningStack) -> tuple[Target, Target]:
+    """(direct to the copy, through the endpoint proxy) for a new Proxy=false GPT-OSS 20B on `stack`."""
+    workflow_id = stack.start_entry("GPT-OSS 20B", "Proxy=false")
+    copy = stack.describe(workflow_id)["replicas"][0]
+    endpoint = stack.endpoint(workflow_id)
+    return ((copy["url"] + "/v1/chat/completions",
+             {"Authorization": f"Bearer {stack.replica_key(copy['copy_id'])}"}, True),
+            (endpoint["url"] + "/v1/chat/completions",
+             {"Authorization": f"Bearer {stack.token_for(endpoint['id'])}"}, stack.verify))
+
+
 def tls_overhead() -> None:
-    """Direct (plain http to the copy) vs through the https endpoint proxy, same stack, Proxy=false."""
+    """A plain and a `--tls` stack side by side, requests interleaved: direct, plain proxy, https proxy."""
     workdir = Path(tempfile.mkdtemp(prefix="berth-bench-proxy-tls-"))
-    stack = RunningStack(state_dir=workdir / "state", port_base=free_port_base(), nodes=1, simulate_gpus="1x80GB",
-                         extra_env={"BERTH_SIM_TOKENS_PER_SECOND": "0"}, tls=True).start()
+    stacks = []
     try:
-        workflow_id = stack.start_entry("GPT-OSS 20B", "Proxy=false")
-        copy = stack.describe(workflow_id)["replicas"][0]
-        direct_url = copy["url"] + "/v1/chat/completions"
-        direct_auth = {"Authorization": f"Bearer {stack.replica_key(copy['copy_id'])}"}
-        endpoint = stack.endpoint(workflow_id)
-        proxy_url = endpoint["url"] + "/v1/chat/completions"
-        auth = {"Authorization": f"Bearer {stack.token_for(endpoint['id'])}"}
-        direct = asyncio.run(latencies(direct_url, direct_auth, 300))
-        proxied = asyncio.run(latencies(proxy_url, auth, 300, stack.verify))
-        fresh_direct = asyncio.run(fresh_connection_latencies(direct_url, direct_auth, 50, True))
-        fresh_proxied = asyncio.run(fresh_connection_latencies(proxy_url, auth, 50, stack.verify))
+        for name, tls in (("plain", False), ("tls", True)):
+            stacks.append(RunningStack(state_dir=workdir / name, port_base=free_port_base(), nodes=1,
+                                       simulate_gpus="1x80GB", extra_env={"BERTH_SIM_TOKENS_PER_SECOND": "0"},
+                                       tls=tls).start())
+        direct, plain = _endpoint_target(stacks[0])
+        _, https = _endpoint_target(stacks[1])
+        targets = {"direct": direct, "proxy_http": plain, "proxy_https": https}
+        kept = {name: summary(values) for name, values in asyncio.run(interleaved(targets, 400)).items()}
+        fresh = {name: summary(values) for name, values in asyncio.run(interleaved(targets, 60, True)).items()}
         emit("proxy_overhead_tls", {
-            "latency_ms_concurrency_1": {"direct_http": summary(direct), "proxy_https": summary(proxied)},
-            "added_p50_ms": summary(proxied)["p50"] - summary(direct)["p50"],
-            "new_connection_ms": {"direct_http": summary(fresh_direct), "proxy_https": summary(fresh_proxied)},
-            "new_connection_added_p50_ms": summary(fresh_proxied)["p50"] - summary(fresh_direct)["p50"],
+            "kept_alive_ms": kept, "new_connection_ms": fresh,
+            "proxy_http_added_p50_ms": kept["proxy_http"]["p50"] - kept["direct"]["p50"],
+            "proxy_https_added_p50_ms": kept["proxy_https"]["p50"] - kept["direct"]["p50"],
+            "tls_added_p50_ms": kept["proxy_https"]["p50"] - kept["proxy_http"]["p50"],
+            "tls_new_connection_added_p50_ms": fresh["proxy_https"]["p50"] - fresh["proxy_http"]["p50"],
         })
     finally:
-        stack.stop()
+        for stack in stacks:
+            stack.stop()
 
 
 def main() -> None:
