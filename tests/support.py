@@ -76,6 +76,7 @@ class RunningStack:
     hf_mirror: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     tls: bool = False  # `berth up --tls`: the API and the proxy serve https with the state dir's private CA
+    tls_files: tuple[Path, Path, Path] | None = None  # the operator's --tls-cert, --tls-key, --tls-ca
     info: dict[str, Any] = field(default_factory=dict)
     cwd: Path = REPO  # where the CLI runs: only what it reads from the command line depends on it
 
@@ -118,6 +119,9 @@ class RunningStack:
             args += ["--hf-mirror", str(self.hf_mirror)]
         if self.tls:
             args.append("--tls")
+        if self.tls_files:
+            for option, path in zip(("--tls-cert", "--tls-key", "--tls-ca"), self.tls_files, strict=True):
+                args += [option, str(path)]
         return args
 
     def start(self) -> RunningStack:

@@ -4,8 +4,10 @@ and clients that trust it work; clients that do not fail as the documents' troub
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -116,3 +118,52 @@ def test_real_opencode_needs_node_extra_ca_certs(tls_stack: RunningStack, endpoi
                            {**env, "NODE_EXTRA_CA_CERTS": str(_ca_file(tls_stack, tmp_path))})
     assert trusted.returncode == 0, trusted.stdout + trusted.stderr
     assert "Simulated reply" in trusted.stdout
+
+
+def test_opencode_entry_reaches_an_https_endpoint(tls_stack: RunningStack, endpoint: dict[str, str]) -> None:
+    """The OpenCode entry's pre-flight (node agent) and `opencode serve` (NODE_EXTRA_CA_CERTS from the node)
+    trust the private CA: a prompt through OpenCode's https Berth endpoint gets the model's answer."""
+    require_opencode()
+    workflow_id = tls_stack.start_entry("OpenCode", f"Endpoint={endpoint['url']},Model={MODEL},ServiceScope=public")
+    password = re.search(r"password: (\S+)", tls_stack.cli("workflow", "log", workflow_id, "show-server").stdout)
+    assert password
+    served = tls_stack.endpoint(workflow_id)["url"]
+    assert served.startswith("https://")
+    basic = {"Authorization": "Basic " + base64.b64encode(f"opencode:{password.group(1)}".encode()).decode()}
+    with httpx.Client(verify=tls_stack.verify, headers=basic, timeout=180) as client:
+        session = client.post(served + "/session", json={})
+        assert session.status_code == 200, session.text
+        prompt = {"parts": [{"type": "text", "text": "Reply with the single word: ready"}]}
+        reply = client.post(served + f"/session/{session.json()['id']}/message", json=prompt).json()
+    assert reply["info"]["role"] == "assistant" and "error" not in reply["info"], reply["info"].get("error")
+    assert any(p.get("type") == "text" and p.get("text") for p in reply["parts"]), reply["parts"]
+    tls_stack.cli("workflow", "stop", workflow_id)
+
+
+def test_operator_certificate_options_are_checked(tls_stack: RunningStack, tmp_path: Path) -> None:
+    up = ["up", "--state-dir", str(tmp_path / "state"), "--port-base", str(free_port_base())]
+    partial = tls_stack.cli(*up, "--tls-cert", str(tmp_path / "server.pem"), check=False)
+    assert partial.returncode != 0 and "Give all of --tls-cert, --tls-key and --tls-ca" in partial.stderr
+    names = tls_stack.cli(*up, "--tls-name", "berth.example", check=False)
+    assert names.returncode != 0 and "use it with --tls" in names.stderr
+    missing = tls_stack.cli("ca-cert", "--state-dir", str(tmp_path / "none"), check=False)
+    assert missing.returncode != 0 and "berth up --tls" in missing.stderr
+
+
+def test_operator_certificate_serves_the_stack(tmp_path: Path) -> None:
+    """`--tls-cert/--tls-key/--tls-ca`: the operator's files (here made by another CA) serve the API and the
+    proxy, the client config and `berth ca-cert` name the operator's CA, and the state dir makes no CA."""
+    from berth.tls import ensure_private_ca
+
+    operator = ensure_private_ca(tmp_path / "operator-ca")
+    stack = RunningStack(state_dir=tmp_path / "state", port_base=free_port_base(), nodes=1,
+                         tls_files=(operator.cert, operator.key, operator.ca))
+    try:
+        stack.start()
+        assert stack.info["api_url"].startswith("https://") and stack.info["ca_file"] == str(operator.ca)
+        assert stack.cli("ca-cert", "--state-dir", str(stack.state_dir)).stdout == operator.ca.read_text()
+        assert httpx.get(stack.info["proxy_url"] + "/healthz", verify=stack.verify).is_success
+        assert stack.cli_json("node", "list")[0]["state"] == "ready"
+        assert not (stack.state_dir / "keys" / "tls").exists()
+    finally:
+        stack.stop()
