@@ -47,8 +47,9 @@ def client_context(ca_file: str | Path | None) -> ssl.SSLContext | bool:
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    """A key file is owner-only from the moment it exists (never world-readable, even briefly)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """A key file is owner-only from the moment it exists (never world-readable, even briefly), in an
+    owner-only directory (like the state dir's keys/)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)

@@ -38,6 +38,7 @@ def test_private_ca_issues_server_certificate_for_loopback_and_extra_names(tmp_p
     issuing.verify_directly_issued_by(ca)
     for key in (files.key, tmp_path / "tls" / "ca-key.pem", tmp_path / "tls" / "issuing-ca-key.pem"):
         assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "tls").stat().st_mode) == 0o700
 
 
 def test_server_certificate_kept_until_near_expiry_then_renewed(tmp_path: Path,
