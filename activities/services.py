@@ -85,7 +85,7 @@ class ServiceActivities:
         await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
         # The owner's token and the API's address only: nothing of the agent's (its admin token, state dir).
         env = inherit(os.environ, (*BASE_VARIABLES, *PYTHON_SETTINGS))
-        env.update({"BERTH_API_URL": self.api.base_url, "BERTH_TOKEN": token,
+        env.update({"BERTH_API_URL": self.api.base_url, "BERTH_TOKEN": token, "BERTH_TLS_CA": self.api.ca_file or "",
                     "BERTH_REPLICA_KEYS_TOKEN": keys_token, "PYTHONUNBUFFERED": "1"})
         argv = (*berth_python("cli"), "gateway", "--host", run.address, "--port", str(run.port))
         return ServiceLaunch(argv=argv, environment=env, working_directory=workdir)
@@ -171,6 +171,8 @@ class ServiceActivities:
                                         workspace=self._workspace(run), more_tokens=tokens)
         self._show_server(run, command.url, [t.url for t in targets.values()], expires, litellm_key is not None)
         env = inherit(os.environ, ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE"))
+        if self.api.ca_file:  # OpenCode (Bun) trusts the private CA of the https endpoint proxy only so
+            env["NODE_EXTRA_CA_CERTS"] = self.api.ca_file
         env.update(command.env)
         return ServiceLaunch(argv=tuple(command.argv), environment=env, working_directory=command.cwd)
 

@@ -19,6 +19,8 @@ from berth.errors import (
     UnavailableError,
     UserInputError,
 )
+from berth.settings import tls_ca_file
+from berth.tls import client_context
 from berth.tokens import RevokeResult, TokenRecord
 from workflows.payloads import (
     EndpointService,
@@ -37,6 +39,14 @@ _ERRORS: dict[int, type[BerthError]] = {
 }
 
 
+def _verify_reason(error: Exception) -> str:
+    """OpenSSL's words for a refused certificate (`unable to get local issuer certificate`), the phrase
+    the documents' troubleshooting row names."""
+    text = str(error)
+    marker = "certificate verify failed: "
+    return text.split(marker, 1)[1].split(" (_ssl")[0].rstrip(")") if marker in text else "verify failed"
+
+
 def _segment(value: str) -> str:
     """One path segment as the URL carries it: every `/`, `?`, `#` and `%` encoded, so an ID typed on
     the command line (`../../v1/internal/routes`) stays one segment and never names another route."""
@@ -47,11 +57,15 @@ def _segment(value: str) -> str:
 
 class ApiClient:
     def __init__(self, base_url: str, token: str | None, timeout_s: float = 30.0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None, ca_file: str | None = None) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base_url = base_url.rstrip("/")
+        # An https API with a private CA: the caller's CA file, else BERTH_TLS_CA (what `berth up` gives
+        # every component), trusted besides the system store.
+        self.ca_file = ca_file or tls_ca_file()
         self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport,
-                                         timeout=httpx.Timeout(timeout_s, connect=5.0))
+                                         timeout=httpx.Timeout(timeout_s, connect=5.0),
+                                         verify=client_context(self.ca_file))
 
     async def __aenter__(self) -> ApiClient:
         return self
@@ -62,14 +76,22 @@ class ApiClient:
     async def aclose(self) -> None:
         await self._client.aclose()
 
+    def _unreachable(self) -> UnavailableError:
+        return UnavailableError(f"Cannot reach the Berth API at {self.base_url}. Is the stack running? "
+                                "Start it with `berth up`, or set BERTH_API_URL.")
+
     async def request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = await self._client.request(method, path, **kwargs)
+        except httpx.ConnectError as error:
+            if "CERTIFICATE_VERIFY_FAILED" in str(error):
+                raise UnavailableError(
+                    f"The Berth API's certificate at {self.base_url} is not trusted ({_verify_reason(error)}). "
+                    "Set BERTH_TLS_CA to the cluster CA (an administrator prints it with `berth ca-cert`)."
+                ) from None
+            raise self._unreachable() from None
         except httpx.TransportError:
-            raise UnavailableError(
-                f"Cannot reach the Berth API at {self.base_url}. Is the stack running? "
-                "Start it with `berth up`, or set BERTH_API_URL."
-            ) from None
+            raise self._unreachable() from None
         if response.is_success:
             if response.status_code == 204 or not response.content:
                 return None

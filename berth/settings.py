@@ -197,6 +197,7 @@ class ClientConfig(BaseModel):
 
     api_url: str = f"http://127.0.0.1:{DEFAULT_PORT_BASE + 2}"
     token: str | None = None
+    ca_file: str | None = None  # a private CA to trust for an https API (`berth ca-cert`); BERTH_TLS_CA overrides
 
     @staticmethod
     def path() -> Path:
@@ -215,6 +216,8 @@ class ClientConfig(BaseModel):
             data["api_url"] = os.environ["BERTH_API_URL"]
         if os.environ.get("BERTH_TOKEN"):
             data["token"] = os.environ["BERTH_TOKEN"]
+        if tls_ca_file():
+            data["ca_file"] = tls_ca_file()
         return cls.model_validate(data)
 
     def save(self, path: Path | None = None) -> Path:
@@ -250,3 +253,32 @@ class TemporalTLS:
                              "needs its key), or neither.")
         return cls(**{name: Path(value) if value else None for name, value in paths.items()},
                    server_name=server_name)
+
+
+def tls_ca_file() -> str | None:
+    """`BERTH_TLS_CA`: a PEM CA that Berth's own HTTP clients (CLI, node agents, worker, proxy, services)
+    trust besides the system store, for an API and endpoint proxy served with a private CA."""
+    return os.environ.get("BERTH_TLS_CA") or None
+
+
+@dataclass(frozen=True)
+class ServerTLS:
+    """The certificate and key an HTTPS listener (the API, the endpoint proxy) serves with, from
+    `BERTH_TLS_CERT`/`BERTH_TLS_KEY`; `berth up --tls` sets them for those two components only."""
+
+    cert: Path
+    key: Path
+
+    @classmethod
+    def from_env(cls) -> ServerTLS | None:
+        """None when neither is set: plain HTTP."""
+        cert, key = os.environ.get("BERTH_TLS_CERT") or None, os.environ.get("BERTH_TLS_KEY") or None
+        if cert is None and key is None:
+            return None
+        if cert is None or key is None:
+            raise UserInputError("Set both BERTH_TLS_CERT and BERTH_TLS_KEY (a server certificate needs its key), "
+                                 "or neither.")
+        return cls(cert=Path(cert), key=Path(key))
+
+    def uvicorn_options(self) -> dict[str, str]:
+        return {"ssl_certfile": str(self.cert), "ssl_keyfile": str(self.key)}
