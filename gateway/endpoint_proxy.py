@@ -23,11 +23,11 @@ from berth.errors import AuthenticationError, BerthError
 from berth.failure_log import FailureLog
 from berth.security import Identity, SigningKey, TokenVerifier, endpoint_audience
 from catalog.definition import Scope
-from gateway import model_cards, routing
+from gateway import model_cards, routing, second_try
 from gateway.credentials import COOKIE_NAME, strip_berth_credentials
 from gateway.metrics import MetricsScraper
 from gateway.routing import Replica, ReplicaMetrics
-from gateway.upstream import HOP_BY_HOP, Receive, Send, UpstreamError, UpstreamPool, relay
+from gateway.upstream import HOP_BY_HOP, Receive, Send, UpstreamError, UpstreamPool, UpstreamResponse, relay
 
 log = logging.getLogger("berth.proxy")
 
@@ -319,11 +319,7 @@ class EndpointProxy:
                                    b'to wake up; retry later.","type":"too_many_requests","code":429}}',
                         [(b"retry-after", b"5")])
             return None
-        deadline_s = self.hold_timeout_s
-        asked = _header(headers, b"x-request-timeout")
-        if asked:
-            with contextlib.suppress(ValueError):
-                deadline_s = max(0.0, min(deadline_s, float(asked)))
+        deadline_s = _deadline(self.hold_timeout_s, headers)
         started = time.monotonic()
         self._held[route.id] = self._held.get(route.id, 0) + 1
         try:
@@ -429,30 +425,40 @@ class EndpointProxy:
                                                        body)
             except UpstreamError as error:
                 log.warning("upstream %s failed: %s", target.url, error)
-                other = (route.target(session_id, exclude=frozenset({target.copy_id}))
-                         if retriable and error.sent_nothing and route.pool else None)
                 target.metrics.failed_at = time.monotonic()  # out until a scrape succeeds again
-                if other is None:
+                second = await self._second_try(route, target, error, retriable, session_id, method, path,
+                                                upstream_headers, body, headers)
+                if second is None:
                     await _upstream_failed(send, route, target)
                     return
                 target.in_flight -= 1
-                target = other
+                target, response = second
                 target.in_flight += 1
-                try:
-                    response = await self.upstream.request(method, target.url + path,
-                                                           _to(target, upstream_headers), body)
-                except UpstreamError as retry_error:
-                    target.metrics.failed_at = time.monotonic()
-                    log.warning("retry on %s failed too: %s", target.url, retry_error)
-                    await _json(send, 502, b'{"error":{"message":"The model service did not answer; '
-                                           b'retry shortly.","type":"bad_gateway","code":502}}')
-                    return
             if model_cards.is_listing(method, rest):
                 await model_cards.relay_listing(response, send, log, target.url)  # no state-dir paths
             else:
                 await relay(response, send, log, "upstream", target.url, receive)
         finally:
             target.in_flight -= 1
+
+    async def _second_try(self, route: Route, target: Replica, error: UpstreamError, retriable: bool,
+                          session_id: str | None, method: str, path: str, upstream_headers: list[tuple[bytes, bytes]],
+                          body: bytes | AsyncIterator[bytes], headers: list[tuple[bytes, bytes]],
+                          ) -> tuple[Replica, UpstreamResponse] | None:
+        """After a first attempt that got no answer: wait for the endpoint's restarting LiteLLM, or send a
+        replayable pool request once to another copy."""
+        if not (error.sent_nothing and isinstance(body, bytes)):
+            return None
+        if route.service == "litellm" and target.copy_id == "service":
+            def service_url() -> str | None:
+                return self.routes.get(route.id, route).service_url or None
+            return await second_try.await_service(self.upstream, service_url, method, path, upstream_headers, body,
+                                                  _deadline(self.hold_timeout_s, headers), log)
+        if not (retriable and route.pool):
+            return None
+        other = route.target(session_id, exclude=frozenset({target.copy_id}))
+        return await second_try.other_copy(self.upstream, other, method, path,
+                                           _to(other, upstream_headers) if other else upstream_headers, body, log)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -527,6 +533,15 @@ async def _json(send: Send, status: int, body: bytes, extra: list[tuple[bytes, b
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode()), *(extra or [])]})
     await send({"type": "http.response.body", "body": body})
+
+
+def _deadline(longest_s: float, headers: list[tuple[bytes, bytes]]) -> float:
+    """How long a request may be held: `longest_s`, or less when the client says `x-request-timeout`."""
+    asked = _header(headers, b"x-request-timeout")
+    if asked:
+        with contextlib.suppress(ValueError):
+            return max(0.0, min(longest_s, float(asked)))
+    return longest_s
 
 
 def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:

@@ -1,5 +1,6 @@
-"""The endpoint proxy, in process with its real upstream pool on loopback: a Proxy=true endpoint whose
-LiteLLM refuses or resets the connection answers 503 with Retry-After in OpenAI error shape (the
+"""The endpoint proxy, in process with its real upstream pool on loopback: a request to a Proxy=true
+endpoint whose LiteLLM refuses the connection is held while LiteLLM is started again, and answered by it
+once it is back; past the hold (or on a reset) it is a 503 with Retry-After in OpenAI error shape (the
 documented "being restarted" answer), not 502; a direct replica that does not answer stays 502."""
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ def verifier(tmp_path: Path) -> TokenVerifier:
     return TokenVerifier.from_jwks(SigningKey.load_or_create(tmp_path).jwks())
 
 
-def _proxy(endpoint: dict[str, Any], verifier: TokenVerifier) -> EndpointProxy:
-    return EndpointProxy(FakeApi([endpoint]), verifier, upstream=UpstreamPool(connect_timeout_s=2))  # type: ignore[arg-type]
+def _proxy(endpoint: dict[str, Any], verifier: TokenVerifier, hold_s: float = 1.0) -> EndpointProxy:
+    proxy = EndpointProxy(FakeApi([endpoint]), verifier, upstream=UpstreamPool(connect_timeout_s=2))  # type: ignore[arg-type]
+    proxy.hold_timeout_s = hold_s
+    return proxy
 
 
 def _assert_unavailable(status: int, headers: dict[bytes, bytes], body: bytes) -> None:
@@ -63,6 +66,34 @@ def _assert_unavailable(status: int, headers: dict[bytes, bytes], body: bytes) -
 def test_litellm_refusing_connections_is_503_with_retry_after(verifier: TokenVerifier) -> None:
     closed = f"http://127.0.0.1:{free_port()}"  # nothing listens: connection refused
     _assert_unavailable(*asyncio.run(_ask(_proxy(_endpoint("litellm", closed), verifier))))
+
+
+def test_a_request_held_while_litellm_restarts_is_answered_by_it(verifier: TokenVerifier) -> None:
+    port = free_port()
+
+    async def main() -> tuple[int, dict[bytes, bytes], bytes, float]:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n"
+                         b'{"ok":true}')
+            await writer.drain()
+            writer.close()
+
+        async def restart_later() -> asyncio.Server:
+            await asyncio.sleep(0.6)  # LiteLLM is down this long, then listens on its port again
+            return await asyncio.start_server(answer, "127.0.0.1", port)
+
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        restarting = asyncio.create_task(restart_later())
+        status, headers, body = await _ask(_proxy(_endpoint("litellm", f"http://127.0.0.1:{port}"), verifier,
+                                                  hold_s=10.0))
+        (await restarting).close()
+        return status, headers, body, loop.time() - started
+
+    status, _headers, body, took = asyncio.run(main())
+    assert status == 200 and json.loads(body) == {"ok": True}
+    assert 0.5 < took < 5.0  # held through the restart, answered soon after it
 
 
 def test_litellm_resetting_before_a_response_is_503(verifier: TokenVerifier) -> None:
