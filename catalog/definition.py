@@ -174,6 +174,15 @@ class WorkflowDefinition(Frozen):
             raise ValueError("service.scope must equal endpoint.scope (the service is the endpoint)")
         return self
 
+    @model_validator(mode="after")
+    def _one_gateway_process(self) -> WorkflowDefinition:
+        # An accepted size that ran one process anyway would be a parameter that does nothing.
+        if self.service is not None and self.service.kind is ServiceKind.GATEWAY and \
+                (self.pool.min_replicas, self.pool.max_replicas) != (1, 1):
+            raise ValueError(f"MinReplicas={self.pool.min_replicas}, MaxReplicas={self.pool.max_replicas}: the "
+                             "gateway runs one process; MinReplicas/MaxReplicas other than 1 are not supported")
+        return self
+
     @field_validator("api_key_secret")
     @classmethod
     def _secret_ref(cls, value: str | None) -> str | None:
