@@ -150,4 +150,4 @@ def test_sizes_and_image_other_than_the_one_process_are_refused(world: dict[str,
     if name == "Image":
         assert "Leave Image empty" in response.text
     else:
-        assert "the gateway runs one process; MinReplicas/MaxReplicas other than 1 are not supported" in response.text
+        assert f"{name}={value} is above its maximum 1" in response.text
