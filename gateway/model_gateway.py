@@ -30,6 +30,9 @@ log = logging.getLogger("berth.gateway")
 STRIPPED = HOP_BY_HOP | {b"berth-authorization", b"x-berth-caller", b"cookie", *KEY_HEADERS}
 MAX_BODY = 32 * 1024 * 1024
 HOLD_DEADLINE_S = 120.0
+# While a request waits on a pool it woke, discovery runs this often whatever DiscoveryInterval says:
+# a long interval must not outlast the hold deadline (the documents: a woken pool succeeds on retry).
+WAKE_REFRESH_S = 2.0
 
 
 @dataclass
@@ -66,6 +69,8 @@ class ModelGateway:
         self.not_discoverable: dict[str, str] = {}
         self._told: set[str] = set()
         self._changed = asyncio.Event()
+        self._refreshing = asyncio.Lock()  # the poll loop and a waking request never refresh at once
+        self._refreshed_at = -WAKE_REFRESH_S
         self._scraper = MetricsScraper(self._targets)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -92,7 +97,15 @@ class ModelGateway:
         self._keys_refused = False
         return keys
 
-    async def refresh(self) -> None:
+    async def refresh(self, older_than_s: float = 0.0) -> None:
+        """Discover now, unless a discovery finished less than `older_than_s` ago (many waiting requests
+        then cost the API one poll, not one each)."""
+        async with self._refreshing:
+            if time.monotonic() - self._refreshed_at >= older_than_s:
+                await self._refresh()
+                self._refreshed_at = time.monotonic()
+
+    async def _refresh(self) -> None:
         endpoints = await self.api.endpoints()
         keys = await self._replica_keys()
         seen: set[str] = set()
@@ -233,6 +246,8 @@ class ModelGateway:
         deadline = time.monotonic() + deadline_s
         last_wake = 0.0
         while time.monotonic() < deadline:
+            with contextlib.suppress(BerthError):
+                await self.refresh(older_than_s=WAKE_REFRESH_S)
             if time.monotonic() - last_wake > 5:
                 last_wake = time.monotonic()
                 for pool in pools:

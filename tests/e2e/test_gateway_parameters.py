@@ -17,6 +17,7 @@ from tests.support import RunningStack, free_port_base, wait_for
 MASTER_KEY = "sk-gateway-master-0123456789abcdef"
 QWEN = "Qwen/Qwen3-0.6B"
 GPT = "openai/gpt-oss-20b"
+SLEEPER = "Qwen/Qwen3-1.7B"
 CHAT = {"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
 NO_KEY = {"error": {"message": "Authentication Error, No api key passed in.", "type": "auth_error",
                     "param": "None", "code": "401"}}
@@ -32,10 +33,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     try:
         stack.cli("secret", "create", "secret://user/gateway-key", input=MASTER_KEY)
         qwen = stack.start_entry("vLLM", f"Model=hf://{QWEN},Proxy=false,MinReplicas=2,MaxReplicas=2")
+        sleeper = stack.start_entry("vLLM", f"Model=hf://{SLEEPER},Proxy=false,MinReplicas=0")
         keyed = stack.start_entry("LiteLLM Model Gateway", "Scope=public,MasterKeySecret=secret://user/gateway-key,"
                                   "RoutingPolicy=round_robin,DiscoveryInterval=1")
         generated = stack.start_entry("LiteLLM Model Gateway", "RoutingPolicy=most_free_kv,DiscoveryInterval=120")
-        yield {"stack": stack, "qwen": qwen, "keyed": stack.endpoint(keyed), "generated": stack.endpoint(generated),
+        yield {"stack": stack, "qwen": qwen, "sleeper": sleeper, "keyed": stack.endpoint(keyed),
+               "generated": stack.endpoint(generated),
                "keyed_id": keyed, "generated_id": generated}
     finally:
         stack.stop()
@@ -96,8 +99,8 @@ def test_unknown_model_and_listing_have_litellm_shapes(world: dict[str, Any]) ->
     url = world["keyed"]["url"]
     wait_for(lambda: QWEN in _models(url, _bearer(MASTER_KEY)), 30, "the keyed gateway to list Qwen")
     listing = httpx.get(url + "/v1/models", headers=_bearer(MASTER_KEY), timeout=10).json()
-    assert listing == {"data": [{"id": QWEN, "object": "model", "created": 1677610602, "owned_by": "openai"}],
-                       "object": "list"}
+    cards = [{"id": model, "object": "model", "created": 1677610602, "owned_by": "openai"} for model in (QWEN, SLEEPER)]
+    assert listing == {"data": cards, "object": "list"}
     unknown = _chat(url, "no/such-model", _bearer(MASTER_KEY))
     assert unknown.status_code == 400
     assert unknown.json() == {"error": {
@@ -139,6 +142,18 @@ def test_discovery_interval_sets_how_fast_a_new_pool_is_routable(world: dict[str
         assert GPT not in _models(slow["url"], slow_token)
         time.sleep(0.5)
     stack.cli("workflow", "stop", gpt)
+
+
+def test_a_long_discovery_interval_still_wakes_a_pool_at_zero(world: dict[str, Any]) -> None:
+    stack, sleeper, slow = world["stack"], world["sleeper"], world["generated"]
+    token = {**_bearer(stack.token_for(slow["id"])), "x-request-timeout": "20"}
+    wait_for(lambda: SLEEPER in _models(slow["url"], token), 30, "the gateway to list the pool")
+    stack.cli("workflow", "scale", sleeper, "--replicas", "0")
+    stack.wait_phase(sleeper, {"scaled_to_zero"}, timeout=60)
+    # DiscoveryInterval=120 has not told the gateway the copies left: its first answers may be 502s
+    # (a copy gone) until a failed scrape sets them aside; then it wakes the pool and polls while it waits.
+    woken = wait_for(lambda: _chat(slow["url"], SLEEPER, token).status_code == 200, 110, "the woken pool to answer")
+    assert woken
 
 
 @pytest.mark.parametrize("values", ["MinReplicas=2", "MaxReplicas=3", "Image=ghcr.io/berriai/litellm:main-stable"])
