@@ -87,8 +87,10 @@ class ServiceActivities:
         # The owner's token and the API's address only: nothing of the agent's (its admin token, state dir).
         env = inherit(os.environ, (*BASE_VARIABLES, *PYTHON_SETTINGS))
         # The entry's MasterKeySecret (or the key generated at submission): environment only, never argv.
+        # A workflow submitted before the gateway honoured its key has neither and keeps running without.
+        master_key = await self._master_key(run) if run.api_key or run.api_key_secret else ""
         env.update({"BERTH_API_URL": self.api.base_url, "BERTH_TOKEN": token,
-                    "BERTH_REPLICA_KEYS_TOKEN": keys_token, "BERTH_GATEWAY_MASTER_KEY": await self._master_key(run),
+                    "BERTH_REPLICA_KEYS_TOKEN": keys_token, "BERTH_GATEWAY_MASTER_KEY": master_key,
                     "PYTHONUNBUFFERED": "1"})
         argv = (*berth_python("cli"), "gateway", "--host", run.address, "--port", str(run.port),
                 "--endpoint-id", run.endpoint_id, *_gateway_options(run.options))
