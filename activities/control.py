@@ -16,6 +16,7 @@ from workflows.payloads import (
     DrainInput,
     DrainResult,
     EndpointService,
+    FenceRequest,
     ReplicaRecord,
     ReserveRequest,
     ReserveResult,
@@ -38,6 +39,10 @@ class ControlActivities:
     @activity.defn(name="release_placement")
     async def release_placement(self, copy_id: str) -> None:
         await self.api.release(copy_id)
+
+    @activity.defn(name="fence_placement")
+    async def fence_placement(self, request: FenceRequest) -> None:
+        await self.api.fence(request)
 
     @activity.defn(name="publish_replica")
     async def publish_replica(self, record: ReplicaRecord) -> None:

@@ -5,29 +5,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import logging
 import os
 import re
 import shutil
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
-from activities.supervision import RANK_PIDFILE, Supervisor
+from activities.health import until_hung
+from activities.listener import foreign_listener
+from activities.supervision import RANK_PIDFILE, SHUTDOWN_MARKER, Supervisor
 from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
 from berth.child_environment import engine_environment
-from berth.processes import berth_python, remove_file, tail
+from berth.errors import BerthError
+from berth.processes import berth_python, read_pidfile, remove_file, tail
 from berth.security import ReplicaKeys
 from berth.settings import StateLayout, repo_root
-from workflows.payloads import RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
+from workflows.payloads import Event, HealthCheck, RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
 
+ANNOUNCE_TIMEOUT_S = 5.0  # well inside a rank's heartbeat timeout: the watch starts after it
 SHM_SCAN_EVERY = 3  # heartbeats between scans of the rank's shared-memory mappings
 ENGINES = ("vllm", "vllm-cpu", "simulator")
+
+log = logging.getLogger("berth.node")
 
 
 def engine_command(engine: str) -> list[str]:
@@ -134,6 +145,7 @@ class NodeActivities:
         argv = engine_command(context.engine) + vllm_serve_args(spec)
         run_dir = context.ranks_dir / f"{spec.copy_id}-r{spec.rank}"
         (run_dir / "tmp").mkdir(parents=True, exist_ok=True)
+        remove_file(run_dir / SHUTDOWN_MARKER)  # a previous run's, in a reused directory: not this run's story
         # Never the agent's own environment: it holds the admin token and the state dir with the keys.
         env = engine_environment(os.environ, simulator=context.engine == "simulator")
         env.update(rank_environment(spec, self.replica_keys.for_copy(spec.copy_id)))
@@ -180,8 +192,13 @@ class NodeActivities:
         try:
             # A last look before each stop: a segment made since the previous scan (vLLM's
             # multiprocessing semaphores come and go) would otherwise outlive the killed rank unnoticed.
-            code = await self.supervisor.watch(
-                process, f"rank {spec.rank}", before_stop=scan, on_beat=scan_now_and_then)
+            watching = asyncio.ensure_future(self.supervisor.watch(
+                process, f"rank {spec.rank}", before_stop=scan, on_beat=scan_now_and_then))
+            hung = await _unless_hung(watching, spec.health, self._set_routable)
+            if hung is not None:
+                return RankExit(rank=spec.rank, node_id=context.node_id, reason="unhealthy", note=hung,
+                                log_tail=tail(log_path, 15))
+            code = watching.result()
             assert code is not None
             return RankExit(
                 rank=spec.rank, node_id=context.node_id,
@@ -200,28 +217,59 @@ class NodeActivities:
         """Take back a rank whose previous agent died (see Supervisor.adopt)."""
         run_dir = self.context.ranks_dir / f"{spec.copy_id}-r{spec.rank}"
         try:
-            adopted = await self.supervisor.adopt(run_dir / RANK_PIDFILE, f"rank {spec.rank}", self._log_path(spec))
+            adopted = await self.supervisor.adopt(run_dir / RANK_PIDFILE, f"rank {spec.rank}", self._log_path(spec),
+                                                  claimed=lambda: self._announce_adoption(spec))
         finally:
             shutil.rmtree(run_dir / "tmp", ignore_errors=True)
-        return RankExit(rank=spec.rank, node_id=self.context.node_id, reason="lost" if adopted.lost else "exited",
-                        note=adopted.note, log_tail=adopted.log_tail)
+        reason = "interrupted" if adopted.interrupted else "lost" if adopted.lost else "exited"
+        return RankExit(rank=spec.rank, node_id=self.context.node_id, reason=reason, note=adopted.note,
+                        log_tail=adopted.log_tail)
+
+    async def _set_routable(self, copy_id: str, routable: bool) -> None:
+        """Take the copy out of routing while its /health fails, and back in when it answers again; the
+        API being unreachable costs only that (the liveness count goes on)."""
+        if self.api is None:
+            return
+        try:
+            await self.api.set_replica_ready(copy_id, routable)
+        except BerthError as error:
+            log.warning("could not mark %s %s: %s", copy_id, "routable" if routable else "unroutable", error)
+
+    async def _announce_adoption(self, spec: RankSpec) -> None:
+        """One line in the workflow's events: the copy never noticed the adoption, its owner should. Sent to
+        the workflow (the copy's parent) through the worker's own client; the adoption never waits on it
+        for long, nor fails with it: the rank serves on either way."""
+        event = Event(at=datetime.now(UTC), kind="rank_readopted", copy_id=spec.copy_id,
+                      message=f"rank {spec.rank} of copy {spec.copy_id} re-adopted by {self.context.node_id} "
+                              f"after the agent restarted")
+        try:
+            handle = activity.client().get_workflow_handle(spec.workflow_id)
+            await asyncio.wait_for(handle.signal("copy_event", event), ANNOUNCE_TIMEOUT_S)
+        except (RPCError, TimeoutError, RuntimeError) as error:  # RuntimeError: no client (outside a worker)
+            log.warning("could not record the re-adoption of %s rank %s: %s", spec.copy_id, spec.rank, error)
 
     def _log_path(self, spec: RankSpec) -> Path:
         return self.context.state.workflow_logs(spec.workflow_id) / spec.copy_id / f"{spec.log_name}.log"
 
     @activity.defn(name="wait_ready")
     async def wait_ready(self, check: ReadyCheck) -> None:
-        """Ready = `/health` answers 200, then `/v1/models` (with the copy's key) lists the served model."""
+        """Ready = `/health` answers 200 from a listener that is the copy's rank 0 (its process group owns
+        the listening socket: an orphan or a foreign server on the port must never pass for the copy),
+        then `/v1/models` (with the copy's key) lists the served model."""
         deadline = time.monotonic() + check.timeout_s
         last = "no answer yet"
+        # The key goes only to /v1/models, once the listener is proven the copy's own: never to a foreign
+        # process on the port (/health asks for no key, in vLLM as in the simulator).
         headers = {"Authorization": f"Bearer {self.replica_keys.for_copy(check.copy_id)}"} if check.copy_id else {}
-        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0), headers=headers) as client:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as client:
             while time.monotonic() < deadline:
                 activity.heartbeat(last)
                 try:
                     health = await client.get(f"{check.url}/health")
-                    if health.status_code == 200:
-                        models = await client.get(f"{check.url}/v1/models")
+                    if health.status_code == 200 and check.copy_id and (owner := await self._listener(check)):
+                        last = owner  # rank 0 not recorded yet: the answer cannot be its own
+                    elif health.status_code == 200:
+                        models = await client.get(f"{check.url}/v1/models", headers=headers)
                         ids = [m.get("id") for m in models.json().get("data", [])] if models.is_success else []
                         if check.model_id in ids:
                             return
@@ -236,6 +284,19 @@ class NodeActivities:
             non_retryable=True,
         )
 
+    async def _listener(self, check: ReadyCheck) -> str | None:
+        """Why the listener on the check's port cannot be taken for the copy's rank 0 yet, or None when
+        it is that rank; raises (non-retryable) when another process holds the port."""
+        record = read_pidfile(self.context.ranks_dir / f"{check.copy_id}-r0" / RANK_PIDFILE)
+        if record is None:
+            return f"rank 0 of {check.copy_id} has no process record on {self.context.node_id} yet"
+        port = httpx.URL(check.url).port or 80
+        refusal = await asyncio.to_thread(foreign_listener, port, int(record["pid"]))
+        if refusal is not None:
+            raise ApplicationError(f"{check.url} answered, but {refusal}: the copy is not marked ready",
+                                   type="ForeignListener", non_retryable=True)
+        return None
+
     @activity.defn(name="download_weights")
     async def download_weights(self, request: WeightsInput) -> WeightsResult:
         from activities.weights_activity import download_into_volume
@@ -246,6 +307,30 @@ class NodeActivities:
     async def delete_ephemeral_volume(self, workflow_id: str) -> None:
         path = self.context.state.ephemeral_volume(workflow_id)
         await asyncio.to_thread(shutil.rmtree, path, True)
+
+
+async def _unless_hung(watching: asyncio.Future[int | None], health: HealthCheck | None,
+                       set_routable: Callable[[str, bool], Awaitable[None]]) -> str | None:
+    """Wait until the watched process ends (None), or until its engine is hung: then stop it (cancelling
+    the watch stops its process group) and return why."""
+    if health is None or health.interval_s <= 0:
+        await asyncio.wait({watching})
+        return None
+    hung = asyncio.ensure_future(until_hung(health, functools.partial(set_routable, health.copy_id)))
+    try:
+        await asyncio.wait({watching, hung}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the copy stops: the watch stops the group, then the cancel goes on
+        for task in (hung, watching):
+            task.cancel()
+        await asyncio.gather(hung, watching, return_exceptions=True)
+        raise
+    if watching.done():
+        hung.cancel()
+        await asyncio.gather(hung, return_exceptions=True)
+        return None
+    watching.cancel()
+    await asyncio.gather(watching, return_exceptions=True)
+    return hung.result()
 
 
 def _shm_names(pid: str) -> set[str]:

@@ -89,46 +89,65 @@ class ServiceActivities:
         # The entry's MasterKeySecret (or the key generated at submission): environment only, never argv.
         # A workflow submitted before the gateway honoured its key has neither and keeps running without.
         master_key = await self._master_key(run) if run.api_key or run.api_key_secret else ""
-        env.update({"BERTH_API_URL": self.api.base_url, "BERTH_TOKEN": token,
+        env.update({"BERTH_API_URL": self.api.base_url, "BERTH_TOKEN": token, "BERTH_TLS_CA": self.api.ca_file or "",
                     "BERTH_REPLICA_KEYS_TOKEN": keys_token, "BERTH_GATEWAY_MASTER_KEY": master_key,
                     "PYTHONUNBUFFERED": "1"})
         argv = (*berth_python("cli"), "gateway", "--host", run.address, "--port", str(run.port),
                 "--endpoint-id", run.endpoint_id, *_gateway_options(run.options))
         return ServiceLaunch(argv=argv, environment=env, working_directory=workdir)
 
+    async def _opencode_candidates(self, run: ServiceRun) -> list[tuple[str, str | None, str | None]]:
+        """(URL, endpoint id on this cluster or None, its service): the pinned Endpoint, or else every
+        gateway endpoint the owner may reach (seeds/001: "Left empty, the workflow registers every
+        gateway endpoint its own identity can reach"). Model endpoints are reached by pinning one."""
+        api_token, _ = await self.api.owner_token(run.owner)
+        async with ApiClient(self.api.base_url, api_token) as as_owner:
+            listed = await as_owner.endpoints()
+        pinned = run.options.get("endpoint")
+        if pinned:
+            url = pinned.rstrip("/").removesuffix("/v1")
+            endpoint_id = url.rsplit("/endpoints/", 1)[1] if "/endpoints/" in url else None
+            service = next((item.get("service") for item in listed if item["id"] == endpoint_id), None)
+            return [(url, endpoint_id, service)]
+        found: list[tuple[str, str | None, str | None]] = [
+            (item["url"], item["id"], "gateway") for item in listed
+            if item.get("service") == "gateway" and item.get("ready") and item["id"] != run.endpoint_id]
+        if not found:
+            raise ApplicationError(
+                "OpenCode has no endpoint to use: with Endpoint empty it registers every gateway endpoint "
+                "you may reach, and none is ready. Start the \"LiteLLM Model Gateway\" entry (its models "
+                "run with Proxy=false), or pin one model endpoint with Endpoint=URL from `berth endpoint list`.",
+                type="EndpointUnreachable", non_retryable=True)
+        return found
+
     async def _opencode_launch(self, run: ServiceRun, workdir: Path) -> ServiceLaunch:
-        """`opencode serve` reaching the pinned endpoint, or every model endpoint the owner may reach,
-        with a token minted for the owner (≤ 7 days) or the owner's LiteLLM key."""
+        """`opencode serve` reaching the pinned endpoint, or every gateway endpoint the owner may reach,
+        with a token minted for the owner (≤ 7 days), plus the owner's LiteLLM key from ApiKeySecret in
+        `x-litellm-api-key` when one is named; with EndpointAuth=api-key, the key instead of a token."""
         from berth import opencode
 
         options = run.options
-        litellm_key = None
-        if options.get("endpoint_auth") == "api-key":
-            litellm_key = await self._master_key(run)
+        # seeds/001: ApiKeySecret alone = "keep the Fuzzball token [in apiKey] and add the key … in a
+        # header" (to a LiteLLM endpoint); EndpointAuth=api-key (public endpoints) = the key in place of
+        # the token.
+        litellm_key = await self._master_key(run) if run.api_key_secret else None
+        key_only = options.get("endpoint_auth") == "api-key"
         targets: dict[str, opencode.ProviderTarget] = {}
-        token: str | None = None
         expires = 0.0
-        candidates: list[tuple[str, str | None]] = []  # (url, endpoint id on this cluster or None)
-        if options.get("endpoint"):
-            url = options["endpoint"].rstrip("/").removesuffix("/v1")
-            endpoint_id = url.rsplit("/endpoints/", 1)[1] if "/endpoints/" in url else None
-            candidates.append((url, endpoint_id))
-        else:
-            api_token, _ = await self.api.owner_token(run.owner)
-            async with ApiClient(self.api.base_url, api_token) as as_owner:
-                for item in await as_owner.endpoints():
-                    notes = item.get("annotations") or {}
-                    if notes.get("model_id") and item.get("ready") and item["id"] != run.endpoint_id:
-                        candidates.append((item["url"], item["id"]))
+        candidates = await self._opencode_candidates(run)
         problems = []
+        key_used = False  # the key travels to OpenCode's environment only when a provider sends it
         tokens: dict[str, str] = {}  # env var → that endpoint's token (a token is bound to one endpoint)
-        for url, endpoint_id in candidates:
+        for url, endpoint_id, service in candidates:
             token = None
-            if endpoint_id and options.get("endpoint_auth") != "api-key":
+            if endpoint_id and not key_only:
                 token, lapses = await self.api.owner_token(run.owner, endpoint_id)
                 expires = min(expires, lapses) if expires else lapses
+            # The key beside a token is for a LiteLLM proxy behind the endpoint proxy; nothing behind a
+            # gateway or a Proxy=false pool checks one, and they would carry the owner's key to the copies.
+            sent_key = litellm_key if not token or service == "litellm" else None
             try:
-                models = await opencode.preflight(url, token, litellm_key)
+                models = await opencode.preflight(url, token, sent_key)
             except BerthError as error:
                 problems.append(str(error))
                 if options.get("endpoint"):
@@ -139,13 +158,14 @@ class ServiceActivities:
             token_env = opencode.TOKEN_ENV if not targets else f"{opencode.TOKEN_ENV}_{len(targets) + 1}"
             if token:
                 tokens[token_env] = token
-            api_key = "{env:LITELLM_KEY}" if litellm_key and not token else "{env:" + token_env + "}"
-            headers = {"x-litellm-api-key": "{env:LITELLM_KEY}"} if litellm_key and token else {}
+            api_key = "{env:LITELLM_KEY}" if sent_key and not token else "{env:" + token_env + "}"
+            headers = {"x-litellm-api-key": "{env:LITELLM_KEY}"} if sent_key and token else {}
+            key_used = key_used or bool(sent_key)
             targets[key] = opencode.ProviderTarget(url=url, model_ids=tuple(models),
                                                    max_context=int(options.get("max_context") or 32768),
                                                    api_key=api_key, headers=headers)
         if not targets:
-            why = "; ".join(problems) or "no model endpoint is ready that you may reach"
+            why = "; ".join(problems)
             raise ApplicationError(f"OpenCode has no model endpoint to use: {why}", type="EndpointUnreachable",
                                    non_retryable=True)
         if expires:
@@ -153,18 +173,28 @@ class ServiceActivities:
         config = opencode.opencode_config(targets, default_model=options.get("model") or None, offline=True)
         assert run.password, "the OpenCode password is generated at submission"
         command = opencode.render_serve(config, run.password, host=run.address, port=run.port,
-                                        data_dir=workdir / "opencode", litellm_key=litellm_key,
+                                        data_dir=workdir / "opencode", litellm_key=litellm_key if key_used else None,
                                         workspace=self._workspace(run), more_tokens=tokens)
-        show = self.context.state.workflow_logs(run.workflow_id) / "show-server" / "show-server.log"
-        show.parent.mkdir(parents=True, exist_ok=True)
-        show.write_text(
-            f"OpenCode server: {run.endpoint_url or command.url}\nuser: {opencode.SERVER_USERNAME}\n"
-            f"password: {run.password}\nattach: opencode attach {run.endpoint_url or command.url} -p {run.password}\n"
-            f"model endpoints: {', '.join(t.url for t in targets.values())}\n"
-            f"{_token_line(expires, litellm_key is not None)}\n")
+        self._show_server(run, command.url, [t.url for t in targets.values()], expires, litellm_key is not None)
         env = inherit(os.environ, ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE"))
+        if self.api.ca_file:  # OpenCode (Bun) trusts the private CA of the https endpoint proxy only so
+            env["NODE_EXTRA_CA_CERTS"] = self.api.ca_file
         env.update(command.env)
         return ServiceLaunch(argv=tuple(command.argv), environment=env, working_directory=command.cwd)
+
+    def _show_server(self, run: ServiceRun, local_url: str, endpoints: list[str], expires: float,
+                     api_key: bool) -> None:
+        """The show-server job's log: where to attach, the password, the endpoints, when the token lapses."""
+        from berth.opencode import SERVER_USERNAME
+
+        show = self.context.state.workflow_logs(run.workflow_id) / "show-server" / "show-server.log"
+        show.parent.mkdir(parents=True, exist_ok=True)
+        url = run.endpoint_url or local_url
+        show.write_text(
+            f"OpenCode server: {url}\nuser: {SERVER_USERNAME}\n"
+            f"password: {run.password}\nattach: opencode attach {url} -p {run.password}\n"
+            f"model endpoints: {', '.join(endpoints)}\n"
+            f"{_token_line(expires, api_key)}\n")
 
     def _workspace(self, run: ServiceRun) -> Path:
         """OpenCode's workspace (/data/workspace in a container): on the persistent `Volume` when one is

@@ -3,13 +3,14 @@ restarted agent takes back (adopts) the live ones its predecessor left, or stops
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import os
 import time
 from asyncio.subprocess import Process
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,13 +28,19 @@ from berth.processes import (
     tail,
     write_pidfile,
 )
+from workflows.payloads import MAX_HOLDINGS, NodeHolding
 
 HEARTBEAT_EVERY_S = 2.0
 STOP_GRACE_S = 10.0
 RANK_PIDFILE = "rank.json"  # in the rank's directory
 SERVICE_PIDFILE = "service.json"  # in the service's working directory
+# Beside a rank's pidfile: its agent stopped it because the agent shut down (`berth down`, SIGTERM). Outlives the
+# pidfile, so that a restarted agent asked to adopt the rank can say "interrupted", not "lost", when the
+# activity's own result ("agent stopped") could not be recorded (Temporal down at the time).
+SHUTDOWN_MARKER = "stopped-by-shutdown.json"
 # Where each kind of supervised process keeps its pidfile, under the node's directory.
-PIDFILE_PATTERNS = (f"ranks/*/{RANK_PIDFILE}", f"services/*/{SERVICE_PIDFILE}")
+RANK_PIDFILES = f"ranks/*/{RANK_PIDFILE}"
+PIDFILE_PATTERNS = (RANK_PIDFILES, f"services/*/{SERVICE_PIDFILE}")
 
 log = logging.getLogger("berth.node")
 
@@ -54,6 +61,7 @@ class Adopted:
     lost: bool
     note: str
     log_tail: str = ""
+    interrupted: bool = False  # gone because its agent stopped it on shutdown (see SHUTDOWN_MARKER)
 
 
 @dataclass
@@ -85,25 +93,40 @@ class Supervisor:
             on_beat=on_beat, before_stop=before_stop, every_s=HEARTBEAT_EVERY_S, grace_s=STOP_GRACE_S,
         )
 
-    async def adopt(self, pidfile: Path, what: str, default_log: Path) -> Adopted:
+    async def adopt(self, pidfile: Path, what: str, default_log: Path,
+                    claimed: Callable[[], Awaitable[object]] | None = None) -> Adopted:
         """Take back a process whose previous agent died: watch the live process its pidfile names until
         it ends, exactly as the activity that started it would, and stop it on cancellation. The process
-        is not this agent's child, so its exit status cannot be known: the result says so."""
+        is not this agent's child, so its exit status cannot be known: the result says so. `claimed` runs
+        once the live process is taken back (to tell its workflow)."""
         self.adopted.add(pidfile)
+        marker = pidfile.parent / SHUTDOWN_MARKER
+        telling: asyncio.Future[object] | None = None
         try:
             record = read_pidfile(pidfile)
+            alive = record is not None and same_process(record["pid"], record.get("start_ticks"))
+            stopped_at = None if alive else read_shutdown_marker(marker)
+            if stopped_at is not None:
+                return Adopted(lost=True, interrupted=True, log_tail=tail(default_log, 15),
+                               note=f"its node agent stopped it on shutdown at {_utc(stopped_at)}")
             if record is None:
                 return Adopted(lost=True, note="the restarted node agent found no record of its process")
             log_path = Path(record.get("log") or default_log)
-            if not same_process(record["pid"], record.get("start_ticks")):
+            if not alive:
                 return Adopted(lost=True, log_tail=tail(log_path, 15),
                                note="its process ended while the node agent was down (exit status unknown)")
+            remove_file(marker)  # marked, but its agent died before stopping it: it serves on, adopted
             self._claim(pidfile, record, log_path, what)
+            # Beside the watch, not before it: however long the telling takes, the process is watched.
+            telling = asyncio.ensure_future(claimed()) if claimed is not None else None
             await self.watch(record["pid"], what)
             return Adopted(lost=False, log_tail=tail(log_path, 15),
                            note="the process was adopted by a restarted node agent, which is not its parent")
         finally:
+            if telling is not None:
+                telling.cancel()
             remove_file(pidfile)
+            remove_file(marker)
             self.adopted.discard(pidfile)
 
     def _claim(self, pidfile: Path, record: dict[str, Any], log_path: Path, what: str) -> None:
@@ -126,6 +149,22 @@ class Supervisor:
                     remove_file(pidfile)
         return orphans
 
+    def holdings(self) -> list[NodeHolding]:
+        """What each live rank process on this node holds (GPUs, ports), its own or an orphan: the node's
+        heartbeat reports it, so the store frees a lost rank's reservation only once it is gone."""
+        held = []
+        for pidfile in sorted(self.node_dir.glob(f"ranks/*/{RANK_PIDFILE}"))[:MAX_HOLDINGS]:
+            record = read_pidfile(pidfile)
+            spec = (record or {}).get("spec")
+            if record is None or not isinstance(spec, dict) or not same_process(record["pid"],
+                                                                                record.get("start_ticks")):
+                continue
+            ports = [spec["port"]]
+            if spec.get("rank") == 0 and spec.get("nnodes", 1) > 1:
+                ports.append(spec["master_port"])
+            held.append(NodeHolding(owner=spec["copy_id"], gpus=tuple(spec.get("gpus", ())), ports=tuple(ports)))
+        return held
+
     async def stop_unadopted(self, orphans: list[Orphan]) -> None:
         """Stop every orphan nobody adopted: a rank nobody watches must not serve on as half of a copy, nor a
         service on a port its workflow has given up."""
@@ -145,3 +184,41 @@ class Supervisor:
             if ours:
                 remove_file(orphan.pidfile)
 
+    def mark_shutdown(self) -> list[Path]:
+        """Before a shutting-down agent stops its ranks: mark each live one as stopped by shutdown
+        (SHUTDOWN_MARKER). Returns the rank directories marked."""
+        marked = []
+        for pidfile in sorted(self.node_dir.glob(RANK_PIDFILES)):
+            record = read_pidfile(pidfile)
+            if record is not None and same_process(record["pid"], record.get("start_ticks")):
+                with contextlib.suppress(OSError):  # unmarked, the rank is only reported lost
+                    write_shutdown_marker(pidfile.parent / SHUTDOWN_MARKER)
+                    marked.append(pidfile.parent)
+        return marked
+
+    def shutdown_marked(self) -> list[Path]:
+        """The rank directories a previous agent marked on shutdown: kept until their workflows asked."""
+        return sorted(marker.parent for marker in self.node_dir.glob(f"ranks/*/{SHUTDOWN_MARKER}"))
+
+    def drop_unclaimed_markers(self, marked: list[Path]) -> None:
+        """Once the adopt window has passed: the markers nobody asked for (the stop was recorded after
+        all, or the workflow ended meanwhile) are of no further use."""
+        for directory in marked:
+            remove_file(directory / SHUTDOWN_MARKER)
+
+
+def write_shutdown_marker(path: Path) -> None:
+    path.write_text(json.dumps({"stopped_by": "shutdown", "at": time.time(), "agent_pid": os.getpid()}))
+
+
+def read_shutdown_marker(path: Path) -> float | None:
+    """When the marker says its rank was stopped by its agent's shutdown, or None without one."""
+    try:
+        found = json.loads(path.read_text())
+        return float(found["at"]) if found.get("stopped_by") == "shutdown" else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _utc(epoch_s: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_s))

@@ -2,6 +2,8 @@
 
 Targets (issue 2): added p50 at concurrency 1 ≤ 1 ms; req/s at concurrency 32 (non-streamed)
 ≥ 5× stock LiteLLM's; proxy CPU per streamed chunk ≤ 0.05 ms. Prints JSON.
+`--tls` (issue 13): a short run instead, a plain and a `berth up --tls` stack side by side: what https adds
+to the proxy's p50 (kept-alive connection, as an SDK uses; and a new connection's handshake).
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -108,7 +112,71 @@ def start_litellm(replica: str, workdir: Path, replica_key: str) -> tuple[subpro
     return process, f"http://127.0.0.1:{port}"
 
 
+Target = tuple[str, dict[str, str], "ssl.SSLContext | bool"]  # URL, headers, what the client trusts
+
+
+async def interleaved(targets: dict[str, Target], rounds: int, fresh: bool = False) -> dict[str, list[float]]:
+    """One request to each target per round, in turn, so that the load of a shared machine weighs on
+    every target alike; `fresh`: each request on a new connection (TCP + TLS handshake in the figure)."""
+    out: dict[str, list[float]] = {name: [] for name in targets}
+    clients = {name: httpx.AsyncClient(timeout=30, verify=verify) for name, (_, _, verify) in targets.items()}
+    try:
+        for round_number in range(rounds + 10):  # the first 10 rounds warm up
+            for name, (url, headers, verify) in targets.items():
+                client = httpx.AsyncClient(timeout=30, verify=verify) if fresh else clients[name]
+                started = time.perf_counter()
+                (await client.post(url, json=BODY, headers=headers)).raise_for_status()
+                if round_number >= 10:
+                    out[name].append((time.perf_counter() - started) * 1000)
+                if fresh:
+                    await client.aclose()
+    finally:
+        for client in clients.values():
+            await client.aclose()
+    return out
+
+
+def _endpoint_target(stack: RunningStack) -> tuple[Target, Target]:
+    """(direct to the copy, through the endpoint proxy) for a new Proxy=false GPT-OSS 20B on `stack`."""
+    workflow_id = stack.start_entry("GPT-OSS 20B", "Proxy=false")
+    copy = stack.describe(workflow_id)["replicas"][0]
+    endpoint = stack.endpoint(workflow_id)
+    return ((copy["url"] + "/v1/chat/completions",
+             {"Authorization": f"Bearer {stack.replica_key(copy['copy_id'])}"}, True),
+            (endpoint["url"] + "/v1/chat/completions",
+             {"Authorization": f"Bearer {stack.token_for(endpoint['id'])}"}, stack.verify))
+
+
+def tls_overhead() -> None:
+    """A plain and a `--tls` stack side by side, requests interleaved: direct, plain proxy, https proxy."""
+    workdir = Path(tempfile.mkdtemp(prefix="berth-bench-proxy-tls-"))
+    stacks = []
+    try:
+        for name, tls in (("plain", False), ("tls", True)):
+            stacks.append(RunningStack(state_dir=workdir / name, port_base=free_port_base(), nodes=1,
+                                       simulate_gpus="1x80GB", extra_env={"BERTH_SIM_TOKENS_PER_SECOND": "0"},
+                                       tls=tls).start())
+        direct, plain = _endpoint_target(stacks[0])
+        _, https = _endpoint_target(stacks[1])
+        targets = {"direct": direct, "proxy_http": plain, "proxy_https": https}
+        kept = {name: summary(values) for name, values in asyncio.run(interleaved(targets, 400)).items()}
+        fresh = {name: summary(values) for name, values in asyncio.run(interleaved(targets, 60, True)).items()}
+        emit("proxy_overhead_tls", {
+            "kept_alive_ms": kept, "new_connection_ms": fresh,
+            "proxy_http_added_p50_ms": kept["proxy_http"]["p50"] - kept["direct"]["p50"],
+            "proxy_https_added_p50_ms": kept["proxy_https"]["p50"] - kept["direct"]["p50"],
+            "tls_added_p50_ms": kept["proxy_https"]["p50"] - kept["proxy_http"]["p50"],
+            "tls_new_connection_added_p50_ms": fresh["proxy_https"]["p50"] - fresh["proxy_http"]["p50"],
+        })
+    finally:
+        for stack in stacks:
+            stack.stop()
+
+
 def main() -> None:
+    if "--tls" in sys.argv[1:]:
+        tls_overhead()
+        return
     workdir = Path(tempfile.mkdtemp(prefix="berth-bench-proxy-"))
     stack = RunningStack(state_dir=workdir / "state", port_base=free_port_base(), nodes=1, simulate_gpus="1x80GB",
                          extra_env={"BERTH_SIM_TOKENS_PER_SECOND": "0", "BERTH_SIM_REPLY": LONG_REPLY,

@@ -19,9 +19,13 @@ from berth.errors import (
     UnavailableError,
     UserInputError,
 )
+from berth.settings import tls_ca_file
+from berth.tls import client_context
 from berth.tokens import RevokeResult, TokenRecord
 from workflows.payloads import (
     EndpointService,
+    FenceRequest,
+    ReplicaReadiness,
     ReplicaRecord,
     ReserveRequest,
     ReserveResult,
@@ -35,6 +39,14 @@ _ERRORS: dict[int, type[BerthError]] = {
 }
 
 
+def _verify_reason(error: Exception) -> str:
+    """OpenSSL's words for a refused certificate (`unable to get local issuer certificate`), the phrase
+    the documents' troubleshooting row names."""
+    text = str(error)
+    marker = "certificate verify failed: "
+    return text.split(marker, 1)[1].split(" (_ssl")[0].rstrip(")") if marker in text else "verify failed"
+
+
 def _segment(value: str) -> str:
     """One path segment as the URL carries it: every `/`, `?`, `#` and `%` encoded, so an ID typed on
     the command line (`../../v1/internal/routes`) stays one segment and never names another route."""
@@ -45,11 +57,15 @@ def _segment(value: str) -> str:
 
 class ApiClient:
     def __init__(self, base_url: str, token: str | None, timeout_s: float = 30.0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None, ca_file: str | None = None) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base_url = base_url.rstrip("/")
+        # An https API with a private CA: the caller's CA file, else BERTH_TLS_CA (what `berth up` gives
+        # every component), trusted besides the system store.
+        self.ca_file = ca_file or tls_ca_file()
         self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport,
-                                         timeout=httpx.Timeout(timeout_s, connect=5.0))
+                                         timeout=httpx.Timeout(timeout_s, connect=5.0),
+                                         verify=client_context(self.ca_file))
 
     async def __aenter__(self) -> ApiClient:
         return self
@@ -60,14 +76,22 @@ class ApiClient:
     async def aclose(self) -> None:
         await self._client.aclose()
 
+    def _unreachable(self) -> UnavailableError:
+        return UnavailableError(f"Cannot reach the Berth API at {self.base_url}. Is the stack running? "
+                                "Start it with `berth up`, or set BERTH_API_URL.")
+
     async def request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = await self._client.request(method, path, **kwargs)
+        except httpx.ConnectError as error:
+            if "CERTIFICATE_VERIFY_FAILED" in str(error):
+                raise UnavailableError(
+                    f"The Berth API's certificate at {self.base_url} is not trusted ({_verify_reason(error)}). "
+                    "Set BERTH_TLS_CA to the cluster CA (an administrator prints it with `berth ca-cert`)."
+                ) from None
+            raise self._unreachable() from None
         except httpx.TransportError:
-            raise UnavailableError(
-                f"Cannot reach the Berth API at {self.base_url}. Is the stack running? "
-                "Start it with `berth up`, or set BERTH_API_URL."
-            ) from None
+            raise self._unreachable() from None
         if response.is_success:
             if response.status_code == 204 or not response.content:
                 return None
@@ -169,6 +193,10 @@ class ApiClient:
     async def release(self, copy_id: str) -> None:
         await self.request("DELETE", f"/v1/internal/reservations/{_segment(copy_id)}")
 
+    async def fence(self, request: FenceRequest) -> None:
+        await self.request("POST", f"/v1/internal/reservations/{_segment(request.copy_id)}/fence",
+                           json=request.model_dump(mode="json"))
+
     async def publish_replica(self, record: ReplicaRecord) -> None:
         await self.request("PUT", f"/v1/internal/replicas/{_segment(record.copy_id)}",
                            json=record.model_dump(mode="json"))
@@ -178,6 +206,10 @@ class ApiClient:
 
     async def report_load(self, endpoint_id: str, requests: int) -> None:
         await self.request("POST", f"/v1/internal/endpoints/{_segment(endpoint_id)}/load", json={"requests": requests})
+
+    async def set_replica_ready(self, copy_id: str, ready: bool) -> None:
+        await self.request("PUT", f"/v1/internal/replicas/{copy_id}/ready",
+                           json=ReplicaReadiness(ready=ready).model_dump(mode="json"))
 
     async def drain_replica(self, copy_id: str) -> None:
         await self.request("POST", f"/v1/internal/replicas/{_segment(copy_id)}/drain")

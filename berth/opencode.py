@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 
 from berth.errors import UserInputError
-from berth.settings import repo_root
+from berth.settings import repo_root, tls_ca_file
+from berth.tls import client_context
 
 # What `make opencode` installs (mk/opencode.mk); the entry's default image carries the same binary.
 OPENCODE_VERSION = "1.18.33"
@@ -178,8 +179,9 @@ class EndpointUnreachableError(UserInputError):
 
 async def preflight(url: str, token: str | None = None, litellm_key: str | None = None,
                     transport: httpx.AsyncBaseTransport | None = None,
-                    timeout_s: float = 10.0) -> tuple[str, ...]:
-    """GET <url>/v1/models as the workflow will; return the model ids it lists, or raise saying why not."""
+                    timeout_s: float = 10.0, ca_file: str | None = None) -> tuple[str, ...]:
+    """GET <url>/v1/models as the workflow will; return the model ids it lists, or raise saying why not.
+    An https endpoint proxy with a private CA: `ca_file`, else BERTH_TLS_CA, is trusted besides the system's."""
     headers: dict[str, str] = {}
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -188,7 +190,8 @@ async def preflight(url: str, token: str | None = None, litellm_key: str | None 
     models_url = url.rstrip("/") + "/v1/models"
     timeout = httpx.Timeout(timeout_s, connect=5.0)
     fail = EndpointUnreachableError
-    async with httpx.AsyncClient(transport=transport, timeout=timeout) as client:
+    async with httpx.AsyncClient(transport=transport, timeout=timeout,
+                                 verify=client_context(ca_file or tls_ca_file())) as client:
         try:
             response = await client.get(models_url, headers=headers)
         except httpx.ConnectError as error:

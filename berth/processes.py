@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -230,7 +231,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_http_sync(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_http_sync(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None,
+                   verify: ssl.SSLContext | bool = True) -> None:
     """Poll `url` until it answers 2xx; fail early if `proc` exits meanwhile."""
     deadline = time.monotonic() + timeout_s
     last_error = "no answer"
@@ -238,7 +240,7 @@ def wait_http_sync(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | N
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"process exited with status {proc.returncode} before {url} answered")
         try:
-            response = httpx.get(url, timeout=1.0)
+            response = httpx.get(url, timeout=1.0, verify=verify)
             if response.is_success:
                 return
             last_error = f"HTTP {response.status_code}"

@@ -101,6 +101,16 @@ class ClusterSettings(BaseModel):
                                             "this long: its workflow asks a restarted agent to adopt it")
     rank_adopt_window_s: float = Field(60.0, gt=0, description="No agent adopted the rank within this: the "
                                        "rank is lost and its copy fails as a unit (a service: started again)")
+    # Liveness of ready copies, as a Kubernetes livenessProbe (periodSeconds, timeoutSeconds,
+    # failureThreshold=3): a hung engine (alive, socket open, nothing answers) is failed and re-placed.
+    health_check_interval_s: float = Field(5.0, ge=0, description="A ready copy's leader rank is probed on "
+                                           "/health this often (0 = never)")
+    health_check_timeout_s: float = Field(2.0, gt=0, description="A /health probe unanswered this long failed")
+    health_failures_to_fail: int = Field(3, ge=1, description="Failed /health probes in a row that fail the "
+                                         "copy as a unit (its pool then re-places it)")
+    replace_backoff_s: float = Field(5.0, ge=0, description="Wait before a pool re-places its second failed copy "
+                                     "in a row (the first goes at once); doubles with each further one")
+    replace_backoff_max_s: float = Field(120.0, ge=0, description="Longest wait before re-placing a failed copy")
     proxy_url: str = Field("http://127.0.0.1:18233", description="Public base URL of the endpoint proxy")
     max_request_body_bytes: int = Field(1024 * 1024, ge=4096, description="Largest request body the API "
                                         "reads (Content-Length or streamed); larger ones get 413")
@@ -187,6 +197,7 @@ class ClientConfig(BaseModel):
 
     api_url: str = f"http://127.0.0.1:{DEFAULT_PORT_BASE + 2}"
     token: str | None = None
+    ca_file: str | None = None  # a private CA to trust for an https API (`berth ca-cert`); BERTH_TLS_CA overrides
 
     @staticmethod
     def path() -> Path:
@@ -205,6 +216,8 @@ class ClientConfig(BaseModel):
             data["api_url"] = os.environ["BERTH_API_URL"]
         if os.environ.get("BERTH_TOKEN"):
             data["token"] = os.environ["BERTH_TOKEN"]
+        if tls_ca_file():
+            data["ca_file"] = tls_ca_file()
         return cls.model_validate(data)
 
     def save(self, path: Path | None = None) -> Path:
@@ -240,3 +253,32 @@ class TemporalTLS:
                              "needs its key), or neither.")
         return cls(**{name: Path(value) if value else None for name, value in paths.items()},
                    server_name=server_name)
+
+
+def tls_ca_file() -> str | None:
+    """`BERTH_TLS_CA`: a PEM CA that Berth's own HTTP clients (CLI, node agents, worker, proxy, services)
+    trust besides the system store, for an API and endpoint proxy served with a private CA."""
+    return os.environ.get("BERTH_TLS_CA") or None
+
+
+@dataclass(frozen=True)
+class ServerTLS:
+    """The certificate and key an HTTPS listener (the API, the endpoint proxy) serves with, from
+    `BERTH_TLS_CERT`/`BERTH_TLS_KEY`; `berth up --tls` sets them for those two components only."""
+
+    cert: Path
+    key: Path
+
+    @classmethod
+    def from_env(cls) -> ServerTLS | None:
+        """None when neither is set: plain HTTP."""
+        cert, key = os.environ.get("BERTH_TLS_CERT") or None, os.environ.get("BERTH_TLS_KEY") or None
+        if cert is None and key is None:
+            return None
+        if cert is None or key is None:
+            raise UserInputError("Set both BERTH_TLS_CERT and BERTH_TLS_KEY (a server certificate needs its key), "
+                                 "or neither.")
+        return cls(cert=Path(cert), key=Path(key))
+
+    def uvicorn_options(self) -> dict[str, str]:
+        return {"ssl_certfile": str(self.cert), "ssl_keyfile": str(self.key)}

@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -32,6 +33,7 @@ from berth.processes import (
 from berth.restarts import Backoff, RestartRecord
 from berth.security import Identity, SigningKey
 from berth.settings import ClientConfig, ClusterSettings, StackPorts, StateLayout, venv_bin
+from berth.tls import TLSFiles, client_context, ensure_private_ca
 from berth.tokens import previous_stack_token, revoke_previous_stack_token
 from node.inventory import simulated_gpus
 
@@ -46,6 +48,13 @@ class StackOptions:
     hf_mirror: Path | None = None
     write_user_config: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
+    tls: bool = False  # the API and the endpoint proxy serve https (a private CA unless tls_files is given)
+    tls_files: TLSFiles | None = None  # the operator's certificate, key and CA (implies tls)
+    tls_names: tuple[str, ...] = ()  # more names/addresses for the private CA's server certificate
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls or self.tls_files else "http"
 
 
 @dataclass
@@ -91,6 +100,27 @@ class Stack:
         self.info: dict[str, Any] = {}
         self.backoff = Backoff()
         self._lock: IO[str] | None = None
+        self.tls: TLSFiles | None = None
+        self.verify: ssl.SSLContext | bool = True
+
+    @property
+    def api_url(self) -> str:
+        return f"{self.options.scheme}://127.0.0.1:{self.ports.api}"
+
+    def _prepare_tls(self, env: dict[str, str]) -> None:
+        """With TLS: the files (the operator's, or the private CA's, issued again near expiry) and every
+        component's trust in the CA. Only the API and the proxy get the server key (`_server_env`)."""
+        options = self.options
+        if options.scheme != "https":
+            return
+        self.tls = options.tls_files or ensure_private_ca(self.layout.keys / "tls", options.tls_names)
+        self.verify = client_context(self.tls.ca)
+        env["BERTH_TLS_CA"] = str(self.tls.ca)
+
+    def _server_env(self, env: dict[str, str]) -> dict[str, str]:
+        if self.tls is None:
+            return env
+        return {**env, "BERTH_TLS_CERT": str(self.tls.cert), "BERTH_TLS_KEY": str(self.tls.key)}
 
     # --- lock ---------------------------------------------------------------------------------------
     def acquire_lock(self) -> None:
@@ -123,7 +153,7 @@ class Stack:
         env.update({
             "BERTH_STATE_DIR": str(self.layout.root),
             "BERTH_TEMPORAL_ADDRESS": f"127.0.0.1:{self.ports.temporal}",
-            "BERTH_API_URL": f"http://127.0.0.1:{self.ports.api}",
+            "BERTH_API_URL": self.api_url,
             "BERTH_TOKEN": token,
             "PYTHONUNBUFFERED": "1",
         })
@@ -149,7 +179,7 @@ class Stack:
         self.check_ports()
         layout, ports = self.layout, self.ports
         settings = ClusterSettings.load(layout.root)
-        settings.proxy_url = f"http://127.0.0.1:{ports.proxy}"
+        settings.proxy_url = f"{options.scheme}://127.0.0.1:{ports.proxy}"
         if options.hf_mirror is not None:
             settings.hf_endpoint = f"http://127.0.0.1:{ports.hf_mirror}"
         settings.save(layout.root)
@@ -160,6 +190,7 @@ class Stack:
         previous, token = previous_stack_token(layout.client_config), signing.api_token(admin, kind="stack",
                                                                                       note="berth up")
         env = self._env(token)
+        self._prepare_tls(env)
         if settings.hf_endpoint:
             env["HF_ENDPOINT"] = settings.hf_endpoint
         layout.temporal_db.parent.mkdir(parents=True, exist_ok=True)
@@ -183,12 +214,12 @@ class Stack:
                 wait_port_sync("127.0.0.1", ports.hf_mirror, 60, mirror.process)
             except (TimeoutError, RuntimeError) as error:
                 raise self._fail(mirror, error) from None
-        api = self._start("api", _python() + ["server", "--port", str(ports.api)], env)
+        api = self._start("api", _python() + ["server", "--port", str(ports.api)], self._server_env(env))
         try:
-            wait_http_sync(f"http://127.0.0.1:{ports.api}/healthz", 60, api.process)
+            wait_http_sync(f"{self.api_url}/healthz", 60, api.process, verify=self.verify)
         except (TimeoutError, RuntimeError) as error:
             raise self._fail(api, error) from None
-        revoke_previous_stack_token(f"http://127.0.0.1:{ports.api}", token, previous)
+        revoke_previous_stack_token(self.api_url, token, previous, verify=self.verify)
         self._start("worker", _python() + ["worker"], env)
         for index in range(options.nodes):
             argv = _python() + ["node", "--id", f"node-{index + 1}",
@@ -198,20 +229,21 @@ class Stack:
             if options.engine:
                 argv += ["--engine", options.engine]
             self._start(f"node-{index + 1}", argv, env)
-        proxy = self._start("proxy", _python() + ["proxy", "--port", str(ports.proxy)], env)
+        proxy = self._start("proxy", _python() + ["proxy", "--port", str(ports.proxy)], self._server_env(env))
         try:
-            wait_http_sync(f"http://127.0.0.1:{ports.proxy}/healthz", 60, proxy.process)
+            wait_http_sync(f"{settings.proxy_url}/healthz", 60, proxy.process, verify=self.verify)
             self._wait_nodes(token, options.nodes)
         except (TimeoutError, RuntimeError) as error:
             raise self._fail(proxy, error) from None
-        client = ClientConfig(api_url=f"http://127.0.0.1:{ports.api}", token=token)
+        client = ClientConfig(api_url=self.api_url, token=token, ca_file=str(self.tls.ca) if self.tls else None)
         client.save(layout.client_config)
         if options.write_user_config:
             client.save()
         self.info = {
             "pid": os.getpid(), "state_dir": str(layout.root), "ready": True, "port_base": ports.base,
             "restarts_enabled": settings.restart_components,
-            "api_url": f"http://127.0.0.1:{ports.api}", "proxy_url": settings.proxy_url,
+            "api_url": self.api_url, "proxy_url": settings.proxy_url,
+            "ca_file": str(self.tls.ca) if self.tls else None,
             "temporal_address": f"127.0.0.1:{ports.temporal}", "temporal_ui": f"http://127.0.0.1:{ports.temporal_ui}",
             "hf_endpoint": settings.hf_endpoint,
             "children": [child.status() for child in self.children],
@@ -229,7 +261,7 @@ class Stack:
                     raise RuntimeError(f"{child.name} exited with status {child.process.returncode}; "
                                        f"see {child.log}:\n{tail(child.log, 15)}")
             with contextlib.suppress(httpx.HTTPError):
-                nodes = httpx.get(f"http://127.0.0.1:{self.ports.api}/v1/nodes",
+                nodes = httpx.get(f"{self.api_url}/v1/nodes", verify=self.verify,
                                   headers={"Authorization": f"Bearer {token}"}, timeout=2).json()
                 if sum(1 for n in nodes if n.get("state") == "ready") >= count:
                     return
@@ -240,8 +272,11 @@ class Stack:
     def stop(self) -> None:
         # Reverse order: proxy and nodes first (ranks stop while Temporal can still record it).
         nodes_stopped = False
+        # With Temporal gone (crashed) nothing can record the copies' ends: no use waiting for it. The node
+        # agents marked their ranks stopped by shutdown instead, for the next `berth up` to read.
+        temporal_up = any(c.name == "temporal" and c.process.poll() is None for c in self.children)
         for child in reversed(self.children):
-            if child.name == "worker" and nodes_stopped:
+            if child.name == "worker" and nodes_stopped and temporal_up:
                 self._wait_copies_released(15)
             if child.process.poll() is None:
                 stop_group_sync(child.process.pid, grace_s=40 if child.name.startswith("node") else 15)
@@ -265,7 +300,7 @@ class Stack:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
-                nodes = httpx.get(f"http://127.0.0.1:{self.ports.api}/v1/nodes", timeout=2,
+                nodes = httpx.get(f"{self.api_url}/v1/nodes", timeout=2, verify=self.verify,
                                   headers={"Authorization": f"Bearer {token}"}).json()
             except (httpx.HTTPError, ValueError):
                 return
@@ -345,6 +380,13 @@ def foreground_command(options: StackOptions) -> list[str]:
         argv += ["--engine", options.engine]
     if options.hf_mirror is not None:
         argv += ["--hf-mirror", str(options.hf_mirror.resolve())]
+    if options.tls_files is not None:
+        argv += ["--tls-cert", str(options.tls_files.cert), "--tls-key", str(options.tls_files.key),
+                 "--tls-ca", str(options.tls_files.ca)]
+    elif options.tls:
+        argv.append("--tls")
+    for name in options.tls_names:
+        argv += ["--tls-name", name]
     return argv
 
 

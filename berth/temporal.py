@@ -27,6 +27,10 @@ _ENCODING = b"binary/berth-aes-gcm"
 # Raising in the codec instead would fail the whole workflow task — a user's workflow wedged on one
 # stranger's signal, retried for ever.
 _REFUSED = "binary/berth-refused"
+# Payloads the Temporal server itself writes, which no codec ever saw: the details of an activity cancelled
+# before any worker started it. A fixed constant, so it carries no authority; refused, it failed the copy
+# workflow whose stop raced an adopt_rank still waiting for its node (and its GPUs stayed reserved).
+_SERVER_MADE = frozenset({(b"json/plain", b'"ACTIVITY_ID_NOT_STARTED"')})
 UNENCRYPTED = "UnencryptedPayload"
 
 
@@ -46,6 +50,8 @@ class EncryptionCodec(PayloadCodec):
         return [self._decode_one(payload) for payload in payloads]
 
     def _decode_one(self, payload: Payload) -> Payload:
+        if (payload.metadata.get("encoding"), payload.data) in _SERVER_MADE:
+            return payload
         if payload.metadata.get("encoding") != _ENCODING:
             # Whoever reaches Temporal's port can write a plain payload: it carries no Berth authority.
             return _refused("it is not encrypted with the cluster's data key")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 from enum import Enum
 from pathlib import Path
 
@@ -105,13 +106,14 @@ def previous_stack_token(client_config: Path) -> str | None:
     return token if isinstance(token, str) and token else None
 
 
-def revoke_previous_stack_token(api_url: str, new_token: str, previous: str | None) -> None:
+def revoke_previous_stack_token(api_url: str, new_token: str, previous: str | None,
+                                verify: ssl.SSLContext | bool = True) -> None:
     """`berth up` rotates its administrator token: the one it wrote last time stops working now.
     A previous token this cluster no longer accepts (other keys, expired) needs nothing."""
     if not previous or previous == new_token:
         return
     try:
-        response = httpx.post(f"{api_url}/v1/tokens/revoke", json={"token": previous}, timeout=10,
+        response = httpx.post(f"{api_url}/v1/tokens/revoke", json={"token": previous}, timeout=10, verify=verify,
                               headers={"Authorization": f"Bearer {new_token}"})
     except httpx.HTTPError as error:
         raise UserInputError(f"Could not revoke the previous administrator token ({type(error).__name__}); "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -100,18 +101,33 @@ class ReplicaSpec(Frozen):
     engine: EngineSpec
 
 
+# `ReplaceFailedCopies=auto`: a pool that can hold more than one copy re-places this many failed copies
+# in a row (a copy becoming ready starts the count again) while its other copies serve, so one crash never
+# costs the healthy copies; a single-copy pool has nothing to keep serving and fails as before.
+AUTO_REPLACEMENTS = 3
+
+
 class PoolSpec(Frozen):
     """How many copies serve at once."""
 
     min_replicas: int = Field(1, ge=0)
     max_replicas: int = Field(1, ge=1)
-    replace_failed_copies: int = Field(0, ge=0)
+    replace_failed_copies: int = Field(0, ge=0, description="Failed copies placed again in a row ('auto' "
+                                       "resolves at construction: see AUTO_REPLACEMENTS)")
     # Rate autoscaling (Proxy=true): desired copies = ceil(measured rate / this); 0 = no rate autoscaling.
     target_requests_per_s: float = Field(0.0, ge=0)
     scale_down_delay_s: float = Field(60.0, ge=0)  # the rate must allow fewer copies this long first
     scale_to_zero_after_s: float = Field(300.0, ge=0)  # no request this long → 0 copies (MinReplicas=0)
     drain_grace_s: float = Field(30.0, ge=0)  # in-flight requests of a copy scaled in get this long
     routing_policy: str = "least_queue"  # gateway.routing.POLICIES
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_replacements(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("replace_failed_copies") == "auto":
+            largest = max(int(data.get("max_replicas", 1)), int(data.get("min_replicas", 1)))
+            data = {**data, "replace_failed_copies": AUTO_REPLACEMENTS if largest > 1 else 0}
+        return data
 
     @model_validator(mode="after")
     def _bounds(self) -> PoolSpec:

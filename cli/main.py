@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import sys
@@ -60,7 +61,7 @@ def call(work: Callable[[ApiClient], Awaitable[T]]) -> T:
     config = ClientConfig.load()
 
     async def runner() -> T:
-        async with ApiClient(config.api_url, config.token) as api:
+        async with ApiClient(config.api_url, config.token, ca_file=config.ca_file) as api:
             return await work(api)
 
     try:
@@ -107,14 +108,27 @@ def up(
     engine: Annotated[str | None, typer.Option(help="Force the nodes' engine: vllm, vllm-cpu or simulator")] = None,
     hf_mirror: Annotated[Path | None, typer.Option(help="Serve this directory as a local Hugging Face mirror")] = None,
     detach: Annotated[bool, typer.Option(help="Run in the background")] = False,
+    tls: Annotated[bool, typer.Option(help="Serve the API and the endpoint proxy over https with a private CA "
+                                          "(`berth ca-cert` prints it)")] = False,
+    tls_cert: Annotated[Path | None, typer.Option(help="The operator's server certificate (PEM), with --tls-key "
+                                                      "and --tls-ca, instead of the private CA")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="The key of --tls-cert (PEM)")] = None,
+    tls_ca: Annotated[Path | None, typer.Option(help="The CA that signed --tls-cert (PEM)")] = None,
+    tls_name: Annotated[list[str] | None, typer.Option(help="Another host name or address for the private "
+                                                           "CA's server certificate (repeatable)")] = None,
 ) -> None:
     """Start the embedded stack: Temporal, API, control worker, node agents and endpoint proxy."""
     from berth import stack
+    from berth.tls import operator_files
 
-    options = stack.StackOptions(state_dir=_state_dir(state_dir), port_base=port_base, nodes=nodes,
-                                 simulate_gpus=simulate_gpus, engine=engine,
-                                 hf_mirror=hf_mirror.resolve() if hf_mirror else None)
     try:
+        options = stack.StackOptions(state_dir=_state_dir(state_dir), port_base=port_base, nodes=nodes,
+                                     simulate_gpus=simulate_gpus, engine=engine,
+                                     hf_mirror=hf_mirror.resolve() if hf_mirror else None, tls=tls,
+                                     tls_files=operator_files(tls_cert, tls_key, tls_ca),
+                                     tls_names=tuple(tls_name or ()))
+        if options.tls_names and (not tls or options.tls_files):
+            raise fail("--tls-name names the private CA's certificate: use it with --tls.")
         if detach:
             _print_stack(stack.start_detached(options), detached=True)
             return
@@ -130,6 +144,8 @@ def _print_stack(info: dict[str, Any], detached: bool) -> None:
     console.print(f"  Temporal UI  {info['temporal_ui']}")
     if info.get("hf_endpoint"):
         console.print(f"  HF mirror    {info['hf_endpoint']}")
+    if info.get("ca_file"):
+        console.print(f"  CA           {info['ca_file']} (clients: NODE_EXTRA_CA_CERTS / CURL_CA_BUNDLE)")
     console.print(f"  State dir    {info['state_dir']}")
     console.print(f"  Client config written to {ClientConfig.path()}")
     if detached:
@@ -137,6 +153,22 @@ def _print_stack(info: dict[str, Any], detached: bool) -> None:
     else:
         console.print("Press Ctrl-C to stop.", highlight=False)
     sys.stdout.flush()
+
+
+@app.command("ca-cert")
+def ca_cert(state_dir: StateDirOption = None) -> None:
+    """Print the CA (PEM) that signed the API's and endpoint proxy's certificate, for clients to trust."""
+    from berth.settings import StateLayout
+
+    layout = StateLayout(_state_dir(state_dir))
+    ca_file = None
+    if layout.stack_file.exists():
+        ca_file = json.loads(layout.stack_file.read_text()).get("ca_file")
+    path = Path(ca_file) if ca_file else layout.keys / "tls" / "ca.pem"
+    try:
+        sys.stdout.write(path.read_text())
+    except OSError:
+        raise fail(f"No CA in {layout.root}: start the stack with `berth up --tls` (or give --state-dir).") from None
 
 
 @app.command()
@@ -191,11 +223,17 @@ def server(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 2,
     """Run the control-plane REST API."""
     import uvicorn
 
+    from berth.settings import ServerTLS
     from server.app import build_context, create_app
 
+    try:
+        tls = ServerTLS.from_env()
+    except BerthError as error:
+        raise fail(str(error)) from None
     context = build_context(Path(_env("BERTH_STATE_DIR")), _env("BERTH_TEMPORAL_ADDRESS", "127.0.0.1:7233"),
                             os.environ.get("BERTH_DATABASE_URL"))
-    uvicorn.run(create_app(context), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(context), host=host, port=port, log_level="warning",
+                **(tls.uvicorn_options() if tls else {}))
 
 
 @app.command()
@@ -627,7 +665,7 @@ def endpoint_opencode_config(
             return facts, None, None
         token = (await api.generate_token(endpoint_id, "5m"))["token"]
         try:
-            return facts, await preflight(facts["url"], token), None
+            return facts, await preflight(facts["url"], token, ca_file=api.ca_file), None
         except BerthError as error:
             return facts, None, str(error)
 
@@ -652,6 +690,9 @@ def endpoint_opencode_config(
     errors.print(f"Save as ~/.config/opencode/opencode.json (or a project's opencode.json), then: export "
                  f"{TOKEN_ENV}=$(berth endpoint generate-token {endpoint_id} --expiration 8h)",
                  highlight=False, soft_wrap=True)
+    if str(facts["url"]).startswith("https://"):
+        errors.print("If the cluster uses a private CA (`berth ca-cert` prints it), OpenCode must trust it: "
+                     "export NODE_EXTRA_CA_CERTS=/path/to/cluster-ca.pem", highlight=False, soft_wrap=True)
 
 
 # --- secrets -----------------------------------------------------------------------------------------
@@ -746,7 +787,7 @@ def login(
     assert token is not None
 
     async def check() -> dict[str, Any]:
-        async with ApiClient(config.api_url, token) as api:
+        async with ApiClient(config.api_url, token, ca_file=config.ca_file) as api:
             return await api.whoami()
 
     try:
@@ -756,7 +797,7 @@ def login(
     if print_token:
         sys.stdout.write(token + "\n")
         return
-    path = ClientConfig(api_url=config.api_url, token=token).save()
+    path = ClientConfig(api_url=config.api_url, token=token, ca_file=config.ca_file).save()
     console.print(f"Logged in as {who['name']} (organization {who['org']}, groups "
                   f"{', '.join(who['groups']) or 'none'}); config written to {path}.", highlight=False)
 

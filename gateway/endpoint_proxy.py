@@ -450,7 +450,7 @@ class EndpointProxy:
             if model_cards.is_listing(method, rest):
                 await model_cards.relay_listing(response, send, log, target.url)  # no state-dir paths
             else:
-                await relay(response, send, log, "upstream", target.url)
+                await relay(response, send, log, "upstream", target.url, receive)
         finally:
             target.in_flight -= 1
 

@@ -33,6 +33,7 @@ from litellm.types.proxy.auth.user_roles import LitellmUserRoles
 from starlette.datastructures import State
 
 from gateway.litellm_contract import INVALID_KEY_MESSAGE, NO_KEY_MESSAGE
+from gateway.litellm_sync import api_ssl_context
 
 ASSERTION_HEADER: Final = "x-berth-caller"
 ASSERTION_ISSUER: Final = "berth"
@@ -99,6 +100,7 @@ class AssertionVerifier:
             lifespan=JWKS_CACHE_S,
             timeout=JWKS_TIMEOUT_S,
             cooldown_duration=JWKS_UNKNOWN_KID_COOLDOWN_S,
+            ssl_context=api_ssl_context(os.environ),  # the control plane's private CA, when it has one
         )
         self._unreachable_until = 0.0
         # The last key set fetched: used while the control plane cannot be reached ("fail static", like

@@ -168,6 +168,8 @@ def render_environment(
             "BERTH_ENDPOINT_ID": spec.endpoint_id,
             "BERTH_RATE_URL": spec.rate_url,
             "BERTH_REPLICAS_TOKEN": spec.replicas_token.get_secret_value(),
+            # The control plane's private CA (a file path, no secret): the hooks call its https URLs.
+            "BERTH_TLS_CA": source.get("BERTH_TLS_CA", ""),
             # The hook modules import as `gateway.*` from the repository root.
             "PYTHONPATH": str(repo_root),
             "PYTHONUNBUFFERED": "1",

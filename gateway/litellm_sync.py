@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -353,6 +354,16 @@ def _add_requests_route(app: FastAPI, sync: ReplicaSync) -> None:
     app.router.routes.insert(0, app.router.routes.pop())
 
 
+def api_ssl_context(environ: Mapping[str, str]) -> ssl.SSLContext:
+    """Trust for the control plane's https URLs: the system store plus BERTH_TLS_CA (the private CA a
+    `berth up --tls` stack serves with; the node agent passes it on). Shared by litellm_auth's JWKS fetch."""
+    context: Final = ssl.create_default_context()
+    ca_file: Final = environ.get("BERTH_TLS_CA", "").strip()
+    if ca_file:
+        context.load_verify_locations(cafile=ca_file)
+    return context
+
+
 async def start() -> None:
     """LITELLM_WORKER_STARTUP_HOOKS entry point: start this worker's replica sync."""
     from litellm.proxy import proxy_server
@@ -362,7 +373,8 @@ async def start() -> None:
     # The token reads one endpoint's replica list and nothing else; never logged.
     headers: Final = {"Authorization": f"Bearer {token}"} if token else {}
     client: Final = httpx.AsyncClient(
-        timeout=httpx.Timeout(REPLICAS_TIMEOUT_S), trust_env=False, headers=headers
+        timeout=httpx.Timeout(REPLICAS_TIMEOUT_S), trust_env=False, headers=headers,
+        verify=api_ssl_context(os.environ),
     )
     sync: Final = ReplicaSync(settings, client)
     app: Final[FastAPI] = proxy_server.app

@@ -23,6 +23,8 @@ WANTED = {
     "vllm:gpu_cache_usage_perc": "kv_cache_usage",  # older vLLM releases' name for the same figure
     "vllm:time_to_first_token_seconds_sum": "ttft_sum",
     "vllm:time_to_first_token_seconds_count": "ttft_count",
+    # Completed requests (every finish reason): the API server's idleness judgement reads it.
+    "vllm:request_success_total": "succeeded",
 }
 
 

@@ -234,7 +234,7 @@ class ModelGateway:
                 log.warning("replica %s of %s failed: %s", replica.copy_id, pool.model_id, error)
                 await _json(send, 502, _error("The model server did not answer; retry.", 502))
                 return
-            await relay(response, send, log, "replica", replica.copy_id)
+            await relay(response, send, log, "replica", replica.copy_id, receive)
         finally:
             replica.in_flight -= 1
 

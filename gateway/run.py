@@ -11,7 +11,7 @@ import uvicorn
 from berth.api_client import ApiClient
 from berth.errors import BerthError
 from berth.security import SigningKey, TokenVerifier
-from berth.settings import StateLayout
+from berth.settings import ServerTLS, StateLayout
 from gateway.endpoint_proxy import EndpointProxy
 
 
@@ -37,5 +37,6 @@ def run_endpoint_proxy(api_url: str, token: str, host: str, port: int) -> None:
     # How long a request for a pool at zero is held, and how many may wait per endpoint.
     app.hold_timeout_s = float(os.environ.get("BERTH_PROXY_HOLD_TIMEOUT_S", app.hold_timeout_s))
     app.max_held = int(os.environ.get("BERTH_PROXY_MAX_HELD", app.max_held))
+    tls = ServerTLS.from_env()
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, loop="uvloop",
-                http="httptools", lifespan="on")
+                http="httptools", lifespan="on", **(tls.uvicorn_options() if tls else {}))

@@ -31,6 +31,9 @@ HOP_BY_HOP = frozenset({
 BROKEN_STREAM_EVENT = (b'data: {"error": {"message": "The model\'s upstream copy broke mid-stream: this reply is '
                        b'incomplete; retry the request.", "type": "upstream_error", "code": 502}}\n\n')
 EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
+# How often idle pooled connections are checked for a close by their upstream (uvicorn, under vLLM and
+# LiteLLM, closes a keep-alive connection after 5 s idle): one the proxy kept would sit in CLOSE-WAIT.
+SWEEP_EVERY_S = 1.0
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -80,6 +83,10 @@ class _Connection:
         with contextlib.suppress(Exception):
             self.writer.close()
 
+    def closed_by_upstream(self) -> bool:
+        """The upstream closed its end (FIN read) or the transport is going: no further request fits."""
+        return self.reader.at_eof() or self.writer.is_closing()
+
 
 class UpstreamResponse:
     def __init__(self, pool: UpstreamPool, key: tuple[str, int], connection: _Connection,
@@ -122,6 +129,12 @@ class UpstreamResponse:
         finally:
             self.release()
 
+    def close(self) -> None:
+        """Discard the connection now, mid-body or not (its client went away): never back to the pool."""
+        if not self._released:
+            self._released = True
+            self._connection.close()
+
     def release(self) -> None:
         if self._released:
             return
@@ -138,13 +151,34 @@ class UpstreamPool:
         self.connect_timeout_s = connect_timeout_s
         self.max_idle = max_idle_per_upstream
         self._idle: dict[tuple[str, int], deque[_Connection]] = {}
+        self._sweep: asyncio.TimerHandle | None = None
 
     def _return(self, key: tuple[str, int], connection: _Connection) -> None:
         idle = self._idle.setdefault(key, deque())
         if len(idle) < self.max_idle:
             idle.append(connection)
+            if self._sweep is None:
+                self._sweep = asyncio.get_running_loop().call_later(SWEEP_EVERY_S, self._reap)
         else:
             connection.close()
+
+    def _reap(self) -> None:
+        """Close the idle connections their upstream closed; check again while any stay idle. Without
+        it the ones deep in a deque (taken last-in first-out) waited in CLOSE-WAIT for good."""
+        self._sweep = None
+        for key, idle in list(self._idle.items()):
+            alive: deque[_Connection] = deque()
+            for connection in idle:
+                if connection.closed_by_upstream():
+                    connection.close()
+                else:
+                    alive.append(connection)
+            if alive:
+                self._idle[key] = alive
+            else:
+                del self._idle[key]
+        if self._idle:
+            self._sweep = asyncio.get_running_loop().call_later(SWEEP_EVERY_S, self._reap)
 
     async def _connect(self, key: tuple[str, int]) -> _Connection:
         try:
@@ -176,6 +210,8 @@ class UpstreamPool:
         for attempt in (0, 1):
             # The retry takes a fresh connection: the other idle ones went stale at the same time.
             idle = self._idle.get(key) if attempt == 0 else None
+            while idle and idle[-1].closed_by_upstream():  # closed since the last sweep: never worth a try
+                idle.pop().close()
             reused = bool(idle)
             connection = idle.pop() if idle else await self._connect(key)
             try:
@@ -226,21 +262,39 @@ class UpstreamPool:
         return UpstreamResponse(self, key, connection, parser, parsed, head_only=method == "HEAD")
 
     async def aclose(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for idle in self._idle.values():
             while idle:
                 idle.pop().close()
 
 
-async def relay(response: UpstreamResponse, send: Send, log: logging.Logger, source: str, name: str) -> None:
+async def relay(response: UpstreamResponse, send: Send, log: logging.Logger, source: str, name: str,
+                receive: Receive | None = None) -> None:
     """Copy an upstream response to the ASGI client: status and end-to-end headers, then each body chunk
     as it arrives. An upstream break mid-body is logged as "<source> <name> broke mid-response" and never
     looks like a complete reply: an event stream gets a last `data: {"error": …}` event, then the
     UpstreamError propagates, which is how an ASGI app aborts a started response (uvicorn closes the
     connection without the chunked terminator, so the client reads an incomplete body). The pooled
-    connection is released whatever happens: a client that went away mid-stream must not leak it."""
+    connection is released whatever happens: a client that went away mid-stream must not leak it.
+
+    With `receive` (the request body already read), a client that goes away from an event stream closes
+    the upstream connection at once: uvicorn drops what is sent to a gone client without a word, so the copy would
+    otherwise generate the whole reply for nobody and the connection return to the pool afterwards."""
     event_stream = any(key == b"content-type" and value.lower().startswith(b"text/event-stream")
                        for key, value in response.headers)
     last = b""
+    # Event streams only: they are what runs long after the head; a whole reply is sent as it comes, and the
+    # watcher (one task) stays off the non-streamed hot path measured in docs/performance.md.
+    gone = asyncio.ensure_future(_client_gone(receive)) if receive is not None and event_stream else None
+
+    def close_when_gone(task: asyncio.Future[None]) -> None:
+        if not task.cancelled():
+            response.close()  # the pending upstream read ends at once, as a break that relay keeps quiet
+
+    if gone is not None:
+        gone.add_done_callback(close_when_gone)
     try:
         await send({"type": "http.response.start", "status": response.status,
                     "headers": [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]})
@@ -248,6 +302,9 @@ async def relay(response: UpstreamResponse, send: Send, log: logging.Logger, sou
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
             last = chunk
     except UpstreamError as error:
+        if gone is not None and gone.done():
+            log.debug("client of %s %s went away mid-response; upstream connection closed", source, name)
+            return
         log.warning("%s %s broke mid-response: %s", source, name, error)
         if event_stream:
             # Blank lines first when the break cut an event short: the error must be an event of its own.
@@ -255,5 +312,12 @@ async def relay(response: UpstreamResponse, send: Send, log: logging.Logger, sou
             await send({"type": "http.response.body", "body": separator + BROKEN_STREAM_EVENT, "more_body": True})
         raise
     finally:
+        if gone is not None:
+            gone.cancel()
         response.release()
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _client_gone(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -65,29 +65,36 @@ class NodeAgent:
         self.context = NodeContext(node_id=config.node_id, address=config.address, engine=self.engine,
                                    state=self.state)
 
-    def inventory(self) -> dict[str, Any]:
+    def inventory(self, supervisor: Supervisor) -> dict[str, Any]:
         if not self.config.simulate_gpus and self.gpus:
             self.gpus, _reason = nvml_gpus()  # free memory and temperature move: read them each heartbeat
         volumes_dir = self.state.volumes / "persistent"
         volumes = sorted(p.name for p in volumes_dir.iterdir()) if volumes_dir.exists() else []
         return {"address": self.config.address, "engine": self.engine, "gpus": self.gpus,
                 "gpu_source": self.gpu_note, **host_facts(), "labels": self.config.labels or {},
-                "taints": list(self.config.taints), "volumes": volumes, "port_start": self.config.port_start}
+                "taints": list(self.config.taints), "volumes": volumes, "port_start": self.config.port_start,
+                # Every live rank's GPUs and ports, orphans' included, from the first heartbeat on: a
+                # restarted agent never reports as free what a process it has not stopped yet holds.
+                "held": [holding.model_dump(mode="json") for holding in supervisor.holdings()]}
 
-    async def reap_orphans(self, orphans: list[Orphan], supervisor: Supervisor, grace_s: float) -> None:
+    async def reap_orphans(self, orphans: list[Orphan], marked: list[Path], supervisor: Supervisor,
+                           grace_s: float) -> None:
         """Give each orphan (a rank or service a previous agent left running) `grace_s` to be adopted by its
-        workflow (adopt_rank, adopt_service), then stop whatever was not."""
-        if not orphans:
+        workflow (adopt_rank, adopt_service), then stop whatever was not; the shutdown markers of ranks a
+        previous agent stopped (`marked`) are kept as long, for the same adoptions to read."""
+        if not orphans and not marked:
             return
-        log.warning("found %d live process(es) of a previous agent; %.0f s for their workflows to adopt "
-                    "them: %s", len(orphans), grace_s, ", ".join(o.pidfile.parent.name for o in orphans))
+        if orphans:
+            log.warning("found %d live process(es) of a previous agent; %.0f s for their workflows to adopt "
+                        "them: %s", len(orphans), grace_s, ", ".join(o.pidfile.parent.name for o in orphans))
         await asyncio.sleep(grace_s)
         await supervisor.stop_unadopted(orphans)
+        supervisor.drop_unclaimed_markers(marked)
 
-    async def heartbeat_forever(self, api: ApiClient) -> None:
+    async def heartbeat_forever(self, api: ApiClient, supervisor: Supervisor) -> None:
         while True:
             try:
-                await api.heartbeat_node(self.config.node_id, self.inventory())
+                await api.heartbeat_node(self.config.node_id, self.inventory(supervisor))
             except BerthError as error:
                 log.warning("heartbeat failed: %s", error)
             await asyncio.sleep(HEARTBEAT_S)
@@ -95,9 +102,10 @@ class NodeAgent:
     async def run(self, stop: asyncio.Event) -> None:
         supervisor = Supervisor(self.config.node_id, self.context.node_dir)
         orphans = supervisor.find_orphans()
-        # After find_orphans, before the workers run: what a workflow may still adopt is kept, and no
-        # rank of this agent can have started yet.
-        pruned = prune_rank_dirs(self.context.ranks_dir, {orphan.pidfile.parent for orphan in orphans})
+        marked = supervisor.shutdown_marked()
+        # After find_orphans, before the workers run: what a workflow may still adopt (or ask about) is
+        # kept, and no rank of this agent can have started yet.
+        pruned = prune_rank_dirs(self.context.ranks_dir, {orphan.pidfile.parent for orphan in orphans} | set(marked))
         if pruned:
             log.info("pruned %d stale rank dir(s) and /tmp alias(es): %s", len(pruned), ", ".join(pruned))
         settings = ClusterSettings.load(self.config.state_dir)
@@ -106,7 +114,7 @@ class NodeAgent:
         secrets_api = ApiClient(self.config.api_url, self.config.token)
         activities = NodeActivities(self.context, supervisor, secrets_api)
         reaper = asyncio.create_task(self.reap_orphans(
-            orphans, supervisor, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
+            orphans, marked, supervisor, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
         services = ServiceActivities(self.context, supervisor, secrets_api)
         functions = [activities.run_rank, activities.adopt_rank, activities.wait_ready,
                      activities.download_weights, activities.delete_ephemeral_volume,
@@ -121,12 +129,15 @@ class NodeAgent:
                      **common)
         shared = Worker(client, task_queue=NODES_TASK_QUEUE, max_concurrent_activities=8, **common)
         async with ApiClient(self.config.api_url, self.config.token) as api:
-            await api.heartbeat_node(self.config.node_id, self.inventory())
-            beat = asyncio.create_task(self.heartbeat_forever(api))
+            await api.heartbeat_node(self.config.node_id, self.inventory(supervisor))
+            beat = asyncio.create_task(self.heartbeat_forever(api, supervisor))
             runs = [asyncio.create_task(own.run()), asyncio.create_task(shared.run())]
             log.info("node %s ready: engine %s, %d GPU(s) (%s)", self.config.node_id, self.engine,
                      len(self.gpus), self.gpu_note)
             await stop.wait()
+            # Before the workers stop the ranks: should Temporal be unable to record their "agent stopped"
+            # results now, the restarted agent asked to adopt them still knows they were interrupted, not lost.
+            supervisor.mark_shutdown()
             beat.cancel()
             reaper.cancel()
             await asyncio.gather(own.shutdown(), shared.shutdown())

@@ -51,11 +51,12 @@ from catalog.entry import Entry, find_entry, load_catalog
 from catalog.images import refuse_image
 from catalog.memory import gpus_needed, max_context_that_fits, memory_need, memory_table
 from catalog.render import render, resolve_values
+from server import fencing, request_limits, scheduler
 from server import opencode as opencode_checks
-from server import request_limits, scheduler
 from server.access import WorkflowAccess, allocation_labels, workflow_reader
 from server.access import in_scope as _in_scope
 from server.autoscaler import (
+    CountingCopies,
     FrontDoorRates,
     LiteLLMRates,
     PoolMemory,
@@ -63,6 +64,7 @@ from server.autoscaler import (
     decide,
     policy_from_annotations,
 )
+from server.copy_activity import CopyActivity, CopyTarget
 from server.models import EndpointRow, WorkflowRow
 from server.replica_keys import replica_keys_router
 from server.secrets import Secrets, check_references
@@ -72,7 +74,9 @@ from server.tokens import record_minted, token_router
 from workflows.payloads import (
     CopyTimings,
     EndpointService,
+    FenceRequest,
     Owner,
+    ReplicaReadiness,
     ReplicaRecord,
     ReserveRequest,
     ScaleRequest,
@@ -215,11 +219,14 @@ def build_context(state_dir: Path, temporal_address: str, database_url: str | No
 def create_app(context: ServerContext) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):  # type: ignore[no-untyped-def]
-        task = asyncio.create_task(_autoscale_forever(context, rates, ProxiedRates(litellm_rates, rates)))
+        copies = CopyActivity()
+        task = asyncio.create_task(
+            _autoscale_forever(context, rates, ProxiedRates(litellm_rates, rates), copies))
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        await copies.aclose()
 
     rates = FrontDoorRates()
     litellm_rates = LiteLLMRates()
@@ -555,7 +562,8 @@ def create_app(context: ServerContext) -> FastAPI:
     async def node_heartbeat(node_id: str, inventory: dict[str, Any],
                              _who: Identity = Depends(admin)) -> dict[str, Any]:
         port_start = int(inventory.get("port_start", 0))
-        row = await run_in_threadpool(context.store.heartbeat_node, node_id, inventory, port_start)
+        held = fencing.holdings(inventory)
+        row = await run_in_threadpool(context.store.heartbeat_node, node_id, inventory, port_start, held)
         return {"id": row.id, "state": context.store.node_state(row)}
 
     @app.get("/v1/nodes")
@@ -593,6 +601,10 @@ def create_app(context: ServerContext) -> FastAPI:
     async def release(copy_id: str, _who: Identity = Depends(admin)) -> None:
         await run_in_threadpool(context.store.release, copy_id)
 
+    @app.post("/v1/internal/reservations/{copy_id}/fence", status_code=204)
+    async def fence(copy_id: str, request: FenceRequest, _who: Identity = Depends(admin)) -> None:
+        await run_in_threadpool(context.store.fence, copy_id, request.nodes)
+
     @app.put("/v1/internal/replicas/{copy_id}", status_code=204)
     async def publish(copy_id: str, record: ReplicaRecord, _who: Identity = Depends(admin)) -> None:
         await run_in_threadpool(context.store.upsert_replica, record.workflow_id, record.endpoint_id, copy_id,
@@ -602,6 +614,10 @@ def create_app(context: ServerContext) -> FastAPI:
     async def report_load(endpoint_id: str, body: LoadBody, _who: Identity = Depends(admin)) -> None:
         """Requests the endpoint proxy admitted for this endpoint since its last report."""
         rates.add(endpoint_id, body.requests, time.monotonic())
+
+    @app.put("/v1/internal/replicas/{copy_id}/ready", status_code=204)
+    async def replica_readiness(copy_id: str, body: ReplicaReadiness, _who: Identity = Depends(admin)) -> None:
+        await run_in_threadpool(context.store.set_replica_ready, copy_id, body.ready)
 
     @app.post("/v1/internal/replicas/{copy_id}/drain", status_code=204)
     async def drain_replica(copy_id: str, _who: Identity = Depends(admin)) -> None:
@@ -731,22 +747,28 @@ def _pool_facts(definition: WorkflowDefinition) -> dict[str, Any]:
             "scale_to_zero_after_s": pool.scale_to_zero_after_s}
 
 
-async def _autoscale_forever(context: ServerContext, rates: FrontDoorRates, proxied: ProxiedRates) -> None:
+async def _autoscale_forever(context: ServerContext, rates: FrontDoorRates, proxied: ProxiedRates,
+                             copies: CopyActivity) -> None:
     memories: dict[str, PoolMemory] = {}
     while True:
         await asyncio.sleep(AUTOSCALE_EVERY_S)
         try:
-            await _autoscale_once(context, rates, proxied, memories)
+            await _autoscale_once(context, rates, proxied, copies, memories)
         except Exception as error:  # noqa: BLE001 — the loop must outlive any one failure; say what it was
             log.warning("autoscaler tick failed: %s: %s", type(error).__name__, error)
 
 
 async def _autoscale_once(context: ServerContext, rates: FrontDoorRates, proxied: ProxiedRates,
-                          memories: dict[str, PoolMemory]) -> None:
+                          copies: CopyActivity, memories: dict[str, PoolMemory]) -> None:
     endpoints = await run_in_threadpool(context.store.endpoints)
     pools = [(e, policy_from_annotations(e.annotations or {})) for e in endpoints]
     active = [(e, p) for e, p in pools
               if p is not None and (p.min_replicas == 0 or p.target_requests_per_s > 0)]
+    # Only a pool that may go to zero needs its copies' own counters (its idleness decides a cold start).
+    may_sleep = {e.id for e, p in active if p is not None and p.min_replicas == 0}
+    replicas = await run_in_threadpool(context.store.replicas) if may_sleep else []
+    await copies.observe(CopyTarget(endpoint_id=r.endpoint_id, copy_id=r.copy_id, url=r.url)
+                         for r in replicas if r.endpoint_id in may_sleep and r.ready)
     if not active:
         return
     client = await context.temporal()
@@ -760,7 +782,7 @@ async def _autoscale_once(context: ServerContext, rates: FrontDoorRates, proxied
         memory = memories.setdefault(endpoint.id, PoolMemory())
         # Proxy=true: the rate measured at the pool's LiteLLM proxy; Proxy=false: at the endpoint proxy.
         fronted = bool((endpoint.annotations or {}).get("proxy"))
-        source = proxied if fronted else rates
+        source = CountingCopies(proxied if fronted else rates, copies)
         decision = decide(policy, status.desired_replicas, source.load(endpoint.id, now), memory, now)
         if decision is None or decision[0] == status.desired_replicas:
             continue
@@ -848,7 +870,12 @@ def _gpu_row(gpu: dict[str, Any], copy_id: str | None) -> dict[str, Any]:
 def _copy_timings(context: ServerContext) -> CopyTimings:
     settings = context.settings
     return CopyTimings(rank_heartbeat_timeout_s=settings.rank_heartbeat_timeout_s,
-                       rank_adopt_window_s=settings.rank_adopt_window_s)
+                       rank_adopt_window_s=settings.rank_adopt_window_s,
+                       health_check_interval_s=settings.health_check_interval_s,
+                       health_check_timeout_s=settings.health_check_timeout_s,
+                       health_failures_to_fail=settings.health_failures_to_fail,
+                       replace_backoff_s=settings.replace_backoff_s,
+                       replace_backoff_max_s=settings.replace_backoff_max_s)
 
 
 def _temporal_status(status: WorkflowExecutionStatus | None) -> str:

@@ -3,7 +3,9 @@ zero; decisions go to the workflow's `scale` update with their reason.
 
 Rate sources (`RateSource`): a Proxy=true pool is sized by the rate its LiteLLM proxy measures (the sync
 hook posts its counters, `LiteLLMRates`); the endpoint proxy counts the requests it admits per endpoint
-(`FrontDoorRates`), which sizes nothing for Proxy=false pools (as documented) but decides idleness.
+(`FrontDoorRates`), which sizes nothing for Proxy=false pools (as documented). Idleness is judged on
+every path that reaches a copy (`CountingCopies`): the copies' own counters see the discovering gateway's
+requests too, which go straight to a Proxy=false pool's copies and pass neither proxy.
 """
 
 from __future__ import annotations
@@ -86,6 +88,22 @@ class ProxiedRates:
     def load(self, endpoint_id: str, now: float) -> Load:
         inside, outside = self.litellm.load(endpoint_id, now), self.front_door.load(endpoint_id, now)
         return Load(rate_rps=inside.rate_rps, idle_s=min(inside.idle_s, outside.idle_s))
+
+
+class CopyIdleness(Protocol):
+    def idle_s(self, endpoint_id: str, now: float) -> float: ...
+
+
+class CountingCopies:
+    """A source's rate, with idleness also cut short by work its copies report doing (server/copy_activity):
+    a pool is idle only when no path to it (endpoint proxy, LiteLLM, gateway) carried a request."""
+
+    def __init__(self, source: RateSource, copies: CopyIdleness) -> None:
+        self.source, self.copies = source, copies
+
+    def load(self, endpoint_id: str, now: float) -> Load:
+        seen = self.source.load(endpoint_id, now)
+        return Load(rate_rps=seen.rate_rps, idle_s=min(seen.idle_s, self.copies.idle_s(endpoint_id, now)))
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,9 @@ class AllocationRow(Base):
     node_id: Mapped[str] = mapped_column(String(128))
     gpu_index: Mapped[int] = mapped_column(Integer)
     copy_id: Mapped[str] = mapped_column(String(160), index=True)
+    # Held for a copy that ended with a rank lost (its agent gone, the process maybe alive): freed only
+    # when the node confirms the process is gone, never by the copy's release.
+    fenced: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
 
 
 class PortRow(Base):
@@ -108,6 +111,7 @@ class PortRow(Base):
     node_id: Mapped[str] = mapped_column(String(128))
     port: Mapped[int] = mapped_column(Integer)
     owner: Mapped[str] = mapped_column(String(160), index=True)
+    fenced: Mapped[bool | None] = mapped_column(Boolean, nullable=True)  # as AllocationRow.fenced
 
 
 class ReservationRow(Base):

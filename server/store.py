@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from berth.errors import ConflictError, NotFoundError, UnavailableError, UserInputError
 from berth.security import Cipher, Identity
-from server import scheduler
+from server import fencing, scheduler
 from server.models import (
     AllocationRow,
     Base,
@@ -34,7 +34,7 @@ from server.models import (
     UserRow,
     WorkflowRow,
 )
-from workflows.payloads import Placement, RankPlacement, ReserveRequest, ReserveResult
+from workflows.payloads import NodeHolding, Placement, RankPlacement, ReserveRequest, ReserveResult
 
 NODE_PORTS = 100
 
@@ -228,6 +228,13 @@ class Store:
             else:
                 row.url, row.ready, row.draining, row.updated_at = url, ready, draining, time.time()
 
+    def set_replica_ready(self, copy_id: str, ready: bool) -> None:
+        """Route to a published copy or not; a copy not (or no longer) published stays unpublished."""
+        with self.session() as s:
+            row = s.get(ReplicaRow, copy_id)
+            if row is not None:
+                row.ready, row.updated_at = ready, time.time()
+
     def drain_replica(self, copy_id: str) -> None:
         """Mark a copy draining: proxies stop choosing it; it stays listed until it is unpublished."""
         with self.session() as s:
@@ -240,9 +247,13 @@ class Store:
             s.execute(delete(ReplicaRow).where(ReplicaRow.copy_id == copy_id))
 
     # --- nodes ----------------------------------------------------------------------------------
-    def heartbeat_node(self, node_id: str, inventory: dict[str, Any], port_start: int) -> NodeRow:
+    def heartbeat_node(self, node_id: str, inventory: dict[str, Any], port_start: int,
+                       held: list[NodeHolding] | None = None) -> NodeRow:
+        """Record a node's inventory; with `held` (what its live rank processes hold), reconcile fencing
+        in the same transaction (see server/fencing.py), under the placement lock."""
         now = time.time()
-        with self.session() as s:
+        lock = self._placement_lock if held is not None else contextlib.nullcontext()
+        with lock, self.session() as s:
             row = s.get(NodeRow, node_id)
             if row is None:
                 row = NodeRow(id=node_id, last_heartbeat=now, port_start=port_start,
@@ -258,6 +269,8 @@ class Store:
             row.volumes = inventory.get("volumes", [])
             row.last_heartbeat = now
             row.port_start, row.port_end = port_start, port_start + NODE_PORTS
+            if held is not None:
+                fencing.reconcile(s, node_id, held)
             return row
 
     def nodes(self) -> list[NodeRow]:
@@ -379,10 +392,16 @@ class Store:
         raise UnavailableError("No ready node has a free port for the service; it waits for one.")
 
     def release(self, copy_id: str) -> None:
+        """Free what `copy_id` holds, except what is fenced: that is freed when its node says so."""
         with self._placement_lock, self.session() as s:
-            s.execute(delete(AllocationRow).where(AllocationRow.copy_id == copy_id))
-            s.execute(delete(PortRow).where(PortRow.owner == copy_id))
+            s.execute(delete(AllocationRow).where(AllocationRow.copy_id == copy_id,
+                                                  fencing.not_fenced(AllocationRow.fenced)))
+            s.execute(delete(PortRow).where(PortRow.owner == copy_id, fencing.not_fenced(PortRow.fenced)))
             s.execute(delete(ReservationRow).where(ReservationRow.copy_id == copy_id))
+
+    def fence(self, copy_id: str, nodes: tuple[str, ...]) -> None:
+        with self._placement_lock, self.session() as s:
+            fencing.fence(s, copy_id, nodes)
 
     def reservations(self, workflow_id: str | None = None) -> list[ReservationRow]:
         with self.session() as s:

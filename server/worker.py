@@ -28,7 +28,8 @@ async def run_worker(state_dir: Path, temporal_address: str, api_url: str, token
         authority = InputAuthority(TokenVerifier.from_jwks(await api.internal_keys_when_up()), task_queue)
         worker = Worker(
             client, task_queue=task_queue, workflows=[ServiceWorkflow, CopyWorkflow],
-            activities=[control.reserve_placement, control.release_placement, control.publish_replica,
+            activities=[control.reserve_placement, control.release_placement, control.fence_placement,
+                        control.publish_replica,
                         control.unpublish_replica, control.remove_endpoint, control.drain_replica,
                         control.reserve_service_port, control.set_endpoint_service,
                         authority.verify_service_input, authority.verify_copy_parent],

@@ -7,6 +7,7 @@ import json
 import os
 import random
 import socket
+import ssl
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -74,6 +75,8 @@ class RunningStack:
     engine: str | None = None
     hf_mirror: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    tls: bool = False  # `berth up --tls`: the API and the proxy serve https with the state dir's private CA
+    tls_files: tuple[Path, Path, Path] | None = None  # the operator's --tls-cert, --tls-key, --tls-ca
     info: dict[str, Any] = field(default_factory=dict)
     cwd: Path = REPO  # where the CLI runs: only what it reads from the command line depends on it
 
@@ -114,6 +117,11 @@ class RunningStack:
             args += ["--engine", self.engine]
         if self.hf_mirror:
             args += ["--hf-mirror", str(self.hf_mirror)]
+        if self.tls:
+            args.append("--tls")
+        if self.tls_files:
+            for option, path in zip(("--tls-cert", "--tls-key", "--tls-ca"), self.tls_files, strict=True):
+                args += [option, str(path)]
         return args
 
     def start(self) -> RunningStack:
@@ -132,8 +140,13 @@ class RunningStack:
         return json.loads((self.state_dir / "client.json").read_text())["token"]
 
     def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        return httpx.request(method, self.info["api_url"] + path,
+        return httpx.request(method, self.info["api_url"] + path, verify=self.verify,
                              headers={"Authorization": f"Bearer {self.token}"}, timeout=30, **kwargs)
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        """What an httpx call to this stack's API or proxy trusts: its private CA with --tls."""
+        return ssl.create_default_context(cafile=self.info["ca_file"]) if self.info.get("ca_file") else True
 
     def start_entry(self, entry: str, values: str = "", watch: bool = True) -> str:
         args = ["workflow", "catalog", "start", entry]

@@ -18,6 +18,8 @@ with workflow.unsafe.imports_passed_through():
         CopyResult,
         CopyStatus,
         Event,
+        FenceRequest,
+        HealthCheck,
         Placement,
         RankExit,
         RankSpec,
@@ -45,6 +47,8 @@ class CopyWorkflow:
         self.nodes: tuple[str, ...] = ()
         self.input: CopyInput | None = None
         self._stopping = False
+        # Nodes where a rank was given up with its agent silent: its process may live on there.
+        self._lost_nodes: set[str] = set()
 
     @workflow.query
     def info(self) -> ReplicaInfo:
@@ -65,14 +69,31 @@ class CopyWorkflow:
     async def run(self, input: CopyInput) -> CopyResult:
         self.input = input
         await require_authorized("verify_copy_parent", input)
-        placement = await self._reserve(input)
+        try:
+            placement = await self._reserve(input)
+        except asyncio.CancelledError:
+            # Stopped while reserving: the cancel does not wait for reserve_placement, which may still
+            # have placed the copy. Release it, or its GPUs stay held with no copy to free them (a pool
+            # that fails while re-placing a copy does exactly this). Older histories ended here as they were.
+            if workflow.patched("release-on-cancelled-reserve"):
+                await self._release(input)
+            raise
         try:
             return await self._serve(input, placement)
         finally:
+            await self._release(input)
+
+    async def _release(self, input: CopyInput) -> None:
+        if self._lost_nodes and workflow.patched("fence-lost-ranks"):
+            # Before the release: what a lost rank holds stays reserved until its node says it is gone.
             await workflow.execute_activity(
-                "release_placement", input.copy_id, task_queue=CONTROL_TASK_QUEUE,
-                start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
+                "fence_placement", FenceRequest(copy_id=input.copy_id, nodes=tuple(sorted(self._lost_nodes))),
+                task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
             )
+        await workflow.execute_activity(
+            "release_placement", input.copy_id, task_queue=CONTROL_TASK_QUEUE,
+            start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
+        )
 
     async def _reserve(self, input: CopyInput) -> Placement:
         request = ReserveRequest(workflow_id=input.workflow_id, copy_id=input.copy_id, nodes=input.nodes,
@@ -104,16 +125,20 @@ class CopyWorkflow:
         heartbeat = timedelta(seconds=timings.rank_heartbeat_timeout_s)
         self._stopping = False
         ranks: dict[int, asyncio.Task[RankExit]] = {}
+        url = f"http://{leader.address}:{leader.port}"
+        # Liveness, once the engine answers: only the leader serves HTTP (the other ranks are headless).
+        health = HealthCheck(url=url, copy_id=input.copy_id, interval_s=timings.health_check_interval_s,
+                             timeout_s=timings.health_check_timeout_s,
+                             failures_to_fail=timings.health_failures_to_fail)
         for rank in placement.ranks:
             spec = RankSpec(
                 workflow_id=input.workflow_id, copy_id=input.copy_id, rank=rank.rank, nnodes=input.nodes,
                 engine=input.engine, gpus_per_node=input.gpus_per_node, gpus=rank.gpus,
                 host="0.0.0.0" if input.nodes > 1 else rank.address, port=rank.port,
                 master_addr=leader.address, master_port=placement.master_port, model_dir=input.model_dir,
-                log_name=f"vllm-rank-{rank.rank}",
+                log_name=f"vllm-rank-{rank.rank}", health=health if rank.rank == leader.rank else None,
             )
             ranks[rank.rank] = asyncio.create_task(self._rank_life(spec, rank.node_id))
-        url = f"http://{leader.address}:{leader.port}"
         published = False
         try:
             ready = workflow.start_activity(
@@ -157,7 +182,11 @@ class CopyWorkflow:
             if not task.done():
                 continue
             exit_info = _rank_outcome(task, rank_index, self.nodes[rank_index])
-            interrupted = interrupted or exit_info.reason == "agent-stopped"
+            # A rank lost with its node agent is an infrastructure fault, like a stopped agent (or one the
+            # shutdown marker says was stopped): the service places the copy again without spending
+            # ReplaceFailedCopies.
+            interrupted = interrupted or exit_info.interrupted or (
+                exit_info.reason == "lost" and workflow.patched("lost-rank-interrupts"))
             if first is None:
                 first = exit_info
         if first is not None:
@@ -192,6 +221,8 @@ class CopyWorkflow:
             except ActivityError as error:
                 cause = error.cause
                 if isinstance(cause, CancelledError) or self._stopping:
+                    if agent_went_silent(error):  # its stop never reached the process
+                        self._lost_nodes.add(node_id)
                     return RankExit(rank=spec.rank, node_id=node_id, reason="cancelled")
                 if isinstance(cause, ApplicationError) and cause.type == "AgentStopped":
                     return RankExit(rank=spec.rank, node_id=node_id, reason="agent-stopped")
@@ -209,6 +240,7 @@ class CopyWorkflow:
                     )
                     continue
                 if isinstance(cause, TimeoutError):
+                    self._lost_nodes.add(node_id)
                     return RankExit(rank=spec.rank, node_id=node_id, reason="lost",
                                     note=f"no node agent on {node_id} adopted it within "
                                          f"{timings.rank_adopt_window_s:.0f} s")

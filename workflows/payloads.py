@@ -59,11 +59,17 @@ class Event(Payload):
 
 
 class CopyTimings(Payload):
-    """How long a copy (or a service workflow, for its service) trusts a silent node agent (cluster
-    settings, fixed when the workflow starts)."""
+    """How long a copy (or a service workflow, for its service) trusts a silent node agent or a silent
+    engine, and how a pool paces replacing failed copies (cluster settings, fixed when the workflow
+    starts; histories recorded before a field existed read its default)."""
 
     rank_heartbeat_timeout_s: float = 30.0  # a rank's agent silent this long → try to re-adopt the rank
     rank_adopt_window_s: float = 60.0  # no agent took the rank back within this → the rank is lost
+    health_check_interval_s: float = 5.0  # a ready copy's leader probed on /health this often (0 = never)
+    health_check_timeout_s: float = 2.0  # a probe unanswered this long failed
+    health_failures_to_fail: int = 3  # this many failed probes in a row → the copy failed as a unit
+    replace_backoff_s: float = 5.0  # wait before the 2nd replacement in a row (the 1st: at once); then doubling
+    replace_backoff_max_s: float = 120.0
 
 
 class ServiceInput(Payload):
@@ -138,6 +144,18 @@ class CopyInput(Payload):
     timings: CopyTimings = CopyTimings()
 
 
+class HealthCheck(Payload):
+    """Liveness of a running engine (what a Kubernetes livenessProbe is to a pod): `/health` at `url`
+    every `interval_s`, each unanswered after `timeout_s` a failure; `failures_to_fail` in a row and the
+    engine is hung."""
+
+    url: str
+    copy_id: str = ""  # whose published replica leaves routing while a probe fails
+    interval_s: float = 5.0
+    timeout_s: float = 2.0
+    failures_to_fail: int = 3
+
+
 class RankSpec(Payload):
     workflow_id: str
     copy_id: str
@@ -152,6 +170,7 @@ class RankSpec(Payload):
     master_port: int
     model_dir: str
     log_name: str
+    health: HealthCheck | None = None  # the leader (rank 0) probes its own engine; other ranks serve no HTTP
 
 
 class RankExit(Payload):
@@ -159,19 +178,28 @@ class RankExit(Payload):
     node_id: str
     exit_code: int | None = None
     signal: int | None = None
-    reason: str = "exited"  # exited | cancelled | agent-stopped | lost | spawn-failed
+    # exited | cancelled | agent-stopped | lost | spawn-failed | unhealthy | interrupted (stopped by its agent's
+    # shutdown, as a restarted agent found recorded on the node: the "agent-stopped" result could not be delivered)
+    reason: str = "exited"
     log_tail: str = ""
     signal_name: str = ""  # filled by the node activity: workflow code cannot use the signal module
     note: str = ""  # what else the copy should say (e.g. why the exit status is unknown)
+
+    @property
+    def interrupted(self) -> bool:
+        """Stopped by its node agent's shutdown: the copy is placed again, not failed."""
+        return self.reason in ("agent-stopped", "interrupted")
 
     def describe(self) -> str:
         where = f"rank {self.rank} on node {self.node_id}"
         if self.reason == "lost":
             text = f"{where} was lost (its node agent stopped answering)"
-        elif self.reason == "agent-stopped":
+        elif self.reason in ("agent-stopped", "interrupted"):
             text = f"{where} was stopped because its node agent shut down"
         elif self.reason == "spawn-failed":
             text = f"{where} could not be started"
+        elif self.reason == "unhealthy":
+            text = f"{where} was stopped: its engine stopped answering"
         elif self.reason == "cancelled":
             text = f"{where} was stopped with its copy"
         elif self.signal is not None:
@@ -187,7 +215,28 @@ class ReadyCheck(Payload):
     url: str
     model_id: str
     timeout_s: float = 1800
-    copy_id: str = ""  # whose API key /v1/models wants (the node derives it); "" = none
+    # Whose API key /v1/models wants (the node derives it), and whose rank 0 must own the listening
+    # socket; "" = neither (histories from before both checks).
+    copy_id: str = ""
+
+
+class FenceRequest(Payload):
+    """Keep a released copy's GPUs and ports on `nodes` (where a rank was lost with its agent) reserved
+    until those nodes confirm the rank's process is gone."""
+
+    copy_id: str
+    nodes: tuple[str, ...]
+
+
+MAX_HOLDINGS = 256  # live rank processes one node may report; far above any node's GPU count
+
+
+class NodeHolding(Payload):
+    """What one live rank process on a node holds, as its node agent reports it in each heartbeat."""
+
+    owner: str = Field(max_length=160)  # the copy id
+    gpus: tuple[int, ...] = Field(default=(), max_length=64)
+    ports: tuple[int, ...] = Field(default=(), max_length=4)
 
 
 class CopyResult(Payload):
@@ -226,6 +275,12 @@ class DownloadProgress(Payload):
     eta_s: float | None = None
     files_done: int = 0
     files_total: int = 0
+
+
+class ReplicaReadiness(Payload):
+    """A published copy taken out of routing (its engine stopped answering) or back in (it answers again)."""
+
+    ready: bool
 
 
 class ReplicaRecord(Payload):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -17,6 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from berth.settings import CONTROL_TASK_QUEUE, NODES_TASK_QUEUE, node_task_queue
     from workflows.authorized import refuse_signal, require_authorized
     from workflows.copy import CopyWorkflow
+    from workflows.healing import SAME_FAILURES_TO_FAIL, Pacing, Verdict, decide, failure_signature
     from workflows.payloads import (
         CleanupInput,
         CopyInput,
@@ -66,6 +67,11 @@ class ServiceState:
     desired: int = 1
     next_copy: int = 0
     replaced_failures: int = 0
+    # Self-healing pools ("pool-self-healing"): how the copies that failed since one was last ready ended,
+    # how many of them were placed again, and until when the next replacement waits (back-off).
+    failure_streak: list[str] = field(default_factory=list)
+    streak_replaced: int = 0
+    replace_paused_until: datetime | None = None
     last_error: str | None = None
     weights: WeightsResult | None = None
     stop_requested: bool = False
@@ -157,8 +163,13 @@ class ServiceWorkflow:
         if info is None:
             refuse_signal("copy_state")
             return
+        before = self.state.copies.get(info.copy_id)
         if info.copy_id in self.state.copies or not self.state.stop_requested:
             self.state.copies[info.copy_id] = info
+        became_ready = info.status is CopyStatus.READY and (before is None or before.status is not CopyStatus.READY)
+        if became_ready:  # a copy serves: whatever failed before was not the model
+            self.state.failure_streak.clear()
+            self.state.streak_replaced = 0
         self._update_phase()
 
     # --- helpers --------------------------------------------------------------------------------
@@ -300,11 +311,15 @@ class ServiceWorkflow:
         running: dict[str, asyncio.Task[None]] = {}
         drains: list[asyncio.Task[None]] = []
 
+        # Histories recorded before pools healed themselves never re-place with back-off.
+        healing = workflow.patched("pool-self-healing")
+
         def active() -> int:  # copies that count toward the desired size (not being drained)
             return len(running) - sum(1 for c in running if c in self.state.draining)
 
         while True:
-            while not self.state.stop_requested and active() < self.state.desired:
+            pause = self._replace_pause()
+            while not self.state.stop_requested and active() < self.state.desired and pause is None:
                 copy = self._copy_input(input, model_dir)
                 running[copy.copy_id] = asyncio.create_task(self._run_copy(copy))
                 self._update_phase()
@@ -312,10 +327,12 @@ class ServiceWorkflow:
                 for copy_id in self._scale_in_order(running, active() - self.state.desired):
                     self.state.draining.append(copy_id)
                     drains.append(asyncio.create_task(self._drain(copy_id, running, pool.drain_grace_s)))
-            await workflow.wait_condition(
-                lambda: self.state.stop_requested or bool(self.state.finished)
-                or active() != self.state.desired
-            )
+            with contextlib.suppress(asyncio.TimeoutError):  # the back-off ran out: place the replacement
+                await workflow.wait_condition(
+                    lambda paused=pause is not None: self.state.stop_requested or bool(self.state.finished)
+                    or active() > self.state.desired or (active() < self.state.desired and not paused),
+                    timeout=pause,
+                )
             if self.state.stop_requested:
                 self.state.phase = Phase.STOPPING
                 for drain in drains:
@@ -331,7 +348,10 @@ class ServiceWorkflow:
                 if copy_id in self.state.draining:
                     continue  # scaled in on purpose: its end is the drain's business
                 try:
-                    self._on_copy_finished(result, len(running), pool.min_replicas, pool.replace_failed_copies)
+                    if healing:
+                        self._on_copy_failed(result, len(running), input)
+                    else:
+                        self._on_copy_finished(result, len(running), pool.min_replicas, pool.replace_failed_copies)
                     self._update_phase()  # e.g. dropped to zero copies
                 except ApplicationError:
                     self.state.phase = Phase.STOPPING
@@ -394,6 +414,41 @@ class ServiceWorkflow:
             return
         raise ApplicationError(f"a copy failed at the pool minimum ({minimum}): {result.message}",
                                type="CopyFailed", non_retryable=True)
+
+    def _replace_pause(self) -> timedelta | None:
+        """How long a replacement still waits (its back-off), or None when it may be placed now."""
+        until = self.state.replace_paused_until
+        if until is None or until <= workflow.now():
+            self.state.replace_paused_until = None
+            return None
+        return until - workflow.now()
+
+    def _on_copy_failed(self, result: CopyResult, remaining: int, input: ServiceInput) -> None:
+        """A self-healing pool: re-place a failed copy (bounded, with back-off) while the other copies serve;
+        fail the workflow only when the model itself keeps failing or the pool is spent at its minimum."""
+        if result.status is not CopyStatus.FAILED:
+            self._on_copy_finished(result, remaining, 0, 0)  # interrupted: placed again; stopped: nothing
+            return
+        self.state.last_error = f"{result.copy_id}: {result.message}"
+        self._event("copy_failed", result.message, result.copy_id)
+        exit_info = result.failure
+        streak = self.state.failure_streak
+        streak.append(failure_signature(exit_info.reason, exit_info.exit_code, exit_info.signal)
+                      if exit_info is not None else "never-ready")
+        del streak[:-SAME_FAILURES_TO_FAIL]
+        pool, timings = input.definition.pool, input.timings
+        pacing = Pacing(pool.replace_failed_copies, timings.replace_backoff_s, timings.replace_backoff_max_s)
+        decision = decide(streak, self.state.streak_replaced, pacing, remaining, pool.min_replicas, result.message)
+        if decision.verdict is Verdict.REPLACE:
+            self.state.streak_replaced += 1
+            self.state.replaced_failures += 1
+            self.state.replace_paused_until = workflow.now() + timedelta(seconds=decision.backoff_s)
+            self._event("copy_replaced", f"{result.copy_id}: {decision.reason}", result.copy_id)
+        elif decision.verdict is Verdict.DROP:
+            self.state.desired = remaining
+            self._event("copy_dropped", f"{result.copy_id} {decision.reason}", result.copy_id)
+        else:
+            raise ApplicationError(decision.reason, type="CopyFailed", non_retryable=True)
 
     # --- the endpoint's service (the per-model LiteLLM proxy) -------------------------------------
     async def _proxy_service(self, input: ServiceInput) -> None:

@@ -46,6 +46,19 @@ def test_codec_refuses_payloads_berth_did_not_encrypt(tmp_path: Path, source: st
     assert "Refused a Temporal payload" in refused.value.message
 
 
+def test_the_servers_own_not_started_detail_passes_and_nothing_else_plain_does(tmp_path: Path) -> None:
+    """An activity cancelled before any worker started it comes back with the server's own detail, which no
+    codec saw: refused, it failed the copy workflow whose stop raced an adoption (its GPUs stayed held)."""
+    converter = _converter(tmp_path)
+    made_by_server = asyncio.run(data_converter(None).encode(["ACTIVITY_ID_NOT_STARTED"]))
+    assert asyncio.run(converter.decode(made_by_server, [str])) == ["ACTIVITY_ID_NOT_STARTED"]
+    for other in ("ACTIVITY_ID_NOT_STARTED ", "ANYTHING_ELSE"):
+        with pytest.raises(ApplicationError):
+            asyncio.run(converter.decode(asyncio.run(data_converter(None).encode([other])), [str]))
+    with pytest.raises(ValueError, match="validation error"):  # the constant cannot pose as a Berth payload
+        asyncio.run(converter.decode(made_by_server, [ScaleRequest]))
+
+
 def _input(workflow_id: str = "svc-1", user: str = "bob") -> ServiceInput:
     entry = find_entry("GPT-OSS 20B")
     definition = render(entry, resolve_values(entry, {}))

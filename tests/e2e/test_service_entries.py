@@ -21,11 +21,16 @@ from tests.support import REPO, RunningStack, free_port_base, wait_for
 OPENCODE = REPO / ".tools" / "opencode" / "node_modules" / ".bin" / "opencode"
 
 
+LITELLM_KEY = "sk-opencode-user-0123456789abcdef"
+KEY_SECRET = "secret://user/opencode-litellm-key"
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
     state = Path(tmp_path_factory.mktemp("service-entries")) / "state"
     running = RunningStack(state_dir=state, port_base=free_port_base(), nodes=1, simulate_gpus="4x80GB").start()
     try:
+        running.cli("secret", "create", KEY_SECRET, input=LITELLM_KEY)
         yield running
     finally:
         running.stop()
@@ -52,6 +57,40 @@ def test_gateway_entry_serves_every_discoverable_model(stack: RunningStack) -> N
         assert reply.status_code == 200, reply.text
     assert "gateway" in stack.cli("workflow", "log", gateway).stdout
     for workflow_id in (gateway, gpt, qwen):
+        stack.cli("workflow", "stop", workflow_id)
+
+
+def test_gateway_traffic_keeps_a_scale_to_zero_pool_awake(stack: RunningStack) -> None:
+    """A MinReplicas=0, Proxy=false pool used only through the gateway entry: its requests go straight
+    to the copies, past the endpoint proxy, and must still count (issue 13 item 1). Once the load
+    stops, the pool goes to zero within a bound."""
+    gateway = stack.start_entry("LiteLLM Model Gateway", "DiscoveryInterval=1")
+    entrance = stack.endpoint(gateway)
+    headers = {"Authorization": f"Bearer {stack.token_for(entrance['id'])}"}
+    pool = stack.start_entry("vLLM", "Model=hf://Qwen/Qwen3-0.6B,Proxy=false,MinReplicas=0,ScaleToZeroAfter=6")
+
+    def chat() -> int:
+        body = {"model": "Qwen/Qwen3-0.6B", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+        return httpx.post(entrance["url"] + "/v1/chat/completions", headers=headers, json=body,
+                          timeout=130).status_code
+
+    def scale_downs() -> list[str]:
+        return [e["message"] for e in stack.describe(pool)["events"] if e["kind"] == "scale_down"]
+
+    wait_for(lambda: chat() == 200, 120, "the gateway serves the pool", every=0.5)
+    # It may have gone to zero before the gateway discovered it (and been woken by it): count from here.
+    before = len(scale_downs())
+    started = time.monotonic()
+    while time.monotonic() - started < 20:  # longer than 3 × ScaleToZeroAfter
+        assert chat() == 200
+        time.sleep(1.5)  # the load's pace, a request every ~1.5 s: not a synchronization
+    assert scale_downs()[before:] == [], "a pool busy through the gateway was judged idle"
+    assert stack.describe(pool)["desired_replicas"] == 1
+    stopped = time.monotonic()
+    stack.wait_phase(pool, {"scaled_to_zero"}, timeout=40)
+    assert time.monotonic() - stopped < 6 + 20, "idle, it should reach zero soon after ScaleToZeroAfter"
+    assert "ScaleToZeroAfter=6" in scale_downs()[-1]
+    for workflow_id in (pool, gateway):
         stack.cli("workflow", "stop", workflow_id)
 
 
@@ -100,28 +139,74 @@ def test_opencode_entry_with_password_and_bad_endpoint(stack: RunningStack) -> N
     assert ephemeral.is_dir()
     stack.cli("workflow", "stop", opencode)
     assert not ephemeral.exists()  # no Volume: the workspace goes with the workflow
-    # No Endpoint: every model endpoint the owner may reach is registered (discovery), each provider
-    # with a token bound to its own endpoint (the endpoint proxy refuses another endpoint's token).
-    second = stack.start_entry("vLLM", "Model=hf://Qwen/Qwen3-0.6B,Proxy=false")
-    second_endpoint = stack.endpoint(second)
-    discovered = stack.start_entry("OpenCode", "ServiceScope=public,Volume=my-workspace")
-    config = httpx.get(stack.endpoint(discovered)["url"] + "/config", timeout=10, headers={
-        "Authorization": "Basic " + base64.b64encode(
-            f"opencode:{_password(stack, discovered)}".encode()).decode()}).json()
+    # No Endpoint (seeds/001): every *gateway* endpoint the owner may reach is registered, not model
+    # endpoints. With no gateway running the workflow fails and says what to do.
+    wait_for(lambda: not any(r["service"] == "gateway" for r in stack.cli_json("endpoint", "list")), 60,
+             "the earlier tests' gateways are gone")
+    lonely = stack.start_entry("OpenCode", "ServiceScope=public", watch=False)
+    info = stack.wait_phase(lonely, {"failed"}, timeout=60)
+    assert "no endpoint to use" in info["last_error"] and "LiteLLM Model Gateway" in info["last_error"]
+    gateway = stack.start_entry("LiteLLM Model Gateway", "DiscoveryInterval=1")
+    gateway_endpoint = stack.endpoint(gateway)
+    discovered = stack.start_entry("OpenCode", f"ServiceScope=public,Volume=my-workspace,ApiKeySecret={KEY_SECRET}")
+    config = _opencode_config(stack, discovered)
     providers = {p["options"]["baseURL"].removesuffix("/v1"): p for p in config["provider"].values()}
-    assert set(providers) == {model_endpoint["url"], second_endpoint["url"]}
-    for endpoint_info in (model_endpoint, second_endpoint):
-        token = providers[endpoint_info["url"]]["options"]["apiKey"]  # /config shows what {env:…} became
-        claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
-        assert claims["aud"] == f"endpoint:{endpoint_info['id']}"
+    assert set(providers) == {gateway_endpoint["url"]}, "model endpoints are reached only by pinning one"
+    # The token OpenCode sends is bound to the gateway's endpoint (the proxy refuses another's).
+    token = providers[gateway_endpoint["url"]]["options"]["apiKey"]  # /config shows what {env:…} became
+    claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+    assert claims["aud"] == f"endpoint:{gateway_endpoint['id']}"
+    assert "openai/gpt-oss-20b" in providers[gateway_endpoint["url"]]["models"]
+    # No LiteLLM behind a gateway checks the key, and the gateway would carry it on to other owners'
+    # copies: ApiKeySecret adds it only towards a LiteLLM endpoint.
+    assert "headers" not in providers[gateway_endpoint["url"]]["options"]
+    assert LITELLM_KEY not in json.dumps(config)
     stack.cli("workflow", "stop", discovered)
-    stack.cli("workflow", "stop", second)
+    stack.cli("workflow", "stop", gateway)
     assert (stack.state_dir / "volumes" / "persistent" / "my-workspace" / "workspace").is_dir()
     # An Endpoint the workflow cannot reach: the workflow fails and says which and why.
     bad = stack.start_entry("OpenCode", "Endpoint=http://127.0.0.1:9/v1,ServiceScope=public", watch=False)
     info = stack.wait_phase(bad, {"failed"}, timeout=60)
     assert "127.0.0.1:9" in info["last_error"]
     stack.cli("workflow", "stop", model)
+
+
+def test_opencode_api_key_secret_rides_beside_the_token(stack: RunningStack) -> None:
+    """seeds/001: ApiKeySecret without EndpointAuth=api-key keeps the Berth token (for the endpoint
+    proxy) and adds the key in `x-litellm-api-key` (for LiteLLM behind it); the key then decides."""
+    key = LITELLM_KEY
+    model = stack.start_entry("vLLM", f"Model=hf://Qwen/Qwen3-0.6B,ApiKeySecret={KEY_SECRET}")
+    model_endpoint = stack.endpoint(model)
+    assert model_endpoint["service"] == "litellm"
+    opencode = stack.start_entry("OpenCode", f"Endpoint={model_endpoint['url']},ServiceScope=public,"
+                                             f"MaxContextSize=8192,ApiKeySecret={KEY_SECRET}")
+    (provider,) = _opencode_config(stack, opencode)["provider"].values()
+    options = provider["options"]
+    claims = json.loads(base64.urlsafe_b64decode(options["apiKey"].split(".")[1] + "=="))
+    assert claims["aud"] == f"endpoint:{model_endpoint['id']}"
+    assert options["headers"] == {"x-litellm-api-key": key}
+    # A request with exactly those headers reaches the model; a wrong key there is refused by LiteLLM,
+    # so the header does travel past the endpoint proxy and decides.
+    body = {"model": "Qwen/Qwen3-0.6B", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+    url = options["baseURL"] + "/chat/completions"
+    sent = {"Authorization": f"Bearer {options['apiKey']}", **options["headers"]}
+    reply = httpx.post(url, headers=sent, json=body, timeout=60)
+    assert reply.status_code == 200, reply.text
+    wrong = httpx.post(url, headers={**sent, "x-litellm-api-key": "sk-wrong"}, json=body, timeout=60)
+    assert wrong.status_code == 401 and "Invalid proxy server token" in wrong.text
+    # The key is in no argv nor the definition: only the process environment OpenCode reads {env:…} from.
+    assert key not in stack.cli("workflow", "get", opencode).stdout
+    stack.cli("workflow", "stop", opencode)
+    stack.cli("workflow", "stop", model)
+
+
+def _opencode_config(stack: RunningStack, workflow_id: str) -> dict[str, Any]:
+    """The configuration the OpenCode service runs with, as its own /config reports it."""
+    basic = base64.b64encode(f"opencode:{_password(stack, workflow_id)}".encode()).decode()
+    response = httpx.get(stack.endpoint(workflow_id)["url"] + "/config", timeout=10,
+                         headers={"Authorization": f"Basic {basic}"})
+    assert response.status_code == 200, response.text
+    return response.json()  # type: ignore[no-any-return]
 
 
 def _password(stack: RunningStack, workflow_id: str) -> str:

@@ -1,0 +1,155 @@
+"""Steady client load for the chaos soak: one paced thread per endpoint alternating non-streamed and
+streamed chat requests, each request counted once (no retries), and each outcome classified."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+MAX_TOKENS = 24
+TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One endpoint under load: where it is, how to get in, which model it serves."""
+
+    name: str
+    url: str
+    token: str
+    model: str
+
+
+@dataclass
+class LoadTally:
+    """Every request's outcome, counted once. Non-streamed: `ok` (2xx) or the failure kind. Streamed:
+    `done` ([DONE] seen), `error_event` (an SSE `error` event, i.e. reported), `refused` (no 200, so no
+    stream began), `broken` (a 200 stream that ended without [DONE] and without an error event)."""
+
+    plain: Counter[str] = field(default_factory=Counter)
+    failures_by_target: Counter[str] = field(default_factory=Counter)
+    streams: Counter[str] = field(default_factory=Counter)
+    broken_samples: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def count_plain(self, target: Target, outcome: str) -> None:
+        with self.lock:
+            self.plain[outcome] += 1
+            if outcome != "ok":
+                self.failures_by_target[f"{target.name}: {outcome}"] += 1
+
+    def count_stream(self, target: Target, outcome: str, sample: dict[str, Any] | None = None) -> None:
+        with self.lock:
+            self.streams[outcome] += 1
+            if outcome != "done":
+                self.failures_by_target[f"{target.name}: stream {outcome}"] += 1
+            if sample is not None and len(self.broken_samples) < 20:
+                self.broken_samples.append(sample)
+
+    def summary(self) -> dict[str, Any]:
+        with self.lock:
+            total = sum(self.plain.values())
+            return {
+                "non_streamed_total": total,
+                "non_streamed_ok": self.plain["ok"],
+                "non_streamed_success_rate": round(self.plain["ok"] / total, 5) if total else None,
+                "non_streamed_failures": {k: v for k, v in sorted(self.plain.items()) if k != "ok"},
+                "non_streamed_503_retry_after": self.plain["503_retry_after"],
+                "failures_by_endpoint": dict(sorted(self.failures_by_target.items())),
+                "streams_total": sum(self.streams.values()),
+                "streams": dict(sorted(self.streams.items())),
+                "streams_broken_without_error_event": self.streams["broken"],
+                "broken_stream_samples": list(self.broken_samples),
+            }
+
+
+def _body(target: Target, stream: bool) -> dict[str, Any]:
+    return {"model": target.model, "max_tokens": MAX_TOKENS, "stream": stream,
+            "messages": [{"role": "user", "content": "chaos soak: say something"}]}
+
+
+def plain_request(client: httpx.Client, target: Target, tally: LoadTally) -> None:
+    try:
+        response = client.post(target.url + "/v1/chat/completions", json=_body(target, False),
+                               headers={"Authorization": f"Bearer {target.token}"})
+    except httpx.HTTPError as error:
+        tally.count_plain(target, f"transport_{type(error).__name__}")
+        return
+    if response.is_success:
+        tally.count_plain(target, "ok")
+    elif response.status_code == 503 and "retry-after" in response.headers:
+        tally.count_plain(target, "503_retry_after")  # a failure too: the client had to come back later
+    else:
+        tally.count_plain(target, f"http_{response.status_code}")
+
+
+def _is_error_event(payload: str) -> bool:
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and "error" in data
+
+
+def stream_request(client: httpx.Client, target: Target, tally: LoadTally) -> None:
+    """A streamed request: a 200 stream must end with [DONE] or carry an error event, however it ends."""
+    done = errored = False
+    ending = "clean"
+    started = time.monotonic()
+    try:
+        with client.stream("POST", target.url + "/v1/chat/completions", json=_body(target, True),
+                           headers={"Authorization": f"Bearer {target.token}"}) as response:
+            if response.status_code != 200:
+                response.read()
+                tally.count_stream(target, "refused")
+                return
+            try:
+                for line in response.iter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        done = True
+                    elif _is_error_event(payload):
+                        errored = True
+            except httpx.HTTPError as error:
+                ending = f"aborted ({type(error).__name__})"
+    except httpx.HTTPError:
+        tally.count_stream(target, "refused")  # no response at all: nothing was streamed
+        return
+    if done:
+        tally.count_stream(target, "done")
+    elif errored:
+        tally.count_stream(target, "error_event")
+    else:
+        tally.count_stream(target, "broken", {"target": target.name, "ending": ending,
+                                              "began_mono": started, "ended_mono": time.monotonic()})
+
+
+def drive(targets: list[Target], rate_per_s: float, stop: threading.Event, tally: LoadTally) -> list[threading.Thread]:
+    """Start one paced thread per target; together they send `rate_per_s` requests a second. Pacing,
+    not synchronization: a request that takes longer than its slot delays only its own thread."""
+    interval = len(targets) / rate_per_s
+    threads = []
+    for index, target in enumerate(targets):
+        thread = threading.Thread(target=_loop, args=(target, interval, index * interval / len(targets), stop, tally),
+                                  name=f"load-{target.name}", daemon=True)
+        thread.start()
+        threads.append(thread)
+    return threads
+
+
+def _loop(target: Target, interval: float, offset: float, stop: threading.Event, tally: LoadTally) -> None:
+    stream = False
+    next_at = time.monotonic() + offset
+    with httpx.Client(timeout=TIMEOUT) as client:
+        while not stop.wait(max(0.0, next_at - time.monotonic())):
+            next_at += interval
+            (stream_request if stream else plain_request)(client, target, tally)
+            stream = not stream

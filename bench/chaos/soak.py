@@ -1,0 +1,175 @@
+"""One chaos soak: a simulated 4-node stack with three workflows (a 2-node copy, a 3-copy pool, a
+Proxy=true model behind its LiteLLM proxy), steady load through their endpoints, a process killed every
+few seconds, the invariants checked each second, then `berth down` and the orphan count."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.chaos.invariants import InvariantMonitor, processes_under
+from bench.chaos.load import LoadTally, Target, drive
+from bench.chaos.monkey import ChaosMonkey
+from tests.support import RunningStack, free_port_base, wait_for
+
+# Model, catalog values: the three shapes the issue names. Distinct models, so each has its own endpoint.
+WORKFLOWS = {
+    "two_node_copy": ("nvidia/some-model", "Nodes=2,GpusPerNode=2,Proxy=false"),
+    "pool_of_3": ("Qwen/Qwen3-0.6B", "GpusPerNode=1,Proxy=false,MinReplicas=3,MaxReplicas=3,Scope=user"),
+    "proxy_true": ("meta-llama/Llama-3.2-1B-Instruct", "GpusPerNode=1,Proxy=true"),
+}
+ORPHAN_WAIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class SoakOptions:
+    minutes: float
+    seed: int
+    interval_s: tuple[float, float] = (20.0, 40.0)
+    rate_per_s: float = 3.0
+    nodes: int = 4
+
+
+class CpuMeter:
+    """CPU seconds (user+system, own only) of every process under the state dir, summed over each pid's
+    last reading: a killed process keeps what it had used up to the previous sample."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.seen: dict[int, float] = {}
+        self.ticks = os.sysconf("SC_CLK_TCK")
+
+    def sample(self) -> None:
+        for row in processes_under(self.state_dir):
+            pid = int(row.split(":", 1)[0])
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            self.seen[pid] = (int(fields[11]) + int(fields[12])) / self.ticks
+
+    def total(self) -> float:
+        return sum(self.seen.values())
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat: the other users' load included."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = values[3] + values[4]
+    return sum(values) - idle, sum(values)
+
+
+def start_workflows(stack: RunningStack) -> tuple[dict[str, str], list[Target]]:
+    ids, targets = {}, []
+    for name, (model, values) in WORKFLOWS.items():
+        workflow_id = stack.start_entry("vLLM", f"Model=hf://{model},{values}")
+        endpoint = stack.endpoint(workflow_id)
+        ids[name] = workflow_id
+        targets.append(Target(name, endpoint["url"], stack.token_for(endpoint["id"], "8h"), model))
+    return ids, targets
+
+
+def restarts(stack: RunningStack) -> dict[str, int]:
+    status = stack.cli_json("status", "--state-dir", str(stack.state_dir))
+    return {c["name"]: int(c["restarts"]) for c in status["children"]}
+
+
+def run_soak(options: SoakOptions, state_dir: Path) -> dict[str, Any]:
+    """The soak, start to orphan count; returns the figures (the caller prints them)."""
+    print(f"chaos soak: seed={options.seed} minutes={options.minutes} interval_s={options.interval_s} "
+          f"rate_per_s={options.rate_per_s}", flush=True)
+    stack = RunningStack(state_dir=state_dir, port_base=free_port_base(), nodes=options.nodes,
+                         simulate_gpus="4x80GB",
+                         extra_env={"BERTH_SIM_STARTUP_DELAY": "0", "BERTH_SIM_TOKENS_PER_SECOND": "60"})
+    started = time.monotonic()
+    stack.start()
+    result: dict[str, Any] = {"seed": options.seed, "minutes": options.minutes,
+                              "kill_interval_s": list(options.interval_s), "rate_per_s": options.rate_per_s,
+                              "nodes": options.nodes, "workflows": {k: v[1] for k, v in WORKFLOWS.items()}}
+    try:
+        ids, targets = start_workflows(stack)
+        result["stack_start_s"] = round(time.monotonic() - started, 1)
+        result.update(_chaos(stack, options, ids, targets))
+    finally:
+        stack.stop()
+    orphans: list[str] = []
+    try:
+        wait_for(lambda: not processes_under(state_dir), ORPHAN_WAIT_S, "every process of the stack to exit", every=1)
+    except AssertionError:
+        orphans = processes_under(state_dir)
+        _clean_up(orphans)
+    result.update({"orphans_after_down": len(orphans), "orphan_processes": orphans})
+    return result
+
+
+def _chaos(stack: RunningStack, options: SoakOptions, ids: dict[str, str], targets: list[Target]) -> dict[str, Any]:
+    monitor = InvariantMonitor(stack.state_dir, stack.info["api_url"], stack.token, list(ids.values()))
+    monkey = ChaosMonkey(stack.state_dir, options.seed, options.interval_s,
+                         labels={workflow_id: name for name, workflow_id in ids.items()})
+    tally, stop, cpu = LoadTally(), threading.Event(), CpuMeter(stack.state_dir)
+    busy_before = machine_busy()
+    began = time.monotonic()
+    threads = drive(targets, options.rate_per_s, stop, tally)
+    chaos = threading.Thread(target=monkey.run, args=(stop, began), name="chaos", daemon=True)
+    chaos.start()
+    try:
+        while time.monotonic() - began < options.minutes * 60:
+            monitor.check()
+            cpu.sample()
+            time.sleep(1.0)  # the invariant poll period
+    finally:
+        stop.set()
+        for thread in [*threads, chaos]:
+            thread.join(timeout=60)
+    soak_s = time.monotonic() - began
+    busy_after = machine_busy()
+    monitor.finish()
+    monitor.check()  # the last word on phases
+    monitor.close()
+    _name_kills(tally.broken_samples, monkey, began)
+    machine = (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1])
+    return {
+        "workflow_ids": ids, **monitor.summary(), **tally.summary(), **monkey.summary(),
+        "component_restarts": restarts(stack),
+        "soak_s": round(soak_s, 1),
+        "stack_cpu_cores": round(cpu.total() / soak_s, 2),
+        "machine_cpu_busy_fraction": round(machine, 3),
+        "machine_cores": os.cpu_count(),
+    }
+
+
+def _name_kills(samples: list[dict[str, Any]], monkey: ChaosMonkey, began: float) -> None:
+    """Each broken stream with its times since the soak began and the kills while it ran (±1 s)."""
+    for sample in samples:
+        start, end = sample.pop("began_mono") - began, sample.pop("ended_mono") - began
+        sample.update({"began_s": round(start, 1), "ended_s": round(end, 1),
+                       "kills_meanwhile": [k.row() for k in monkey.kills if start - 1 <= k.at <= end + 1]})
+
+
+def _clean_up(orphans: list[str]) -> None:
+    """The soak started them: end each orphan by its pid so the next run starts clean."""
+    import signal
+
+    for row in orphans:
+        pid = int(row.split(":", 1)[0])
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue
+
+
+def verdicts(result: dict[str, Any], success_goal: float) -> dict[str, bool]:
+    """Each invariant against its goal (the bench's 99.9 %, the smoke test's looser bound)."""
+    rate = result.get("non_streamed_success_rate")
+    return {
+        "copies_lost_without_event": result["copies_lost_without_event"] == 0,
+        "gpus_reserved_twice": result["gpus_reserved_twice"] == 0,
+        "orphans_after_down": result["orphans_after_down"] == 0,
+        "workflows_failed": result["workflows_failed"] == 0,
+        "non_streamed_success_rate": rate is not None and rate >= success_goal,
+        "streams_broken_without_error_event": result["streams_broken_without_error_event"] == 0,
+    }

@@ -1,0 +1,113 @@
+"""The chaos soak's checkers on hand-made observations: each invariant flags what it must and only that,
+so a soak that reports 0 has looked (tests/e2e/test_chaos_smoke.py runs them on a real stack)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.chaos import invariants
+from bench.chaos.invariants import InvariantMonitor, RankProcess, ended_by_event
+from bench.chaos.load import LoadTally, Target, plain_request, stream_request
+from bench.chaos.monkey import KINDS, ChaosMonkey
+
+WORKFLOW = "vllm-0001"
+
+
+@pytest.fixture
+def monitor(tmp_path: Path) -> InvariantMonitor:
+    return InvariantMonitor(tmp_path, "http://127.0.0.1:9", "token", [WORKFLOW])
+
+
+def test_two_live_ranks_on_one_gpu_are_a_double_reservation(monitor: InvariantMonitor) -> None:
+    ranks = [RankProcess(10, "node-1", "vllm-0001.copy-0-r0", (0, 1)),
+             RankProcess(11, "node-1", "vllm-0002.copy-0-r0", (1,)),
+             RankProcess(12, "node-2", "vllm-0003.copy-0-r0", (1,))]  # same index, another node: fine
+    monitor._check_processes(ranks, {}, {})
+    assert list(monitor.double_reserved) == ["node-1/gpu1"]
+    assert monitor.summary()["gpus_reserved_twice"] == 1
+
+
+def test_a_rank_on_a_gpu_reserved_for_another_copy_counts_only_when_both_reads_agree(
+        monitor: InvariantMonitor) -> None:
+    rank = [RankProcess(10, "node-1", "vllm-0001.copy-0-r0", (2,))]
+    monitor._check_processes(rank, {("node-1", 2): "vllm-0001.copy-0"}, {("node-1", 2): "vllm-0001.copy-0"})
+    monitor._check_processes(rank, {("node-1", 2): "vllm-0009.copy-1"}, {})  # released between the reads
+    assert not monitor.double_reserved
+    monitor._check_processes(rank, {("node-1", 2): "vllm-0009.copy-1"}, {("node-1", 2): "vllm-0009.copy-1"})
+    assert monitor.double_reserved["node-1/gpu2"]["holders"] == ["vllm-0001.copy-0-r0"]
+
+
+def _described(copies: list[str], events: list[dict[str, Any]], phase: str = "ready") -> dict[str, Any]:
+    return {"phase": phase, "replicas": [{"copy_id": c} for c in copies], "events": events}
+
+
+def test_a_copy_that_vanishes_without_an_ending_event_is_lost(monitor: InvariantMonitor) -> None:
+    monitor._check_workflow(WORKFLOW, _described(["c-0", "c-1"], []))
+    ready_only = [{"kind": "copy_ready", "copy_id": "c-1"}]
+    monitor._check_workflow(WORKFLOW, _described(["c-0"], ready_only))
+    assert not monitor.lost_copies  # within the grace: its event may still come
+    monitor._vanished[(WORKFLOW, "c-1")] -= invariants.EVENT_GRACE_S + 1
+    monitor._check_workflow(WORKFLOW, _described(["c-0"], ready_only))
+    assert monitor.lost_copies == [{"workflow_id": WORKFLOW, "copy_id": "c-1", "phase": "ready"}]
+
+
+def test_a_copy_that_ends_with_its_event_is_not_lost_and_a_failed_phase_counts(monitor: InvariantMonitor) -> None:
+    monitor._check_workflow(WORKFLOW, _described(["c-0"], []))
+    monitor._check_workflow(WORKFLOW, _described([], [{"kind": "copy_interrupted", "copy_id": "c-0"}], "failed"))
+    assert not monitor.lost_copies and not monitor._vanished
+    assert monitor.summary()["workflows_failed"] == 1
+    assert ended_by_event([{"kind": "failed", "copy_id": None}], "c-7")
+    assert not ended_by_event([{"kind": "copy_failed", "copy_id": "c-8"}], "c-7")
+
+
+@pytest.mark.parametrize(("body", "outcome"), [
+    (b'data: {"choices": []}\n\ndata: [DONE]\n\n', "done"),
+    (b'data: {"choices": []}\n\ndata: {"error": {"type": "upstream_error"}}\n\n', "error_event"),
+    (b'data: {"choices": []}\n\n', "broken"),
+])
+def test_a_stream_is_broken_only_without_done_and_without_an_error_event(body: bytes, outcome: str) -> None:
+    import httpx
+
+    transport = httpx.MockTransport(lambda _request: httpx.Response(200, content=body))
+    tally = LoadTally()
+    with httpx.Client(transport=transport) as client:
+        stream_request(client, Target("pool", "http://endpoint", "t", "m"), tally)
+    assert dict(tally.streams) == {outcome: 1}
+    assert tally.summary()["streams_broken_without_error_event"] == (1 if outcome == "broken" else 0)
+
+
+def test_a_503_with_retry_after_is_a_failure_counted_on_its_own() -> None:
+    import httpx
+
+    answers = iter([httpx.Response(200, json={}), httpx.Response(503, headers={"Retry-After": "1"}),
+                    httpx.Response(503)])
+    tally = LoadTally()
+    with httpx.Client(transport=httpx.MockTransport(lambda _request: next(answers))) as client:
+        for _ in range(3):
+            plain_request(client, Target("proxy_true", "http://endpoint", "t", "m"), tally)
+    summary = tally.summary()
+    assert summary["non_streamed_success_rate"] == round(1 / 3, 5)
+    assert summary["non_streamed_503_retry_after"] == 1 and summary["non_streamed_failures"]["http_503"] == 1
+
+
+def test_the_seed_fixes_the_kill_sequence_and_every_kind_comes_up(tmp_path: Path) -> None:
+    def deck(seed: int) -> list[str]:
+        monkey = ChaosMonkey(tmp_path, seed)
+        return [monkey._next_kind() for _ in range(len(KINDS))]
+
+    assert deck(1212) == deck(1212) != deck(1213)
+    assert sorted(deck(1212)) == sorted(KINDS)
+    kill = ChaosMonkey(tmp_path, 1).kill_one(3.0)  # nothing runs under an empty state dir: skipped
+    assert kill.pid is None
+
+
+def test_targets_are_named_and_drawn_by_role_not_by_workflow_id(tmp_path: Path) -> None:
+    for workflow_id, pid in (("vllm-ffff", 101), ("vllm-0000", 102)):
+        run = tmp_path / "nodes" / "node-1" / "ranks" / f"{workflow_id}.copy-0-r0"
+        run.mkdir(parents=True)
+        (run / "rank.json").write_text(f'{{"pid": {pid}}}')
+    monkey = ChaosMonkey(tmp_path, 1, labels={"vllm-ffff": "a_pool", "vllm-0000": "b_copy"})
+    assert monkey.candidates("rank") == [("a_pool.copy-0-r0", 101), ("b_copy.copy-0-r0", 102)]

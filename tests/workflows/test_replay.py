@@ -1,0 +1,31 @@
+"""Histories recorded under the code before self-healing pools still replay: running workflows survive
+the upgrade (`workflow.patched("pool-self-healing")`). Recorded on a simulated stack: a MinReplicas=2 pool
+with ReplaceFailedCopies=1 whose crashed copy was replaced, then stopped; one with the old default of 0,
+failed at its minimum by one crash. Payloads decrypted, generated API keys removed."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from workflows.copy import CopyWorkflow
+from workflows.service import ServiceWorkflow
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+async def test_recorded_histories_replay_on_the_current_code() -> None:
+    paths = sorted(HISTORIES.glob("*.json"))
+    assert len(paths) == 7
+
+    async def histories() -> AsyncIterator[WorkflowHistory]:
+        for path in paths:
+            yield WorkflowHistory.from_json(path.stem, path.read_text())
+
+    replayer = Replayer(workflows=[ServiceWorkflow, CopyWorkflow], data_converter=pydantic_data_converter)
+    results = await replayer.replay_workflows(histories(), raise_on_replay_failure=False)
+    assert results.replay_failures == {}
