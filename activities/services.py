@@ -51,7 +51,8 @@ class ServiceActivities:
             try:
                 _kind, value = await self.api.resolve_secret(run.api_key_secret, run.owner)
             except BerthError as error:
-                raise ApplicationError(f"ApiKeySecret {run.api_key_secret}: {error}", type="SecretError",
+                parameter = "MasterKeySecret" if run.kind == "gateway" else "ApiKeySecret"
+                raise ApplicationError(f"{parameter} {run.api_key_secret}: {error}", type="SecretError",
                                        non_retryable=True) from None
             return value
         if not run.api_key:
@@ -85,9 +86,14 @@ class ServiceActivities:
         await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
         # The owner's token and the API's address only: nothing of the agent's (its admin token, state dir).
         env = inherit(os.environ, (*BASE_VARIABLES, *PYTHON_SETTINGS))
+        # The entry's MasterKeySecret (or the key generated at submission): environment only, never argv.
+        # A workflow submitted before the gateway honoured its key has neither and keeps running without.
+        master_key = await self._master_key(run) if run.api_key or run.api_key_secret else ""
         env.update({"BERTH_API_URL": self.api.base_url, "BERTH_TOKEN": token, "BERTH_TLS_CA": self.api.ca_file or "",
-                    "BERTH_REPLICA_KEYS_TOKEN": keys_token, "PYTHONUNBUFFERED": "1"})
-        argv = (*berth_python("cli"), "gateway", "--host", run.address, "--port", str(run.port))
+                    "BERTH_REPLICA_KEYS_TOKEN": keys_token, "BERTH_GATEWAY_MASTER_KEY": master_key,
+                    "PYTHONUNBUFFERED": "1"})
+        argv = (*berth_python("cli"), "gateway", "--host", run.address, "--port", str(run.port),
+                "--endpoint-id", run.endpoint_id, *_gateway_options(run.options))
         return ServiceLaunch(argv=argv, environment=env, working_directory=workdir)
 
     async def _opencode_candidates(self, run: ServiceRun) -> list[tuple[str, str | None, str | None]]:
@@ -276,6 +282,16 @@ class ServiceActivities:
         raise ApplicationError(f"{check.url} was not live within {check.timeout_s:.0f} s ({last})",
                                type="NotReady", non_retryable=True)
 
+
+
+def _gateway_options(options: Mapping[str, str]) -> tuple[str, ...]:
+    """The entry's RoutingPolicy and DiscoveryInterval as `berth gateway` options (no secret in them)."""
+    argv: tuple[str, ...] = ()
+    if options.get("routing_policy"):
+        argv += ("--routing-policy", options["routing_policy"])
+    if options.get("discovery_interval_s"):
+        argv += ("--discovery-interval", options["discovery_interval_s"])
+    return argv
 
 
 def _token_line(expires: float, api_key: bool) -> str:

@@ -7,6 +7,7 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from berth.child_environment import user_environment_problem
 from catalog.limits import check_exec_size
@@ -188,6 +189,17 @@ class WorkflowDefinition(Frozen):
     def _service_scope(self) -> WorkflowDefinition:
         if self.service is not None and self.service.scope is not self.endpoint.scope:
             raise ValueError("service.scope must equal endpoint.scope (the service is the endpoint)")
+        return self
+
+    @model_validator(mode="after")
+    def _one_gateway_process(self) -> WorkflowDefinition:
+        # An accepted size that ran one process anyway would be a parameter that does nothing.
+        if self.service is not None and self.service.kind is ServiceKind.GATEWAY and \
+                (self.pool.min_replicas, self.pool.max_replicas) != (1, 1):
+            # A custom error: its text is shown as is (a ValueError's gets "Value error, " before it).
+            raise PydanticCustomError("gateway_size", "MinReplicas={low}, MaxReplicas={high}: the gateway runs one "
+                                      "process; MinReplicas/MaxReplicas other than 1 are not supported",
+                                      {"low": self.pool.min_replicas, "high": self.pool.max_replicas})
         return self
 
     @field_validator("api_key_secret")

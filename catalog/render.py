@@ -116,6 +116,7 @@ def render(entry: Entry, values: dict[str, Any]) -> WorkflowDefinition:
         return WorkflowDefinition.model_validate(data)
     except ValidationError as error:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in issue['loc'])}: {issue['msg']}" for issue in error.errors()
+            f"{'.'.join(str(p) for p in issue['loc'])}: {issue['msg']}" if issue["loc"] else issue["msg"]
+            for issue in error.errors()
         )
         raise UserInputError(f"The values do not make a valid '{entry.name}' workflow: {problems}.") from None

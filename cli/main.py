@@ -256,13 +256,27 @@ def proxy(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 3,
 
 @app.command()
 def gateway(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 7,
-            host: Annotated[str, typer.Option()] = "127.0.0.1") -> None:
+            host: Annotated[str, typer.Option()] = "127.0.0.1",
+            routing_policy: Annotated[str | None, typer.Option(help="Policy for every model's copies "
+                                                                     "(default: each pool's own)")] = None,
+            discovery_interval: Annotated[float, typer.Option(min=0.1, max=600,
+                                                              help="Seconds between discovery polls")] = 2.0,
+            endpoint_id: Annotated[str | None, typer.Option(help="The gateway's own endpoint (callers' "
+                                                                 "assertions name it)")] = None) -> None:
     """Run the discovering model gateway with BERTH_TOKEN's identity (what the catalog entry runs). It calls
     copies with their keys, read with BERTH_REPLICA_KEYS_TOKEN (the catalog entry's node mints it), else
-    with BERTH_TOKEN if that is an administrator's."""
+    with BERTH_TOKEN if that is an administrator's. With BERTH_GATEWAY_MASTER_KEY set (the entry's
+    MasterKeySecret) it answers as LiteLLM does: a key sent must be that one; without a key, the
+    endpoint proxy's caller assertion for --endpoint-id must vouch for the caller."""
     from gateway.model_gateway import run_gateway
 
-    run_gateway(_env("BERTH_API_URL"), _env("BERTH_TOKEN"), host, port, os.environ.get("BERTH_REPLICA_KEYS_TOKEN"))
+    master_key = os.environ.get("BERTH_GATEWAY_MASTER_KEY") or None
+    if master_key and not endpoint_id:
+        raise fail("BERTH_GATEWAY_MASTER_KEY needs --endpoint-id (the gateway's endpoint, which its callers' "
+                   "assertions name).")
+    run_gateway(_env("BERTH_API_URL"), _env("BERTH_TOKEN"), host, port, os.environ.get("BERTH_REPLICA_KEYS_TOKEN"),
+                routing_policy=routing_policy, refresh_s=discovery_interval, master_key=master_key,
+                endpoint_id=endpoint_id)
 
 
 @app.command("admin-token")

@@ -32,6 +32,7 @@ from litellm.types.proxy.auth.user_api_key_auth import UserAPIKeyAuth
 from litellm.types.proxy.auth.user_roles import LitellmUserRoles
 from starlette.datastructures import State
 
+from gateway.litellm_contract import INVALID_KEY_MESSAGE, NO_KEY_MESSAGE
 from gateway.litellm_sync import api_ssl_context
 
 ASSERTION_HEADER: Final = "x-berth-caller"
@@ -50,11 +51,6 @@ JWKS_RETRY_AFTER_FAILURE_S: Final = 5.0
 # An unknown `kid` forces a refetch at most this often, so forged kids cannot hammer the JWKS.
 JWKS_UNKNOWN_KID_COOLDOWN_S: Final = 10.0
 
-# The exact texts LiteLLM 1.108.7 itself answers with (auth_exception_handler._as_proxy_exception
-# prefixes "Authentication Error, " to a plain exception's text; user_api_key_auth.py raises
-# "No api key passed in." and "Invalid proxy server token passed").
-NO_KEY_MESSAGE: Final = "Authentication Error, No api key passed in."
-INVALID_KEY_MESSAGE: Final = "Authentication Error, Invalid proxy server token passed"
 
 # The OpenAI inference surface an assertion admits; every other route (/key/*, /user/*, /model/*,
 # /team/*, /config/*, /global/*, /spend/*, ...) needs the master key. LiteLLM does not block admin

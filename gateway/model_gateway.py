@@ -19,15 +19,20 @@ from berth.errors import BerthError, PermissionDeniedError
 from berth.security import TokenVerifier
 from gateway import routing
 from gateway.credentials import strip_berth_credentials
+from gateway.gateway_auth import KEY_HEADERS, MasterKeyGate
+from gateway.litellm_contract import invalid_model, model_listing
 from gateway.metrics import MetricsScraper
 from gateway.upstream import HOP_BY_HOP, Receive, Send, UpstreamError, UpstreamPool, relay
 
 log = logging.getLogger("berth.gateway")
 
-# Credentials meant for Berth never go on to the model servers.
-STRIPPED = HOP_BY_HOP | {b"authorization", b"berth-authorization", b"x-berth-caller", b"cookie"}
+# Credentials meant for Berth or for this gateway (its master key) never go on to the model servers.
+STRIPPED = HOP_BY_HOP | {b"berth-authorization", b"x-berth-caller", b"cookie", *KEY_HEADERS}
 MAX_BODY = 32 * 1024 * 1024
 HOLD_DEADLINE_S = 120.0
+# While a request waits on a pool it woke, discovery runs this often whatever DiscoveryInterval says:
+# a long interval must not outlast the hold deadline (the documents: a woken pool succeeds on retry).
+WAKE_REFRESH_S = 2.0
 
 
 @dataclass
@@ -43,8 +48,15 @@ class Pool:
 
 class ModelGateway:
     def __init__(self, api: ApiClient, upstream: UpstreamPool | None = None, refresh_s: float = 2.0,
-                 hold_deadline_s: float = HOLD_DEADLINE_S, keys_api: ApiClient | None = None) -> None:
+                 hold_deadline_s: float = HOLD_DEADLINE_S, keys_api: ApiClient | None = None,
+                 routing_policy: str | None = None, gate: MasterKeyGate | None = None) -> None:
         self.api = api
+        # The catalog entry's RoutingPolicy picks among a model's copies; unset, each pool's own policy.
+        self.routing_policy = routing_policy
+        if routing_policy is not None:
+            routing.make(routing_policy)  # an unknown name fails at start, listing the valid ones
+        # The catalog entry's MasterKeySecret (LiteLLM's contract); None for a bare `berth gateway`.
+        self.gate = gate
         # Reads the discovered copies' keys (a replica-keys token, or an administrator's; default: `api`).
         self.keys_api = keys_api or api
         self._keys_refused = False
@@ -57,6 +69,8 @@ class ModelGateway:
         self.not_discoverable: dict[str, str] = {}
         self._told: set[str] = set()
         self._changed = asyncio.Event()
+        self._refreshing = asyncio.Lock()  # the poll loop and a waking request never refresh at once
+        self._refreshed_at = -WAKE_REFRESH_S
         self._scraper = MetricsScraper(self._targets)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -83,7 +97,15 @@ class ModelGateway:
         self._keys_refused = False
         return keys
 
-    async def refresh(self) -> None:
+    async def refresh(self, older_than_s: float = 0.0) -> None:
+        """Discover now, unless a discovery finished less than `older_than_s` ago (many waiting requests
+        then cost the API one poll, not one each)."""
+        async with self._refreshing:
+            if time.monotonic() - self._refreshed_at >= older_than_s:
+                await self._refresh()
+                self._refreshed_at = time.monotonic()
+
+    async def _refresh(self) -> None:
         endpoints = await self.api.endpoints()
         keys = await self._replica_keys()
         seen: set[str] = set()
@@ -103,7 +125,7 @@ class ModelGateway:
             pool = self.pools.get(endpoint["id"])
             if pool is None:
                 pool = Pool(endpoint_id=endpoint["id"], workflow_id=endpoint["workflow_id"], model_id=model_id,
-                            policy=routing.make(notes.get("routing_policy") or "least_queue"))
+                            policy=routing.make(self.routing_policy or notes.get("routing_policy") or "least_queue"))
                 self.pools[endpoint["id"]] = pool
                 log.info("discovered %s at endpoint %s", model_id, endpoint["id"])
             current = {r["copy_id"]: r for r in endpoint.get("replicas") or []}
@@ -160,9 +182,13 @@ class ModelGateway:
         if path in ("/health", "/healthz"):
             await _json(send, 200, {"status": "ok"})
             return
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        refusal = await self.gate.refusal(headers) if self.gate is not None else None
+        if refusal is not None:
+            await _json(send, *refusal)
+            return
         if path in ("/v1/models", "/models"):
-            data = [{"id": m, "object": "model", "created": 0, "owned_by": "berth"} for m in self.models()]
-            await _json(send, 200, {"object": "list", "data": data})
+            await _json(send, 200, model_listing(self.models()))
             return
         if scope["method"] != "POST":
             await _json(send, 404, _error(f"No route {path}; this gateway serves /v1/models and POST /v1/…", 404))
@@ -178,18 +204,18 @@ class ModelGateway:
         if not isinstance(model, str) or not model:
             await _json(send, 400, _error('The request names no "model".', 400))
             return
-        headers: list[tuple[bytes, bytes]] = scope["headers"]
         session = next((v.decode("latin-1") for k, v in headers if k == b"x-session-id"), None)
         choice = self.pick(model, session)
         if choice is None:
             choice = await self._wake_and_wait(model, session, _deadline(headers, self.hold_deadline_s))
         if choice is None:
             if not any(p.model_id == model for p in self.pools.values()):
+                # LiteLLM's 400 and text; Berth's reason a pool of that model is not discoverable after it.
+                unknown = invalid_model(path, model)
                 hint = "; ".join(v for v in self.not_discoverable.values() if v.startswith(model + " "))
-                message = f"The model `{model}` is not served here. Models: {', '.join(self.models()) or 'none'}."
                 if hint:
-                    message += f" {hint}"
-                await _json(send, 404, _error(message, 404))
+                    unknown["error"]["message"] += f" Not discoverable: {hint}"
+                await _json(send, 400, unknown)
             else:
                 await _json(send, 503, _error(f"No replica of {model} became ready in time; retry.", 503),
                             extra=[(b"retry-after", b"10")])
@@ -220,6 +246,8 @@ class ModelGateway:
         deadline = time.monotonic() + deadline_s
         last_wake = 0.0
         while time.monotonic() < deadline:
+            with contextlib.suppress(BerthError):
+                await self.refresh(older_than_s=WAKE_REFRESH_S)
             if time.monotonic() - last_wake > 5:
                 last_wake = time.monotonic()
                 for pool in pools:
@@ -286,11 +314,18 @@ async def _json(send: Send, status: int, data: dict[str, Any], extra: list[tuple
     await send({"type": "http.response.body", "body": body})
 
 
-def run_gateway(api_url: str, token: str, host: str, port: int, keys_token: str | None = None) -> None:
+def run_gateway(api_url: str, token: str, host: str, port: int, keys_token: str | None = None,
+                routing_policy: str | None = None, refresh_s: float = 2.0, master_key: str | None = None,
+                endpoint_id: str | None = None) -> None:
+    """`master_key` (with the gateway's own `endpoint_id`, the audience of its callers' assertions)
+    turns on LiteLLM's key contract; the catalog entry always passes both."""
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll and scrape drowns the log
     keys_api = ApiClient(api_url, keys_token) if keys_token else None
-    uvicorn.run(ModelGateway(ApiClient(api_url, token), keys_api=keys_api), host=host, port=port, log_level="warning",
+    api = ApiClient(api_url, token)
+    gate = MasterKeyGate(master_key, endpoint_id or "", api.jwks) if master_key else None
+    gateway = ModelGateway(api, keys_api=keys_api, refresh_s=refresh_s, routing_policy=routing_policy, gate=gate)
+    uvicorn.run(gateway, host=host, port=port, log_level="warning",
                 access_log=False, loop="uvloop", http="httptools", lifespan="on")

@@ -300,7 +300,9 @@ def create_app(context: ServerContext) -> FastAPI:
                 update={"options": {**definition.service.options, "password": generate_password()}})
             definition = definition.model_copy(update={"service": service})
         keyless = not (definition.api_key or definition.api_key_secret)
-        if definition.proxy and definition.replica is not None and keyless:
+        gateway = definition.service is not None and definition.service.kind == "gateway"
+        # The documents: a generated key is the gateway's (or the LiteLLM proxy's) master key, in the definition.
+        if keyless and (gateway or (definition.proxy and definition.replica is not None)):
             definition = definition.model_copy(update={"api_key": generate_api_key()})
         workflow_id = f"{entry.slug}-{secrets.token_hex(4)}"
         endpoint_id = f"ep-{secrets.token_hex(5)}"

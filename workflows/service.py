@@ -492,9 +492,12 @@ class ServiceWorkflow:
             options = {k: str(v) for k, v in definition.service.options.items() if v is not None and k != "password"}
             if definition.service.volume:
                 options["volume"] = definition.service.volume  # OpenCode's workspace outlives the workflow
+            # The gateway's master key when generated (MasterKeySecret is resolved on the node instead).
+            master_key = definition.api_key if definition.service.kind == "gateway" and \
+                not definition.api_key_secret else None
             return ServiceRun(name=definition.service.kind, kind=definition.service.kind, options=options,
                               password=str(definition.service.options.get("password") or "") or None,
-                              endpoint_url=input.endpoint_url, **common)
+                              endpoint_url=input.endpoint_url, api_key=master_key, **common)
         replica = definition.replica
         assert replica is not None
         return ServiceRun(

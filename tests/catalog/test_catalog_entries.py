@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
+from catalog.definition import WorkflowDefinition
 from catalog.entry import CATALOG_DIR, EntryKind, ParameterType, find_entry, load_catalog
+from catalog.render import render, resolve_values
 
 EXPECTED = {
     "GPT-OSS 20B",
@@ -144,3 +147,12 @@ def test_gated_entry_requires_its_token() -> None:
 def test_entries_are_found_by_slug_and_case() -> None:
     assert find_entry("qwen3-coder-30b").name == "Qwen3-Coder 30B"
     assert find_entry("gpt-oss 120b").name == "GPT-OSS 120B"
+
+
+def test_a_gateway_definition_sized_above_one_process_is_refused() -> None:
+    # The entry's bounds refuse it at submission; a definition built any other way meets this rule.
+    entry = load_catalog()["LiteLLM Model Gateway"]
+    data = render(entry, resolve_values(entry, {})).model_dump(mode="json")
+    data["pool"] = {"min_replicas": 1, "max_replicas": 2}
+    with pytest.raises(ValidationError, match="the gateway runs one process; MinReplicas/MaxReplicas other than 1"):
+        WorkflowDefinition.model_validate(data)

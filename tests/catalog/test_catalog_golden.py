@@ -80,7 +80,7 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
             "Scope": "public",
             "RoutingPolicy": "lowest_ttft",
             "MasterKeySecret": "secret://user/gateway-key",
-            "MaxReplicas": "3",
+            "DiscoveryInterval": "30",
         },
     ),
     ("OpenCode", "defaults", {}),

@@ -89,7 +89,8 @@ def test_serves_exactly_what_its_owner_may_reach(world: dict[str, object]) -> No
         assert _chat(url, "Qwen/Qwen3-0.6B").status_code == 200
     assert _served(stack, workflows["carol-gpt"]["id"]) == carol_before, "routed to a pool alice may not reach"
     missing = _chat(url, "Qwen/Qwen3-1.7B")
-    assert missing.status_code == 404 and "Proxy=false" in missing.json()["error"]["message"]
+    assert missing.status_code == 400 and "Proxy=false" in missing.json()["error"]["message"]
+    assert missing.json()["error"]["message"].startswith("/chat/completions: Invalid model name passed in")
     assert "restart the model with Proxy=false" in Path(str(world["log"])).read_text()
     described = stack.cli("workflow", "describe", workflows["alice-proxied"]["id"]).stdout
     assert "not discoverable by a gateway" in described
