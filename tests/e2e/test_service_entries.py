@@ -157,8 +157,8 @@ def test_opencode_entry_with_password_and_bad_endpoint(stack: RunningStack) -> N
     claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
     assert claims["aud"] == f"endpoint:{gateway_endpoint['id']}"
     assert "openai/gpt-oss-20b" in providers[gateway_endpoint["url"]]["models"]
-    # No LiteLLM behind a gateway checks the key, and the gateway would carry it on to other owners'
-    # copies: ApiKeySecret adds it only towards a LiteLLM endpoint.
+    # The gateway admits OpenCode by the proxy's caller assertion (its own MasterKeySecret is another key):
+    # ApiKeySecret, the owner's LiteLLM key, is added only towards a LiteLLM endpoint.
     assert "headers" not in providers[gateway_endpoint["url"]]["options"]
     assert LITELLM_KEY not in json.dumps(config)
     stack.cli("workflow", "stop", discovered)
