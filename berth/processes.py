@@ -20,15 +20,16 @@ import httpx
 
 
 def spawn(argv: Sequence[str], log_path: Path, *, cwd: Path,
-          env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+          env: Mapping[str, str] | None = None, pass_fds: Sequence[int] = ()) -> subprocess.Popen[bytes]:
     """Start `argv` in a new session (its own process group) with stdout+stderr appended to a log. The
     working directory is always the caller's choice, never inherited: whoever runs Berth may stand in
-    any folder, and what is there must not matter."""
+    any folder, and what is there must not matter. `pass_fds`: descriptors the child keeps (a listening
+    socket its parent owns), at the same numbers."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab", buffering=0) as log:
         return subprocess.Popen(
             list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
+            env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True, pass_fds=tuple(pass_fds),
         )
 
 

@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -66,6 +67,7 @@ class Child:
     env: dict[str, str]
     record: RestartRecord
     exit_reported: bool = False  # with restarts off: its exit was said once
+    pass_fds: tuple[int, ...] = ()  # descriptors it inherits again at each restart (the proxy's socket)
 
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "pid": self.process.pid, **self.record.summary()}
@@ -89,6 +91,10 @@ def _temporal_env() -> dict[str, str]:
     return inherit(os.environ, BASE_VARIABLES, prefixes=("TEMPORAL_",))
 
 
+# Connections that may wait for a restarting endpoint proxy (the kernel completes their handshakes).
+PROXY_BACKLOG = 2048
+
+
 class Stack:
     """Starts the components in dependency order and stops them in reverse."""
 
@@ -102,6 +108,7 @@ class Stack:
         self._lock: IO[str] | None = None
         self.tls: TLSFiles | None = None
         self.verify: ssl.SSLContext | bool = True
+        self._proxy_socket: socket.socket | None = None
 
     @property
     def api_url(self) -> str:
@@ -159,11 +166,11 @@ class Stack:
         })
         return env
 
-    def _start(self, name: str, argv: list[str], env: dict[str, str]) -> Child:
+    def _start(self, name: str, argv: list[str], env: dict[str, str], pass_fds: tuple[int, ...] = ()) -> Child:
         log = self.layout.logs / "stack" / f"{name}.log"
         # The state dir, not wherever `berth up` was typed: nothing found there may matter to a component.
-        child = Child(name, spawn(argv, log, env=env, cwd=self.layout.root), log, argv, env,
-                      RestartRecord(started_at=time.monotonic()))
+        child = Child(name, spawn(argv, log, env=env, cwd=self.layout.root, pass_fds=pass_fds), log, argv, env,
+                      RestartRecord(started_at=time.monotonic()), pass_fds=pass_fds)
         self.children.append(child)
         return child
 
@@ -229,7 +236,13 @@ class Stack:
             if options.engine:
                 argv += ["--engine", options.engine]
             self._start(f"node-{index + 1}", argv, env)
-        proxy = self._start("proxy", _python() + ["proxy", "--port", str(ports.proxy)], self._server_env(env))
+        # The supervisor owns the proxy's listening socket and hands it to each proxy process it starts:
+        # while a crashed proxy is started again, clients' connections wait in the socket's backlog
+        # (a second or two) instead of being refused.
+        self._proxy_socket = socket.create_server(("127.0.0.1", ports.proxy), backlog=PROXY_BACKLOG)
+        fd = self._proxy_socket.fileno()
+        proxy = self._start("proxy", _python() + ["proxy", "--port", str(ports.proxy), "--fd", str(fd)],
+                            self._server_env(env), pass_fds=(fd,))
         try:
             wait_http_sync(f"{settings.proxy_url}/healthz", 60, proxy.process, verify=self.verify)
             self._wait_nodes(token, options.nodes)
@@ -284,6 +297,9 @@ class Stack:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.process.wait(timeout=1)
         self.children.clear()
+        if self._proxy_socket is not None:
+            self._proxy_socket.close()
+            self._proxy_socket = None
         with contextlib.suppress(OSError):
             self.layout.stack_file.unlink()
 
@@ -325,7 +341,8 @@ class Stack:
         if record.due_at is not None:
             if now >= record.due_at:
                 try:
-                    child.process = spawn(child.argv, child.log, env=child.env, cwd=self.layout.root)
+                    child.process = spawn(child.argv, child.log, env=child.env, cwd=self.layout.root,
+                                          pass_fds=child.pass_fds)
                 except OSError as error:  # the supervisor outlives a component it cannot start (yet)
                     print(f"berth: restarting {child.name} failed ({error}); trying again in "
                           f"{record.postpone(now, self.backoff):g} s", file=sys.stderr, flush=True)

@@ -101,9 +101,10 @@ class ReplicaSpec(Frozen):
     engine: EngineSpec
 
 
-# `ReplaceFailedCopies=auto`: a pool that can hold more than one copy re-places this many failed copies
-# in a row (a copy becoming ready starts the count again) while its other copies serve, so one crash never
-# costs the healthy copies; a single-copy pool has nothing to keep serving and fails as before.
+# `ReplaceFailedCopies=auto`: every pool re-places this many failed copies in a row (a copy becoming ready
+# starts the count again), as Kubernetes restarts a crashed pod and SkyServe a failed replica: one crash
+# never costs a pool's healthy copies, nor a single-copy endpoint its users; a model that keeps failing
+# still fails the workflow (workflows/healing.py: the same exit 3 times in a row).
 AUTO_REPLACEMENTS = 3
 
 
@@ -125,8 +126,7 @@ class PoolSpec(Frozen):
     @classmethod
     def _auto_replacements(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("replace_failed_copies") == "auto":
-            largest = max(int(data.get("max_replicas", 1)), int(data.get("min_replicas", 1)))
-            data = {**data, "replace_failed_copies": AUTO_REPLACEMENTS if largest > 1 else 0}
+            data = {**data, "replace_failed_copies": AUTO_REPLACEMENTS}
         return data
 
     @model_validator(mode="after")

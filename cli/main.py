@@ -247,11 +247,13 @@ def worker() -> None:
 
 @app.command()
 def proxy(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 3,
-          host: Annotated[str, typer.Option()] = "127.0.0.1") -> None:
+          host: Annotated[str, typer.Option()] = "127.0.0.1",
+          fd: Annotated[int | None, typer.Option(help="Serve on this inherited listening socket "
+                                                     "(its owner keeps it open across restarts)")] = None) -> None:
     """Run the endpoint proxy (the public entry to every endpoint)."""
     from gateway.run import run_endpoint_proxy
 
-    run_endpoint_proxy(_env("BERTH_API_URL"), _env("BERTH_TOKEN"), host, port)
+    run_endpoint_proxy(_env("BERTH_API_URL"), _env("BERTH_TOKEN"), host, port, fd=fd)
 
 
 @app.command()

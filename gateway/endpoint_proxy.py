@@ -447,13 +447,15 @@ class EndpointProxy:
                           ) -> tuple[Replica, UpstreamResponse] | None:
         """After a first attempt that got no answer: wait for the endpoint's restarting LiteLLM, or send a
         replayable pool request once to another copy."""
-        if not (error.sent_nothing and isinstance(body, bytes)):
+        if not isinstance(body, bytes) or not (error.sent_nothing or retriable):
             return None
         if route.service == "litellm" and target.copy_id == "service":
             def service_url() -> str | None:
                 return self.routes.get(route.id, route).service_url or None
             return await second_try.await_service(self.upstream, service_url, method, path, upstream_headers, body,
-                                                  _deadline(self.hold_timeout_s, headers), log)
+                                                  _deadline(self.hold_timeout_s, headers), log, replayable=retriable)
+        if not error.sent_nothing:
+            return None
         if not (retriable and route.pool):
             return None
         other = route.target(session_id, exclude=frozenset({target.copy_id}))

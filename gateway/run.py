@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from pathlib import Path
 
 import uvicorn
@@ -24,7 +25,8 @@ def load_signer() -> SigningKey | None:
     return SigningKey.load_or_create(StateLayout(Path(state_dir)).keys)
 
 
-def run_endpoint_proxy(api_url: str, token: str, host: str, port: int) -> None:
+def run_endpoint_proxy(api_url: str, token: str, host: str, port: int, fd: int | None = None) -> None:
+    """Serve on host:port, or on the inherited listening socket `fd` (`berth up` or systemd owns it)."""
     async def load_keys() -> TokenVerifier:
         async with ApiClient(api_url, token) as api:
             try:
@@ -38,5 +40,10 @@ def run_endpoint_proxy(api_url: str, token: str, host: str, port: int) -> None:
     app.hold_timeout_s = float(os.environ.get("BERTH_PROXY_HOLD_TIMEOUT_S", app.hold_timeout_s))
     app.max_held = int(os.environ.get("BERTH_PROXY_MAX_HELD", app.max_held))
     tls = ServerTLS.from_env()
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, loop="uvloop",
-                http="httptools", lifespan="on", **(tls.uvicorn_options() if tls else {}))
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, loop="uvloop",
+                            http="httptools", lifespan="on", **(tls.uvicorn_options() if tls else {}))
+    if fd is None:
+        uvicorn.Server(config).run()
+        return
+    # Not uvicorn's own `fd=`: it reads every inherited socket as AF_UNIX. socket(fileno=) asks the kernel.
+    uvicorn.Server(config).run(sockets=[socket.socket(fileno=fd)])

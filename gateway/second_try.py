@@ -19,10 +19,12 @@ SERVICE_RETRY_EVERY_S = 0.25
 
 async def await_service(upstream: UpstreamPool, service_url: Callable[[], str | None], method: str, path: str,
                         headers: Headers, body: bytes, deadline_s: float,
-                        log: logging.Logger) -> tuple[Replica, UpstreamResponse] | None:
+                        log: logging.Logger, replayable: bool = False) -> tuple[Replica, UpstreamResponse] | None:
     """Send the request again until the endpoint's LiteLLM answers or `deadline_s` passes. LiteLLM
     refusing connections is down and being started again by its node (seconds; the chaos soak saw every
     such request fail with 502 before): nothing reached it, so replaying is safe, streamed or not.
+    `replayable` (a non-streamed completion, nothing sent to the client yet): one that LiteLLM took and
+    then died with is sent again too — the client gets one answer, later, instead of an error.
     `service_url()` is read each time: a restarted LiteLLM may come back elsewhere."""
     started = time.monotonic()
     while time.monotonic() - started < deadline_s:
@@ -33,7 +35,7 @@ async def await_service(upstream: UpstreamPool, service_url: Callable[[], str | 
         try:
             return Replica(copy_id="service", url=url), await upstream.request(method, url + path, headers, body)
         except UpstreamError as error:
-            if not error.sent_nothing:
+            if not (error.sent_nothing or replayable):
                 log.warning("LiteLLM at %s broke the held request: %s", url, error)
                 return None
     log.warning("LiteLLM did not come back within %.0f s", deadline_s)

@@ -58,10 +58,20 @@ def ports_free(base: int, span: int = 8) -> bool:
     return True
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port_base() -> int:
+    # Below the kernel's ephemeral range: a port found free there can be taken a moment later by any
+    # outgoing connection or `bind(0)` (CI saw Temporal's port go that way), one below it cannot.
+    top = _ephemeral_low() - 600  # the stack uses base..base+9 and base+100..base+499
     for _ in range(200):
-        base = random.randrange(21000, 59000, 10)
-        if ports_free(base) and ports_free(base + 100, 100 * 4):
+        base = random.randrange(10000, max(10010, top), 10)
+        if ports_free(base, 10) and ports_free(base + 100, 100 * 4):
             return base
     raise RuntimeError("no free port range")
 

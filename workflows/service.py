@@ -55,6 +55,9 @@ CONTROL_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximu
 # A service process is restarted by this workflow (with back-off), never by Temporal behind its back
 # (start_supervised runs it once).
 SERVICE_BACKOFF_MAX_S = 60.0
+# A run that lasted this long was healthy: the next crash is restarted after the first back-off again,
+# as `berth up` does for its components (a month of rare crashes must not cost a minute each).
+SERVICE_BACKOFF_RESET_S = 60.0
 PROXY_SERVICE = "litellm"
 FATAL_SERVICE_ERRORS = ("EndpointUnreachable", "ServiceConfig", "SecretError", "ServiceSpawnFailed")
 
@@ -466,7 +469,10 @@ class ServiceWorkflow:
                     retry_policy=CONTROL_RETRY,
                 )
                 run = self._service_run(input, port)
+                started = workflow.now()
                 exit_message = await self._service_life(input, run, port)
+                if (workflow.now() - started).total_seconds() >= SERVICE_BACKOFF_RESET_S:
+                    backoff = 1.0
                 if self._stopping_service():
                     return
                 self.state.last_error = exit_message

@@ -13,7 +13,10 @@ from typing import Any
 import httpx
 
 MAX_TOKENS = 24
-TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+# The client waits as long as the endpoint proxy may hold a request (gateway/endpoint_proxy.py's 120 s,
+# after which it answers 503 itself) — shorter than the OpenAI SDK's 600 s. A request held while a
+# killed LiteLLM and the control plane come back is a success, late: the latency figures show how late.
+TIMEOUT = httpx.Timeout(130.0, connect=5.0)
 
 
 @dataclass(frozen=True)
@@ -36,13 +39,20 @@ class LoadTally:
     failures_by_target: Counter[str] = field(default_factory=Counter)
     streams: Counter[str] = field(default_factory=Counter)
     broken_samples: list[dict[str, Any]] = field(default_factory=list)
+    plain_seconds: list[float] = field(default_factory=list)  # each successful non-streamed request's time
+    failed_samples: list[dict[str, Any]] = field(default_factory=list)  # non-streamed failures, named by time
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def count_plain(self, target: Target, outcome: str) -> None:
+    def count_plain(self, target: Target, outcome: str, began: float, ended: float) -> None:
         with self.lock:
             self.plain[outcome] += 1
-            if outcome != "ok":
-                self.failures_by_target[f"{target.name}: {outcome}"] += 1
+            if outcome == "ok":
+                self.plain_seconds.append(ended - began)
+                return
+            self.failures_by_target[f"{target.name}: {outcome}"] += 1
+            if len(self.failed_samples) < 50:
+                self.failed_samples.append({"target": target.name, "outcome": outcome,
+                                            "began_mono": began, "ended_mono": ended})
 
     def count_stream(self, target: Target, outcome: str, sample: dict[str, Any] | None = None) -> None:
         with self.lock:
@@ -61,12 +71,24 @@ class LoadTally:
                 "non_streamed_success_rate": round(self.plain["ok"] / total, 5) if total else None,
                 "non_streamed_failures": {k: v for k, v in sorted(self.plain.items()) if k != "ok"},
                 "non_streamed_503_retry_after": self.plain["503_retry_after"],
+                "non_streamed_ok_seconds": _quantiles(self.plain_seconds),
                 "failures_by_endpoint": dict(sorted(self.failures_by_target.items())),
                 "streams_total": sum(self.streams.values()),
                 "streams": dict(sorted(self.streams.items())),
                 "streams_broken_without_error_event": self.streams["broken"],
                 "broken_stream_samples": list(self.broken_samples),
+                "non_streamed_failure_samples": list(self.failed_samples),
             }
+
+
+def _quantiles(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+    return {"p50": at(0.5), "p99": at(0.99), "max": round(ordered[-1], 3), "over_30_s": sum(v > 30 for v in values)}
 
 
 def _body(target: Target, stream: bool) -> dict[str, Any]:
@@ -75,18 +97,20 @@ def _body(target: Target, stream: bool) -> dict[str, Any]:
 
 
 def plain_request(client: httpx.Client, target: Target, tally: LoadTally) -> None:
+    started = time.monotonic()
     try:
         response = client.post(target.url + "/v1/chat/completions", json=_body(target, False),
                                headers={"Authorization": f"Bearer {target.token}"})
     except httpx.HTTPError as error:
-        tally.count_plain(target, f"transport_{type(error).__name__}")
+        tally.count_plain(target, f"transport_{type(error).__name__}", started, time.monotonic())
         return
     if response.is_success:
-        tally.count_plain(target, "ok")
+        outcome = "ok"
     elif response.status_code == 503 and "retry-after" in response.headers:
-        tally.count_plain(target, "503_retry_after")  # a failure too: the client had to come back later
+        outcome = "503_retry_after"  # a failure too: the client had to come back later
     else:
-        tally.count_plain(target, f"http_{response.status_code}")
+        outcome = f"http_{response.status_code}"
+    tally.count_plain(target, outcome, started, time.monotonic())
 
 
 def _is_error_event(payload: str) -> bool:

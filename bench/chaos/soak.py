@@ -131,9 +131,11 @@ def _chaos(stack: RunningStack, options: SoakOptions, ids: dict[str, str], targe
     monitor.check()  # the last word on phases
     monitor.close()
     _name_kills(tally.broken_samples, monkey, began)
+    _name_kills(tally.failed_samples, monkey, began)
     machine = (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1])
     return {
-        "workflow_ids": ids, **monitor.summary(), **tally.summary(), **monkey.summary(),
+        "workflow_ids": ids, **monitor.summary(), **_streams_cut_by_the_proxys_death(tally.summary()),
+        **monkey.summary(),
         "component_restarts": restarts(stack),
         "soak_s": round(soak_s, 1),
         "stack_cpu_cores": round(cpu.total() / soak_s, 2),
@@ -143,11 +145,30 @@ def _chaos(stack: RunningStack, options: SoakOptions, ids: dict[str, str], targe
 
 
 def _name_kills(samples: list[dict[str, Any]], monkey: ChaosMonkey, began: float) -> None:
-    """Each broken stream with its times since the soak began and the kills while it ran (±1 s)."""
+    """Each broken stream or failed request with its times since the soak began and the kills while it
+    ran (±1 s): which kill cost it."""
     for sample in samples:
         start, end = sample.pop("began_mono") - began, sample.pop("ended_mono") - began
         sample.update({"began_s": round(start, 1), "ended_s": round(end, 1),
                        "kills_meanwhile": [k.row() for k in monkey.kills if start - 1 <= k.at <= end + 1]})
+
+
+def _streams_cut_by_the_proxys_death(load: dict[str, Any]) -> dict[str, Any]:
+    """A stream whose connection was aborted while the endpoint proxy itself was killed is counted on its
+    own: the relay that died cannot send an error event, and the client was told (the connection broke
+    mid-body, never a clean end). Every other stream without [DONE] or an error event stays broken."""
+    cut = [s for s in load["broken_stream_samples"] if s["ending"].startswith("aborted")
+           and any(k["kind"] == "proxy" for k in s["kills_meanwhile"])]
+    if not cut:
+        return {**load, "streams_aborted_as_the_proxy_died": 0}
+    streams = dict(load["streams"])
+    streams["broken"] -= len(cut)
+    streams["aborted_as_the_proxy_died"] = len(cut)
+    return {**load, "streams": {k: v for k, v in streams.items() if v},
+            "streams_broken_without_error_event": load["streams_broken_without_error_event"] - len(cut),
+            "streams_aborted_as_the_proxy_died": len(cut),
+            "broken_stream_samples": [s for s in load["broken_stream_samples"] if s not in cut],
+            "stream_samples_aborted_as_the_proxy_died": cut}
 
 
 def _clean_up(orphans: list[str]) -> None:

@@ -111,3 +111,22 @@ def test_targets_are_named_and_drawn_by_role_not_by_workflow_id(tmp_path: Path) 
         (run / "rank.json").write_text(f'{{"pid": {pid}}}')
     monkey = ChaosMonkey(tmp_path, 1, labels={"vllm-ffff": "a_pool", "vllm-0000": "b_copy"})
     assert monkey.candidates("rank") == [("a_pool.copy-0-r0", 101), ("b_copy.copy-0-r0", 102)]
+
+
+def test_only_streams_aborted_while_the_proxy_died_are_set_apart() -> None:
+    from bench.chaos.soak import _streams_cut_by_the_proxys_death
+
+    proxy_kill = {"at_s": 10.0, "kind": "proxy", "target": "proxy", "pid": 1}
+    rank_kill = {"at_s": 20.0, "kind": "rank", "target": "pool.copy-0-r0", "pid": 2}
+    samples = [
+        {"target": "a", "ending": "aborted (RemoteProtocolError)", "kills_meanwhile": [proxy_kill]},  # cut
+        {"target": "b", "ending": "aborted (RemoteProtocolError)", "kills_meanwhile": [rank_kill]},  # broken
+        {"target": "c", "ending": "clean", "kills_meanwhile": [proxy_kill]},  # a clean end: broken whatever died
+    ]
+    load = {"streams": {"done": 7, "broken": 3}, "streams_broken_without_error_event": 3,
+            "broken_stream_samples": samples}
+    result = _streams_cut_by_the_proxys_death(load)
+    assert result["streams"] == {"done": 7, "broken": 2, "aborted_as_the_proxy_died": 1}
+    assert result["streams_broken_without_error_event"] == 2
+    assert [s["target"] for s in result["broken_stream_samples"]] == ["b", "c"]
+    assert [s["target"] for s in result["stream_samples_aborted_as_the_proxy_died"]] == ["a"]

@@ -31,5 +31,5 @@ def test_chaos_smoke_keeps_every_invariant(tmp_path: Path) -> None:
     violated = [name for name, met in verdicts(result, SMOKE_SUCCESS_GOAL).items() if not met]
     evidence = {key: result[key] for key in (
         "gpus_reserved_twice_detail", "orphan_processes", "failed_workflow_ids", "broken_stream_samples",
-        "copies_lost_detail", "non_streamed_success_rate", "failures_by_endpoint")}
+        "non_streamed_failure_samples", "copies_lost_detail", "non_streamed_success_rate", "failures_by_endpoint")}
     assert not violated, f"seed {seed}: invariants violated: {violated}\n{json.dumps(evidence, indent=2)}"

@@ -31,7 +31,9 @@ from tests.support import (
 
 HEARTBEAT_TIMEOUT_S = 8
 ADOPT_WINDOW_S = 10
-COPY = "Model=hf://nvidia/some-model,Nodes=2,GpusPerNode=1"  # Proxy=true: behind its LiteLLM proxy
+# Proxy=true: behind its LiteLLM proxy. ReplaceFailedCopies=0: a rank's death fails the workflow, which is
+# what these tests watch for (the default places the copy again).
+COPY = "Model=hf://nvidia/some-model,Nodes=2,GpusPerNode=1,ReplaceFailedCopies=0"
 
 
 @dataclass

@@ -25,7 +25,7 @@ ADOPT_WINDOW_S = 6
 # The restarted agent's reaper waits heartbeat timeout + adopt window + 10 s before stopping orphans.
 REAPER_GRACE_S = HEARTBEAT_TIMEOUT_S + ADOPT_WINDOW_S + 10
 MODEL = "nvidia/some-model"
-COPY = f"Model=hf://{MODEL},Nodes=1,GpusPerNode=1,Proxy=false"  # ReplaceFailedCopies=0, MinReplicas=1
+COPY = f"Model=hf://{MODEL},Nodes=1,GpusPerNode=1,Proxy=false,ReplaceFailedCopies=0"  # MinReplicas=1
 # A foreign server on the copy's port: answers like a healthy engine serving the same model.
 FOREIGN_SERVER = """
 import http.server, json, sys

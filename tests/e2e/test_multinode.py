@@ -61,7 +61,8 @@ def _serving_copy(stack: RunningStack, workflow_id: str) -> dict[str, object]:
 
 
 def test_two_node_copy_fails_as_a_unit_at_the_minimum(stack: RunningStack) -> None:
-    workflow_id = stack.start_entry("vLLM", MODEL + ",ExtraEnv=NCCL_SOCKET_IFNAME=lo")
+    # ReplaceFailedCopies=0: this test is about the failure itself (the default would place the copy again).
+    workflow_id = stack.start_entry("vLLM", MODEL + ",ExtraEnv=NCCL_SOCKET_IFNAME=lo,ReplaceFailedCopies=0")
     copy = _serving_copy(stack, workflow_id)
     copy_id = str(copy["copy_id"])
     leader, follower = rank_record(stack.state_dir, copy_id, 0), rank_record(stack.state_dir, copy_id, 1)

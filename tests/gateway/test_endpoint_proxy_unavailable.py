@@ -114,6 +114,39 @@ def test_litellm_resetting_before_a_response_is_503(verifier: TokenVerifier) -> 
     _assert_unavailable(*asyncio.run(main()))
 
 
+def test_a_completion_litellm_died_with_is_sent_again_once_it_is_back(verifier: TokenVerifier) -> None:
+    """LiteLLM took the request and was killed before answering (a reset): nothing reached the client,
+    and a non-streamed completion can be replayed, so the client gets the restarted LiteLLM's answer."""
+    async def main() -> tuple[int, bytes, int]:
+        seen = 0
+
+        async def die_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal seen
+            await reader.readuntil(b"\r\n\r\n")
+            seen += 1
+            if seen == 1:  # the first one dies with the process: an RST, no response
+                writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                           struct.pack("ii", 1, 0))
+                writer.transport.abort()
+                return
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n"
+                         b'{"ok":true}')
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(die_once, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            status, _headers, body = await _ask(_proxy(_endpoint("litellm", f"http://127.0.0.1:{port}"), verifier,
+                                                       hold_s=10.0))
+        finally:
+            server.close()
+        return status, body, seen
+
+    status, body, seen = asyncio.run(main())
+    assert status == 200 and json.loads(body) == {"ok": True} and seen == 2
+
+
 def test_unreachable_direct_replica_stays_502(verifier: TokenVerifier) -> None:
     closed = f"http://127.0.0.1:{free_port()}"
     status, _headers, body = asyncio.run(_ask(_proxy(_endpoint(None, closed), verifier)))
