@@ -94,7 +94,8 @@ def test_two_node_copy_fails_as_a_unit_at_the_minimum(stack: RunningStack) -> No
 
 
 def test_above_the_minimum_the_copy_is_dropped(stack: RunningStack) -> None:
-    workflow_id = stack.start_entry("vLLM", MODEL + ",MinReplicas=0")
+    # ReplaceFailedCopies=0: the drop is under test (the default would place the copy again first).
+    workflow_id = stack.start_entry("vLLM", MODEL + ",MinReplicas=0,ReplaceFailedCopies=0")
     copy_id = str(_serving_copy(stack, workflow_id)["copy_id"])
     follower = rank_record(stack.state_dir, copy_id, 1)
     os.kill(int(follower["pid"]), signal.SIGTERM)
