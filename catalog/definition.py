@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from berth.child_environment import user_environment_problem
+from berth.scopes import Scope
 from catalog.limits import check_exec_size
 
 SECRET_REF = re.compile(r"^secret://(user|group|organization)/[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -20,15 +21,6 @@ HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 # `@../../x` must never pass.
 HF_REVISION = re.compile(r"^(?![-/])(?!.*\.\.)(?!.*//)(?!.*/$)(?!.*\.lock$)(?!\.)(?!.*/\.)[A-Za-z0-9._/+-]{1,128}\Z")
 REVISION_HELP = "a branch or tag name (letters, digits, . _ / + -, at most 128) or a 40-hex commit id"
-
-
-class Scope(StrEnum):
-    """Who may call an endpoint."""
-
-    USER = "user"  # the owner only
-    GROUP = "group"  # members of the owner's groups
-    ORGANIZATION = "organization"  # anyone in the owner's organization
-    PUBLIC = "public"  # everyone; the proxy lets every request through
 
 
 class Frozen(BaseModel):

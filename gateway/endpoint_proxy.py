@@ -21,8 +21,8 @@ from typing import Any
 from berth.api_client import ApiClient
 from berth.errors import AuthenticationError, BerthError
 from berth.failure_log import FailureLog
+from berth.scopes import Scope, in_scope
 from berth.security import Identity, SigningKey, TokenVerifier, endpoint_audience
-from catalog.definition import Scope
 from gateway import model_cards, routing, second_try
 from gateway.credentials import COOKIE_NAME, strip_berth_credentials
 from gateway.metrics import MetricsScraper
@@ -88,13 +88,7 @@ class Route:
         return any(r.ready and not r.draining for r in self.pool)  # a pool at zero has none: hold
 
     def admits(self, who: Identity) -> bool:
-        if self.scope is Scope.PUBLIC or who.user == self.owner:
-            return True
-        if self.scope is Scope.GROUP:
-            return bool(self.groups & set(who.groups))
-        if self.scope is Scope.ORGANIZATION:
-            return who.org == self.org
-        return False
+        return in_scope(self.scope, self.owner, self.org, self.groups, who)
 
 
 def find_token(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, bool]:

@@ -5,16 +5,13 @@ the scope within the owner's organization; what can hold secrets (service logs s
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import Depends
-from starlette.concurrency import run_in_threadpool
-
+from berth import scopes
 from berth.errors import NotFoundError, PermissionDeniedError
 from berth.security import Identity
-from catalog.definition import Scope
 from server.models import EndpointRow, WorkflowRow
 from server.store import Store
 
@@ -29,14 +26,7 @@ HIDDEN_ALLOCATION = "(another user)"
 
 def in_scope(endpoint: EndpointRow, who: Identity) -> bool:
     """Whether `who` is inside an endpoint's scope (the workflow's own scope): user, group, org, public."""
-    scope = Scope(endpoint.scope)
-    if who.user == endpoint.owner or scope is Scope.PUBLIC:
-        return True
-    if scope is Scope.GROUP:
-        return bool(set(who.groups) & set(endpoint.groups))
-    if scope is Scope.ORGANIZATION:
-        return who.org == endpoint.org
-    return False
+    return scopes.in_scope(endpoint.scope, endpoint.owner, endpoint.org, endpoint.groups, who)
 
 
 def _no_such_workflow(workflow_id: str) -> NotFoundError:
@@ -105,16 +95,6 @@ def workflow_access(store: Store, workflow_id: str, who: Identity) -> WorkflowAc
     if access.owner_view or (endpoint is not None and in_scope(endpoint, who)):
         return access
     raise _no_such_workflow(workflow_id)
-
-
-def workflow_reader(store: Store, caller: Callable[..., Awaitable[Identity]]
-                    ) -> Callable[..., Awaitable[WorkflowAccess]]:
-    """A FastAPI dependency: the `{workflow_id}` of the path, as the caller may read it."""
-
-    async def readable(workflow_id: str, who: Identity = Depends(caller)) -> WorkflowAccess:
-        return await run_in_threadpool(workflow_access, store, workflow_id, who)
-
-    return readable
 
 
 def allocation_labels(store: Store, who: Identity) -> Callable[[str | None], str | None]:

@@ -15,7 +15,8 @@ import pytest
 import uvicorn
 
 from berth.security import Identity
-from server.app import ServerContext, build_context, create_app
+from server.app import build_context, create_app
+from server.context import ServerContext
 
 
 def _free_port() -> int:

@@ -1,0 +1,12 @@
+"""The control plane's routers, one per resource; `create_app` includes them in this order."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from server.routes import catalog, endpoints, health, identity, internal, nodes, secrets, tokens, workflows
+
+ROUTERS: tuple[APIRouter, ...] = (
+    tokens.router, health.router, catalog.router, workflows.router, endpoints.router, secrets.router,
+    identity.router, nodes.router, internal.router,
+)

@@ -1,0 +1,86 @@
+"""Endpoint routes: list and show the endpoints in the caller's scope, wake a pool at zero, mint an
+endpoint token, and the facts a client needs to call one."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+from temporalio.service import RPCError
+
+from berth.errors import NotFoundError, UserInputError
+from berth.tokens import parse_duration
+from server import opencode as opencode_checks
+from server.access import in_scope
+from server.context import Context, RateMeters
+from server.guards import Caller, ReachableEndpoint, VisibleEndpoint
+from server.views import endpoint_url, endpoint_view
+from workflows.payloads import ServiceStatus
+from workflows.service import ServiceWorkflow
+
+router = APIRouter()
+
+
+class TokenRequest(BaseModel):
+    expiration: str = "8h"
+
+
+class WakeBody(BaseModel):
+    reason: str = ""
+
+
+@router.get("/v1/endpoints")
+async def list_endpoints(context: Context, who: Caller) -> list[dict[str, Any]]:
+    endpoints = await run_in_threadpool(context.store.endpoints)
+    replicas = await run_in_threadpool(context.store.replicas)
+    return [endpoint_view(context, endpoint, replicas) for endpoint in endpoints
+            if who.admin or in_scope(endpoint, who)]
+
+
+@router.get("/v1/endpoints/{endpoint_id}")
+async def endpoint_detail(endpoint_id: str, endpoint: VisibleEndpoint, context: Context) -> dict[str, Any]:
+    replicas = await run_in_threadpool(context.store.replicas, endpoint_id)
+    return endpoint_view(context, endpoint, replicas)
+
+
+@router.post("/v1/endpoints/{endpoint_id}/wake")
+async def wake_endpoint(endpoint_id: str, body: WakeBody, endpoint: VisibleEndpoint, who: Caller,
+                        context: Context, meters: RateMeters) -> dict[str, Any]:
+    """A request reached a pool with no copy: ask its workflow for one (anyone in scope may)."""
+    meters.front_door.add(endpoint_id, 1, time.monotonic())  # demand: keeps the woken pool from idling back to zero
+    client = await context.temporal()
+    handle = client.get_workflow_handle(endpoint.workflow_id)
+    try:
+        # Whether the pool was asleep tells the caller to hold the request (a copy is coming) or not
+        # (copies are already wanted: starting, or waiting for capacity).
+        status: ServiceStatus = await handle.query(ServiceWorkflow.status, rpc_timeout=timedelta(seconds=5))
+        if status.desired_replicas == 0:  # else a no-op for the workflow: spare its history the signal
+            await handle.signal(ServiceWorkflow.wake, body.reason or f"a request from {who.user}")
+    except RPCError as error:
+        raise NotFoundError(
+            f"Workflow '{endpoint.workflow_id}' is not running ({error.message}).") from None
+    return {"endpoint_id": endpoint_id, "workflow_id": endpoint.workflow_id,
+            "woken": status.desired_replicas == 0, "phase": status.phase.value}
+
+
+@router.post("/v1/endpoints/{endpoint_id}/tokens")
+async def generate_token(endpoint_id: str, body: TokenRequest, _endpoint: ReachableEndpoint, who: Caller,
+                         context: Context) -> dict[str, Any]:
+    ttl = parse_duration(body.expiration)
+    limit = context.settings.max_token_expiration_s
+    if ttl > limit:
+        raise UserInputError(f"Expiration {body.expiration} is longer than this cluster allows "
+                             f"({limit // 3600} h). Choose a shorter --expiration.")
+    token = context.signing.endpoint_token(who, endpoint_id, ttl)
+    return {"endpoint_id": endpoint_id, "token": token, "expires_at": time.time() + ttl}
+
+
+@router.get("/v1/endpoints/{endpoint_id}/client-config")
+async def endpoint_client_config(endpoint_id: str, endpoint: ReachableEndpoint, context: Context) -> dict[str, Any]:
+    """What a client (OpenCode, an SDK) needs: URL, the model id /v1/models lists, its context."""
+    return await run_in_threadpool(opencode_checks.client_facts, context.store, endpoint,
+                                   endpoint_url(context, endpoint_id))

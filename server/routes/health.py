@@ -1,0 +1,22 @@
+"""Liveness and the published signing keys (JWKS): the two routes that need no token."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from server.context import Context
+
+router = APIRouter()
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/.well-known/jwks.json")
+async def jwks(context: Context) -> JSONResponse:
+    if not context.settings.publish_jwks:
+        return JSONResponse({"detail": "signing-key publication is turned off on this cluster"}, 404)
+    return JSONResponse(context.signing.jwks(), headers={"Cache-Control": "max-age=300"})

@@ -1,0 +1,244 @@
+"""Internal routes (`/v1/internal/...`): what the control worker, node agents, the endpoint proxy, a
+pool's LiteLLM sync hook and a discovering gateway call. Administrators' (Berth's own services') tokens,
+save where a route names a narrower guard (an endpoint's service token, a gateway's replica-keys token)."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+
+from berth.errors import NotFoundError
+from berth.security import API_AUDIENCE, Identity
+from berth.tokens import TokenKind
+from server.access import in_scope
+from server.context import Context, RateMeters, ServerContext
+from server.guards import Admin, replica_keys_owner, service_audience, service_or_admin
+from server.replica_keys import REPLICA_KEYS_TOKEN_TTL_S, ReplicaKeysList, ReplicaKeysToken, discoverable
+from server.secrets import Secrets
+from server.views import replica_view
+from workflows.payloads import (
+    EndpointService,
+    FenceRequest,
+    ReplicaReadiness,
+    ReplicaRecord,
+    ReserveRequest,
+    ServicePort,
+    ServicePortRequest,
+)
+
+router = APIRouter()
+ServiceOrAdmin = Depends(service_or_admin)
+# A LiteLLM service reads its pool's replica list with this token for as long as it runs; it reaches
+# nothing else (its audience is one endpoint's service routes), so a long life costs little.
+SERVICE_TOKEN_TTL_S = 365 * 24 * 3600
+
+
+class ResolveRequest(BaseModel):
+    ref: str
+    user: str
+
+
+class RequestCounters(BaseModel):
+    """What the LiteLLM sync hook posts (gateway.litellm_sync.RequestSnapshot; other fields ignored)."""
+
+    pid: int
+    started_at: float
+    requests_total: int
+    replicas: tuple[str, ...] = ()  # copy ids LiteLLM routes to now
+
+
+class TokenLapse(BaseModel):
+    expires_at: float
+
+
+class UserTokenRequest(BaseModel):
+    endpoint_id: str | None = None
+    ttl_s: int = 7 * 24 * 3600
+
+
+class LoadBody(BaseModel):
+    requests: int
+
+
+# --- keys, secrets and tokens for Berth's own services --------------------------------------------
+@router.get("/v1/internal/keys")
+async def internal_keys(context: Context, _who: Admin) -> dict[str, Any]:
+    """The verification keys for Berth's own services, whether or not JWKS publication is on."""
+    return context.signing.jwks()
+
+
+@router.post("/v1/internal/secrets/resolve")
+async def resolve_secret(body: ResolveRequest, context: Context, _who: Admin) -> dict[str, str]:
+    owner = await run_in_threadpool(context.store.identity, body.user)
+    kind, value = await run_in_threadpool(Secrets(context.store).resolve, owner, body.ref)
+    return {"type": kind, "value": value}
+
+
+@router.post("/v1/internal/endpoints/{endpoint_id}/service-token")
+async def service_token(endpoint_id: str, context: Context, _who: Admin) -> dict[str, str]:
+    """A token that reads this endpoint's replica list and nothing else (for its LiteLLM service)."""
+    await run_in_threadpool(context.store.endpoint, endpoint_id)
+    claims = {"sub": f"service:{endpoint_id}", "aud": service_audience(endpoint_id), "typ": "service"}
+    return {"token": context.signing.sign(claims, SERVICE_TOKEN_TTL_S)}
+
+
+@router.post("/v1/internal/users/{user}/tokens")
+async def owner_token_for_service(user: str, body: UserTokenRequest, context: Context,
+                                  _who: Admin) -> dict[str, Any]:
+    """A token speaking for a workflow's owner, for its service (the gateway polls the endpoints API,
+    OpenCode calls model endpoints, as the owner). At most 7 days: a restart renews it."""
+    owner = await run_in_threadpool(context.store.identity, user)
+    ttl = min(body.ttl_s, 7 * 24 * 3600, context.settings.max_token_expiration_s)
+    if body.endpoint_id:
+        token = context.signing.endpoint_token(owner, body.endpoint_id, ttl)
+    else:
+        token = context.signing.api_token(owner, ttl, TokenKind.SERVICE.value, "a workflow service's, as its owner")
+        await run_in_threadpool(_record_minted, context, token, _who.user)
+    return {"token": token, "expires_at": time.time() + ttl}
+
+
+def _record_minted(context: ServerContext, token: str, minted_by: str) -> None:
+    """Record an API token minted outside the token routes (its kind and note travel in its claims)."""
+    claims = context.verifier.verify(token, API_AUDIENCE)
+    context.tokens.record(claims, str(claims.get("use", TokenKind.USER.value)), str(claims.get("note", "")), minted_by)
+
+
+@router.post("/v1/internal/users/{user}/replica-keys-token")
+async def replica_keys_token(user: str, context: Context, _who: Admin) -> ReplicaKeysToken:
+    """Minted by a node agent for the gateway it starts for `user`; only the route below reads it."""
+    owner = await run_in_threadpool(context.store.identity, user)  # an unknown user: 404
+    return ReplicaKeysToken(token=context.signing.replica_keys_token(owner, REPLICA_KEYS_TOKEN_TTL_S))
+
+
+@router.get("/v1/internal/replica-keys")
+async def replica_keys(context: Context,
+                       owner: Annotated[Identity, Depends(replica_keys_owner)]) -> ReplicaKeysList:
+    """The keys of the copies the token's owner may reach (an administrator's API token: every copy)."""
+    endpoints = await run_in_threadpool(context.store.endpoints)
+    reachable = {e.id for e in endpoints if discoverable(e) and (owner.admin or in_scope(e, owner))}
+    replicas = await run_in_threadpool(context.store.replicas)
+    return ReplicaKeysList(keys={r.copy_id: context.replica_keys.for_copy(r.copy_id) for r in replicas
+                                 if r.endpoint_id in reachable})
+
+
+# --- placement: reservations, fencing, service ports -----------------------------------------------
+@router.post("/v1/internal/reservations")
+async def reserve(request: ReserveRequest, context: Context, _who: Admin) -> dict[str, Any]:
+    result = await run_in_threadpool(context.store.reserve, request)
+    return result.model_dump(mode="json")
+
+
+@router.delete("/v1/internal/reservations/{copy_id}", status_code=204)
+async def release(copy_id: str, context: Context, _who: Admin) -> None:
+    await run_in_threadpool(context.store.release, copy_id)
+
+
+@router.post("/v1/internal/reservations/{copy_id}/fence", status_code=204)
+async def fence(copy_id: str, request: FenceRequest, context: Context, _who: Admin) -> None:
+    await run_in_threadpool(context.store.fence, copy_id, request.nodes)
+
+
+@router.post("/v1/internal/service-ports")
+async def reserve_service_port(request: ServicePortRequest, context: Context, _who: Admin) -> dict[str, Any]:
+    node, port = await run_in_threadpool(context.store.reserve_service_port, request.owner)
+    return ServicePort(node_id=node.id, address=node.address, port=port).model_dump(mode="json")
+
+
+# --- replicas: what copies publish --------------------------------------------------------------------
+@router.put("/v1/internal/replicas/{copy_id}", status_code=204)
+async def publish(copy_id: str, record: ReplicaRecord, context: Context, _who: Admin) -> None:
+    await run_in_threadpool(context.store.upsert_replica, record.workflow_id, record.endpoint_id, copy_id,
+                            record.url, record.ready)
+
+
+@router.put("/v1/internal/replicas/{copy_id}/ready", status_code=204)
+async def replica_readiness(copy_id: str, body: ReplicaReadiness, context: Context, _who: Admin) -> None:
+    await run_in_threadpool(context.store.set_replica_ready, copy_id, body.ready)
+
+
+@router.post("/v1/internal/replicas/{copy_id}/drain", status_code=204)
+async def drain_replica(copy_id: str, context: Context, _who: Admin) -> None:
+    await run_in_threadpool(context.store.drain_replica, copy_id)
+
+
+@router.delete("/v1/internal/replicas/{copy_id}", status_code=204)
+async def unpublish(copy_id: str, context: Context, _who: Admin) -> None:
+    await run_in_threadpool(context.store.remove_replica, copy_id)
+
+
+# --- endpoints: their services, load and routing table ----------------------------------------------
+@router.post("/v1/internal/endpoints/{endpoint_id}/load", status_code=204)
+async def report_load(endpoint_id: str, body: LoadBody, meters: RateMeters, _who: Admin) -> None:
+    """Requests the endpoint proxy admitted for this endpoint since its last report."""
+    meters.front_door.add(endpoint_id, body.requests, time.monotonic())
+
+
+@router.delete("/v1/internal/endpoints/{endpoint_id}", status_code=204)
+async def remove_endpoint(endpoint_id: str, context: Context, _who: Admin) -> None:
+    await run_in_threadpool(context.store.remove_endpoint, endpoint_id)
+
+
+@router.put("/v1/internal/endpoints/{endpoint_id}/service", status_code=204)
+async def set_endpoint_service(endpoint_id: str, update: EndpointService, context: Context, _who: Admin) -> None:
+    await run_in_threadpool(context.store.set_endpoint_service, endpoint_id, update.service, update.url)
+
+
+@router.put("/v1/internal/endpoints/{endpoint_id}/token-lapse", status_code=204)
+async def token_lapse(endpoint_id: str, body: TokenLapse, context: Context, _who: Admin) -> None:
+    """When the tokens a service borrowed for its owner lapse (the earliest; a restart of the service
+    reports afresh): `describe` says so and that a restart renews them."""
+    await run_in_threadpool(context.store.note_token_lapse, endpoint_id, body.expires_at)
+
+
+@router.post("/v1/internal/endpoints/{endpoint_id}/requests", status_code=204, dependencies=[ServiceOrAdmin])
+async def litellm_requests(endpoint_id: str, body: RequestCounters, meters: RateMeters) -> None:
+    """A Proxy=true pool's LiteLLM sync hook posts its request counters here: the rate that sizes
+    the pool is the one measured at its LiteLLM proxy."""
+    meters.litellm.add_snapshot(endpoint_id, body.pid, body.started_at, body.requests_total, time.monotonic(),
+                                body.replicas)
+
+
+@router.get("/v1/internal/endpoints/{endpoint_id}/replicas", dependencies=[ServiceOrAdmin])
+async def endpoint_replicas(endpoint_id: str, context: Context) -> dict[str, Any]:
+    """The pool's replicas, as the LiteLLM sync hook reads them. Accepts the endpoint's service
+    token or an administrator's API token."""
+    rows = await run_in_threadpool(context.store.replicas, endpoint_id)
+    try:
+        annotations = (await run_in_threadpool(context.store.endpoint, endpoint_id)).annotations or {}
+    except NotFoundError:
+        annotations = {}  # the endpoint is gone; its replica list is empty as well
+    return {"replicas": [{"id": r.copy_id, "url": r.url.rstrip("/") + "/v1", "ready": r.ready and not r.draining,
+                          "api_key": context.replica_keys.for_copy(r.copy_id)}
+                         for r in sorted(rows, key=lambda r: r.copy_id)],
+            # LiteLLM's custom routing strategy (gateway.litellm_routing) routes by it.
+            "routing_policy": annotations.get("routing_policy") or "least_queue"}
+
+
+@router.get("/v1/internal/routes")
+async def routes(context: Context, meters: RateMeters, _who: Admin) -> dict[str, Any]:
+    endpoints = await run_in_threadpool(context.store.endpoints)
+    replicas = await run_in_threadpool(context.store.replicas)
+    by_endpoint: dict[str, list[str]] = {}
+    for replica in replicas:
+        if replica.ready and not replica.draining:
+            by_endpoint.setdefault(replica.endpoint_id, []).append(replica.url)
+    pools: dict[str, list[dict[str, Any]]] = {}
+    for replica in replicas:
+        # Only this admin route and the service routes carry a copy's key (the proxy sends it on).
+        pools.setdefault(replica.endpoint_id, []).append(
+            {**replica_view(replica), "api_key": context.replica_keys.for_copy(replica.copy_id)})
+    return {"endpoints": [{
+        "id": e.id, "scope": e.scope, "owner": e.owner, "org": e.org, "groups": e.groups,
+        "service": e.service, "service_url": e.service_url, "replicas": sorted(by_endpoint.get(e.id, [])),
+        # The pool as routing needs it: every published copy with its state, the policy, and
+        # whether a request may wake it (a pool with no copy, not a service).
+        "workflow_id": e.workflow_id, "pool": sorted(pools.get(e.id, []), key=lambda r: r["copy_id"]),
+        "routing_policy": (e.annotations or {}).get("routing_policy", "least_queue"),
+        "wakeable": bool((e.annotations or {}).get("pool")),
+        # Behind LiteLLM: the copies it routes to (None until its sync hook first reported).
+        "litellm_routed": meters.litellm.routed.get(e.id) if e.service == "litellm" else None,
+    } for e in endpoints]}

@@ -1,0 +1,38 @@
+"""Secret routes: create, list and delete the secrets a caller may reach (values are never returned;
+the control worker resolves them through the internal route)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+
+from server.context import Context
+from server.guards import Caller
+from server.secrets import Secrets
+
+router = APIRouter()
+
+
+class SecretRequest(BaseModel):
+    ref: str
+    type: str
+    value: str
+    group: str | None = None
+
+
+@router.post("/v1/secrets", status_code=201)
+async def create_secret(body: SecretRequest, context: Context, who: Caller) -> dict[str, Any]:
+    return await run_in_threadpool(Secrets(context.store).create, who, body.ref, body.type, body.value, body.group)
+
+
+@router.get("/v1/secrets")
+async def list_secrets(context: Context, who: Caller) -> list[dict[str, Any]]:
+    return await run_in_threadpool(Secrets(context.store).list, who)
+
+
+@router.delete("/v1/secrets", status_code=204)
+async def delete_secret(ref: str, context: Context, who: Caller) -> None:
+    await run_in_threadpool(Secrets(context.store).delete, who, ref)

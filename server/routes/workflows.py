@@ -1,0 +1,216 @@
+"""Workflow routes: start one from a catalog entry, list, describe, read its definition, stop, scale,
+and read its jobs' logs — each behind the guard its reader needs (server/guards.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.service import RPCError
+
+from berth.errors import NotFoundError, UnavailableError, UserInputError
+from berth.processes import tail
+from berth.settings import CONTROL_TASK_QUEUE
+from catalog.definition import ServiceKind
+from server import opencode as opencode_checks
+from server.access import WorkflowAccess
+from server.context import Context, ServerContext
+from server.guards import Caller, ReadableWorkflow, owned_workflow
+from server.models import EndpointRow
+from server.submission import StartRequest, copy_timings, new_rows, prepare, with_generated_keys
+from server.views import endpoint_url, endpoint_view
+from workflows.payloads import Owner, ScaleRequest, ServiceInput, ServiceStatus, StopRequest
+from workflows.service import ServiceWorkflow
+
+router = APIRouter()
+QUERY_TIMEOUT = timedelta(seconds=5)
+# How a closed ServiceWorkflow's Temporal status reads as its phase: it completes only once stopped.
+_CLOSED_PHASES = {WorkflowExecutionStatus.COMPLETED: "stopped", WorkflowExecutionStatus.FAILED: "failed"}
+
+
+DefinitionReader = Annotated[
+    WorkflowAccess, Depends(owned_workflow("read its definition (it holds its keys and passwords)"))]
+Stopper = Annotated[WorkflowAccess, Depends(owned_workflow("stop it"))]
+Scaler = Annotated[WorkflowAccess, Depends(owned_workflow("scale it"))]
+
+
+class ScaleBody(BaseModel):
+    replicas: int
+
+
+@router.post("/v1/workflows", status_code=201)
+async def start_workflow(body: StartRequest, context: Context, who: Caller) -> dict[str, Any]:
+    # Checking and rendering a submission is CPU work and reads the store: off the event loop, so
+    # one large submission cannot hold every other request (issue 11 item 3).
+    entry, definition = await run_in_threadpool(prepare, context, body, who)
+    await run_in_threadpool(opencode_checks.check_submission, context.store, definition,
+                            context.settings.proxy_url)
+    definition = with_generated_keys(definition)
+    row, endpoint = new_rows(entry, definition, who)
+    workflow_id, endpoint_id = row.id, endpoint.id
+    await run_in_threadpool(context.store.add_workflow, row, definition.model_dump(mode="json"), endpoint)
+    try:
+        client = await context.temporal()
+        unsigned = ServiceInput(workflow_id=workflow_id, endpoint_id=endpoint_id,
+                                endpoint_url=endpoint_url(context, endpoint_id),
+                                owner=Owner(user=who.user, groups=who.groups, org=who.org),
+                                definition=definition, timings=copy_timings(context))
+        # The control worker runs only an input the API signed (node agents hold no signing key).
+        grant = context.signing.workflow_grant(who.user, workflow_id, unsigned.digest())
+        await client.start_workflow(ServiceWorkflow.run, unsigned.model_copy(update={"grant": grant}),
+                                    id=workflow_id, task_queue=CONTROL_TASK_QUEUE)
+    except (RPCError, UnavailableError) as error:
+        await run_in_threadpool(context.store.remove_endpoint, endpoint_id)
+        raise UnavailableError(f"Temporal refused to start the workflow ({error}); nothing was created.") from None
+    return {"id": workflow_id, "endpoint_id": endpoint_id, "url": endpoint_url(context, endpoint_id)}
+
+
+@router.get("/v1/workflows")
+async def list_workflows(context: Context, who: Caller) -> list[dict[str, Any]]:
+    rows = await run_in_threadpool(context.store.workflows, None if who.admin else who.user)
+    client = await context.temporal()
+    # Bounded so that a long listing does not open a request to Temporal per workflow at once.
+    limit = asyncio.Semaphore(16)
+    states = await asyncio.gather(*(_listed_state(client, row.id, limit) for row in rows))
+    return [{"id": row.id, "entry": row.entry, "owner": row.owner, "created_at": row.created_at,
+             "status": status, "phase": phase, "endpoint_id": row.endpoint_id}
+            for row, (status, phase) in zip(rows, states, strict=True)]
+
+
+@router.get("/v1/workflows/{workflow_id}")
+async def describe_workflow(workflow_id: str, access: ReadableWorkflow, context: Context) -> dict[str, Any]:
+    row = access.row
+    client = await context.temporal()
+    handle = client.get_workflow_handle(workflow_id)
+    result: dict[str, Any] = {"id": row.id, "entry": row.entry, "owner": row.owner, "created_at": row.created_at,
+                              "endpoint": {"id": row.endpoint_id, "url": endpoint_url(context, row.endpoint_id)}}
+    with contextlib.suppress(NotFoundError):
+        endpoint = await run_in_threadpool(context.store.endpoint, row.endpoint_id)
+        result["endpoint"].update(_endpoint_notes(context, endpoint))
+    try:
+        description = await handle.describe()
+        result["status"] = _temporal_status(description.status)
+        for pending in description.raw_description.pending_activities:
+            if pending.activity_type.name == "download_weights" and pending.heartbeat_details.payloads:
+                details = await client.data_converter.decode(pending.heartbeat_details.payloads)
+                result["download"] = details[0] if details else None
+    except RPCError as error:
+        raise NotFoundError(f"Temporal has no workflow '{workflow_id}' ({error.message}).") from None
+    try:
+        status: ServiceStatus = await handle.query(ServiceWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+        result.update(status.model_dump(mode="json"))
+    except (RPCError, Exception) as error:  # noqa: BLE001 — a query can fail many ways; say so
+        result["phase"] = "unknown"
+        result["note"] = f"could not query the workflow ({type(error).__name__}); is the control worker up?"
+    return access.redact_status(result)
+
+
+def _endpoint_notes(context: ServerContext, endpoint: EndpointRow) -> dict[str, Any]:
+    """What `describe` says of the workflow's endpoint beyond its URL: discovery, and when its borrowed
+    tokens lapse."""
+    notes = endpoint_view(context, endpoint, [])["annotations"]
+    shown: dict[str, Any] = {"discoverable": notes["discoverable"]}
+    # OpenCode's endpoint is its own HTTP API, not an OpenAI one: clients print it without /v1.
+    shown["openai_compatible"] = endpoint.service != ServiceKind.OPENCODE.value
+    if notes.get("not_discoverable_reason"):
+        shown["note"] = "not discoverable by a gateway: " + notes["not_discoverable_reason"]
+    lapses = (endpoint.annotations or {}).get("token_lapses_at")
+    if lapses:
+        shown["token_lapses_at"] = lapses
+        shown["note"] = (
+            "the Berth token this service uses for its model endpoints lapses at "
+            + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(lapses)) + "; restart the workflow to renew it")
+    return shown
+
+
+@router.get("/v1/workflows/{workflow_id}/definition")
+async def workflow_definition(workflow_id: str, context: Context, access: DefinitionReader) -> dict[str, Any]:
+    row = access.row
+    return {"id": row.id, "entry": row.entry,
+            "definition": await run_in_threadpool(context.store.workflow_definition, row)}
+
+
+@router.post("/v1/workflows/{workflow_id}/stop")
+async def stop_workflow(workflow_id: str, context: Context,
+                        access: Stopper) -> dict[str, Any]:
+    client = await context.temporal()
+    try:
+        await client.get_workflow_handle(workflow_id).signal(ServiceWorkflow.stop,
+                                                             StopRequest(by=access.who.user))
+    except RPCError as error:
+        raise NotFoundError(f"Workflow '{workflow_id}' is not running ({error.message}).") from None
+    await run_in_threadpool(context.store.mark_stop_requested, workflow_id)
+    return {"id": workflow_id, "stop_requested": True}
+
+
+@router.post("/v1/workflows/{workflow_id}/scale")
+async def scale_workflow(workflow_id: str, body: ScaleBody, context: Context,
+                         access: Scaler) -> dict[str, Any]:
+    who = access.who
+    if body.replicas < 0:
+        raise UserInputError(f"--replicas must be 0 or more, not {body.replicas}.")
+    client = await context.temporal()
+    try:
+        result = await client.get_workflow_handle(workflow_id).execute_update(
+            ServiceWorkflow.scale, ScaleRequest(replicas=body.replicas, reason=f"by {who.user}"),
+        )
+    except WorkflowUpdateFailedError as error:
+        cause = error.cause
+        raise UserInputError(getattr(cause, "message", None) or str(cause or error)) from None
+    except RPCError as error:
+        raise NotFoundError(f"Workflow '{workflow_id}' is not running ({error.message}).") from None
+    return {"id": workflow_id, **result.model_dump(mode="json")}
+
+
+@router.get("/v1/workflows/{workflow_id}/logs")
+async def workflow_logs(workflow_id: str, access: ReadableWorkflow, context: Context,
+                        job: str | None = None, lines: int = 200) -> dict[str, Any]:
+    # Walking the log tree and reading a tail are file-system work: off the event loop.
+    return await run_in_threadpool(_read_logs, context.state.workflow_logs(workflow_id), workflow_id, access,
+                                   job, lines)
+
+
+def _read_logs(root: Path, workflow_id: str, access: WorkflowAccess, job: str | None, lines: int) -> dict[str, Any]:
+    files = sorted(root.rglob("*.log"), key=lambda p: p.stat().st_mtime) if root.exists() else []
+    jobs = sorted({p.stem for p in files if access.may_read_job(p.stem)})
+    if job is None:
+        return {"jobs": jobs}
+    access.require_job(job)
+    matching = [p for p in files if p.stem == job]
+    if not matching:
+        known = ", ".join(jobs) or "none yet"
+        raise NotFoundError(f"Workflow '{workflow_id}' has no job '{job}'. Its jobs: {known}.")
+    latest = matching[-1]
+    return {"job": job, "copy": latest.parent.name, "text": tail(latest, max(1, min(lines, 10_000)), 4_000_000)}
+
+
+def _temporal_status(status: WorkflowExecutionStatus | None) -> str:
+    return status.name.lower() if status is not None else "unknown"
+
+
+async def _listed_state(client: Client, workflow_id: str, limit: asyncio.Semaphore) -> tuple[str, str]:
+    """(Temporal status, phase) of one listed workflow. A running one is asked its phase; a closed one's
+    follows from how it closed, with no query (which would replay its history on a worker)."""
+    async with limit:
+        handle = client.get_workflow_handle(workflow_id)
+        try:
+            status = (await handle.describe()).status
+        except RPCError:
+            return "unknown", "unknown"
+        if status is None:
+            return "unknown", "unknown"
+        if status is not WorkflowExecutionStatus.RUNNING:
+            return _temporal_status(status), _CLOSED_PHASES.get(status, _temporal_status(status))
+        try:
+            answer: ServiceStatus = await handle.query(ServiceWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+        except (RPCError, Exception):  # noqa: BLE001 — a query can fail many ways; the listing goes on
+            return "running", "unknown"
+        return "running", answer.phase.value

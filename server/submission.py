@@ -1,0 +1,106 @@
+"""A submission, from request to the rows and input a workflow starts with: its values, image, engine
+flags, secret references and capacity checked; its generated passwords and keys; its endpoint's facts."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from berth.opencode import generate_password
+from berth.security import Identity, generate_api_key
+from catalog.definition import WorkflowDefinition
+from catalog.engine_flags import refuse_code_flags
+from catalog.entry import Entry, find_entry
+from catalog.images import refuse_image
+from catalog.render import render, resolve_values
+from server.capacity import check_capacity
+from server.models import EndpointRow, WorkflowRow
+from server.secrets import Secrets, check_references
+from workflows.payloads import CopyTimings
+
+if TYPE_CHECKING:
+    from server.context import ServerContext
+
+
+class StartRequest(BaseModel):
+    entry: str
+    values: dict[str, Any] = {}
+
+
+def prepare(context: ServerContext, body: StartRequest, who: Identity) -> tuple[Entry, WorkflowDefinition]:
+    """A submission's entry and its rendered definition, once its values, secret references and capacity
+    are checked. CPU work that reads the store: call it off the event loop."""
+    entry = find_entry(body.entry)
+    values = resolve_values(entry, body.values)
+    definition = render(entry, values)
+    if definition.replica is not None:
+        refuse_code_flags("ExtraArgs", definition.replica.engine.extra_args, context.settings.allow_trust_remote_code)
+    refuse_image(entry, values, context.settings.container_runtime)
+    check_capacity(context, entry, definition)
+    check_references(Secrets(context.store), who, entry, values)
+    return entry, definition
+
+
+def with_generated_keys(definition: WorkflowDefinition) -> WorkflowDefinition:
+    """The definition with what Berth generates when the submission left it out: OpenCode's server
+    password, and the master key of a gateway or of a pool's LiteLLM proxy."""
+    if definition.service is not None and definition.service.kind == "opencode" \
+            and not definition.service.options.get("password"):
+        # The documents: the server password sits in the definition, readable by whoever reads it.
+        service = definition.service.model_copy(
+            update={"options": {**definition.service.options, "password": generate_password()}})
+        definition = definition.model_copy(update={"service": service})
+    keyless = not (definition.api_key or definition.api_key_secret)
+    gateway = definition.service is not None and definition.service.kind == "gateway"
+    # The documents: a generated key is the gateway's (or the LiteLLM proxy's) master key, in the definition.
+    if keyless and (gateway or (definition.proxy and definition.replica is not None)):
+        definition = definition.model_copy(update={"api_key": generate_api_key()})
+    return definition
+
+
+def new_rows(entry: Entry, definition: WorkflowDefinition, who: Identity) -> tuple[WorkflowRow, EndpointRow]:
+    """The workflow's row and its endpoint's, under fresh IDs."""
+    workflow_id = f"{entry.slug}-{secrets.token_hex(4)}"
+    endpoint_id = f"ep-{secrets.token_hex(5)}"
+    now = time.time()
+    row = WorkflowRow(id=workflow_id, entry=entry.name, owner=who.user, org=who.org, created_at=now,
+                      definition="", endpoint_id=endpoint_id)
+    # A pool behind a LiteLLM proxy is reached only through it: the proxy answers 503 until it is up.
+    fronted = definition.proxy and definition.replica is not None
+    service_entry = definition.service is not None and definition.replica is None
+    service_kind = definition.service.kind if service_entry and definition.service is not None else None
+    endpoint = EndpointRow(id=endpoint_id, workflow_id=workflow_id,
+                           service=service_kind or ("litellm" if fronted else "vllm"),
+                           scope=definition.endpoint.scope.value, owner=who.user, org=who.org,
+                           groups=list(who.groups),
+                           # A service entry's endpoint serves no model of its own (OpenCode's Model
+                           # is what it asks for): keep it out of model discovery.
+                           model_id=None if service_kind else definition.model_id, created_at=now,
+                           annotations=pool_facts(definition))
+    return row, endpoint
+
+
+def pool_facts(definition: WorkflowDefinition) -> dict[str, Any]:
+    """What the endpoint row keeps about its pool, for routing and discovery."""
+    if definition.replica is None:
+        return {}
+    pool = definition.pool
+    return {"pool": True, "proxy": definition.proxy, "routing_policy": pool.routing_policy,
+            "min_replicas": pool.min_replicas, "max_replicas": pool.max_replicas,
+            "target_requests_per_s": pool.target_requests_per_s,
+            "scale_down_delay_s": pool.scale_down_delay_s,
+            "scale_to_zero_after_s": pool.scale_to_zero_after_s}
+
+
+def copy_timings(context: ServerContext) -> CopyTimings:
+    settings = context.settings
+    return CopyTimings(rank_heartbeat_timeout_s=settings.rank_heartbeat_timeout_s,
+                       rank_adopt_window_s=settings.rank_adopt_window_s,
+                       health_check_interval_s=settings.health_check_interval_s,
+                       health_check_timeout_s=settings.health_check_timeout_s,
+                       health_failures_to_fail=settings.health_failures_to_fail,
+                       replace_backoff_s=settings.replace_backoff_s,
+                       replace_backoff_max_s=settings.replace_backoff_max_s)
