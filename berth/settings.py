@@ -282,3 +282,51 @@ class ServerTLS:
 
     def uvicorn_options(self) -> dict[str, str]:
         return {"ssl_certfile": str(self.cert), "ssl_keyfile": str(self.key)}
+
+
+# --- What a component process is given -------------------------------------------------------------
+# `berth up` starts each component (`berth server`, `worker`, `node`, `proxy`, `gateway`, `hf-mirror`)
+# with these set; a multi-host operator sets them by hand (docs/operations.md).
+DEFAULT_TEMPORAL_ADDRESS = "127.0.0.1:7233"
+
+
+def _component_variable(name: str, default: str | None = None) -> str:
+    value = os.environ.get(name, default)
+    if value is None:
+        raise UserInputError(f"{name} is not set. `berth up` sets it; for a multi-host setup see docs/operations.md.")
+    return value
+
+
+def component_state_dir() -> Path:
+    """`BERTH_STATE_DIR`, required: the state dir a component works in."""
+    return Path(_component_variable("BERTH_STATE_DIR"))
+
+
+def component_api_url() -> str:
+    """`BERTH_API_URL`, required: the control plane a component calls."""
+    return _component_variable("BERTH_API_URL")
+
+
+def component_token() -> str:
+    """`BERTH_TOKEN`, required: the API token a component calls the control plane with."""
+    return _component_variable("BERTH_TOKEN")
+
+
+def temporal_address() -> str:
+    """`BERTH_TEMPORAL_ADDRESS`: the Temporal frontend (host:port) a component connects to."""
+    return _component_variable("BERTH_TEMPORAL_ADDRESS", DEFAULT_TEMPORAL_ADDRESS)
+
+
+def database_url() -> str | None:
+    """`BERTH_DATABASE_URL`: the control-plane store (SQLAlchemy URL); None: SQLite in the state dir."""
+    return os.environ.get("BERTH_DATABASE_URL")
+
+
+def gateway_master_key() -> str | None:
+    """`BERTH_GATEWAY_MASTER_KEY`: the key a model gateway's callers must send (its entry's MasterKeySecret)."""
+    return os.environ.get("BERTH_GATEWAY_MASTER_KEY") or None
+
+
+def replica_keys_token() -> str | None:
+    """`BERTH_REPLICA_KEYS_TOKEN`: the token a model gateway reads its copies' keys with."""
+    return os.environ.get("BERTH_REPLICA_KEYS_TOKEN")

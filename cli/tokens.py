@@ -8,21 +8,19 @@ from typing import Annotated, Any
 import typer
 
 from berth.api_client import ApiClient
-from cli.output import Format, console, emit_json, table
+from cli.common import Format, OutputOption, call, console, emit_json, fail, table
 
-token_app = typer.Typer(help="API tokens: list them, revoke one by id or all of a user's.", no_args_is_help=True)
+app = typer.Typer(help="API tokens: list them, revoke one by id or all of a user's.", no_args_is_help=True)
 
 
 def _when(value: float | None) -> str:
     return datetime.fromtimestamp(value).strftime("%Y-%m-%d %H:%M") if value else "-"
 
 
-@token_app.command("list")
+@app.command("list")
 def token_list(user: Annotated[str | None, typer.Option(help="One user's tokens (administrators)")] = None,
-               output: Annotated[Format, typer.Option("--output", "-o", help="table or json")] = Format.TABLE,
-               ) -> None:
+               output: OutputOption = Format.TABLE) -> None:
     """List API tokens (never the tokens themselves): yours, or everyone's for an administrator."""
-    from cli.main import call  # cli.main registers this module: import at call time
 
     async def fetch(api: ApiClient) -> list[dict[str, Any]]:
         return [record.model_dump(mode="json") for record in await api.tokens(user)]
@@ -36,14 +34,12 @@ def token_list(user: Annotated[str | None, typer.Option(help="One user's tokens 
            ("expires", "EXPIRES"), ("note", "NOTE")])
 
 
-@token_app.command("revoke")
+@app.command("revoke")
 def token_revoke(token_id: Annotated[str | None, typer.Argument(help="The token's id (`berth token list`)")] = None,
                  all_tokens: Annotated[bool, typer.Option("--all", help="Every token of --user")] = False,
                  user: Annotated[str | None, typer.Option(help="Whose tokens --all revokes (default: yours)")]
                  = None) -> None:
     """Revoke one API token by id, or with --all every token of a user (listed or not); refused at once."""
-    from cli.main import call, fail
-
     if all_tokens == (token_id is not None):
         raise fail("Give exactly one of a token ID or --all [--user NAME].")
     if user is not None and not all_tokens:

@@ -1,0 +1,92 @@
+"""`berth endpoint …` (and `berth workflow endpoints …`): list endpoints, mint endpoint tokens, and write a
+ready OpenCode config for one."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from berth.api_client import ApiClient
+from berth.errors import BerthError
+from cli.common import Format, OutputOption, answer, call, emit_json, errors, fail, listing
+
+endpoints_app = typer.Typer(help="Workflow endpoints.", no_args_is_help=True)
+app = typer.Typer(help="Endpoints and their access tokens.", no_args_is_help=True)
+
+
+@endpoints_app.command("list")
+def endpoints_list(output: OutputOption = Format.TABLE) -> None:
+    """List endpoints you may reach."""
+    listing(output, lambda api: api.endpoints(),
+            [("id", "ENDPOINT ID"), ("workflow_id", "WORKFLOW"), ("service", "SERVICE"), ("url", "URL"),
+             ("scope", "SCOPE"), ("ready", "READY")])
+
+
+app.command("list", help="List endpoints you may reach (alias of `berth workflow endpoints list`).")(endpoints_list)
+
+
+@app.command("generate-token")
+def endpoint_generate_token(endpoint_id: str,
+                            expiration: Annotated[str, typer.Option(help="e.g. 30m, 8h, 7d")] = "8h",
+                            output: OutputOption = Format.TABLE) -> None:
+    """Mint a token bound to one endpoint, carrying your identity."""
+    data = answer(output, lambda api: api.generate_token(endpoint_id, expiration))
+    if data is None:
+        return  # printed as JSON
+    sys.stdout.write(data["token"] + "\n")
+
+
+@endpoints_app.command("generate-token")
+def endpoints_generate_token(endpoint_id: str, expiration: Annotated[str, typer.Option()] = "8h") -> None:
+    """Mint a token bound to one endpoint (alias of `berth endpoint generate-token`)."""
+    endpoint_generate_token(endpoint_id, expiration, Format.TABLE)
+
+
+@app.command("opencode-config")
+def endpoint_opencode_config(
+    endpoint_id: str,
+    provider: Annotated[str, typer.Option(help="Provider key: models are <provider>/<model id>")] = "berth",
+    output_limit: Annotated[int | None, typer.Option(help="limit.output (default: context/4, ≤ 8192)")]
+    = None,
+    verify: Annotated[bool, typer.Option(help="Ask the endpoint's /v1/models for the exact model id")] = True,
+) -> None:
+    """Print a ready opencode.json for an endpoint: base URL, {env:BERTH_TOKEN}, exact model id, limits."""
+    from berth.opencode import TOKEN_ENV, ProviderTarget, opencode_config, preflight
+
+    async def work(api: ApiClient) -> tuple[dict[str, Any], tuple[str, ...] | None, str | None]:
+        facts = await api.endpoint_client_config(endpoint_id)
+        if not verify:
+            return facts, None, None
+        token = (await api.generate_token(endpoint_id, "5m"))["token"]
+        try:
+            return facts, await preflight(facts["url"], token, ca_file=api.ca_file), None
+        except BerthError as error:
+            return facts, None, str(error)
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", provider):
+        raise fail(f"--provider '{provider}' must be a plain name such as berth (it prefixes model ids).")
+    facts, listed, problem = call(work)
+    if problem:
+        errors.print(f"[yellow]warning:[/] could not ask the endpoint ({problem}); using the model id its "
+                     "workflow serves.", highlight=False, soft_wrap=True)
+    model_ids = listed or (facts["model_id"],)
+    try:
+        target = ProviderTarget(url=facts["url"], model_ids=tuple(model_ids),
+                                max_context=facts["max_context"], output_limit=output_limit, label="Berth")
+        config = opencode_config({provider: target})
+    except BerthError as error:
+        raise fail(str(error)) from None
+    emit_json(config)
+    if not facts.get("tool_calling"):
+        errors.print("[yellow]note:[/] this endpoint was started without --enable-auto-tool-choice: OpenCode "
+                     "can chat but cannot read or edit files (add the tool-calling flags to ExtraArgs).",
+                     highlight=False, soft_wrap=True)
+    errors.print(f"Save as ~/.config/opencode/opencode.json (or a project's opencode.json), then: export "
+                 f"{TOKEN_ENV}=$(berth endpoint generate-token {endpoint_id} --expiration 8h)",
+                 highlight=False, soft_wrap=True)
+    if str(facts["url"]).startswith("https://"):
+        errors.print("If the cluster uses a private CA (`berth ca-cert` prints it), OpenCode must trust it: "
+                     "export NODE_EXTRA_CA_CERTS=/path/to/cluster-ca.pem", highlight=False, soft_wrap=True)

@@ -1,0 +1,71 @@
+"""`berth node`: run a node agent on this machine (no subcommand), or list, drain and undrain nodes."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from cli.common import Format, OutputOption, Rows, call, console, listing, table
+from cli.components import run_node_agent
+
+app = typer.Typer(help="Run a node agent (no subcommand) or list nodes.", invoke_without_command=True)
+
+
+@app.callback()
+def node(
+    ctx: typer.Context,
+    node_id: Annotated[str | None, typer.Option("--id", help="Node id (default: host name)")] = None,
+    engine: Annotated[str | None, typer.Option(help="Force vllm, vllm-cpu or simulator")] = None,
+    simulate_gpus: Annotated[str | None, typer.Option(help="Report simulated GPUs, e.g. 4x80GB")] = None,
+    address: Annotated[str, typer.Option(help="Address other nodes reach this one at")] = "127.0.0.1",
+    port_start: Annotated[int, typer.Option(help="First of 100 ports for ranks and services")] = 20000,
+    taint: Annotated[list[str] | None, typer.Option(help="Taint this node (no placement)")] = None,
+) -> None:
+    """Run a node agent on this machine."""
+    if ctx.invoked_subcommand is not None:
+        return
+    run_node_agent(node_id, engine, simulate_gpus, address, port_start, tuple(taint or ()))
+
+
+@app.command("list")
+def node_list(output: OutputOption = Format.TABLE) -> None:
+    """List nodes (ready, offline or draining), their GPUs, free memory and what is allocated."""
+    nodes = listing(output, lambda api: api.nodes(),
+                    [("id", "NODE"), ("state", "STATE"), ("engine", "ENGINE"), ("gpus", "GPUS"),
+                     ("free", "FREE GPUS"), ("allocated", "ALLOCATED"), ("labels", "LABELS"), ("taints", "TAINTS")],
+                    rows=_node_rows)
+    if nodes is None:
+        return  # printed as JSON
+    gpus = [{"node": n["id"], **g, "allocated_to": g["allocated_to"] or "",
+             "memory": f"{g.get('memory_free_gb', 0):g}/{g.get('memory_gb', 0):g} GB"}
+            for n in nodes for g in n["gpus"]]
+    if gpus:
+        table(gpus, [("node", "NODE"), ("index", "GPU"), ("name", "NAME"), ("memory", "FREE/TOTAL"),
+                     ("id", "UUID / PCI BUS ID"), ("allocated_to", "ALLOCATED TO")], title="GPUs")
+
+
+def _node_rows(nodes: Rows) -> Rows:
+    return [{**n, "gpus": _gpu_summary(n["gpus"]),
+             "free": f"{sum(1 for g in n['gpus'] if not g['allocated_to'])}/{len(n['gpus'])}",
+             "labels": ",".join(f"{k}={v}" for k, v in n["labels"].items()), "taints": ",".join(n["taints"])}
+            for n in nodes]
+
+
+def _gpu_summary(gpus: list[dict[str, Any]]) -> str:
+    names = ", ".join(sorted({g["name"] for g in gpus}))
+    return f"{len(gpus)} ({names})" if gpus else "CPU only"
+
+
+@app.command("drain")
+def node_drain(node_id: str) -> None:
+    """Stop placing new copies on a node (its copies keep serving)."""
+    result = call(lambda api: api.set_node_draining(node_id, True))
+    console.print(f"Node {result['id']} is {result['state']}: it takes no new copies.")
+
+
+@app.command("undrain")
+def node_undrain(node_id: str) -> None:
+    """Let a drained node take new copies again."""
+    result = call(lambda api: api.set_node_draining(node_id, False))
+    console.print(f"Node {result['id']} is {result['state']}.")

@@ -1,0 +1,120 @@
+"""`berth workflow …`: follow, list, describe, scale, stop and read the logs of served models; the catalog
+and the endpoints are its sub-groups."""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import datetime
+from typing import Annotated
+
+import typer
+
+from cli import catalog, endpoint
+from cli.common import Format, OutputOption, answer, call, console, fail, listing, table
+from cli.follow import client_url, clock, watch
+
+app = typer.Typer(help="Workflows: start, inspect and stop served models.", no_args_is_help=True)
+app.add_typer(catalog.app, name="catalog")  # groups list after commands, whatever the order here
+app.add_typer(endpoint.endpoints_app, name="endpoints")
+
+
+@app.command("watch")
+def workflow_watch(workflow_id: str) -> None:
+    """Follow a workflow (events, download progress, phases) until it is ready or ends."""
+    watch(workflow_id)
+
+
+@app.command("list")
+def workflow_list(output: OutputOption = Format.TABLE) -> None:
+    """List workflows."""
+    listing(output, lambda api: api.workflows(),
+            [("id", "WORKFLOW ID"), ("entry", "ENTRY"), ("phase", "PHASE"), ("owner", "OWNER"),
+             ("created", "CREATED"), ("endpoint_id", "ENDPOINT")],
+            rows=lambda rows: [{**r, "created": datetime.fromtimestamp(r["created_at"]).strftime("%Y-%m-%d %H:%M")}
+                               for r in rows])
+
+
+@app.command("describe")
+def workflow_describe(workflow_id: str, output: OutputOption = Format.TABLE) -> None:
+    """Phase, replicas, endpoint, events and last error of a workflow."""
+    info = answer(output, lambda api: api.describe_workflow(workflow_id))
+    if info is None:
+        return  # printed as JSON
+    ready = info.get("phase") == "ready"
+    console.print(f"[bold]{info['id']}[/] ({info['entry']}) — phase [bold]{info.get('phase')}[/], "
+                  f"Temporal status {info.get('status')}", highlight=False)
+    console.print(f"  {'Ready: service running and health check passed.' if ready else 'Not ready yet.'}")
+    console.print(f"  Endpoint {info['endpoint']['id']}: {client_url(info['endpoint'])}", highlight=False)
+    if info["endpoint"].get("note"):
+        console.print(f"  [yellow]{info['endpoint']['note']}[/]", highlight=False)
+    download = info.get("download")
+    if download and download.get("bytes_total"):
+        done, total = download["bytes_done"], download["bytes_total"]
+        eta = f", ETA {download['eta_s']:.0f} s" if download.get("eta_s") else ""
+        console.print(f"  Downloading: {done / 1e6:.0f}/{total / 1e6:.0f} MB ({100 * done / total:.0f}%), "
+                      f"{download.get('rate_bps', 0) / 1e6:.1f} MB/s{eta}")
+    if info.get("weights"):
+        w = info["weights"]
+        console.print(f"  Weights: {w['model_dir']}" + (" (cache hit)" if w.get("cache_hit") else "")
+                      + (" (dry run)" if w.get("dry_run") else ""), highlight=False)
+    if info.get("replicas"):
+        table(info["replicas"], [("copy_id", "COPY"), ("status", "STATUS"), ("nodes", "NODES"), ("url", "URL"),
+                                 ("detail", "DETAIL")], title=f"Replicas (desired {info.get('desired_replicas')})")
+    if info.get("events"):
+        table([{**e, "at": clock(e["at"])} for e in info["events"][-15:]],
+              [("at", "TIME"), ("kind", "EVENT"), ("message", "MESSAGE")], title="Events")
+    if info.get("last_error"):
+        console.print(f"[bold red]Last error:[/] {info['last_error']}", highlight=False)
+    if info.get("note"):
+        console.print(f"[yellow]{info['note']}[/]")
+
+
+@app.command("get")
+def workflow_get(workflow_id: str) -> None:
+    """Print the rendered workflow definition (owner only: it holds the API key)."""
+    import yaml
+
+    data = call(lambda api: api.workflow_definition(workflow_id))
+    sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
+
+
+@app.command("scale")
+def workflow_scale(workflow_id: str,
+                   replicas: Annotated[int, typer.Option("--replicas", help="Copies the pool should run")],
+                   output: OutputOption = Format.TABLE) -> None:
+    """Set a replica pool's size (between MinReplicas and MaxReplicas); scale-in drains copies first."""
+    result = answer(output, lambda api: api.scale_workflow(workflow_id, replicas))
+    if result is None:
+        return  # printed as JSON
+    console.print(f"{workflow_id}: desired copies {result['previous']} → {result['desired']}.")
+
+
+@app.command("stop")
+def workflow_stop(workflow_id: str,
+                  wait: Annotated[bool, typer.Option(help="Wait until every rank stopped")] = True) -> None:
+    """Stop a workflow: ranks stopped, GPUs released, endpoint removed."""
+    call(lambda api: api.stop_workflow(workflow_id))
+    if not wait:
+        console.print(f"Stop requested for {workflow_id}.")
+        return
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        info = call(lambda api: api.describe_workflow(workflow_id))
+        if info.get("status") != "running":
+            console.print(f"Stopped {workflow_id} ({info.get('phase')}).")
+            return
+        time.sleep(0.5)
+    raise fail(f"{workflow_id} is still stopping after 300 s; check `berth workflow describe {workflow_id}`.")
+
+
+@app.command("log")
+def workflow_log(workflow_id: str, job: Annotated[str | None, typer.Argument()] = None,
+                 lines: Annotated[int, typer.Option()] = 200) -> None:
+    """Print a job's log (e.g. vllm-rank-0); without JOB, list the jobs."""
+    data = call(lambda api: api.workflow_log(workflow_id, job, lines))
+    if job is None:
+        console.print("Jobs: " + (", ".join(data["jobs"]) or "none yet"))
+        return
+    sys.stdout.write(data["text"] + ("\n" if data["text"] else ""))
+

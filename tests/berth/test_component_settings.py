@@ -1,0 +1,41 @@
+"""berth/settings.py's component accessors: what `berth up` sets for each component process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from berth import settings
+from berth.errors import UserInputError
+
+
+def test_required_variables_refuse_in_one_line_when_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("BERTH_STATE_DIR", "BERTH_API_URL", "BERTH_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    for read, name in ((settings.component_state_dir, "BERTH_STATE_DIR"),
+                       (settings.component_api_url, "BERTH_API_URL"), (settings.component_token, "BERTH_TOKEN")):
+        with pytest.raises(UserInputError, match=f"^{name} is not set. `berth up` sets it"):
+            read()
+
+
+def test_values_are_read_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("BERTH_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("BERTH_API_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("BERTH_TOKEN", "t")
+    monkeypatch.setenv("BERTH_TEMPORAL_ADDRESS", "temporal:7233")
+    monkeypatch.setenv("BERTH_DATABASE_URL", "sqlite:///x.db")
+    monkeypatch.setenv("BERTH_GATEWAY_MASTER_KEY", "")
+    monkeypatch.setenv("BERTH_REPLICA_KEYS_TOKEN", "r")
+    assert (settings.component_state_dir(), settings.component_api_url(), settings.component_token(),
+            settings.temporal_address(), settings.database_url(), settings.gateway_master_key(),
+            settings.replica_keys_token()) == (tmp_path, "http://127.0.0.1:1", "t", "temporal:7233",
+                                               "sqlite:///x.db", None, "r")
+
+
+def test_optional_variables_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("BERTH_TEMPORAL_ADDRESS", "BERTH_DATABASE_URL", "BERTH_GATEWAY_MASTER_KEY",
+                 "BERTH_REPLICA_KEYS_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    assert settings.temporal_address() == "127.0.0.1:7233"
+    assert (settings.database_url(), settings.gateway_master_key(), settings.replica_keys_token()) == (None,) * 3
