@@ -22,6 +22,15 @@ from starlette.concurrency import run_in_threadpool
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
+from berth.contracts import (
+    EndpointService,
+    FenceRequest,
+    ReplicaReadiness,
+    ReplicaRecord,
+    ReserveRequest,
+    ServicePort,
+    ServicePortRequest,
+)
 from berth.errors import (
     AuthenticationError,
     BerthError,
@@ -71,21 +80,7 @@ from server.secrets import Secrets, check_references
 from server.store import Store
 from server.token_registry import TokenRegistry
 from server.tokens import record_minted, token_router
-from workflows.payloads import (
-    CopyTimings,
-    EndpointService,
-    FenceRequest,
-    Owner,
-    ReplicaReadiness,
-    ReplicaRecord,
-    ReserveRequest,
-    ScaleRequest,
-    ServiceInput,
-    ServicePort,
-    ServicePortRequest,
-    ServiceStatus,
-    StopRequest,
-)
+from workflows.payloads import CopyTimings, Owner, ScaleRequest, ServiceInput, ServiceStatus, StopRequest
 from workflows.service import ServiceWorkflow
 
 
