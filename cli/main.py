@@ -118,8 +118,8 @@ def up(
                                                            "CA's server certificate (repeatable)")] = None,
 ) -> None:
     """Start the embedded stack: Temporal, API, control worker, node agents and endpoint proxy."""
-    from berth import stack
     from berth.tls import operator_files
+    from stack import embedded as stack
 
     try:
         options = stack.StackOptions(state_dir=_state_dir(state_dir), port_base=port_base, nodes=nodes,
@@ -174,7 +174,7 @@ def ca_cert(state_dir: StateDirOption = None) -> None:
 @app.command()
 def down(state_dir: StateDirOption = None) -> None:
     """Stop the embedded stack started by `berth up` (every process it started)."""
-    from berth import stack
+    from stack import state as stack
 
     try:
         info = stack.down(_state_dir(state_dir))
@@ -186,7 +186,7 @@ def down(state_dir: StateDirOption = None) -> None:
 @app.command()
 def status(state_dir: StateDirOption = None, output: OutputOption = Format.TABLE) -> None:
     """Show whether the embedded stack runs and where."""
-    from berth import stack
+    from stack import state as stack
 
     try:
         info = stack.status(_state_dir(state_dir))

@@ -1,4 +1,4 @@
-"""`berth up/down/status`: the embedded single-machine stack — Temporal dev server, control-plane API,
+"""`berth up`: the embedded single-machine stack — Temporal dev server, control-plane API,
 control worker, N node agents and the endpoint proxy — supervised by one foreground process, which
 starts a crashed component again with back-off (berth/restarts.py)."""
 
@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import signal
 import socket
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from berth.child_environment import BASE_VARIABLES, inherit
-from berth.errors import ConflictError, NotFoundError, UserInputError
+from berth.errors import ConflictError, UserInputError
 from berth.processes import (
     berth_python,
     pid_alive,
@@ -37,6 +36,7 @@ from berth.settings import ClientConfig, ClusterSettings, StackPorts, StateLayou
 from berth.tls import TLSFiles, client_context, ensure_private_ca
 from berth.tokens import previous_stack_token, revoke_previous_stack_token
 from node.inventory import simulated_gpus
+from stack.state import read_stack, write_stack
 
 
 @dataclass
@@ -137,7 +137,7 @@ class Stack:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.close()
-            owner = _read_stack(self.layout)
+            owner = read_stack(self.layout)
             pid = owner.get("pid", "?") if owner else "?"
             raise ConflictError(
                 f"State dir {self.layout.root} is in use by a running Berth stack (pid {pid}). "
@@ -261,7 +261,7 @@ class Stack:
             "hf_endpoint": settings.hf_endpoint,
             "children": [child.status() for child in self.children],
         }
-        _write_stack(layout, self.info)
+        write_stack(layout, self.info)
         return self.info
 
     def _wait_nodes(self, token: str, count: int) -> None:
@@ -365,7 +365,7 @@ class Stack:
     def _publish(self) -> None:
         """stack.json follows the children: `berth status` shows restarts, `berth down` finds new pids."""
         self.info["children"] = [child.status() for child in self.children]
-        _write_stack(self.layout, self.info)
+        write_stack(self.layout, self.info)
 
 
 def run_foreground(options: StackOptions, on_ready: Any) -> None:
@@ -410,7 +410,7 @@ def foreground_command(options: StackOptions) -> list[str]:
 def start_detached(options: StackOptions) -> dict[str, Any]:
     """Re-run `berth up` without --detach in its own session and wait until it reports ready."""
     layout = StateLayout(options.state_dir.resolve())
-    existing = _read_stack(layout)
+    existing = read_stack(layout)
     if existing and pid_alive(int(existing.get("pid", 0))):
         raise ConflictError(
             f"State dir {layout.root} is in use by a running Berth stack (pid {existing['pid']}). "
@@ -423,7 +423,7 @@ def start_detached(options: StackOptions) -> dict[str, Any]:
     process = spawn(foreground_command(options), log, env=_component_environment(dict(os.environ)), cwd=layout.root)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        info = _read_stack(layout)
+        info = read_stack(layout)
         if info and info.get("ready") and info.get("pid") == process.pid:
             return info
         if process.poll() is not None:
@@ -431,50 +431,3 @@ def start_detached(options: StackOptions) -> dict[str, Any]:
         time.sleep(0.2)
     stop_group_sync(process.pid)
     raise UserInputError(f"The stack did not become ready within 180 s; see {log}:\n{tail(log, 20)}")
-
-
-def down(state_dir: Path, timeout_s: float = 120) -> dict[str, Any]:
-    layout = StateLayout(state_dir)
-    info = _read_stack(layout)
-    if not info:
-        raise NotFoundError(f"No Berth stack is running with state dir {state_dir}.")
-    pid = int(info["pid"])
-    if pid_alive(pid):
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-    # Whatever is still alive (supervisor killed hard): stop it directly, so nothing is orphaned.
-    for child in info.get("children", []):
-        if pid_alive(int(child["pid"])):
-            stop_group_sync(int(child["pid"]), 15)
-    if pid_alive(pid):
-        stop_group_sync(pid, 5)
-    with contextlib.suppress(OSError):
-        layout.stack_file.unlink()
-    return info
-
-
-def status(state_dir: Path) -> dict[str, Any]:
-    layout = StateLayout(state_dir)
-    info = _read_stack(layout)
-    if not info:
-        raise NotFoundError(f"No Berth stack is running with state dir {state_dir}. Start one with `berth up`.")
-    info["running"] = pid_alive(int(info["pid"]))
-    for child in info.get("children", []):
-        child["running"] = pid_alive(int(child["pid"]))
-    return info
-
-
-def _read_stack(layout: StateLayout) -> dict[str, Any] | None:
-    try:
-        data = json.loads(layout.stack_file.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_stack(layout: StateLayout, info: dict[str, Any]) -> None:
-    temporary = layout.stack_file.with_suffix(".tmp")
-    temporary.write_text(json.dumps(info, indent=2))
-    temporary.replace(layout.stack_file)
