@@ -3,6 +3,7 @@ FROM python:3.11-slim
 WORKDIR /opt/berth
 COPY pyproject.toml README.md ./
 COPY berth ./berth
+COPY stack ./stack
 COPY catalog ./catalog
 COPY workflows ./workflows
 COPY activities ./activities

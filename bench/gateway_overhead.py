@@ -17,7 +17,7 @@ import httpx
 from bench.common import emit, summary
 from bench.proxy_overhead import BODY, latencies
 from berth.processes import stop_group_sync
-from tests.support import RunningStack, free_port_base, start_gateway, wait_for
+from stack.driver import RunningStack, free_port_base, start_gateway, wait_for
 
 ROUNDS = 6
 PER_ROUND = 100

@@ -14,7 +14,7 @@ from pathlib import Path
 from bench.common import cpu_seconds, emit, summary
 from bench.proxy_overhead import LONG_REPLY, latencies, start_litellm, stream_chunks, throughput
 from berth.processes import stop_group_sync
-from tests.support import RunningStack, free_port_base, litellm_bin, processes_mentioning
+from stack.driver import RunningStack, free_port_base, litellm_bin, processes_mentioning
 
 
 def service_pid(stack: RunningStack) -> int:

@@ -13,10 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.common import emit, summary
+from berth.contracts import ReserveRequest
 from berth.security import Cipher
 from server.scheduler import Demand, GpuView, NodeView, place
 from server.store import Store
-from workflows.payloads import ReserveRequest
 
 NODES = 1000
 GPUS = 8

@@ -25,7 +25,7 @@ import yaml
 
 from bench.common import cpu_seconds, emit, summary
 from berth.processes import free_port, stop_group_sync, wait_http_sync
-from tests.support import RunningStack, free_port_base, litellm_bin
+from stack.driver import RunningStack, free_port_base, litellm_bin
 
 LONG_REPLY = " ".join(["token"] * 400)
 BODY = {"model": "openai/gpt-oss-20b", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}

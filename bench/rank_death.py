@@ -17,7 +17,7 @@ import httpx
 
 from bench.common import emit, summary
 from berth.processes import pid_alive
-from tests.support import RunningStack, free_port_base, rank_record
+from stack.driver import RunningStack, free_port_base, rank_record
 
 RUNS = 5
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bench.common import REPO, emit
 from berth.processes import free_port, stop_group_sync, wait_http_sync
-from tests.support import RunningStack, free_port_base
+from stack.driver import RunningStack, free_port_base
 
 MIRROR = REPO / ".state" / "hf-mirrors"
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"

@@ -22,7 +22,7 @@ import httpx
 
 from bench.common import emit, summary
 from berth.processes import stop_group_sync
-from tests.support import RunningStack, add_node_agent, free_port_base, gpus_held, wait_for
+from stack.driver import RunningStack, add_node_agent, free_port_base, gpus_held, wait_for
 
 MODEL = "Qwen/Qwen3-0.6B"
 FAST_TOKENS_PER_S = 200

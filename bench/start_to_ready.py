@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from bench.common import emit, summary
-from tests.support import RunningStack, free_port_base
+from stack.driver import RunningStack, free_port_base
 
 RUNS = 7
 

@@ -28,7 +28,7 @@ import httpx
 from bench.common import emit, summary
 from gateway.endpoint_proxy import WAKE_EVERY_S
 from simulator.testing import start_simulator
-from tests.support import RunningStack, free_port_base, rank_record, wait_for
+from stack.driver import RunningStack, free_port_base, rank_record, wait_for
 
 TRIALS = 7
 STARTUP_DELAY_S = 2.0

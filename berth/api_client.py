@@ -9,6 +9,16 @@ from urllib.parse import quote
 
 import httpx
 
+from berth.contracts import (
+    EndpointService,
+    FenceRequest,
+    ReplicaReadiness,
+    ReplicaRecord,
+    ReserveRequest,
+    ReserveResult,
+    ServicePort,
+    ServicePortRequest,
+)
 from berth.errors import (
     AuthenticationError,
     BerthError,
@@ -22,16 +32,6 @@ from berth.errors import (
 from berth.settings import tls_ca_file
 from berth.tls import client_context
 from berth.tokens import RevokeResult, TokenRecord
-from workflows.payloads import (
-    EndpointService,
-    FenceRequest,
-    ReplicaReadiness,
-    ReplicaRecord,
-    ReserveRequest,
-    ReserveResult,
-    ServicePort,
-    ServicePortRequest,
-)
 
 _ERRORS: dict[int, type[BerthError]] = {
     400: UserInputError, 401: AuthenticationError, 403: PermissionDeniedError, 404: NotFoundError,

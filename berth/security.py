@@ -103,10 +103,10 @@ class SigningKey:
                 _write_private(path, pem)
             except FileExistsError:
                 pass  # another process created it first; use theirs
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-        assert isinstance(key, Ed25519PrivateKey)
-        raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-        return cls(private=key, kid=_b64url(raw)[:16])
+        loaded = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        assert isinstance(loaded, Ed25519PrivateKey)
+        raw = loaded.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        return cls(private=loaded, kid=_b64url(raw)[:16])
 
     @property
     def public(self) -> Ed25519PublicKey:

@@ -38,8 +38,8 @@ def up(
 ) -> None:
     """Start the embedded stack: Temporal, API, control worker, node agents and endpoint proxy."""
     # The stack driver imports the node agent and Temporal: only the commands that use it pay for that.
-    from berth import stack
     from berth.tls import operator_files
+    from stack import embedded as stack
 
     try:
         options = stack.StackOptions(state_dir=resolve_state_dir(state_dir), port_base=port_base, nodes=nodes,
@@ -92,7 +92,7 @@ def ca_cert(state_dir: StateDirOption = None) -> None:
 @app.command()
 def down(state_dir: StateDirOption = None) -> None:
     """Stop the embedded stack started by `berth up` (every process it started)."""
-    from berth import stack
+    from stack import state as stack
 
     try:
         info = stack.down(resolve_state_dir(state_dir))
@@ -104,7 +104,7 @@ def down(state_dir: StateDirOption = None) -> None:
 @app.command()
 def status(state_dir: StateDirOption = None, output: OutputOption = Format.TABLE) -> None:
     """Show whether the embedded stack runs and where."""
-    from berth import stack
+    from stack import state as stack
 
     try:
         info = stack.status(resolve_state_dir(state_dir))

@@ -14,7 +14,8 @@ from typing import Any
 
 from temporalio.worker import Worker
 
-from activities.ranks import NodeActivities, NodeContext, prune_rank_dirs
+from activities.node_context import NodeContext
+from activities.ranks import NodeActivities, prune_rank_dirs
 from activities.services import ServiceActivities
 from activities.supervision import Orphan, Supervisor
 from berth.api_client import ApiClient

@@ -14,7 +14,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.support import free_port_base  # noqa: E402 — reuse the free-port finder
+from stack.driver import free_port_base  # noqa: E402 — reuse the free-port finder
 
 
 def berth(*args: str, env: dict[str, str], capture: bool = False) -> str:

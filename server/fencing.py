@@ -16,9 +16,9 @@ from sqlalchemy import delete, or_, select, update
 from sqlalchemy.orm import InstrumentedAttribute, Session
 from sqlalchemy.sql.elements import ColumnElement
 
+from berth.contracts import MAX_HOLDINGS, NodeHolding
 from berth.errors import UserInputError
 from server.models import AllocationRow, PortRow
-from workflows.payloads import MAX_HOLDINGS, NodeHolding
 
 log = logging.getLogger("berth.server")
 

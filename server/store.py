@@ -18,6 +18,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
+from berth.contracts import NodeHolding, Placement, RankPlacement, ReserveRequest, ReserveResult
 from berth.errors import ConflictError, NotFoundError, UnavailableError, UserInputError
 from berth.security import Cipher, Identity
 from server import fencing, scheduler
@@ -34,7 +35,6 @@ from server.models import (
     UserRow,
     WorkflowRow,
 )
-from workflows.payloads import NodeHolding, Placement, RankPlacement, ReserveRequest, ReserveResult
 
 NODE_PORTS = 100
 

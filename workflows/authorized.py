@@ -10,8 +10,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from berth.contracts import Payload
     from berth.settings import CONTROL_TASK_QUEUE
-    from workflows.payloads import Payload
 
 UNAUTHORIZED = "UnauthorizedInput"  # the type activities/authorization.py refuses with
 # A transient failure (the API's keys not loaded, Temporal busy) is retried; a refusal never.

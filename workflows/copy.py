@@ -11,6 +11,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
+    from berth.contracts import FenceRequest, Placement, ReplicaRecord, ReserveRequest, ReserveResult
     from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
     from workflows.authorized import require_authorized
     from workflows.payloads import (
@@ -18,16 +19,11 @@ with workflow.unsafe.imports_passed_through():
         CopyResult,
         CopyStatus,
         Event,
-        FenceRequest,
         HealthCheck,
-        Placement,
         RankExit,
         RankSpec,
         ReadyCheck,
         ReplicaInfo,
-        ReplicaRecord,
-        ReserveRequest,
-        ReserveResult,
     )
     from workflows.supervised import MAX_ADOPTIONS, agent_went_silent, start_supervised
 

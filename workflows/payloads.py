@@ -1,4 +1,5 @@
-"""Payloads shared by client, workflows and activities (pydantic models, one module)."""
+"""Payloads shared by client, workflows and activities (pydantic models, one module); the ones the REST
+API carries too live in the ground floor, berth/contracts.py."""
 
 from __future__ import annotations
 
@@ -7,13 +8,10 @@ import json
 from datetime import datetime
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from berth.contracts import Payload
 from catalog.definition import EngineSpec, WeightsJob, WorkflowDefinition
-
-
-class Payload(BaseModel):
-    model_config = ConfigDict(frozen=True)
 
 
 class Owner(Payload):
@@ -93,38 +91,6 @@ class StopRequest(Payload):
     without one carries nothing the codec could check)."""
 
     by: str
-
-
-class RankPlacement(Payload):
-    rank: int
-    node_id: str
-    address: str
-    gpus: tuple[int, ...] = ()
-    port: int
-
-
-class Placement(Payload):
-    copy_id: str
-    ranks: tuple[RankPlacement, ...]
-    master_port: int = 0
-
-    @property
-    def leader(self) -> RankPlacement:
-        return self.ranks[0]
-
-
-class ReserveRequest(Payload):
-    workflow_id: str
-    copy_id: str
-    nodes: int
-    gpus_per_node: int
-    gpu_memory_gb: float = 0
-    prefer_volume: str | None = None
-
-
-class ReserveResult(Payload):
-    placement: Placement | None = None
-    blocked_reason: str | None = None
 
 
 class CopyInput(Payload):
@@ -220,25 +186,6 @@ class ReadyCheck(Payload):
     copy_id: str = ""
 
 
-class FenceRequest(Payload):
-    """Keep a released copy's GPUs and ports on `nodes` (where a rank was lost with its agent) reserved
-    until those nodes confirm the rank's process is gone."""
-
-    copy_id: str
-    nodes: tuple[str, ...]
-
-
-MAX_HOLDINGS = 256  # live rank processes one node may report; far above any node's GPU count
-
-
-class NodeHolding(Payload):
-    """What one live rank process on a node holds, as its node agent reports it in each heartbeat."""
-
-    owner: str = Field(max_length=160)  # the copy id
-    gpus: tuple[int, ...] = Field(default=(), max_length=64)
-    ports: tuple[int, ...] = Field(default=(), max_length=4)
-
-
 class CopyResult(Payload):
     copy_id: str
     status: CopyStatus
@@ -275,22 +222,6 @@ class DownloadProgress(Payload):
     eta_s: float | None = None
     files_done: int = 0
     files_total: int = 0
-
-
-class ReplicaReadiness(Payload):
-    """A published copy taken out of routing (its engine stopped answering) or back in (it answers again)."""
-
-    ready: bool
-
-
-class ReplicaRecord(Payload):
-    """What the store keeps about one serving copy (the endpoint proxy routes on these)."""
-
-    workflow_id: str
-    endpoint_id: str
-    copy_id: str
-    url: str
-    ready: bool = True
 
 
 class CleanupInput(Payload):
@@ -336,19 +267,6 @@ class DrainInput(Payload):
 class DrainResult(Payload):
     drained: bool  # in-flight requests finished within the grace (False: the grace ran out)
     waited_s: float = 0.0
-
-
-class ServicePortRequest(Payload):
-    """One port on some node for a workflow's service (not a rank)."""
-
-    workflow_id: str
-    owner: str = Field(description="Who holds the port, e.g. '<workflow>.litellm'; released by this name")
-
-
-class ServicePort(Payload):
-    node_id: str
-    address: str
-    port: int
 
 
 class ServiceRun(Payload):
@@ -405,7 +323,3 @@ class LiveCheck(Payload):
     unauthorized_is_live: bool = False  # a password-protected server (OpenCode) answers 401 when up
 
 
-class EndpointService(Payload):
-    endpoint_id: str
-    service: str
-    url: str | None = None

@@ -14,6 +14,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from berth.contracts import EndpointService, ServicePort, ServicePortRequest
     from berth.settings import CONTROL_TASK_QUEUE, NODES_TASK_QUEUE, node_task_queue
     from workflows.authorized import refuse_signal, require_authorized
     from workflows.copy import CopyWorkflow
@@ -25,7 +26,6 @@ with workflow.unsafe.imports_passed_through():
         CopyStatus,
         DrainInput,
         DrainResult,
-        EndpointService,
         Event,
         LiveCheck,
         Phase,
@@ -34,8 +34,6 @@ with workflow.unsafe.imports_passed_through():
         ScaleResult,
         ServiceExit,
         ServiceInput,
-        ServicePort,
-        ServicePortRequest,
         ServiceRun,
         ServiceStatus,
         StopRequest,

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from tests.support import process_environment
+from stack.driver import process_environment
 
 # Events that say a copy ended (or is ending); the workflow's own `failed`/`stopped` cover all its copies.
 COPY_END_KINDS = frozenset({"copy_stopping", "copy_interrupted", "copy_failed", "copy_drained", "copy_dropped",

@@ -14,7 +14,7 @@ from typing import Any
 from bench.chaos.invariants import InvariantMonitor, processes_under
 from bench.chaos.load import LoadTally, Target, drive
 from bench.chaos.monkey import ChaosMonkey
-from tests.support import RunningStack, free_port_base, wait_for
+from stack.driver import RunningStack, free_port_base, wait_for
 
 # Model, catalog values: the three shapes the issue names. Distinct models, so each has its own endpoint.
 WORKFLOWS = {

@@ -11,6 +11,15 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
+from berth.contracts import (
+    EndpointService,
+    FenceRequest,
+    ReplicaReadiness,
+    ReplicaRecord,
+    ReserveRequest,
+    ServicePort,
+    ServicePortRequest,
+)
 from berth.errors import NotFoundError
 from berth.security import API_AUDIENCE, Identity
 from berth.tokens import TokenKind
@@ -20,15 +29,6 @@ from server.guards import Admin, replica_keys_owner, service_audience, service_o
 from server.replica_keys import REPLICA_KEYS_TOKEN_TTL_S, ReplicaKeysList, ReplicaKeysToken, discoverable
 from server.secrets import Secrets
 from server.views import replica_view
-from workflows.payloads import (
-    EndpointService,
-    FenceRequest,
-    ReplicaReadiness,
-    ReplicaRecord,
-    ReserveRequest,
-    ServicePort,
-    ServicePortRequest,
-)
 
 router = APIRouter()
 ServiceOrAdmin = Depends(service_or_admin)

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.ranks import NodeContext
+from activities.node_context import NodeContext
 from activities.weights_activity import model_dir_for
 from berth.settings import StateLayout
 from catalog.definition import WeightsJob

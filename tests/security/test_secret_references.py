@@ -13,7 +13,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.ranks import NodeContext
+from activities.node_context import NodeContext
 from activities.weights_activity import download_into_volume
 from berth.api_client import ApiClient
 from berth.settings import StateLayout

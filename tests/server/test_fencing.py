@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from berth.contracts import NodeHolding, ReserveRequest
 from berth.errors import UserInputError
 from berth.security import Cipher
 from server.fencing import holdings
 from server.store import Store
-from workflows.payloads import NodeHolding, ReserveRequest
 
 INVENTORY = {"address": "127.0.0.1", "engine": "simulator",
              "gpus": [{"index": 0, "name": "Simulated GPU 80GB", "memory_gb": 80}]}

@@ -14,12 +14,12 @@ import httpx
 import pytest
 import uvicorn
 
+from berth.contracts import ReserveRequest
 from berth.processes import free_port
 from berth.security import Cipher, Identity, SigningKey
 from server.app import build_context, create_app
 from server.scheduler import Demand, GpuView, NodeView, Policy, place, rejection_reason
 from server.store import Store
-from workflows.payloads import ReserveRequest
 
 
 def node(

@@ -1,4 +1,4 @@
-"""`berth up/down/status`: the embedded single-machine stack — Temporal dev server, control-plane API,
+"""`berth up`: the embedded single-machine stack — Temporal dev server, control-plane API,
 control worker, N node agents and the endpoint proxy — supervised by one foreground process, which
 starts a crashed component again with back-off (berth/restarts.py)."""
 
@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import signal
 import socket
@@ -14,14 +13,10 @@ import ssl
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Any
 
-from berth.child_environment import BASE_VARIABLES, inherit
-from berth.errors import ConflictError, NotFoundError, UserInputError
+from berth.errors import ConflictError, UserInputError
 from berth.processes import (
-    berth_python,
     pid_alive,
     port_open,
     spawn,
@@ -29,7 +24,6 @@ from berth.processes import (
     tail,
     wait_http_sync,
     wait_port_sync,
-    without_relative_python_path,
 )
 from berth.restarts import Backoff, RestartRecord
 from berth.security import Identity, SigningKey
@@ -37,59 +31,14 @@ from berth.settings import ClientConfig, ClusterSettings, StackPorts, StateLayou
 from berth.tls import TLSFiles, client_context, ensure_private_ca
 from berth.tokens import previous_stack_token, revoke_previous_stack_token
 from node.inventory import simulated_gpus
-
-
-@dataclass
-class StackOptions:
-    state_dir: Path
-    port_base: int
-    nodes: int = 1
-    simulate_gpus: str | None = None
-    engine: str | None = None
-    hf_mirror: Path | None = None
-    write_user_config: bool = True
-    extra_env: dict[str, str] = field(default_factory=dict)
-    tls: bool = False  # the API and the endpoint proxy serve https (a private CA unless tls_files is given)
-    tls_files: TLSFiles | None = None  # the operator's certificate, key and CA (implies tls)
-    tls_names: tuple[str, ...] = ()  # more names/addresses for the private CA's server certificate
-
-    @property
-    def scheme(self) -> str:
-        return "https" if self.tls or self.tls_files else "http"
-
-
-@dataclass
-class Child:
-    name: str
-    process: subprocess.Popen[bytes]
-    log: Path
-    argv: list[str]
-    env: dict[str, str]
-    record: RestartRecord
-    exit_reported: bool = False  # with restarts off: its exit was said once
-    pass_fds: tuple[int, ...] = ()  # descriptors it inherits again at each restart (the proxy's socket)
-
-    def status(self) -> dict[str, Any]:
-        return {"name": self.name, "pid": self.process.pid, **self.record.summary()}
-
-
-def _python() -> list[str]:
-    return berth_python("cli")
-
-
-def _component_environment(env: dict[str, str]) -> dict[str, str]:
-    cleaned, dropped = without_relative_python_path(env)
-    if dropped:
-        print(f"berth: the components ignore PYTHONPATH entries that are not absolute paths: {dropped}",
-              file=sys.stderr, flush=True)
-    return cleaned
-
-
-def _temporal_env() -> dict[str, str]:
-    """The Temporal dev server needs none of Berth's settings: above all not the admin token, which
-    anything that can read its /proc environ (or a crash dump) would then hold."""
-    return inherit(os.environ, BASE_VARIABLES, prefixes=("TEMPORAL_",))
-
+from stack.components import (
+    Child,
+    StackOptions,
+    cli_argv,
+    component_environment,
+    temporal_environment,
+)
+from stack.state import read_stack, write_stack
 
 # Connections that may wait for a restarting endpoint proxy (the kernel completes their handshakes).
 PROXY_BACKLOG = 2048
@@ -137,7 +86,7 @@ class Stack:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.close()
-            owner = _read_stack(self.layout)
+            owner = read_stack(self.layout)
             pid = owner.get("pid", "?") if owner else "?"
             raise ConflictError(
                 f"State dir {self.layout.root} is in use by a running Berth stack (pid {pid}). "
@@ -156,7 +105,7 @@ class Stack:
 
     # --- start --------------------------------------------------------------------------------------
     def _env(self, token: str) -> dict[str, str]:
-        env = _component_environment({**os.environ, **self.options.extra_env})
+        env = component_environment({**os.environ, **self.options.extra_env})
         env.update({
             "BERTH_STATE_DIR": str(self.layout.root),
             "BERTH_TEMPORAL_ADDRESS": f"127.0.0.1:{self.ports.temporal}",
@@ -185,11 +134,7 @@ class Stack:
             raise UserInputError("--nodes must be at least 1.")
         self.check_ports()
         layout, ports = self.layout, self.ports
-        settings = ClusterSettings.load(layout.root)
-        settings.proxy_url = f"{options.scheme}://127.0.0.1:{ports.proxy}"
-        if options.hf_mirror is not None:
-            settings.hf_endpoint = f"http://127.0.0.1:{ports.hf_mirror}"
-        settings.save(layout.root)
+        settings = self._settings()
         signing = SigningKey.load_or_create(layout.keys)
         admin = Identity(user=os.environ.get("BERTH_ADMIN_USER", "admin"), groups=("default",), org="default",
                          admin=True)
@@ -200,8 +145,38 @@ class Stack:
         self._prepare_tls(env)
         if settings.hf_endpoint:
             env["HF_ENDPOINT"] = settings.hf_endpoint
-        layout.temporal_db.parent.mkdir(parents=True, exist_ok=True)
+        self._start_temporal()
+        if options.hf_mirror is not None:
+            mirror = self._start("hf-mirror", cli_argv() + ["hf-mirror", "--dir", str(options.hf_mirror),
+                                                           "--port", str(ports.hf_mirror)], env)
+            try:
+                wait_port_sync("127.0.0.1", ports.hf_mirror, 60, mirror.process)
+            except (TimeoutError, RuntimeError) as error:
+                raise self._fail(mirror, error) from None
+        api = self._start("api", cli_argv() + ["server", "--port", str(ports.api)], self._server_env(env))
+        try:
+            wait_http_sync(f"{self.api_url}/healthz", 60, api.process, verify=self.verify)
+        except (TimeoutError, RuntimeError) as error:
+            raise self._fail(api, error) from None
+        revoke_previous_stack_token(self.api_url, token, previous, verify=self.verify)
+        self._start("worker", cli_argv() + ["worker"], env)
+        self._start_nodes(env)
+        self._start_proxy(settings, env, token)
+        return self._ready(settings, token)
 
+    def _settings(self) -> ClusterSettings:
+        """The cluster settings with this stack's proxy URL (and mirror), saved for every component."""
+        options, layout, ports = self.options, self.layout, self.ports
+        settings = ClusterSettings.load(layout.root)
+        settings.proxy_url = f"{options.scheme}://127.0.0.1:{ports.proxy}"
+        if options.hf_mirror is not None:
+            settings.hf_endpoint = f"http://127.0.0.1:{ports.hf_mirror}"
+        settings.save(layout.root)
+        return settings
+
+    def _start_temporal(self) -> None:
+        layout, ports = self.layout, self.ports
+        layout.temporal_db.parent.mkdir(parents=True, exist_ok=True)
         temporal = self._start("temporal", [
             str(venv_bin("temporal")), "server", "start-dev", "--db-filename", str(layout.temporal_db),
             # Loopback only, the UI too: whoever reaches Temporal can poll, cancel and terminate.
@@ -209,45 +184,42 @@ class Stack:
             "--ui-port", str(ports.temporal_ui),
             "--http-port", str(ports.temporal_http), "--metrics-port", str(ports.temporal_metrics),
             "--log-level", "warn",
-        ], _temporal_env())
+        ], temporal_environment())
         try:
             wait_port_sync("127.0.0.1", ports.temporal, 60, temporal.process)
         except (TimeoutError, RuntimeError) as error:
             raise self._fail(temporal, error) from None
-        if options.hf_mirror is not None:
-            mirror = self._start("hf-mirror", _python() + ["hf-mirror", "--dir", str(options.hf_mirror),
-                                                          "--port", str(ports.hf_mirror)], env)
-            try:
-                wait_port_sync("127.0.0.1", ports.hf_mirror, 60, mirror.process)
-            except (TimeoutError, RuntimeError) as error:
-                raise self._fail(mirror, error) from None
-        api = self._start("api", _python() + ["server", "--port", str(ports.api)], self._server_env(env))
-        try:
-            wait_http_sync(f"{self.api_url}/healthz", 60, api.process, verify=self.verify)
-        except (TimeoutError, RuntimeError) as error:
-            raise self._fail(api, error) from None
-        revoke_previous_stack_token(self.api_url, token, previous, verify=self.verify)
-        self._start("worker", _python() + ["worker"], env)
+
+    def _start_nodes(self, env: dict[str, str]) -> None:
+        options, ports = self.options, self.ports
         for index in range(options.nodes):
-            argv = _python() + ["node", "--id", f"node-{index + 1}",
-                                "--port-start", str(ports.node_ports_start + index * 100)]
+            argv = cli_argv() + ["node", "--id", f"node-{index + 1}",
+                                 "--port-start", str(ports.node_ports_start + index * 100)]
             if options.simulate_gpus:
                 argv += ["--simulate-gpus", options.simulate_gpus]
             if options.engine:
                 argv += ["--engine", options.engine]
             self._start(f"node-{index + 1}", argv, env)
+
+    def _start_proxy(self, settings: ClusterSettings, env: dict[str, str], token: str) -> None:
+        """The endpoint proxy, once it answers and the node agents registered."""
+        ports = self.ports
         # The supervisor owns the proxy's listening socket and hands it to each proxy process it starts:
         # while a crashed proxy is started again, clients' connections wait in the socket's backlog
         # (a second or two) instead of being refused.
         self._proxy_socket = socket.create_server(("127.0.0.1", ports.proxy), backlog=PROXY_BACKLOG)
         fd = self._proxy_socket.fileno()
-        proxy = self._start("proxy", _python() + ["proxy", "--port", str(ports.proxy), "--fd", str(fd)],
+        proxy = self._start("proxy", cli_argv() + ["proxy", "--port", str(ports.proxy), "--fd", str(fd)],
                             self._server_env(env), pass_fds=(fd,))
         try:
             wait_http_sync(f"{settings.proxy_url}/healthz", 60, proxy.process, verify=self.verify)
-            self._wait_nodes(token, options.nodes)
+            self._wait_nodes(token, self.options.nodes)
         except (TimeoutError, RuntimeError) as error:
             raise self._fail(proxy, error) from None
+
+    def _ready(self, settings: ClusterSettings, token: str) -> dict[str, Any]:
+        """Write the client config (the stack's token) and stack.json: `berth up` is ready."""
+        options, layout, ports = self.options, self.layout, self.ports
         client = ClientConfig(api_url=self.api_url, token=token, ca_file=str(self.tls.ca) if self.tls else None)
         client.save(layout.client_config)
         if options.write_user_config:
@@ -261,7 +233,7 @@ class Stack:
             "hf_endpoint": settings.hf_endpoint,
             "children": [child.status() for child in self.children],
         }
-        _write_stack(layout, self.info)
+        write_stack(layout, self.info)
         return self.info
 
     def _wait_nodes(self, token: str, count: int) -> None:
@@ -365,7 +337,7 @@ class Stack:
     def _publish(self) -> None:
         """stack.json follows the children: `berth status` shows restarts, `berth down` finds new pids."""
         self.info["children"] = [child.status() for child in self.children]
-        _write_stack(self.layout, self.info)
+        write_stack(self.layout, self.info)
 
 
 def run_foreground(options: StackOptions, on_ready: Any) -> None:
@@ -389,8 +361,8 @@ def run_foreground(options: StackOptions, on_ready: Any) -> None:
 def foreground_command(options: StackOptions) -> list[str]:
     """`berth up` without --detach for these options, every path absolute: the supervisor runs in the
     state dir, so nothing of the caller's working directory may be left to resolve (or to import)."""
-    argv = _python() + ["up", "--state-dir", str(options.state_dir.resolve()), "--port-base", str(options.port_base),
-                        "--nodes", str(options.nodes)]
+    argv = cli_argv() + ["up", "--state-dir", str(options.state_dir.resolve()), "--port-base", str(options.port_base),
+                         "--nodes", str(options.nodes)]
     if options.simulate_gpus:
         argv += ["--simulate-gpus", options.simulate_gpus]
     if options.engine:
@@ -410,7 +382,7 @@ def foreground_command(options: StackOptions) -> list[str]:
 def start_detached(options: StackOptions) -> dict[str, Any]:
     """Re-run `berth up` without --detach in its own session and wait until it reports ready."""
     layout = StateLayout(options.state_dir.resolve())
-    existing = _read_stack(layout)
+    existing = read_stack(layout)
     if existing and pid_alive(int(existing.get("pid", 0))):
         raise ConflictError(
             f"State dir {layout.root} is in use by a running Berth stack (pid {existing['pid']}). "
@@ -420,10 +392,10 @@ def start_detached(options: StackOptions) -> dict[str, Any]:
     with contextlib.suppress(OSError):
         layout.stack_file.unlink()
     layout.root.mkdir(parents=True, exist_ok=True)
-    process = spawn(foreground_command(options), log, env=_component_environment(dict(os.environ)), cwd=layout.root)
+    process = spawn(foreground_command(options), log, env=component_environment(dict(os.environ)), cwd=layout.root)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        info = _read_stack(layout)
+        info = read_stack(layout)
         if info and info.get("ready") and info.get("pid") == process.pid:
             return info
         if process.poll() is not None:
@@ -431,50 +403,3 @@ def start_detached(options: StackOptions) -> dict[str, Any]:
         time.sleep(0.2)
     stop_group_sync(process.pid)
     raise UserInputError(f"The stack did not become ready within 180 s; see {log}:\n{tail(log, 20)}")
-
-
-def down(state_dir: Path, timeout_s: float = 120) -> dict[str, Any]:
-    layout = StateLayout(state_dir)
-    info = _read_stack(layout)
-    if not info:
-        raise NotFoundError(f"No Berth stack is running with state dir {state_dir}.")
-    pid = int(info["pid"])
-    if pid_alive(pid):
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-    # Whatever is still alive (supervisor killed hard): stop it directly, so nothing is orphaned.
-    for child in info.get("children", []):
-        if pid_alive(int(child["pid"])):
-            stop_group_sync(int(child["pid"]), 15)
-    if pid_alive(pid):
-        stop_group_sync(pid, 5)
-    with contextlib.suppress(OSError):
-        layout.stack_file.unlink()
-    return info
-
-
-def status(state_dir: Path) -> dict[str, Any]:
-    layout = StateLayout(state_dir)
-    info = _read_stack(layout)
-    if not info:
-        raise NotFoundError(f"No Berth stack is running with state dir {state_dir}. Start one with `berth up`.")
-    info["running"] = pid_alive(int(info["pid"]))
-    for child in info.get("children", []):
-        child["running"] = pid_alive(int(child["pid"]))
-    return info
-
-
-def _read_stack(layout: StateLayout) -> dict[str, Any] | None:
-    try:
-        data = json.loads(layout.stack_file.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_stack(layout: StateLayout, info: dict[str, Any]) -> None:
-    temporary = layout.stack_file.with_suffix(".tmp")
-    temporary.write_text(json.dumps(info, indent=2))
-    temporary.replace(layout.stack_file)

@@ -1,0 +1,97 @@
+"""The contracts the control-plane API and its callers share (the ground floor: no Berth import): the
+request and record payloads of the REST routes that node agents, the control worker and the endpoint
+proxy call, in the one pydantic base every Temporal payload derives from (workflows/payloads.py)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Payload(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class RankPlacement(Payload):
+    rank: int
+    node_id: str
+    address: str
+    gpus: tuple[int, ...] = ()
+    port: int
+
+
+class Placement(Payload):
+    copy_id: str
+    ranks: tuple[RankPlacement, ...]
+    master_port: int = 0
+
+    @property
+    def leader(self) -> RankPlacement:
+        return self.ranks[0]
+
+
+class ReserveRequest(Payload):
+    workflow_id: str
+    copy_id: str
+    nodes: int
+    gpus_per_node: int
+    gpu_memory_gb: float = 0
+    prefer_volume: str | None = None
+
+
+class ReserveResult(Payload):
+    placement: Placement | None = None
+    blocked_reason: str | None = None
+
+
+class FenceRequest(Payload):
+    """Keep a released copy's GPUs and ports on `nodes` (where a rank was lost with its agent) reserved
+    until those nodes confirm the rank's process is gone."""
+
+    copy_id: str
+    nodes: tuple[str, ...]
+
+
+MAX_HOLDINGS = 256  # live rank processes one node may report; far above any node's GPU count
+
+
+class NodeHolding(Payload):
+    """What one live rank process on a node holds, as its node agent reports it in each heartbeat."""
+
+    owner: str = Field(max_length=160)  # the copy id
+    gpus: tuple[int, ...] = Field(default=(), max_length=64)
+    ports: tuple[int, ...] = Field(default=(), max_length=4)
+
+
+class ReplicaReadiness(Payload):
+    """A published copy taken out of routing (its engine stopped answering) or back in (it answers again)."""
+
+    ready: bool
+
+
+class ReplicaRecord(Payload):
+    """What the store keeps about one serving copy (the endpoint proxy routes on these)."""
+
+    workflow_id: str
+    endpoint_id: str
+    copy_id: str
+    url: str
+    ready: bool = True
+
+
+class ServicePortRequest(Payload):
+    """One port on some node for a workflow's service (not a rank)."""
+
+    workflow_id: str
+    owner: str = Field(description="Who holds the port, e.g. '<workflow>.litellm'; released by this name")
+
+
+class ServicePort(Payload):
+    node_id: str
+    address: str
+    port: int
+
+
+class EndpointService(Payload):
+    endpoint_id: str
+    service: str
+    url: str | None = None
