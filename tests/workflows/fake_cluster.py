@@ -50,6 +50,7 @@ class FakeRank:
     running: bool = True
     cancelled: bool = False
     exit: RankExit | None = None
+    owner: int = 0  # which activity owns it now: an adoption takes it from the one that went silent
 
 
 @dataclass
@@ -171,14 +172,20 @@ class FakeCluster:
         return [self.run_rank, self.adopt_rank, self.wait_ready]
 
     async def _own(self, process: FakeRank) -> RankExit:
+        process.owner += 1
+        owner = process.owner
         process.running = True
         try:
             await self._beat_until(lambda: process.exit is not None, process.node_id)
         except asyncio.CancelledError:  # the copy stops it (the real agent: SIGTERM, then SIGKILL)
-            process.cancelled = True
+            # An activity the server already gave up on (its agent went silent) is cancelled too, once its
+            # heartbeats resume: the process is its adopter's by then.
+            if owner == process.owner:
+                process.cancelled = True
             raise
         finally:
-            process.running = False
+            if owner == process.owner:
+                process.running = False
         assert process.exit is not None
         return process.exit
 

@@ -100,9 +100,16 @@ class Harness:
         the cancellation), and the copy then never stops; the tests cancel a copy only once it is settled."""
         async def quiet(copy_id: str) -> bool:
             events = [e.event_type for e in (await self.client.get_workflow_handle(copy_id).fetch_history()).events]
-            return events[-1] == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and \
-                events.count(EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED) == \
-                events.count(EventType.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED)
+
+            def last(kind: EventType.ValueType) -> int:
+                return max((index for index, event in enumerate(events) if event == kind), default=-1)
+
+            processed = last(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+            sent = events.count(EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)
+            answered = events.count(EventType.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED) + \
+                events.count(EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED)
+            return sent == answered and processed > last(EventType.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED) \
+                and processed > last(EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED)
 
         for copy_id in copy_ids:
             await eventually(lambda copy_id=copy_id: quiet(copy_id), f"{copy_id}'s reports to its pool delivered")
