@@ -131,6 +131,7 @@ def test_held_requests_are_capped_and_time_out(stack: RunningStack, pool: dict[s
     assert short.status_code == 503 and short.headers["retry-after"]
 
 
+@pytest.mark.litellm
 def test_load_scales_up_to_max_then_down_then_idle_to_zero(stack: RunningStack) -> None:
     workflow_id = stack.start_entry(
         "vLLM", f"Model=hf://{MODEL},GpusPerNode=1,MinReplicas=0,MaxReplicas=3,TargetRequestRate=1,"

@@ -42,6 +42,8 @@ from gateway.litellm_service import (
 )
 from gateway.metrics import SCRAPE_INTERVAL_S, parse
 
+pytestmark = pytest.mark.litellm  # starts the real LiteLLM proxy
+
 MODEL: Final = "openai/gpt-oss-20b"
 ENDPOINT_ID: Final = "endpoint-0b7e"
 KID: Final = "berth-test-1"
