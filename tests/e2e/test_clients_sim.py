@@ -26,6 +26,8 @@ from berth.opencode import (
 from tests.e2e.opencode_support import require_opencode, run_opencode, serving
 from tests.support import RunningStack
 
+pytestmark = pytest.mark.litellm  # starts the real LiteLLM proxy
+
 MODEL = "openai/gpt-oss-20b"
 CONTEXT = 32768
 

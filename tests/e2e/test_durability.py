@@ -29,6 +29,8 @@ from tests.support import (
     wait_for,
 )
 
+pytestmark = pytest.mark.litellm  # starts the real LiteLLM proxy
+
 HEARTBEAT_TIMEOUT_S = 8
 ADOPT_WINDOW_S = 10
 # Proxy=true: behind its LiteLLM proxy. ReplaceFailedCopies=0: a rank's death fails the workflow, which is

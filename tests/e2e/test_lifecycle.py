@@ -18,6 +18,8 @@ import pytest
 from berth.processes import stop_group_sync
 from tests.support import REPO, RunningStack, free_port_base, processes_mentioning
 
+pytestmark = pytest.mark.litellm  # starts the real LiteLLM proxy
+
 
 @pytest.fixture
 def one_gpu_stack(tmp_path: Path) -> Iterator[RunningStack]:

@@ -60,6 +60,7 @@ def _serving_copy(stack: RunningStack, workflow_id: str) -> dict[str, object]:
     return ready[0]  # type: ignore[no-any-return]
 
 
+@pytest.mark.litellm
 def test_two_node_copy_fails_as_a_unit_at_the_minimum(stack: RunningStack) -> None:
     # ReplaceFailedCopies=0: this test is about the failure itself (the default would place the copy again).
     workflow_id = stack.start_entry("vLLM", MODEL + ",ExtraEnv=NCCL_SOCKET_IFNAME=lo,ReplaceFailedCopies=0")
@@ -93,6 +94,7 @@ def test_two_node_copy_fails_as_a_unit_at_the_minimum(stack: RunningStack) -> No
     assert "failed" in stack.cli("workflow", "describe", workflow_id).stdout
 
 
+@pytest.mark.litellm
 def test_above_the_minimum_the_copy_is_dropped(stack: RunningStack) -> None:
     # ReplaceFailedCopies=0: the drop is under test (the default would place the copy again first).
     workflow_id = stack.start_entry("vLLM", MODEL + ",MinReplicas=0,ReplaceFailedCopies=0")
@@ -109,6 +111,7 @@ def test_above_the_minimum_the_copy_is_dropped(stack: RunningStack) -> None:
     stack.cli("workflow", "stop", workflow_id)
 
 
+@pytest.mark.litellm
 def test_replace_failed_copies_places_the_copy_again(stack: RunningStack) -> None:
     workflow_id = stack.start_entry("vLLM", MODEL + ",ReplaceFailedCopies=1")
     first = str(_serving_copy(stack, workflow_id)["copy_id"])
@@ -143,6 +146,7 @@ def test_more_nodes_than_the_cluster_has_is_rejected(stack: RunningStack) -> Non
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.litellm
 def test_three_copies_on_two_free_nodes_one_waits_then_serves(stack: RunningStack) -> None:
     occupant = stack.start_entry("vLLM", "Model=hf://org/occupant,GpusPerNode=4")
     pool = stack.start_entry("vLLM", "Model=hf://nvidia/some-model,GpusPerNode=4,MinReplicas=3,MaxReplicas=3")

@@ -171,6 +171,7 @@ def test_opencode_entry_with_password_and_bad_endpoint(stack: RunningStack) -> N
     stack.cli("workflow", "stop", model)
 
 
+@pytest.mark.litellm
 def test_opencode_api_key_secret_rides_beside_the_token(stack: RunningStack) -> None:
     """seeds/001: ApiKeySecret without EndpointAuth=api-key keeps the Berth token (for the endpoint
     proxy) and adds the key in `x-litellm-api-key` (for LiteLLM behind it); the key then decides."""
@@ -215,6 +216,7 @@ def _password(stack: RunningStack, workflow_id: str) -> str:
     return found.group(1)
 
 
+@pytest.mark.litellm
 def test_opencode_with_an_api_key_prints_its_plain_url_and_no_lapse(stack: RunningStack) -> None:
     """Issue 13 item 7: OpenCode's endpoint is no OpenAI API, so `Ready.` and describe print it without
     /v1; with EndpointAuth=api-key no Berth token is minted, so show-server promises no lapse or renewal."""

@@ -29,6 +29,7 @@ def test_catalog_list_table_and_json(sim_stack: RunningStack) -> None:
     assert all(e["category"] == "ML_AND_AI" for e in entries)
 
 
+@pytest.mark.litellm
 def test_endpoint_listing_has_the_contract_fields(sim_stack: RunningStack, served: dict[str, str]) -> None:
     rows = sim_stack.cli_json("workflow", "endpoints", "list")
     row = next(r for r in rows if r["id"] == served["endpoint_id"])
@@ -37,6 +38,7 @@ def test_endpoint_listing_has_the_contract_fields(sim_stack: RunningStack, serve
     assert row["url"].endswith(f"/endpoints/{served['endpoint_id']}")
 
 
+@pytest.mark.litellm
 def test_openai_sdk_chat_streamed_and_not(served: dict[str, str]) -> None:
     client = openai.OpenAI(base_url=served["url"] + "/v1", api_key=served["token"], max_retries=0)
     models = client.models.list()
@@ -57,6 +59,7 @@ def test_openai_sdk_chat_streamed_and_not(served: dict[str, str]) -> None:
     assert completion.choices[0].text
 
 
+@pytest.mark.litellm
 def test_proxy_streams_chunk_by_chunk(served: dict[str, str]) -> None:
     """The first SSE chunk reaches the client long before the last one is generated (no buffering)."""
     body = {"model": "openai/gpt-oss-20b", "messages": [{"role": "user", "content": "Tell me a long story"}],
@@ -75,6 +78,7 @@ def test_proxy_streams_chunk_by_chunk(served: dict[str, str]) -> None:
 
 
 @pytest.mark.parametrize("case", ["missing", "garbage", "other-endpoint", "expired", "api-token"])
+@pytest.mark.litellm
 def test_bad_tokens_get_plain_401(sim_stack: RunningStack, served: dict[str, str], case: str) -> None:
     headers = {}
     if case == "garbage":
@@ -99,6 +103,7 @@ def test_bad_tokens_get_plain_401(sim_stack: RunningStack, served: dict[str, str
     assert response.headers["content-type"].startswith("text/plain")
 
 
+@pytest.mark.litellm
 def test_describe_get_and_log(sim_stack: RunningStack, served: dict[str, str]) -> None:
     info = sim_stack.describe(served["workflow_id"])
     assert info["phase"] == "ready"
@@ -115,12 +120,14 @@ def test_describe_get_and_log(sim_stack: RunningStack, served: dict[str, str]) -
     assert "--served-model-name openai/gpt-oss-20b" in log
 
 
+@pytest.mark.litellm
 def test_workflow_list(sim_stack: RunningStack, served: dict[str, str]) -> None:
     rows = sim_stack.cli_json("workflow", "list")
     row = next(r for r in rows if r["id"] == served["workflow_id"])
     assert row["status"] == "running" and row["entry"] == "GPT-OSS 20B"
 
 
+@pytest.mark.litellm
 def test_stop_frees_everything(sim_stack: RunningStack) -> None:
     workflow_id = sim_stack.start_entry("vLLM", "Model=hf://Qwen/Qwen3-0.6B,GpusPerNode=4")
     endpoint = sim_stack.endpoint(workflow_id)
@@ -136,6 +143,7 @@ def test_stop_frees_everything(sim_stack: RunningStack) -> None:
     assert not (sim_stack.state_dir / "volumes" / "ephemeral" / workflow_id).exists()
 
 
+@pytest.mark.litellm
 def test_rank_dying_during_startup_shows_its_log(sim_stack: RunningStack) -> None:
     # vLLM (and the simulator) refuse --enable-auto-tool-choice without --tool-call-parser and exit 2.
     workflow_id = sim_stack.start_entry("vLLM", "Model=hf://Qwen/Qwen3-0.6B,ExtraArgs=--enable-auto-tool-choice",

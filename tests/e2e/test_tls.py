@@ -80,6 +80,7 @@ def test_cli_without_the_ca_says_how_to_trust_it(tls_stack: RunningStack, tmp_pa
     assert "ready" in trusted.stdout
 
 
+@pytest.mark.litellm
 def test_endpoint_through_https_with_sdk_and_curl(tls_stack: RunningStack, endpoint: dict[str, str],
                                                    tmp_path: Path) -> None:
     assert endpoint["url"].startswith("https://")
@@ -102,6 +103,7 @@ def test_endpoint_through_https_with_sdk_and_curl(tls_stack: RunningStack, endpo
         assert [m["id"] for m in json.loads(listed.stdout)["data"]] == [MODEL]
 
 
+@pytest.mark.litellm
 def test_real_opencode_needs_node_extra_ca_certs(tls_stack: RunningStack, endpoint: dict[str, str],
                                                  tmp_path: Path) -> None:
     require_opencode()
@@ -120,6 +122,7 @@ def test_real_opencode_needs_node_extra_ca_certs(tls_stack: RunningStack, endpoi
     assert "Simulated reply" in trusted.stdout
 
 
+@pytest.mark.litellm
 def test_opencode_entry_reaches_an_https_endpoint(tls_stack: RunningStack, endpoint: dict[str, str]) -> None:
     """The OpenCode entry's pre-flight (node agent) and `opencode serve` (NODE_EXTRA_CA_CERTS from the node)
     trust the private CA: a prompt through OpenCode's https Berth endpoint gets the model's answer."""

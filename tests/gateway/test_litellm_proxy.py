@@ -42,6 +42,8 @@ from gateway.litellm_service import (
 )
 from gateway.metrics import SCRAPE_INTERVAL_S, parse
 
+pytestmark = pytest.mark.litellm  # starts the real LiteLLM proxy
+
 MODEL: Final = "openai/gpt-oss-20b"
 ENDPOINT_ID: Final = "endpoint-0b7e"
 KID: Final = "berth-test-1"
@@ -603,20 +605,22 @@ async def test_wrong_key_through_the_sdk_raises_authentication_error(stack: Stac
             await sdk.models.list()
 
 
-async def use_policy(stack: Stack, name: str) -> None:
-    """Name `name` in the replica list and wait until LiteLLM's strategy says it applied it (once more)."""
+async def use_policy(stack: Stack, name: str) -> str:
+    """Name `name` in the replica list and wait until LiteLLM's strategy says it applied it (once more);
+    returns the last policy line of LiteLLM's log."""
     marker: Final = f"{MODEL} routes by {name}"
 
-    async def seen() -> int:
-        return (await asyncio.to_thread(stack.log_path.read_text, errors="replace")).count(marker)
+    async def log() -> str:
+        return await asyncio.to_thread(stack.log_path.read_text, errors="replace")
 
-    before: Final = await seen()
+    before: Final = (await log()).count(marker)
     stack.control.routing_policy = name
 
     async def applied() -> bool:
-        return await seen() > before
+        return (await log()).count(marker) > before
 
     await wait_until(applied)  # callers always switch to another policy: it logs each change
+    return [line for line in (await log()).splitlines() if f"{MODEL} routes by " in line][-1]
 
 
 async def test_traffic_follows_the_pool(stack: Stack, client: httpx.AsyncClient) -> None:
@@ -779,8 +783,13 @@ async def test_a_session_stays_on_one_replica(stack: Stack, client: httpx.AsyncC
     assert replicas == {"hello from A", "hello from B"}
 
 
-async def test_the_replica_list_names_the_policy(stack: Stack) -> None:
+async def test_the_replica_list_names_the_policy(stack: Stack, client: httpx.AsyncClient) -> None:
+    await serve(stack, client, ("a", stack.upstream_a, True), ("b", stack.upstream_b, True))
     try:
-        await use_policy(stack, "round_robin")  # waits for LiteLLM's strategy to log it applied it
+        assert (await use_policy(stack, "round_robin")).endswith(f"{MODEL} routes by round_robin")
+        # Round robin takes each replica in turn, one request after the other.
+        replies: Final = await answers(client, stack.master_key, 6)
+        assert set(replies) == {"hello from A", "hello from B"}
+        assert all(replies[i] != replies[i + 1] for i in range(len(replies) - 1)), replies
     finally:
-        await use_policy(stack, "least_queue")
+        assert (await use_policy(stack, "least_queue")).endswith(f"{MODEL} routes by least_queue")

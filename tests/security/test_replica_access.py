@@ -79,6 +79,7 @@ def test_extra_args_may_not_set_berths_flags(people: People, extra_args: str, fl
     assert "\n" not in refused.json()["detail"]
 
 
+@pytest.mark.litellm
 def test_a_copy_reached_directly_refuses_the_caller_and_berth_reaches_it(
         people: People, pools: dict[str, str]) -> None:
     for kind, workflow_id in pools.items():
@@ -98,6 +99,7 @@ def test_a_copy_reached_directly_refuses_the_caller_and_berth_reaches_it(
         assert answer.json()["choices"][0]["message"] is not None
 
 
+@pytest.mark.litellm
 def test_the_gateway_reaches_the_copies_its_owner_may(people: People, pools: dict[str, str]) -> None:
     gateway = _start(people, "carol", "LiteLLM Model Gateway", "Scope=user")
     try:
@@ -123,6 +125,7 @@ def _keys(people: People, pools: dict[str, str]) -> dict[str, str]:
     return {copy_id: derive.for_copy(copy_id) for copy_id in copies}
 
 
+@pytest.mark.litellm
 def test_the_key_is_in_the_ranks_environment_never_in_a_command_line(
         people: People, pools: dict[str, str]) -> None:
     for copy_id, key in _keys(people, pools).items():
@@ -135,6 +138,7 @@ def test_the_key_is_in_the_ranks_environment_never_in_a_command_line(
         assert log and key not in log
 
 
+@pytest.mark.litellm
 def test_no_user_reads_a_copys_key(people: People, pools: dict[str, str]) -> None:
     keys = _keys(people, pools)
     for person in ("bob", "carol"):  # the owner, and a caller in the pools' scope

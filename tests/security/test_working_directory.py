@@ -73,6 +73,7 @@ def _working_directory(pid: int) -> Path:
     return Path(os.readlink(f"/proc/{pid}/cwd"))
 
 
+@pytest.mark.litellm
 def test_stack_started_in_a_project_folder_runs_only_berth(
         stack_from_project: tuple[RunningStack, Path, Path]) -> None:
     stack, project, markers = stack_from_project

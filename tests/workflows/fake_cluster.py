@@ -1,0 +1,202 @@
+"""FakeCluster: the control worker's and the node agents' activities, mocked under their real names, over a
+placement book and rank processes the test crashes or silences; every call is recorded for the test to read."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio import activity
+
+from berth.settings import node_task_queue
+from workflows.payloads import (
+    CleanupInput,
+    DrainInput,
+    DrainResult,
+    FenceRequest,
+    Placement,
+    RankExit,
+    RankPlacement,
+    RankSpec,
+    ReadyCheck,
+    ReplicaRecord,
+    ReserveRequest,
+    ReserveResult,
+)
+
+# A node agent's heartbeat cadence while it owns a process (the SDK throttles what it sends to the server).
+HEARTBEAT_EVERY_S = 0.1
+
+
+@dataclass
+class FakeNode:
+    node_id: str
+    gpus: int = 1
+    # How many activities its agent runs at once (None: the SDK's default). A silenced agent with every slot
+    # taken polls for nothing more: an adopt_rank sent to it waits, as for an agent that is gone.
+    slots: int | None = None
+    silent: bool = False  # the agent stopped answering: no heartbeats, never placed on again
+
+
+@dataclass
+class FakeRank:
+    """One rank "process": runs until the test ends it (`exit`) or its copy cancels it."""
+
+    spec: RankSpec
+    node_id: str
+    running: bool = True
+    cancelled: bool = False
+    exit: RankExit | None = None
+    owner: int = 0  # which activity owns it now: an adoption takes it from the one that went silent
+
+
+@dataclass
+class FakeCluster:
+    nodes: list[FakeNode]
+    crash_on_start: int | None = None  # every rank started exits at once with this status
+    placements: dict[str, Placement] = field(default_factory=dict)
+    ranks: dict[tuple[str, int], FakeRank] = field(default_factory=dict)
+    published: dict[str, ReplicaRecord] = field(default_factory=dict)
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+    _ports: itertools.count[int] = field(default_factory=lambda: itertools.count(20000))
+
+    # --- what the test reads and does -----------------------------------------------------------
+    def node(self, node_id: str) -> FakeNode:
+        return next(n for n in self.nodes if n.node_id == node_id)
+
+    def called(self, name: str) -> list[Any]:
+        return [argument for called, argument in self.calls if called == name]
+
+    def crash(self, copy_id: str, rank: int = 0, exit_code: int | None = None, signal: int | None = None) -> None:
+        """The rank's process ends by itself with this status (the run_rank activity returns it)."""
+        process = self.ranks[(copy_id, rank)]
+        process.exit = RankExit(rank=rank, node_id=process.node_id, exit_code=exit_code, signal=signal,
+                                reason="exited", log_tail="Traceback: the engine crashed")
+
+    def silence(self, node_id: str) -> None:
+        """The node's agent hangs: its processes live on, but it heartbeats no more and takes no new work."""
+        self.node(node_id).silent = True
+
+    def copy_ranks(self, copy_id: str) -> list[FakeRank]:
+        return [process for (copy, _), process in sorted(self.ranks.items()) if copy == copy_id]
+
+    def serving(self, copy_id: str) -> bool:
+        placement = self.placements.get(copy_id)
+        return placement is not None and all(
+            (copy_id, r.rank) in self.ranks and self.ranks[(copy_id, r.rank)].running for r in placement.ranks)
+
+    def _free_gpus(self, node: FakeNode) -> int:
+        held = sum(1 for p in self.placements.values() for r in p.ranks if r.node_id == node.node_id)
+        return node.gpus - held
+
+    def _record(self, name: str, argument: Any) -> None:
+        self.calls.append((name, argument))
+
+    # --- the control worker's activities (activities/control.py) ---------------------------------
+    @activity.defn(name="reserve_placement")
+    async def reserve_placement(self, request: ReserveRequest) -> ReserveResult:
+        self._record("reserve_placement", request)
+        if request.copy_id in self.placements:  # a retried reserve gets what the first one placed
+            return ReserveResult(placement=self.placements[request.copy_id])
+        free = [n for n in self.nodes if not n.silent and self._free_gpus(n) >= max(request.gpus_per_node, 1)]
+        if len(free) < request.nodes:
+            return ReserveResult(blocked_reason=f"{request.nodes} nodes with a free GPU needed, {len(free)} have one")
+        ranks = tuple(RankPlacement(rank=index, node_id=node.node_id, address="127.0.0.1", gpus=(0,),
+                                    port=next(self._ports)) for index, node in enumerate(free[:request.nodes]))
+        placement = Placement(copy_id=request.copy_id, ranks=ranks, master_port=next(self._ports))
+        self.placements[request.copy_id] = placement
+        return ReserveResult(placement=placement)
+
+    @activity.defn(name="release_placement")
+    async def release_placement(self, copy_id: str) -> None:
+        self._record("release_placement", copy_id)
+        self.placements.pop(copy_id, None)
+
+    @activity.defn(name="fence_placement")
+    async def fence_placement(self, request: FenceRequest) -> None:
+        self._record("fence_placement", request)
+
+    @activity.defn(name="publish_replica")
+    async def publish_replica(self, record: ReplicaRecord) -> None:
+        self._record("publish_replica", record)
+        self.published[record.copy_id] = record
+
+    @activity.defn(name="unpublish_replica")
+    async def unpublish_replica(self, copy_id: str) -> None:
+        self._record("unpublish_replica", copy_id)
+        self.published.pop(copy_id, None)
+
+    @activity.defn(name="drain_replica")
+    async def drain_replica(self, request: DrainInput) -> DrainResult:
+        self._record("drain_replica", request)
+        self.published.pop(request.copy_id, None)
+        return DrainResult(drained=True, waited_s=0.0)
+
+    @activity.defn(name="remove_endpoint")
+    async def remove_endpoint(self, request: CleanupInput) -> None:
+        self._record("remove_endpoint", request)
+
+    def control_activities(self) -> list[Callable[..., Any]]:
+        return [self.reserve_placement, self.release_placement, self.fence_placement, self.publish_replica,
+                self.unpublish_replica, self.drain_replica, self.remove_endpoint]
+
+    # --- a node agent's activities (activities/ranks.py), on each node's own task queue ---------------
+    @activity.defn(name="run_rank")
+    async def run_rank(self, spec: RankSpec) -> RankExit:
+        node_id = self._this_node()
+        self._record("run_rank", spec)
+        process = FakeRank(spec=spec, node_id=node_id)
+        self.ranks[(spec.copy_id, spec.rank)] = process
+        if self.crash_on_start is not None:
+            process.running = False
+            return RankExit(rank=spec.rank, node_id=node_id, exit_code=self.crash_on_start, reason="exited",
+                            log_tail="Traceback: the engine crashed while loading")
+        return await self._own(process)
+
+    @activity.defn(name="adopt_rank")
+    async def adopt_rank(self, spec: RankSpec) -> RankExit:
+        """A restarted agent takes the live process back (the agent answers again after a pause)."""
+        self._record("adopt_rank", spec)
+        return await self._own(self.ranks[(spec.copy_id, spec.rank)])
+
+    @activity.defn(name="wait_ready")
+    async def wait_ready(self, check: ReadyCheck) -> None:
+        """Ready once every rank of the copy runs (a copy whose rank ended is never ready)."""
+        self._record("wait_ready", check)
+        await self._beat_until(lambda: self.serving(check.copy_id), self._this_node())
+
+    def node_activities(self) -> list[Callable[..., Any]]:
+        return [self.run_rank, self.adopt_rank, self.wait_ready]
+
+    async def _own(self, process: FakeRank) -> RankExit:
+        process.owner += 1
+        owner = process.owner
+        process.running = True
+        try:
+            await self._beat_until(lambda: process.exit is not None, process.node_id)
+        except asyncio.CancelledError:  # the copy stops it (the real agent: SIGTERM, then SIGKILL)
+            # An activity the server already gave up on (its agent went silent) is cancelled too, once its
+            # heartbeats resume: the process is its adopter's by then.
+            if owner == process.owner:
+                process.cancelled = True
+            raise
+        finally:
+            if owner == process.owner:
+                process.running = False
+        assert process.exit is not None
+        return process.exit
+
+    async def _beat_until(self, done: Callable[[], bool], node_id: str) -> None:
+        """Heartbeat while waiting (cancellation arrives with a heartbeat's answer); a silent agent does not."""
+        node = self.node(node_id)
+        while not done():
+            if not node.silent:
+                activity.heartbeat()
+            await asyncio.sleep(HEARTBEAT_EVERY_S)
+
+    def _this_node(self) -> str:
+        queue = activity.info().task_queue
+        return next(n.node_id for n in self.nodes if node_task_queue(n.node_id) == queue)

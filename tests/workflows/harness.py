@@ -1,0 +1,161 @@
+"""Runs ServiceWorkflow and CopyWorkflow on a local Temporal dev server against a FakeCluster: the control
+worker as server/worker.py builds it (same workflows, the real InputAuthority, the encrypting codec) with the
+placement and node activities mocked, and inputs signed as the API signs them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.worker import Worker
+
+from activities.authorization import InputAuthority
+from berth.security import SigningKey, TokenVerifier
+from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
+from catalog.definition import EngineSpec, PoolSpec, ReplicaSpec, WorkflowDefinition
+from tests.workflows.fake_cluster import FakeCluster
+from workflows.copy import CopyWorkflow
+from workflows.payloads import CopyTimings, Owner, ServiceInput, ServiceStatus, StopRequest
+from workflows.service import ServiceWorkflow
+
+WAIT_S = 30.0  # the longest any condition below takes on a loaded machine, several times over
+POLL_S = 0.1
+# Short enough that a silent agent is noticed in seconds; a healthy fake agent heartbeats every 0.1 s, far
+# inside it. The replacement back-off is kept, only shorter.
+TIMINGS = CopyTimings(rank_heartbeat_timeout_s=2.0, rank_adopt_window_s=2.0, health_check_interval_s=0.0,
+                      replace_backoff_s=0.1, replace_backoff_max_s=0.2)
+OWNER = Owner(user="alice", groups=("ml",))
+
+
+def pool_definition(min_replicas: int = 1, max_replicas: int | None = None, replace_failed_copies: int = 0,
+                    nodes: int = 1) -> WorkflowDefinition:
+    """A model pool with no weights to fetch and no LiteLLM proxy in front: only the pool's own logic runs."""
+    engine = EngineSpec(served_model_name="tiny-model", max_model_len=512, startup_timeout_s=120)
+    return WorkflowDefinition(
+        entry="tiny-model", name="tiny-model", model_id="tiny-model",
+        replica=ReplicaSpec(nodes=nodes, gpus_per_node=1, engine=engine), proxy=False,
+        pool=PoolSpec(min_replicas=min_replicas, max_replicas=max_replicas or max(min_replicas, 1),
+                      replace_failed_copies=replace_failed_copies),
+    )
+
+
+async def eventually(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
+    """The first truthy value of `check()` (sync or async), polled until `timeout_s`."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        await asyncio.sleep(POLL_S)
+
+
+@dataclass
+class Harness:
+    client: Client
+    signing: SigningKey
+    started: list[WorkflowHandle[Any, Any]] = field(default_factory=list)
+    inputs: dict[str, ServiceInput] = field(default_factory=dict)  # workflow id → what it was started with
+
+    async def start(self, definition: WorkflowDefinition, timings: CopyTimings = TIMINGS) -> WorkflowHandle[Any, Any]:
+        """Start a ServiceWorkflow as the API does: on the control queue, its input signed."""
+        workflow_id = f"pool-{uuid.uuid4().hex[:8]}"
+        unsigned = ServiceInput(workflow_id=workflow_id, endpoint_id=f"ep-{uuid.uuid4().hex[:10]}", owner=OWNER,
+                                definition=definition, timings=timings)
+        grant = self.signing.workflow_grant(OWNER.user, workflow_id, unsigned.digest())
+        signed = unsigned.model_copy(update={"grant": grant})
+        handle = await self.client.start_workflow(ServiceWorkflow.run, signed, id=workflow_id,
+                                                  task_queue=CONTROL_TASK_QUEUE)
+        self.inputs[workflow_id] = signed
+        self.started.append(handle)
+        return handle
+
+    async def status(self, handle: WorkflowHandle[Any, Any]) -> ServiceStatus:
+        status: ServiceStatus = await handle.query(ServiceWorkflow.status)
+        return status
+
+    async def wait_status(self, handle: WorkflowHandle[Any, Any], condition: Callable[[ServiceStatus], bool],
+                          what: str, timeout_s: float = WAIT_S) -> ServiceStatus:
+        async def met() -> ServiceStatus | None:
+            status = await self.status(handle)
+            return status if condition(status) else None
+
+        status: ServiceStatus = await eventually(met, what, timeout_s)
+        return status
+
+    async def settled(self, copy_ids: Iterable[str]) -> None:
+        """Wait until each copy has no report to its pool in flight: every signal it sent is delivered and that
+        delivery processed. A cancel (a stop, a scale-in) that lands in the same workflow task as a signal's
+        delivery is lost (temporalio/sdk-python#620: the SDK's default flags resume the signal's await and drop
+        the cancellation), and the copy then never stops; the tests cancel a copy only once it is settled."""
+        async def quiet(copy_id: str) -> bool:
+            events = [e.event_type for e in (await self.client.get_workflow_handle(copy_id).fetch_history()).events]
+
+            def last(kind: EventType.ValueType) -> int:
+                return max((index for index, event in enumerate(events) if event == kind), default=-1)
+
+            processed = last(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+            sent = events.count(EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)
+            answered = events.count(EventType.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED) + \
+                events.count(EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED)
+            return sent == answered and processed > last(EventType.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED) \
+                and processed > last(EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED)
+
+        for copy_id in copy_ids:
+            await eventually(lambda copy_id=copy_id: quiet(copy_id), f"{copy_id}'s reports to its pool delivered")
+
+    async def stop(self, handle: WorkflowHandle[Any, Any], timeout_s: float = WAIT_S) -> ServiceStatus:
+        await self.settled(copy_ids(await self.status(handle), ready_only=False))
+        await handle.signal(ServiceWorkflow.stop, StopRequest(by=OWNER.user))
+        status: ServiceStatus = await asyncio.wait_for(handle.result(), timeout_s)
+        return status
+
+    @contextlib.asynccontextmanager
+    async def running(self, cluster: FakeCluster) -> AsyncIterator[Harness]:
+        """The control worker and one worker per node, for the length of the block; whatever the test left
+        running is terminated after it, so no workflow outlives its test."""
+        authority = InputAuthority(TokenVerifier.from_jwks(self.signing.jwks()), CONTROL_TASK_QUEUE)
+        workers = [Worker(self.client, task_queue=CONTROL_TASK_QUEUE, workflows=[ServiceWorkflow, CopyWorkflow],
+                          activities=[*cluster.control_activities(), authority.verify_service_input,
+                                      authority.verify_copy_parent])]
+        workers += [Worker(self.client, task_queue=node_task_queue(node.node_id), activities=cluster.node_activities(),
+                           max_concurrent_activities=node.slots) for node in cluster.nodes]
+        async with contextlib.AsyncExitStack() as stack:
+            for worker in workers:
+                await stack.enter_async_context(worker)
+            try:
+                yield self
+            finally:
+                await self._terminate_leftovers(cluster)
+
+    async def _terminate_leftovers(self, cluster: FakeCluster) -> None:
+        copies = {request.copy_id for request in cluster.called("reserve_placement")}
+        handles = [*self.started, *(self.client.get_workflow_handle(copy_id) for copy_id in sorted(copies))]
+        for handle in handles:
+            description = await handle.describe()
+            if description.status is WorkflowExecutionStatus.RUNNING:
+                await handle.terminate(reason="the test ended")
+
+
+def node_ids(count: int) -> list[str]:
+    """Node names unique to one test: each node's task queue is its own, never a previous test's."""
+    run = uuid.uuid4().hex[:6]
+    return [f"n{index}-{run}" for index in range(count)]
+
+
+def copy_ids(status: ServiceStatus, ready_only: bool = True) -> set[str]:
+    return {c.copy_id for c in status.replicas if not ready_only or c.status.value == "ready"}
+
+
+def event_kinds(status: ServiceStatus) -> list[str]:
+    return [event.kind for event in status.events]
