@@ -11,21 +11,9 @@ from typing import Any
 
 from temporalio import activity
 
+from berth.contracts import FenceRequest, Placement, RankPlacement, ReplicaRecord, ReserveRequest, ReserveResult
 from berth.settings import node_task_queue
-from workflows.payloads import (
-    CleanupInput,
-    DrainInput,
-    DrainResult,
-    FenceRequest,
-    Placement,
-    RankExit,
-    RankPlacement,
-    RankSpec,
-    ReadyCheck,
-    ReplicaRecord,
-    ReserveRequest,
-    ReserveResult,
-)
+from workflows.payloads import CleanupInput, DrainInput, DrainResult, RankExit, RankSpec, ReadyCheck
 
 # A node agent's heartbeat cadence while it owns a process (the SDK throttles what it sends to the server).
 HEARTBEAT_EVERY_S = 0.1

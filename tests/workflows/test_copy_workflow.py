@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from berth.contracts import FenceRequest
 from tests.workflows.fake_cluster import FakeCluster, FakeNode
 from tests.workflows.harness import Harness, copy_ids, event_kinds, node_ids, pool_definition
-from workflows.payloads import FenceRequest, Phase
+from workflows.payloads import Phase
 
 pytestmark = pytest.mark.timeout(120)
 
