@@ -16,5 +16,6 @@ $(LITELLM_STAMP): scripts/litellm.lock.txt
 	@test -x $(LITELLM_VENV)/bin/python || $(PY) -m venv $(LITELLM_VENV)
 	$(LITELLM_VENV)/bin/python -m pip install -q --upgrade pip
 	$(LITELLM_VENV)/bin/python -m pip install -q -r scripts/litellm.lock.txt
-	$(LITELLM_VENV)/bin/litellm --version >/dev/null
+	# The bundled cost map, as every LiteLLM Berth starts: no fetch from GitHub (CI has no network but the registries).
+	LITELLM_LOCAL_MODEL_COST_MAP=True $(LITELLM_VENV)/bin/litellm --version >/dev/null
 	touch $@
