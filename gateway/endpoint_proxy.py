@@ -447,7 +447,9 @@ class EndpointProxy:
             def service_url() -> str | None:
                 return self.routes.get(route.id, route).service_url or None
             return await second_try.await_service(self.upstream, service_url, method, path, upstream_headers, body,
-                                                  _deadline(self.hold_timeout_s, headers), log, replayable=retriable)
+                                                  _deadline(self.hold_timeout_s, headers), log,
+                                                  # its one replay is spent when LiteLLM died with this request
+                                                  replayable=error.refused)
         if not error.sent_nothing:
             return None
         if not (retriable and route.pool):

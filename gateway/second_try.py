@@ -22,11 +22,14 @@ async def await_service(upstream: UpstreamPool, service_url: Callable[[], str | 
                         log: logging.Logger, replayable: bool = False) -> tuple[Replica, UpstreamResponse] | None:
     """Send the request again until the endpoint's LiteLLM answers or `deadline_s` passes. LiteLLM
     refusing connections is down and being started again by its node (seconds; the chaos soak saw every
-    such request fail with 502 before): nothing reached it, so replaying is safe, streamed or not.
-    `replayable` (a non-streamed completion, nothing sent to the client yet): one that LiteLLM took and
-    then died with is sent again too — the client gets one answer, later, instead of an error.
+    such request fail with 502 before): nothing reached it, so sending it again is safe, streamed or not.
+    A request that reached LiteLLM and broke it (nothing came back) is sent again once in all: this call's
+    first send when the caller's attempt broke (`replayable` False), one more when `replayable` (the
+    caller's attempt was refused). Never more: a request that breaks LiteLLM may be what kills it, and must
+    not take it down again and again for every user of the endpoint.
     `service_url()` is read each time: a restarted LiteLLM may come back elsewhere."""
     started = time.monotonic()
+    replays_left = 1 if replayable else 0
     while time.monotonic() - started < deadline_s:
         await asyncio.sleep(SERVICE_RETRY_EVERY_S)
         url = service_url()
@@ -35,9 +38,11 @@ async def await_service(upstream: UpstreamPool, service_url: Callable[[], str | 
         try:
             return Replica(copy_id="service", url=url), await upstream.request(method, url + path, headers, body)
         except UpstreamError as error:
-            if not (error.sent_nothing or replayable):
-                log.warning("LiteLLM at %s broke the held request: %s", url, error)
-                return None
+            if not error.refused:
+                if replays_left == 0:
+                    log.warning("LiteLLM at %s broke the held request: %s", url, error)
+                    return None
+                replays_left -= 1
     log.warning("LiteLLM did not come back within %.0f s", deadline_s)
     return None
 

@@ -41,11 +41,13 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 class UpstreamError(ConnectionError):
     """The upstream could not be reached or broke the response; `sent_nothing` says whether the
-    response had not started (so a caller may safely retry elsewhere)."""
+    response had not started (so a caller may safely retry elsewhere); `refused` whether the request
+    never reached the upstream at all (no connection, or not written), so not even it may have acted on it."""
 
-    def __init__(self, message: str, sent_nothing: bool) -> None:
+    def __init__(self, message: str, sent_nothing: bool, refused: bool = False) -> None:
         super().__init__(message)
         self.sent_nothing = sent_nothing
+        self.refused = refused
 
 
 @dataclass
@@ -184,7 +186,8 @@ class UpstreamPool:
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(*key), self.connect_timeout_s)
         except (OSError, TimeoutError) as error:
-            raise UpstreamError(f"cannot connect to {key[0]}:{key[1]} ({type(error).__name__})", True) from None
+            raise UpstreamError(f"cannot connect to {key[0]}:{key[1]} ({type(error).__name__})", True,
+                                refused=True) from None
         return _Connection(reader, writer)
 
     async def request(self, method: str, url: str, headers: list[tuple[bytes, bytes]],
@@ -240,7 +243,8 @@ class UpstreamPool:
                 writer.write(head + body)
             await writer.drain()
         except (OSError, RuntimeError) as error:
-            raise UpstreamError(f"upstream write failed ({type(error).__name__})", sent_nothing=True) from None
+            raise UpstreamError(f"upstream write failed ({type(error).__name__})", sent_nothing=True,
+                                refused=True) from None
         parsed = _Parsed()
         parser = httptools.HttpResponseParser(parsed)
         parsed.parser = parser

@@ -151,3 +151,29 @@ def test_unreachable_direct_replica_stays_502(verifier: TokenVerifier) -> None:
     closed = f"http://127.0.0.1:{free_port()}"
     status, _headers, body = asyncio.run(_ask(_proxy(_endpoint(None, closed), verifier)))
     assert status == 502 and json.loads(body)["error"]["type"] == "bad_gateway"
+
+
+def test_a_completion_that_breaks_litellm_twice_is_not_sent_a_third_time(verifier: TokenVerifier) -> None:
+    """A request LiteLLM dies with may be what kills it: it is replayed once, never in a loop that would
+    take LiteLLM down for every user of the endpoint; the client gets the documented 503."""
+    async def main() -> tuple[tuple[int, dict[bytes, bytes], bytes], int]:
+        seen = 0
+
+        async def always_die(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal seen
+            await reader.readuntil(b"\r\n\r\n")
+            seen += 1
+            writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+
+        server = await asyncio.start_server(always_die, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            answer = await _ask(_proxy(_endpoint("litellm", f"http://127.0.0.1:{port}"), verifier, hold_s=10.0))
+        finally:
+            server.close()
+        return answer, seen
+
+    answer, seen = asyncio.run(main())
+    _assert_unavailable(*answer)
+    assert seen == 2
