@@ -23,7 +23,7 @@ from berth.errors import AuthenticationError, BerthError
 from berth.failure_log import FailureLog
 from berth.scopes import Scope, in_scope
 from berth.security import Identity, SigningKey, TokenVerifier, endpoint_audience
-from gateway import model_cards, routing, second_try
+from gateway import litellm_replay, model_cards, routing, second_try
 from gateway.credentials import COOKIE_NAME, strip_berth_credentials
 from gateway.metrics import MetricsScraper
 from gateway.routing import Replica, ReplicaMetrics
@@ -77,6 +77,16 @@ class Route:
             return None
         url = self.replicas[next(self.counter) % len(self.replicas)]
         return Replica(copy_id=url, url=url)
+
+    def routable(self) -> frozenset[str] | None:
+        """The ready copies LiteLLM routes to (None: LiteLLM has not said which)."""
+        if self.litellm_routed is None:
+            return None
+        return frozenset(r.copy_id for r in self.pool
+                         if r.ready and not r.draining and r.copy_id in self.litellm_routed)
+
+    def serving(self) -> bool:
+        return self.wakeable and self._any_ready()
 
     def _any_ready(self) -> bool:
         """A service in front of a pool (LiteLLM) is worth calling only once the pool has a ready copy;
@@ -143,6 +153,9 @@ class EndpointProxy:
         self._woken_at: dict[str, float] = {}  # when this proxy woke a LiteLLM-fronted pool from zero
         self._waking: dict[str, asyncio.Future[bool]] = {}
         self._awake_until: dict[str, float] = {}  # a pool that said "not asleep", until when to believe it
+        # LiteLLM-fronted pools this proxy has seen serving: once one has, a moment with no routable copy
+        # (its only copy died and is being re-placed) holds requests instead of passing LiteLLM's 400.
+        self._served: set[str] = set()
         self.scraper = MetricsScraper(self._scrape_targets)
 
     def _scrape_targets(self) -> list[tuple[str, ReplicaMetrics]]:
@@ -180,6 +193,7 @@ class EndpointProxy:
             if fresh:
                 await asyncio.gather(*(self.scraper.scrape_now(r.url, r.metrics) for r in fresh))
             self.routes = routes
+            self._served.update(r.id for r in routes.values() if r.service == "litellm" and r.serving())
             self._last_refresh = time.monotonic()
 
     def _replica(self, entry: dict[str, Any], known: dict[str, Replica]) -> Replica:
@@ -292,9 +306,10 @@ class EndpointProxy:
                 await _json(send, 503, b'{"error":{"message":"No replica of this endpoint is ready yet; '
                                        b'retry shortly.","type":"service_unavailable","code":503}}')
                 return
-            if route.service == "litellm" and route.service_url and not await self._asleep(route):
-                # Copies are already wanted (starting, or waiting for capacity), not asleep: LiteLLM
-                # answers as the documents say ("Invalid model name", an empty /v1/models).
+            if (route.service == "litellm" and route.service_url and route.id not in self._served
+                    and not await self._asleep(route)):
+                # Copies are already wanted (the pool's first start, or waiting for capacity), not asleep:
+                # LiteLLM answers as the documents say ("Invalid model name", an empty /v1/models).
                 target = Replica(copy_id="service", url=route.service_url)
             else:
                 target = await self._hold(route, send, headers, session_id)
@@ -412,6 +427,7 @@ class EndpointProxy:
         # a whole body in hand and not a streamed completion.
         retriable = isinstance(body, bytes) and not STREAMED.search(body)
         method = scope["method"]
+        before = route.routable() if route.service == "litellm" else None  # its copies as it goes in
         target.in_flight += 1
         try:
             try:
@@ -428,12 +444,46 @@ class EndpointProxy:
                 target.in_flight -= 1
                 target, response = second
                 target.in_flight += 1
+            else:
+                if retriable and route.service == "litellm" and target.copy_id == "service":
+                    answer = await litellm_replay.read_error(response)
+                    if answer is not None:
+                        replayed = await self._replay_lost(answer, route, target, method, path,
+                                                           upstream_headers, body, headers, before)
+                        if replayed is None:
+                            await answer.send(send)
+                            return
+                        response = replayed
             if model_cards.is_listing(method, rest):
                 await model_cards.relay_listing(response, send, log, target.url)  # no state-dir paths
             else:
                 await relay(response, send, log, "upstream", target.url, receive)
         finally:
             target.in_flight -= 1
+
+    async def _replay_lost(self, answer: litellm_replay.BufferedAnswer, route: Route, target: Replica, method: str,
+                           path: str, upstream_headers: list[tuple[bytes, bytes]], body: bytes | AsyncIterator[bytes],
+                           headers: list[tuple[bytes, bytes]], before: frozenset[str] | None,
+                           ) -> UpstreamResponse | None:
+        """LiteLLM lost this completion with a dying copy: send it once more when its routed copies have
+        changed; None when it is not such a loss (or no copy came back), and the answer is relayed."""
+        if not isinstance(body, bytes) or not answer.lost_with_copy():
+            return None
+
+        async def routable() -> frozenset[str] | None:
+            with contextlib.suppress(BerthError):
+                await self.refresh(unless_newer_than_s=HELD_POLL_S)
+            return self.routes.get(route.id, route).routable()
+
+        if not await litellm_replay.settle(routable, before, _deadline(self.hold_timeout_s, headers)):
+            return None
+        url = self.routes.get(route.id, route).service_url or target.url
+        log.info("LiteLLM lost a completion of endpoint %s with a dying copy; sending it once more", route.id)
+        try:
+            return await self.upstream.request(method, url + path, _to(target, upstream_headers), body)
+        except UpstreamError as error:
+            log.warning("the replay to LiteLLM at %s failed: %s", url, error)
+            return None
 
     async def _second_try(self, route: Route, target: Replica, error: UpstreamError, retriable: bool,
                           session_id: str | None, method: str, path: str, upstream_headers: list[tuple[bytes, bytes]],
