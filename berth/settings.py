@@ -330,3 +330,27 @@ def gateway_master_key() -> str | None:
 def replica_keys_token() -> str | None:
     """`BERTH_REPLICA_KEYS_TOKEN`: the token a model gateway reads its copies' keys with."""
     return os.environ.get("BERTH_REPLICA_KEYS_TOKEN")
+
+
+@dataclass(frozen=True)
+class ProxyHolding:
+    """How long the endpoint proxy holds a request for a pool with no routable copy, and how many may wait
+    per endpoint (None: the proxy's own defaults)."""
+
+    timeout_s: float | None
+    max_held: int | None
+
+    @classmethod
+    def from_env(cls) -> ProxyHolding:
+        timeout, most = os.environ.get("BERTH_PROXY_HOLD_TIMEOUT_S"), os.environ.get("BERTH_PROXY_MAX_HELD")
+        try:
+            return cls(timeout_s=float(timeout) if timeout else None, max_held=int(most) if most else None)
+        except ValueError:
+            raise SystemExit("BERTH_PROXY_HOLD_TIMEOUT_S must be a number of seconds and BERTH_PROXY_MAX_HELD "
+                             "a whole number") from None
+
+
+def state_dir_if_set() -> Path | None:
+    """BERTH_STATE_DIR when set (a proxy host may have none: then it signs no caller assertions)."""
+    value = os.environ.get("BERTH_STATE_DIR")
+    return Path(value) if value else None

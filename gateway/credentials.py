@@ -4,6 +4,7 @@ would let them act as the caller on the control plane (issue 11 item 6)."""
 
 from __future__ import annotations
 
+import contextlib
 from http.cookies import CookieError, SimpleCookie
 
 from berth.security import TokenVerifier
@@ -44,3 +45,28 @@ def strip_berth_credentials(headers: list[tuple[bytes, bytes]],
         else:
             kept.append((name, value))
     return kept
+
+
+def find_token(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, bool]:
+    """The caller's Berth token from the first of: console cookie, `Berth-Authorization`,
+    `Authorization: Bearer`. Returns (token, whether it came from Authorization)."""
+    cookie = berth_header = bearer = None
+    for name, value in headers:
+        if name == b"cookie" and cookie is None:
+            jar: SimpleCookie = SimpleCookie()
+            with contextlib.suppress(Exception):
+                jar.load(value.decode("latin-1"))
+            if COOKIE_NAME in jar:
+                cookie = jar[COOKIE_NAME].value
+        elif name == b"berth-authorization" and berth_header is None:
+            text = value.decode("latin-1").strip()
+            berth_header = text[7:].strip() if text.lower().startswith("bearer ") else text
+        elif name == b"authorization" and bearer is None:
+            text = value.decode("latin-1").strip()
+            if text.lower().startswith("bearer "):
+                bearer = text[7:].strip()
+    if cookie:
+        return cookie, False
+    if berth_header:
+        return berth_header, False
+    return bearer, bearer is not None

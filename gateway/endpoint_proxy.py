@@ -14,18 +14,19 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from http.cookies import SimpleCookie
 from typing import Any
 
 from berth.api_client import ApiClient
 from berth.errors import AuthenticationError, BerthError
 from berth.failure_log import FailureLog
-from berth.scopes import Scope, in_scope
+from berth.scopes import Scope
 from berth.security import Identity, SigningKey, TokenVerifier, endpoint_audience
-from gateway import litellm_replay, model_cards, routing, second_try
-from gateway.credentials import COOKIE_NAME, strip_berth_credentials
+from gateway import answers, litellm_replay, model_cards, routing, second_try
+from gateway.answers import body_stream, deadline, header, json_answer, plain, upstream_failed
+from gateway.credentials import COOKIE_NAME, find_token, strip_berth_credentials
+from gateway.hold import HELD_POLL_S, WAKE_EVERY_S, Holds
 from gateway.metrics import MetricsScraper
+from gateway.route_table import Route
 from gateway.routing import Replica, ReplicaMetrics
 from gateway.upstream import HOP_BY_HOP, Receive, Send, UpstreamError, UpstreamPool, UpstreamResponse, relay
 
@@ -34,96 +35,13 @@ log = logging.getLogger("berth.proxy")
 CALLER_HEADER = b"x-berth-caller"
 # A client's own x-berth-caller is always dropped: only this proxy may speak for a caller.
 STRIPPED_REQUEST = HOP_BY_HOP | {b"berth-authorization", CALLER_HEADER}
-# A request for a pool with no routable copy waits this long at most (x-request-timeout shortens it).
-HOLD_TIMEOUT_S = 120.0
-LITELLM_SYNC_SETTLE_S = 1.5
-AWAKE_ANSWER_TTL_S = 2.0  # how long a LiteLLM-fronted pool's "not asleep" answer is trusted
-HELD_POLL_S = 0.05  # while requests are held: how often to look for a routable copy (a routes read)
-MAX_HELD_PER_ENDPOINT = 100
-WAKE_EVERY_S = 5.0  # re-send the wake-up while requests wait (a lost signal must not strand them)
 STREAMED = re.compile(rb'"stream"\s*:\s*true')
 ASSERTION_TTL_S = 60.0
 # An assertion is reused this long (signing costs ~50 µs; the hot path signs at most twice a minute
 # per caller and endpoint), leaving it ≥ 30 s of life when it reaches the service.
 ASSERTION_REUSE_S = 30.0
 
-
-@dataclass
-class Route:
-    id: str
-    scope: Scope
-    owner: str
-    org: str
-    groups: frozenset[str]
-    service_url: str | None
-    replicas: list[str]
-    counter: itertools.count = field(default_factory=itertools.count)  # type: ignore[type-arg]
-    workflow_id: str = ""
-    pool: list[Replica] = field(default_factory=list)  # every published copy, draining ones included
-    policy: routing.Policy = field(default_factory=routing.RoundRobin)
-    wakeable: bool = False  # a replica pool (not a service): a request may wake it from zero
-    service: str = "vllm"
-    litellm_routed: frozenset[str] | None = None  # copies LiteLLM routes to; None: not reported yet
-
-    def target(self, session_id: str | None = None, exclude: frozenset[str] = frozenset()) -> Replica | None:
-        """The service, or the replica the endpoint's routing policy picks among the eligible ones."""
-        if self.service_url:
-            return Replica(copy_id="service", url=self.service_url) if self._any_ready() else None
-        if self.service == "litellm":
-            return None  # a pool behind LiteLLM is never reached around it (its key would be bypassed)
-        if self.pool:
-            return routing.choose(self.policy, self.pool, time.monotonic(), session_id, exclude)
-        if not self.replicas:  # a control plane that lists no pool details: plain round robin
-            return None
-        url = self.replicas[next(self.counter) % len(self.replicas)]
-        return Replica(copy_id=url, url=url)
-
-    def routable(self) -> frozenset[str] | None:
-        """The ready copies LiteLLM routes to (None: LiteLLM has not said which)."""
-        if self.litellm_routed is None:
-            return None
-        return frozenset(r.copy_id for r in self.pool
-                         if r.ready and not r.draining and r.copy_id in self.litellm_routed)
-
-    def serving(self) -> bool:
-        return self.wakeable and self._any_ready()
-
-    def _any_ready(self) -> bool:
-        """A service in front of a pool (LiteLLM) is worth calling only once the pool has a ready copy;
-        until then the request is held and the pool woken, as for a pool without a service."""
-        if not self.wakeable:
-            return True
-        if self.service == "litellm" and self.litellm_routed is not None:
-            return any(r.ready and not r.draining and r.copy_id in self.litellm_routed for r in self.pool)
-        return any(r.ready and not r.draining for r in self.pool)  # a pool at zero has none: hold
-
-    def admits(self, who: Identity) -> bool:
-        return in_scope(self.scope, self.owner, self.org, self.groups, who)
-
-
-def find_token(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, bool]:
-    """The caller's Berth token from the first of: console cookie, `Berth-Authorization`,
-    `Authorization: Bearer`. Returns (token, whether it came from Authorization)."""
-    cookie = berth_header = bearer = None
-    for name, value in headers:
-        if name == b"cookie" and cookie is None:
-            jar: SimpleCookie = SimpleCookie()
-            with contextlib.suppress(Exception):
-                jar.load(value.decode("latin-1"))
-            if COOKIE_NAME in jar:
-                cookie = jar[COOKIE_NAME].value
-        elif name == b"berth-authorization" and berth_header is None:
-            text = value.decode("latin-1").strip()
-            berth_header = text[7:].strip() if text.lower().startswith("bearer ") else text
-        elif name == b"authorization" and bearer is None:
-            text = value.decode("latin-1").strip()
-            if text.lower().startswith("bearer "):
-                bearer = text[7:].strip()
-    if cookie:
-        return cookie, False
-    if berth_header:
-        return berth_header, False
-    return bearer, bearer is not None
+__all__ = ["COOKIE_NAME", "WAKE_EVERY_S", "EndpointProxy", "Route", "find_token"]  # what callers import here
 
 
 class EndpointProxy:
@@ -140,23 +58,30 @@ class EndpointProxy:
         self._refresh_lock = asyncio.Lock()
         self._refresher: asyncio.Task[None] | None = None
         self._verified: dict[tuple[str, str], tuple[Identity, float]] = {}
-        self.hold_timeout_s = HOLD_TIMEOUT_S
-        self.max_held = MAX_HELD_PER_ENDPOINT
         # Load figures outlive routing-table refreshes: keyed by copy id (a copy's URL never changes).
         self._replicas: dict[str, Replica] = {}
-        # Per endpoint, not per Route: a refresh replaces Route objects while requests are held.
-        self._held: dict[str, int] = {}
         # Requests admitted per pool endpoint since the last report: the autoscaler's rate and idle clock.
         self._arrivals: dict[str, int] = {}
         self._reporter: asyncio.Task[None] | None = None
-        self._last_wake: dict[str, float] = {}
-        self._woken_at: dict[str, float] = {}  # when this proxy woke a LiteLLM-fronted pool from zero
-        self._waking: dict[str, asyncio.Future[bool]] = {}
-        self._awake_until: dict[str, float] = {}  # a pool that said "not asleep", until when to believe it
+        self.holds = Holds(api, lambda route: self.routes.get(route.id, route), self._look_again)
         # LiteLLM-fronted pools this proxy has seen serving: once one has, a moment with no routable copy
         # (its only copy died and is being re-placed) holds requests instead of passing LiteLLM's 400.
         self._served: set[str] = set()
         self.scraper = MetricsScraper(self._scrape_targets)
+
+    @property
+    def hold_timeout_s(self) -> float:
+        return self.holds.timeout_s
+
+    @hold_timeout_s.setter
+    def hold_timeout_s(self, value: float) -> None:
+        self.holds.timeout_s = value
+
+    async def _look_again(self, age_s: float) -> None:
+        """Refresh the routing table unless it is younger than `age_s` (held requests share one read)."""
+        if time.monotonic() - self._last_refresh > age_s:
+            with contextlib.suppress(BerthError):
+                await self.refresh(unless_newer_than_s=age_s)
 
     def _scrape_targets(self) -> list[tuple[str, ReplicaMetrics]]:
         return [(r.url, r.metrics) for r in self._replicas.values()]
@@ -266,15 +191,15 @@ class EndpointProxy:
             return
         path: str = scope["path"]
         if path == "/healthz":
-            await _plain(send, 200, b"ok")
+            await plain(send, 200, b"ok")
             return
         if not path.startswith("/endpoints/"):
-            await _plain(send, 404, b"Not Found")
+            await plain(send, 404, b"Not Found")
             return
         endpoint_id, _, rest = path[len("/endpoints/"):].partition("/")
         route = await self._route(endpoint_id)
         if route is None:
-            await _plain(send, 404, b"Unknown endpoint")
+            await plain(send, 404, b"Unknown endpoint")
             return
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         token, from_authorization = find_token(headers)
@@ -292,75 +217,32 @@ class EndpointProxy:
                 identity = None
         else:
             if identity is None:
-                await _plain(send, 401, b"Unauthorized")
+                await plain(send, 401, b"Unauthorized")
                 return
             if not route.admits(identity):
-                await _plain(send, 403, _forbidden(endpoint_id, route).encode())
+                await plain(send, 403, answers.forbidden(endpoint_id, route).encode())
                 return
         if route.wakeable:
             self._arrivals[endpoint_id] = self._arrivals.get(endpoint_id, 0) + 1
-        session_id = _header(headers, b"x-session-id")
+        session_id = header(headers, b"x-session-id")
         target = route.target(session_id)
         if target is None:
             if not route.wakeable:
-                await _json(send, 503, b'{"error":{"message":"No replica of this endpoint is ready yet; '
+                await json_answer(send, 503, b'{"error":{"message":"No replica of this endpoint is ready yet; '
                                        b'retry shortly.","type":"service_unavailable","code":503}}')
                 return
             if (route.service == "litellm" and route.service_url and route.id not in self._served
-                    and not await self._asleep(route)):
+                    and not await self.holds.asleep(route)):
                 # Copies are already wanted (the pool's first start, or waiting for capacity), not asleep:
                 # LiteLLM answers as the documents say ("Invalid model name", an empty /v1/models).
                 target = Replica(copy_id="service", url=route.service_url)
             else:
-                target = await self._hold(route, send, headers, session_id)
+                target = await self.holds.hold(route, send, headers, session_id)
             if target is None:
                 return  # answered: 429 (too many waiting) or 503 (deadline passed)
         caller = self._assertion(identity, endpoint_id) if identity is not None else None
         await self._forward(scope, receive, send, route, target, rest, headers, strip_authorization, session_id,
                             caller)
-
-    async def _hold(self, route: Route, send: Send, headers: list[tuple[bytes, bytes]],
-                    session_id: str | None) -> Replica | None:
-        """Hold a request for a pool with no routable copy: wake the pool, then wait for a copy until
-        the deadline (120 s, or less with `x-request-timeout`). Capped per endpoint."""
-        if self._held.get(route.id, 0) >= self.max_held:
-            await _json(send, 429, b'{"error":{"message":"Too many requests are waiting for this endpoint '
-                                   b'to wake up; retry later.","type":"too_many_requests","code":429}}',
-                        [(b"retry-after", b"5")])
-            return None
-        deadline_s = _deadline(self.hold_timeout_s, headers)
-        started = time.monotonic()
-        self._held[route.id] = self._held.get(route.id, 0) + 1
-        try:
-            while True:
-                route = self.routes.get(route.id, route)  # a refresh may have replaced it
-                target = route.target(session_id)
-                if target is not None:
-                    self._woken_at.pop(route.id, None)
-                    if route.service == "litellm" and route.litellm_routed is None:
-                        # LiteLLM has not reported which copies it routes to (an older hook, or a
-                        # control plane restarted since): give its sync poll time to catch up, or the
-                        # first request after a wake gets its "Invalid model name".
-                        await asyncio.sleep(LITELLM_SYNC_SETTLE_S)
-                    return target
-                now = time.monotonic()
-                if now - self._last_wake.get(route.id, 0.0) >= WAKE_EVERY_S:
-                    self._last_wake[route.id] = now
-                    asyncio.create_task(self._wake_once(route))
-                if now - started >= deadline_s:
-                    break
-                # Tight while someone waits: every 100 ms of polling is 100 ms on the first reply.
-                await asyncio.sleep(min(HELD_POLL_S, max(0.0, deadline_s - (now - started))))
-                if time.monotonic() - self._last_refresh > HELD_POLL_S:
-                    with contextlib.suppress(BerthError):
-                        await self.refresh(unless_newer_than_s=HELD_POLL_S)
-        finally:
-            self._held[route.id] -= 1
-        waited = f"{time.monotonic() - started:.0f}"
-        await _json(send, 503, b'{"error":{"message":"No replica of this endpoint became ready within '
-                    + waited.encode() + b' s; it is starting, retry shortly.","type":"service_unavailable",'
-                    b'"code":503}}', [(b"retry-after", b"10")])
-        return None
 
     async def _report_load_forever(self) -> None:
         """Every second, tell the control plane how many requests each pool endpoint admitted."""
@@ -372,36 +254,6 @@ class EndpointProxy:
                     await self.api.report_load(endpoint_id, count)
                 except BerthError as error:
                     log.warning("load report for %s failed: %s", endpoint_id, error)
-
-    async def _asleep(self, route: Route) -> bool:
-        """Whether a request to this LiteLLM-fronted pool with no ready copy should be held: the pool was
-        at zero (this call wakes it) or a wake from here is still under way. Concurrent first requests
-        share one wake call, so none of them sees the pool "already waking" and slips past the hold."""
-        now = time.monotonic()
-        woken_at = self._woken_at.get(route.id)
-        if woken_at is not None and now - woken_at < self.hold_timeout_s:
-            return True
-        if now < self._awake_until.get(route.id, 0.0):
-            return False  # asked a moment ago: copies are already wanted (one API call per pool)
-        pending = self._waking.get(route.id)
-        if pending is None:
-            pending = self._waking[route.id] = asyncio.ensure_future(self._wake_once(route))
-            pending.add_done_callback(lambda _: self._waking.pop(route.id, None))
-        return await asyncio.shield(pending)
-
-    async def _wake_once(self, route: Route) -> bool:
-        try:
-            reply = await self.api.wake_endpoint(route.id, "a request arrived at the endpoint proxy")
-        except BerthError as error:
-            log.warning("waking endpoint %s failed: %s", route.id, error)
-            return True  # hold: the hold loop keeps trying, and answers 503 at the deadline
-        self._last_wake[route.id] = time.monotonic()
-        if reply.get("woken", True):
-            self._woken_at[route.id] = time.monotonic()
-            log.info("woke endpoint %s (workflow %s)", route.id, route.workflow_id)
-            return True
-        self._awake_until[route.id] = time.monotonic() + AWAKE_ANSWER_TTL_S
-        return False
 
     async def _forward(self, scope: dict[str, Any], receive: Receive, send: Send, route: Route,
                        target: Replica, rest: str, headers: list[tuple[bytes, bytes]],
@@ -420,7 +272,7 @@ class EndpointProxy:
         first = await receive()
         body: bytes | AsyncIterator[bytes]
         if first.get("more_body"):
-            body = _body_stream(first.get("body", b""), receive)
+            body = body_stream(first.get("body", b""), receive)
         else:
             body = first.get("body", b"")
         # One retry on another replica when nothing reached the client and the request can be replayed:
@@ -439,7 +291,7 @@ class EndpointProxy:
                 second = await self._second_try(route, target, error, retriable, session_id, method, path,
                                                 upstream_headers, body, headers)
                 if second is None:
-                    await _upstream_failed(send, route, target)
+                    await upstream_failed(send, route, target)
                     return
                 target.in_flight -= 1
                 target, response = second
@@ -471,11 +323,10 @@ class EndpointProxy:
             return None
 
         async def routable() -> frozenset[str] | None:
-            with contextlib.suppress(BerthError):
-                await self.refresh(unless_newer_than_s=HELD_POLL_S)
+            await self._look_again(HELD_POLL_S)
             return self.routes.get(route.id, route).routable()
 
-        if not await litellm_replay.settle(routable, before, _deadline(self.hold_timeout_s, headers)):
+        if not await litellm_replay.settle(routable, before, deadline(self.hold_timeout_s, headers)):
             return None
         url = self.routes.get(route.id, route).service_url or target.url
         log.info("LiteLLM lost a completion of endpoint %s with a dying copy; sending it once more", route.id)
@@ -497,7 +348,7 @@ class EndpointProxy:
             def service_url() -> str | None:
                 return self.routes.get(route.id, route).service_url or None
             return await second_try.await_service(self.upstream, service_url, method, path, upstream_headers, body,
-                                                  _deadline(self.hold_timeout_s, headers), log,
+                                                  deadline(self.hold_timeout_s, headers), log,
                                                   # its one replay is spent when LiteLLM died with this request
                                                   replayable=error.refused)
         if not error.sent_nothing:
@@ -534,66 +385,3 @@ def _to(target: Replica, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes
     if not target.api_key:
         return headers
     return [(name, value) for name, value in headers if name != b"authorization"] + target.authorization()
-
-
-def _forbidden(endpoint_id: str, route: Route) -> str:
-    """The 403 body: which scope shut the caller out."""
-    who = {Scope.USER: f"only its owner ({route.owner})", Scope.GROUP: "members of its groups",
-           Scope.ORGANIZATION: f"members of organization {route.org}"}.get(route.scope, "")
-    return (f"Forbidden: endpoint {endpoint_id} is {route.scope.value}-scoped ({who} may call it) "
-            "and you are outside it")
-
-
-async def _body_stream(first: bytes, receive: Receive) -> AsyncIterator[bytes]:
-    if first:
-        yield first
-    while True:
-        message = await receive()
-        chunk = message.get("body", b"")
-        if chunk:
-            yield chunk
-        if not message.get("more_body"):
-            return
-
-
-async def _plain(send: Send, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _upstream_failed(send: Send, route: Route, target: Replica) -> None:
-    """No answer from upstream, nothing sent to the client. A Proxy=true endpoint's LiteLLM that refuses
-    or resets the connection is down and being started again (ServiceWorkflow's back-off): 503 with
-    Retry-After, as documented (docs/architecture.md), not a 502 that reads as a broken model."""
-    if route.service == "litellm" and target.copy_id == "service":
-        await _json(send, 503, b'{"error":{"message":"The endpoint\'s LiteLLM proxy is not answering (it is '
-                    b'being restarted); retry shortly.","type":"service_unavailable","code":503}}',
-                    [(b"retry-after", b"5")])
-        return
-    await _json(send, 502, b'{"error":{"message":"The model service did not answer; '
-                           b'retry shortly.","type":"bad_gateway","code":502}}')
-
-
-async def _json(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()), *(extra or [])]})
-    await send({"type": "http.response.body", "body": body})
-
-
-def _deadline(longest_s: float, headers: list[tuple[bytes, bytes]]) -> float:
-    """How long a request may be held: `longest_s`, or less when the client says `x-request-timeout`."""
-    asked = _header(headers, b"x-request-timeout")
-    if asked:
-        with contextlib.suppress(ValueError):
-            return max(0.0, min(longest_s, float(asked)))
-    return longest_s
-
-
-def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
-    for key, value in headers:
-        if key == name:
-            return value.decode("latin-1").strip() or None
-    return None

@@ -3,26 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
-from pathlib import Path
 
 import uvicorn
 
 from berth.api_client import ApiClient
 from berth.errors import BerthError
 from berth.security import SigningKey, TokenVerifier
-from berth.settings import ServerTLS, StateLayout
+from berth.settings import ProxyHolding, ServerTLS, StateLayout, state_dir_if_set
 from gateway.endpoint_proxy import EndpointProxy
 
 
 def load_signer() -> SigningKey | None:
     """The control plane's signing key from BERTH_STATE_DIR, to sign caller assertions locally (no
     network on the hot path). Absent (a proxy host without the state dir): no assertions."""
-    state_dir = os.environ.get("BERTH_STATE_DIR")
-    if not state_dir or not (StateLayout(Path(state_dir)).keys / "signing.pem").exists():
+    state_dir = state_dir_if_set()
+    if state_dir is None or not (StateLayout(state_dir).keys / "signing.pem").exists():
         return None
-    return SigningKey.load_or_create(StateLayout(Path(state_dir)).keys)
+    return SigningKey.load_or_create(StateLayout(state_dir).keys)
 
 
 def run_endpoint_proxy(api_url: str, token: str, host: str, port: int, fd: int | None = None) -> None:
@@ -37,8 +35,9 @@ def run_endpoint_proxy(api_url: str, token: str, host: str, port: int, fd: int |
     verifier = asyncio.run(load_keys())
     app = EndpointProxy(ApiClient(api_url, token), verifier, signer=load_signer())
     # How long a request for a pool at zero is held, and how many may wait per endpoint.
-    app.hold_timeout_s = float(os.environ.get("BERTH_PROXY_HOLD_TIMEOUT_S", app.hold_timeout_s))
-    app.max_held = int(os.environ.get("BERTH_PROXY_MAX_HELD", app.max_held))
+    holding = ProxyHolding.from_env()
+    app.holds.timeout_s = holding.timeout_s or app.holds.timeout_s
+    app.holds.max_held = holding.max_held or app.holds.max_held
     tls = ServerTLS.from_env()
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, loop="uvloop",
                             http="httptools", lifespan="on", **(tls.uvicorn_options() if tls else {}))

@@ -17,7 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from berth.security import Identity, SigningKey, TokenVerifier
-from gateway.endpoint_proxy import COOKIE_NAME, EndpointProxy, find_token
+from gateway.credentials import COOKIE_NAME, find_token
+from gateway.endpoint_proxy import EndpointProxy
 
 OWNER = Identity("alice", ("eng",), "acme")
 

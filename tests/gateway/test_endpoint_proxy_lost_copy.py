@@ -108,7 +108,7 @@ def test_a_served_pool_whose_only_copy_is_gone_holds_until_the_replacement_is_re
         await proxy.refresh()  # the proxy has seen the pool serving
         api.copies = {"c2": False}  # c1 died; its replacement is starting
         asking = asyncio.ensure_future(_ask(proxy))
-        await _until(lambda: bool(proxy._held.get("ep-1")))  # noqa: SLF001 — the hold is what is under test
+        await _until(lambda: bool(proxy.holds.held.get("ep-1")))  # the hold is what is under test
         assert seen == [], "nothing may reach LiteLLM while it has no deployment"
         api.copies = {"c2": True}
         status, _headers, body = await asking

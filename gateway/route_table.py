@@ -1,0 +1,66 @@
+"""The endpoint proxy's routing table: one Route per endpoint, as `/v1/internal/routes` lists it — who may
+call it, its service and its pool — and which copy a request goes to."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+
+from berth.scopes import Scope, in_scope
+from berth.security import Identity
+from gateway import routing
+from gateway.routing import Replica
+
+
+@dataclass
+class Route:
+    id: str
+    scope: Scope
+    owner: str
+    org: str
+    groups: frozenset[str]
+    service_url: str | None
+    replicas: list[str]
+    counter: itertools.count = field(default_factory=itertools.count)  # type: ignore[type-arg]
+    workflow_id: str = ""
+    pool: list[Replica] = field(default_factory=list)  # every published copy, draining ones included
+    policy: routing.Policy = field(default_factory=routing.RoundRobin)
+    wakeable: bool = False  # a replica pool (not a service): a request may wake it from zero
+    service: str = "vllm"
+    litellm_routed: frozenset[str] | None = None  # copies LiteLLM routes to; None: not reported yet
+
+    def target(self, session_id: str | None = None, exclude: frozenset[str] = frozenset()) -> Replica | None:
+        """The service, or the replica the endpoint's routing policy picks among the eligible ones."""
+        if self.service_url:
+            return Replica(copy_id="service", url=self.service_url) if self._any_ready() else None
+        if self.service == "litellm":
+            return None  # a pool behind LiteLLM is never reached around it (its key would be bypassed)
+        if self.pool:
+            return routing.choose(self.policy, self.pool, time.monotonic(), session_id, exclude)
+        if not self.replicas:  # a control plane that lists no pool details: plain round robin
+            return None
+        url = self.replicas[next(self.counter) % len(self.replicas)]
+        return Replica(copy_id=url, url=url)
+
+    def routable(self) -> frozenset[str] | None:
+        """The ready copies LiteLLM routes to (None: LiteLLM has not said which)."""
+        if self.litellm_routed is None:
+            return None
+        return frozenset(r.copy_id for r in self.pool
+                         if r.ready and not r.draining and r.copy_id in self.litellm_routed)
+
+    def serving(self) -> bool:
+        return self.wakeable and self._any_ready()
+
+    def _any_ready(self) -> bool:
+        """A service in front of a pool (LiteLLM) is worth calling only once the pool has a ready copy;
+        until then the request is held and the pool woken, as for a pool without a service."""
+        if not self.wakeable:
+            return True
+        if self.service == "litellm" and self.litellm_routed is not None:
+            return any(r.ready and not r.draining and r.copy_id in self.litellm_routed for r in self.pool)
+        return any(r.ready and not r.draining for r in self.pool)  # a pool at zero has none: hold
+
+    def admits(self, who: Identity) -> bool:
+        return in_scope(self.scope, self.owner, self.org, self.groups, who)
