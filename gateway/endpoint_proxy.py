@@ -322,11 +322,12 @@ class EndpointProxy:
         if not isinstance(body, bytes) or not answer.lost_with_copy():
             return None
 
-        async def routable() -> frozenset[str] | None:
+        async def look() -> tuple[frozenset[str], frozenset[str] | None]:
             await self._look_again(HELD_POLL_S)
-            return self.routes.get(route.id, route).routable()
+            now = self.routes.get(route.id, route)
+            return now.ready_copies(), now.litellm_routed
 
-        if not await litellm_replay.settle(routable, before, deadline(self.hold_timeout_s, headers)):
+        if not await litellm_replay.settle(look, before, deadline(self.hold_timeout_s, headers)):
             return None
         url = self.routes.get(route.id, route).service_url or target.url
         log.info("LiteLLM lost a completion of endpoint %s with a dying copy; sending it once more", route.id)

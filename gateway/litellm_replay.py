@@ -19,8 +19,10 @@ from gateway.upstream import HOP_BY_HOP, Send, UpstreamError, UpstreamResponse
 
 # LiteLLM's words for "the deployment's connection failed" (openai's APIConnectionError, httpx's
 # RemoteProtocolError when the copy died mid-reply), as it writes them into its error body.
+# "All connection attempts failed" / "Connection refused": LiteLLM still routed to a copy already gone.
 LOST_WITH_COPY = re.compile(rb"APIConnectionError|Connection error|Server disconnected|RemoteProtocolError|"
-                            rb"peer closed connection|Connection reset")
+                            rb"peer closed connection|Connection reset|All connection attempts failed|"
+                            rb"Connection refused")
 REPLAYED_STATUSES = frozenset({500, 502, 503})
 MAX_ERROR_BODY = 16 * 1024  # an error answer is small; a bigger 5xx body is relayed, never buffered whole
 # How long to wait for LiteLLM's routed copies to change before sending again anyway (the API learns of a
@@ -64,17 +66,22 @@ async def read_error(response: UpstreamResponse) -> BufferedAnswer | None:
     return BufferedAnswer(response.status, list(response.headers), b"".join(chunks))
 
 
-async def settle(routable: Callable[[], Awaitable[frozenset[str] | None]], before: frozenset[str] | None,
-                 deadline_s: float) -> bool:
-    """Wait until the copies LiteLLM routes to differ from `before` and one is left (the dead copy gone,
-    or a re-placed one ready), at most SETTLE_S while some copy stays routable and `deadline_s` while none
-    is. `routable()` refreshes the routing table and returns the ready copies LiteLLM routes to (None:
-    not known). False when no copy became routable in time (the caller answers 503)."""
+async def settle(look: Callable[[], Awaitable[tuple[frozenset[str], frozenset[str] | None]]],
+                 before: frozenset[str] | None, deadline_s: float) -> bool:
+    """Wait until LiteLLM routes to exactly the pool's ready copies, at least one, and that set differs
+    from `before` (the dead copy gone, or a re-placed one in) — or SETTLE_S has passed with one routable
+    (the copy was in fact alive). `look()` refreshes the routing table and returns (the pool's ready
+    copies, the copies LiteLLM routes to or None when it has not said). False when no copy became
+    routable within `deadline_s` (the caller answers with the loss)."""
     started = time.monotonic()
     while True:
-        now_routable = await routable()
+        ready, routed = await look()
         waited = time.monotonic() - started
-        if now_routable is None or (now_routable and (now_routable != before or waited >= SETTLE_S)):
+        if routed is None:
+            settled = waited >= SETTLE_S and bool(ready)  # LiteLLM silent: trust the pool after a while
+        else:
+            settled = bool(routed) and routed == ready and (routed != before or waited >= SETTLE_S)
+        if settled:
             return True
         if waited >= deadline_s:
             return False

@@ -43,12 +43,14 @@ class Route:
         url = self.replicas[next(self.counter) % len(self.replicas)]
         return Replica(copy_id=url, url=url)
 
+    def ready_copies(self) -> frozenset[str]:
+        return frozenset(r.copy_id for r in self.pool if r.ready and not r.draining)
+
     def routable(self) -> frozenset[str] | None:
         """The ready copies LiteLLM routes to (None: LiteLLM has not said which)."""
         if self.litellm_routed is None:
             return None
-        return frozenset(r.copy_id for r in self.pool
-                         if r.ready and not r.draining and r.copy_id in self.litellm_routed)
+        return self.ready_copies() & self.litellm_routed
 
     def serving(self) -> bool:
         return self.wakeable and self._any_ready()

@@ -34,6 +34,8 @@ class PoolApi(FakeApi):
         super().__init__([])
         self.litellm_url = litellm_url
         self.copies: dict[str, bool] = {}  # copy id → ready
+        # What LiteLLM reports routing to: "ready" (the ready copies), a lagging list, or None (not reported).
+        self.routed: list[str] | None | str = "ready"
         self.wakes = 0
 
     async def routes(self) -> dict[str, Any]:
@@ -41,7 +43,8 @@ class PoolApi(FakeApi):
         pool = [{"copy_id": c, "url": f"http://127.0.0.1:9/{c}", "ready": r} for c, r in self.copies.items()]
         self.endpoints = [{"id": "ep-1", "scope": "public", "owner": "alice", "org": "acme", "groups": [],
                            "service": "litellm", "service_url": self.litellm_url, "replicas": [],
-                           "wakeable": True, "pool": pool, "litellm_routed": ready}]
+                           "wakeable": True, "pool": pool,
+                           "litellm_routed": ready if self.routed == "ready" else self.routed}]
         return await super().routes()
 
     async def wake_endpoint(self, endpoint_id: str, reason: str) -> dict[str, Any]:
@@ -151,6 +154,45 @@ def test_a_completion_lost_with_a_dying_copy_is_sent_again_once_the_copies_chang
 
     status, body, seen = asyncio.run(main())
     assert status == 200 and json.loads(body) == {"ok": True} and seen == [1, 2]
+
+
+REFUSED = _answer(500, b'{"error":{"message":"litellm.InternalServerError: InternalServerError: '
+                       b'Hosted_vllmException - All connection attempts failed","code":"500"}}')
+
+
+@pytest.mark.parametrize("litellm_reports", [True, False], ids=["routed-reported", "litellm-silent"])
+def test_the_replay_waits_until_litellm_no_longer_routes_to_the_dead_copy(verifier: TokenVerifier,
+                                                                        litellm_reports: bool) -> None:
+    """The soak's case: LiteLLM still routes to the dead copy for a second after its 500 (its sync lags
+    the pool), so a replay sent at once gets "All connection attempts failed" again. The replay waits until
+    LiteLLM routes to exactly the ready copies — or, when LiteLLM has not reported what it routes to (the
+    API restarted since), until the pool has had a few seconds to settle."""
+    async def main() -> tuple[int, list[int]]:
+        api: PoolApi
+        dead_routed = True
+
+        def answers(n: int) -> bytes:
+            if n == 1:
+                api.copies, api.routed = {"c2": False}, (["c1"] if litellm_reports else None)
+                asyncio.get_running_loop().call_later(1.0, replaced)
+                return _answer(500, LOST)
+            return REFUSED if dead_routed else _answer(200, b'{"ok":true}')
+
+        def replaced() -> None:
+            nonlocal dead_routed
+            dead_routed = False
+            api.copies = {"c2": True}
+            if litellm_reports:
+                api.routed = "ready"  # LiteLLM routes to c2 now
+
+        server, seen = await _litellm(answers)
+        api = PoolApi(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        api.copies = {"c1": True}
+        status, _headers, _body = await _ask(_proxy(api, verifier))
+        server.close()
+        return status, seen
+
+    assert asyncio.run(main()) == (200, [1, 2])
 
 
 def test_an_error_the_model_answered_is_relayed_as_it_came(verifier: TokenVerifier) -> None:
