@@ -127,10 +127,15 @@ def test_concurrent_reservations_never_share_a_gpu(tmp_path: Path, store_url: st
         placed = list(pool.map(reserve, range(40)))
     assert placed.count(True) == 6
     _assert_no_double_booking(store, 6)
-    # Multi-node copies racing for what is left after two releases: one wins, the other waits.
-    winners = [f"wf.copy-{i}" for i, ok in enumerate(placed) if ok]
-    store.release(winners[0])
-    store.release(winners[1])
+    # Multi-node copies racing for what is left after two releases (on two nodes: which copies won, and
+    # where, is the race's): one wins, the other waits.
+    by_node: dict[str, list[str]] = {}
+    for reservation in store.reservations():
+        by_node.setdefault(reservation.placement["ranks"][0]["node_id"], []).append(reservation.copy_id)
+    released = [copies[0] for copies in sorted(by_node.values())[:2]]
+    for copy_id in released:
+        store.release(copy_id)
+    winners = [f"wf.copy-{i}" for i, ok in enumerate(placed) if ok and f"wf.copy-{i}" not in released]
     freed = Counter(r.placement["ranks"][0]["node_id"] for r in store.reservations())
     assert sum(freed.values()) == 4
     barrier = threading.Barrier(8)
@@ -145,7 +150,7 @@ def test_concurrent_reservations_never_share_a_gpu(tmp_path: Path, store_url: st
     assert multi.count(True) == 1
     _assert_no_double_booking(store, 6)
     # A retried reservation (lost reply) gets the same placement, not a second one.
-    again = store.reserve(ReserveRequest(workflow_id="wf", copy_id=winners[2], nodes=1, gpus_per_node=1))
+    again = store.reserve(ReserveRequest(workflow_id="wf", copy_id=winners[0], nodes=1, gpus_per_node=1))
     assert again.placement is not None
     _assert_no_double_booking(store, 6)
 
