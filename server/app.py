@@ -1,15 +1,12 @@
 """The control plane's composition root: the server's context built from a state dir, and the REST API
-(FastAPI) composed from it: app-wide limits and error mapping, one router per resource (server/routes/),
-and the autoscaler's loop for the app's lifetime. What a route needs reaches it through dependencies
-(server/context.py, server/guards.py), never through module globals."""
+(FastAPI) composed from it: app-wide limits and error mapping, one router per resource (server/routes/).
+What a route needs reaches it through dependencies (server/context.py, server/guards.py), never through
+module globals. The API holds no state of its own (the autoscaler runs in the control worker,
+server/autoscale_loop.py), so several API processes may serve one store."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
@@ -19,10 +16,7 @@ from berth.errors import BerthError
 from berth.security import Cipher, ReplicaKeys, SigningKey, TokenVerifier
 from berth.settings import ClusterSettings, StateLayout
 from server import request_limits, scheduler
-from server.autoscale_loop import autoscale_forever
-from server.autoscaler import ProxiedRates
-from server.context import Meters, ServerContext
-from server.copy_activity import CopyActivity
+from server.context import ServerContext
 from server.routes import ROUTERS
 from server.store import Store
 from server.token_registry import TokenRegistry
@@ -49,23 +43,9 @@ async def _berth_error(_request: Request, error: BerthError) -> JSONResponse:
 
 
 def create_app(context: ServerContext) -> FastAPI:
-    meters = Meters()
-
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        copies = CopyActivity()
-        task = asyncio.create_task(
-            autoscale_forever(context, meters.front_door, ProxiedRates(meters.litellm, meters.front_door), copies))
-        yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await copies.aclose()
-
-    app = FastAPI(title="Berth control plane", lifespan=lifespan,
+    app = FastAPI(title="Berth control plane",
                   dependencies=[Depends(request_limits.check_path_ids)])
     app.state.context = context
-    app.state.meters = meters
     request_limits.install(app, context.settings.max_request_body_bytes)
     app.exception_handler(BerthError)(_berth_error)
     for router in ROUTERS:

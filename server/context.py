@@ -1,9 +1,10 @@
 """What every route reaches through a dependency: the server's context (state dir, settings, store, keys,
-Temporal) and the app's rate meters. Both live on `app.state`, set once by `create_app`."""
+Temporal), on `app.state`, set once by `create_app`. Nothing else lives in the API process: load reports
+go to the store (server/load_reports.py), so any number of API replicas serve alike."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -13,7 +14,6 @@ from berth.errors import UnavailableError
 from berth.security import Cipher, ReplicaKeys, SigningKey, TokenVerifier
 from berth.settings import ClusterSettings, StateLayout
 from berth.temporal import connect
-from server.autoscaler import FrontDoorRates, LiteLLMRates
 from server.store import Store
 from server.token_registry import TokenRegistry
 
@@ -42,23 +42,9 @@ class ServerContext:
         return self._temporal
 
 
-@dataclass
-class Meters:
-    """The request rates the autoscaler sizes pools by, as this API process hears them."""
-
-    front_door: FrontDoorRates = field(default_factory=FrontDoorRates)  # counted by the endpoint proxy
-    litellm: LiteLLMRates = field(default_factory=LiteLLMRates)  # posted by a pool's LiteLLM sync hook
-
-
 async def server_context(request: Request) -> ServerContext:
     context: ServerContext = request.app.state.context
     return context
 
 
-async def meters(request: Request) -> Meters:
-    found: Meters = request.app.state.meters
-    return found
-
-
 Context = Annotated[ServerContext, Depends(server_context)]
-RateMeters = Annotated[Meters, Depends(meters)]

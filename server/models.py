@@ -1,10 +1,13 @@
-"""The control plane's SQL tables (SQLAlchemy 2 ORM; SQLite by default, Postgres when several hosts)."""
+"""The control plane's SQL tables (SQLAlchemy 2 ORM; SQLite by default, Postgres when several hosts).
+
+A change here is also a new revision in server/migrations/versions/ (the store opens at its head);
+tests/server/test_store_migrations.py fails while the two disagree."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -159,3 +162,31 @@ class TokenCutoffRow(Base):
     user: Mapped[str] = mapped_column(String(128), primary_key=True)
     not_before: Mapped[float] = mapped_column(Float)
     by: Mapped[str] = mapped_column(String(128))
+
+
+class LoadReportRow(Base):
+    """One load report an API process received: the requests the endpoint proxy admitted since its last
+    report, or a LiteLLM worker's running total. Kept only for the autoscaler's window (server/load_reports.py),
+    so whichever API replica a report reaches, the one autoscaler reads them all."""
+
+    __tablename__ = "load_reports"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    endpoint_id: Mapped[str] = mapped_column(String(64), index=True)
+    source: Mapped[str] = mapped_column(String(16))  # server.load_reports.Source
+    at: Mapped[float] = mapped_column(Float, index=True)  # wall clock of the API process that received it
+    requests: Mapped[int] = mapped_column(BigInteger)
+    # LiteLLM only: which worker counted (its totals are per worker), and the copies it routes to now.
+    worker_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    worker_started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    routed: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+
+
+class StoreLockRow(Base):
+    """A named lock every API process takes through the store: `placement` (an UPDATE of its row serialises
+    placements across processes on Postgres and SQLite alike) and `autoscaler` (a lease: one holder at a
+    time, until `expires_at`)."""
+
+    __tablename__ = "store_locks"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -1,7 +1,9 @@
 """The control plane's store: identity, workflows, endpoints, replicas, nodes and reservations.
 
-Synchronous SQLAlchemy behind one lock for writes that must be atomic (placement); the API calls it
-from a thread pool.
+Synchronous SQLAlchemy; the API calls it from a thread pool. Writes that must be atomic (placement) hold
+a lock in the process and update the `placement` row of `store_locks` first, so they are serialised across
+API processes too (a row lock on Postgres, the write lock on SQLite). The schema is migrated to its head
+on open (server/schema.py).
 """
 
 from __future__ import annotations
@@ -13,18 +15,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import create_engine, delete, event, inspect, select, text
+from sqlalchemy import create_engine, delete, event, select, update
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from berth.contracts import NodeHolding, Placement, RankPlacement, ReserveRequest, ReserveResult
 from berth.errors import ConflictError, NotFoundError, UnavailableError, UserInputError
 from berth.security import Cipher, Identity
-from server import fencing, scheduler
+from server import fencing, scheduler, schema
+from server.load_reports import LoadReports
 from server.models import (
     AllocationRow,
-    Base,
     EndpointRow,
     GroupRow,
     MembershipRow,
@@ -32,6 +33,7 @@ from server.models import (
     PortRow,
     ReplicaRow,
     ReservationRow,
+    StoreLockRow,
     UserRow,
     WorkflowRow,
 )
@@ -54,28 +56,14 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
-def add_new_columns(engine: Engine) -> None:
-    """Schema changes are additive: a nullable column a table gained since its database was made is
-    added in place (create_all makes missing tables, never missing columns)."""
-    inspector = inspect(engine)
-    for table in Base.metadata.sorted_tables:
-        present = {column["name"] for column in inspector.get_columns(table.name)}
-        for column in table.columns:
-            if column.name not in present and column.nullable:
-                kind = column.type.compile(dialect=engine.dialect)
-                # Another API process starting at the same moment may add it first: that is as good.
-                with contextlib.suppress(DBAPIError), engine.begin() as connection:
-                    connection.execute(text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}'))
-
-
 class Store:
     def __init__(self, url: str, cipher: Cipher, node_offline_after_s: float = 60.0,
                  policy: scheduler.Policy = scheduler.Policy.PACK) -> None:
         self.engine = make_engine(url)
         self.policy = policy
-        Base.metadata.create_all(self.engine)
-        add_new_columns(self.engine)
+        schema.upgrade_to_head(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.load = LoadReports(self.session)
         self._placement_lock = threading.Lock()
         self.cipher = cipher
         self.node_offline_after_s = node_offline_after_s
@@ -84,6 +72,14 @@ class Store:
     def session(self) -> Iterator[Session]:
         with self._sessions.begin() as session:
             yield session
+
+    @contextmanager
+    def _placing(self) -> Iterator[Session]:
+        """A transaction no other placement (in this process or another API process) runs beside."""
+        with self._placement_lock, self.session() as s:
+            s.execute(update(StoreLockRow).where(StoreLockRow.name == "placement").values(holder=StoreLockRow.holder)
+                      .execution_options(synchronize_session=False))
+            yield s
 
     # --- identity -------------------------------------------------------------------------------
     def ensure_user(self, name: str, org: str, groups: list[str], admin: bool = False) -> Identity:
@@ -209,6 +205,7 @@ class Store:
         with self.session() as s:
             s.execute(delete(ReplicaRow).where(ReplicaRow.endpoint_id == endpoint_id))
             s.execute(delete(EndpointRow).where(EndpointRow.id == endpoint_id))
+            self.load.forget(s, endpoint_id)
 
     def replicas(self, endpoint_id: str | None = None) -> list[ReplicaRow]:
         with self.session() as s:
@@ -252,8 +249,7 @@ class Store:
         """Record a node's inventory; with `held` (what its live rank processes hold), reconcile fencing
         in the same transaction (see server/fencing.py), under the placement lock."""
         now = time.time()
-        lock = self._placement_lock if held is not None else contextlib.nullcontext()
-        with lock, self.session() as s:
+        with self._placing() if held is not None else self.session() as s:
             row = s.get(NodeRow, node_id)
             if row is None:
                 row = NodeRow(id=node_id, last_heartbeat=now, port_start=port_start,
@@ -283,7 +279,7 @@ class Store:
         return now - node.last_heartbeat <= self.node_offline_after_s
 
     def set_draining(self, node_id: str, draining: bool) -> NodeRow:
-        with self._placement_lock, self.session() as s:
+        with self._placing() as s:
             row = s.get(NodeRow, node_id)
             if row is None:
                 raise NotFoundError(f"No node '{node_id}'. Run `berth node list` to see the nodes.")
@@ -322,7 +318,7 @@ class Store:
 
     def reserve(self, request: ReserveRequest) -> ReserveResult:
         """Atomically place a copy: GPUs and ports for every rank, or the reason it must wait."""
-        with self._placement_lock, self.session() as s:
+        with self._placing() as s:
             existing = s.get(ReservationRow, request.copy_id)
             if existing is not None:  # an activity retry after a lost reply: same answer
                 return ReserveResult(placement=Placement.model_validate(existing.placement))
@@ -360,7 +356,7 @@ class Store:
 
     def reserve_port(self, owner: str, node_id: str) -> int:
         """One port on a node for a service (not a rank): LiteLLM proxy, gateway, OpenCode."""
-        with self._placement_lock, self.session() as s:
+        with self._placing() as s:
             existing = s.scalars(select(PortRow).where(PortRow.owner == owner, PortRow.node_id == node_id)).first()
             if existing is not None:
                 return existing.port
@@ -393,14 +389,14 @@ class Store:
 
     def release(self, copy_id: str) -> None:
         """Free what `copy_id` holds, except what is fenced: that is freed when its node says so."""
-        with self._placement_lock, self.session() as s:
+        with self._placing() as s:
             s.execute(delete(AllocationRow).where(AllocationRow.copy_id == copy_id,
                                                   fencing.not_fenced(AllocationRow.fenced)))
             s.execute(delete(PortRow).where(PortRow.owner == copy_id, fencing.not_fenced(PortRow.fenced)))
             s.execute(delete(ReservationRow).where(ReservationRow.copy_id == copy_id))
 
     def fence(self, copy_id: str, nodes: tuple[str, ...]) -> None:
-        with self._placement_lock, self.session() as s:
+        with self._placing() as s:
             fencing.fence(s, copy_id, nodes)
 
     def reservations(self, workflow_id: str | None = None) -> list[ReservationRow]:

@@ -1,8 +1,10 @@
-"""The control worker: runs ServiceWorkflow/CopyWorkflow and the control-side activities."""
+"""The control worker: runs ServiceWorkflow/CopyWorkflow, the control-side activities and the autoscaler's
+loop (server/autoscale_loop.py: it reads the load every API replica recorded in the store)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from berth.api_client import ApiClient
 from berth.security import Cipher, TokenVerifier
 from berth.settings import CONTROL_TASK_QUEUE, StateLayout
 from berth.temporal import connect
+from server.autoscale_loop import Autoscaler
 from workflows.copy import CopyWorkflow
 from workflows.service import ServiceWorkflow
 
@@ -35,7 +38,13 @@ async def run_worker(state_dir: Path, temporal_address: str, api_url: str, token
                         authority.verify_service_input, authority.verify_copy_parent],
         )
         async with worker:
-            await stop.wait()
+            autoscaler = asyncio.create_task(Autoscaler(api, client).run_forever())
+            try:
+                await stop.wait()
+            finally:
+                autoscaler.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await autoscaler
 
 
 def main(state_dir: Path, temporal_address: str, api_url: str, token: str) -> None:

@@ -16,7 +16,7 @@ from berth.errors import NotFoundError, UserInputError
 from berth.tokens import parse_duration
 from server import opencode as opencode_checks
 from server.access import in_scope
-from server.context import Context, RateMeters
+from server.context import Context
 from server.guards import Caller, ReachableEndpoint, VisibleEndpoint
 from server.views import endpoint_url, endpoint_view
 from workflows.payloads import ServiceStatus
@@ -49,9 +49,10 @@ async def endpoint_detail(endpoint_id: str, endpoint: VisibleEndpoint, context: 
 
 @router.post("/v1/endpoints/{endpoint_id}/wake")
 async def wake_endpoint(endpoint_id: str, body: WakeBody, endpoint: VisibleEndpoint, who: Caller,
-                        context: Context, meters: RateMeters) -> dict[str, Any]:
+                        context: Context) -> dict[str, Any]:
     """A request reached a pool with no copy: ask its workflow for one (anyone in scope may)."""
-    meters.front_door.add(endpoint_id, 1, time.monotonic())  # demand: keeps the woken pool from idling back to zero
+    # Demand: keeps the woken pool from idling back to zero.
+    await run_in_threadpool(context.store.load.add_front_door, endpoint_id, 1)
     client = await context.temporal()
     handle = client.get_workflow_handle(endpoint.workflow_id)
     try:

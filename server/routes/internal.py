@@ -24,8 +24,9 @@ from berth.errors import NotFoundError
 from berth.security import API_AUDIENCE, Identity
 from berth.tokens import TokenKind
 from server.access import in_scope
-from server.context import Context, RateMeters, ServerContext
+from server.context import Context, ServerContext
 from server.guards import Admin, replica_keys_owner, service_audience, service_or_admin
+from server.load_reports import AutoscalerLease, AutoscalerView
 from server.replica_keys import REPLICA_KEYS_TOKEN_TTL_S, ReplicaKeysList, ReplicaKeysToken, discoverable
 from server.secrets import Secrets
 from server.views import replica_view
@@ -172,9 +173,15 @@ async def unpublish(copy_id: str, context: Context, _who: Admin) -> None:
 
 # --- endpoints: their services, load and routing table ----------------------------------------------
 @router.post("/v1/internal/endpoints/{endpoint_id}/load", status_code=204)
-async def report_load(endpoint_id: str, body: LoadBody, meters: RateMeters, _who: Admin) -> None:
+async def report_load(endpoint_id: str, body: LoadBody, context: Context, _who: Admin) -> None:
     """Requests the endpoint proxy admitted for this endpoint since its last report."""
-    meters.front_door.add(endpoint_id, body.requests, time.monotonic())
+    await run_in_threadpool(context.store.load.add_front_door, endpoint_id, body.requests)
+
+
+@router.post("/v1/internal/autoscaler")
+async def autoscaler_tick(lease: AutoscalerLease, context: Context, _who: Admin) -> AutoscalerView:
+    """What the control worker's autoscaler reads each tick, once it holds (or renewed) the lease."""
+    return await run_in_threadpool(context.store.load.autoscaler_view, lease)
 
 
 @router.delete("/v1/internal/endpoints/{endpoint_id}", status_code=204)
@@ -195,11 +202,11 @@ async def token_lapse(endpoint_id: str, body: TokenLapse, context: Context, _who
 
 
 @router.post("/v1/internal/endpoints/{endpoint_id}/requests", status_code=204, dependencies=[ServiceOrAdmin])
-async def litellm_requests(endpoint_id: str, body: RequestCounters, meters: RateMeters) -> None:
+async def litellm_requests(endpoint_id: str, body: RequestCounters, context: Context) -> None:
     """A Proxy=true pool's LiteLLM sync hook posts its request counters here: the rate that sizes
     the pool is the one measured at its LiteLLM proxy."""
-    meters.litellm.add_snapshot(endpoint_id, body.pid, body.started_at, body.requests_total, time.monotonic(),
-                                body.replicas)
+    await run_in_threadpool(context.store.load.add_litellm, endpoint_id, body.pid, body.started_at,
+                            body.requests_total, body.replicas)
 
 
 @router.get("/v1/internal/endpoints/{endpoint_id}/replicas", dependencies=[ServiceOrAdmin])
@@ -219,8 +226,9 @@ async def endpoint_replicas(endpoint_id: str, context: Context) -> dict[str, Any
 
 
 @router.get("/v1/internal/routes")
-async def routes(context: Context, meters: RateMeters, _who: Admin) -> dict[str, Any]:
+async def routes(context: Context, _who: Admin) -> dict[str, Any]:
     endpoints = await run_in_threadpool(context.store.endpoints)
+    routed = await run_in_threadpool(context.store.load.litellm_routed)
     replicas = await run_in_threadpool(context.store.replicas)
     by_endpoint: dict[str, list[str]] = {}
     for replica in replicas:
@@ -240,5 +248,5 @@ async def routes(context: Context, meters: RateMeters, _who: Admin) -> dict[str,
         "routing_policy": (e.annotations or {}).get("routing_policy", "least_queue"),
         "wakeable": bool((e.annotations or {}).get("pool")),
         # Behind LiteLLM: the copies it routes to (None until its sync hook first reported).
-        "litellm_routed": meters.litellm.routed.get(e.id) if e.service == "litellm" else None,
+        "litellm_routed": routed.get(e.id) if e.service == "litellm" else None,
     } for e in endpoints]}

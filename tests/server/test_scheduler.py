@@ -1,5 +1,5 @@
 """Placement: filter and score (pure), blocked vs rejected, and atomic reservations under a race —
-on the real SQLite store and through the real API on loopback."""
+on the real store (SQLite, and a real PostgreSQL: `store_url`) and through the real API on loopback."""
 
 from __future__ import annotations
 
@@ -92,8 +92,8 @@ def test_blocked_versus_rejected() -> None:
 
 
 # --- atomic reservations ----------------------------------------------------------------------------------
-def _store(tmp_path: Path, nodes: int, gpus: int) -> Store:
-    store = Store(f"sqlite:///{tmp_path / 'berth.db'}", Cipher.load_or_create(tmp_path / "keys"))
+def _store(tmp_path: Path, nodes: int, gpus: int, url: str | None = None) -> Store:
+    store = Store(url or f"sqlite:///{tmp_path / 'berth.db'}", Cipher.load_or_create(tmp_path / "keys"))
     for index in range(nodes):
         store.heartbeat_node(f"n{index}", _inventory(gpus), port_start=30000 + index * 100)
     return store
@@ -114,8 +114,8 @@ def _assert_no_double_booking(store: Store, expected: int) -> None:
     assert len(ports) == len(set(ports))
 
 
-def test_concurrent_reservations_never_share_a_gpu(tmp_path: Path) -> None:
-    store = _store(tmp_path, nodes=3, gpus=2)  # 6 GPUs, 40 copies racing for them
+def test_concurrent_reservations_never_share_a_gpu(tmp_path: Path, store_url: str) -> None:
+    store = _store(tmp_path, nodes=3, gpus=2, url=store_url)  # 6 GPUs, 40 copies racing for them
     barrier = threading.Barrier(40)
 
     def reserve(index: int) -> bool:
@@ -127,10 +127,15 @@ def test_concurrent_reservations_never_share_a_gpu(tmp_path: Path) -> None:
         placed = list(pool.map(reserve, range(40)))
     assert placed.count(True) == 6
     _assert_no_double_booking(store, 6)
-    # Multi-node copies racing for what is left after two releases: one wins, the other waits.
-    winners = [f"wf.copy-{i}" for i, ok in enumerate(placed) if ok]
-    store.release(winners[0])
-    store.release(winners[1])
+    # Multi-node copies racing for what is left after two releases (on two nodes: which copies won, and
+    # where, is the race's): one wins, the other waits.
+    by_node: dict[str, list[str]] = {}
+    for reservation in store.reservations():
+        by_node.setdefault(reservation.placement["ranks"][0]["node_id"], []).append(reservation.copy_id)
+    released = [copies[0] for copies in sorted(by_node.values())[:2]]
+    for copy_id in released:
+        store.release(copy_id)
+    winners = [f"wf.copy-{i}" for i, ok in enumerate(placed) if ok and f"wf.copy-{i}" not in released]
     freed = Counter(r.placement["ranks"][0]["node_id"] for r in store.reservations())
     assert sum(freed.values()) == 4
     barrier = threading.Barrier(8)
@@ -145,15 +150,15 @@ def test_concurrent_reservations_never_share_a_gpu(tmp_path: Path) -> None:
     assert multi.count(True) == 1
     _assert_no_double_booking(store, 6)
     # A retried reservation (lost reply) gets the same placement, not a second one.
-    again = store.reserve(ReserveRequest(workflow_id="wf", copy_id=winners[2], nodes=1, gpus_per_node=1))
+    again = store.reserve(ReserveRequest(workflow_id="wf", copy_id=winners[0], nodes=1, gpus_per_node=1))
     assert again.placement is not None
     _assert_no_double_booking(store, 6)
 
 
 @pytest.fixture
-def api(tmp_path: Path) -> Iterator[tuple[str, str]]:
+def api(tmp_path: Path, store_url: str) -> Iterator[tuple[str, str]]:
     """The real control-plane API on a loopback port (Temporal is not needed for reservations)."""
-    context = build_context(tmp_path, "127.0.0.1:1")
+    context = build_context(tmp_path, "127.0.0.1:1", store_url)
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_app(context), host="127.0.0.1", port=port, log_level="warning")

@@ -1,0 +1,1 @@
+"""One Alembic revision per schema change, oldest first (each names the one before it)."""
