@@ -32,7 +32,7 @@ test: venv $(TEST_DEPS)
 
 # Without the real engine and LiteLLM: the simulator-backed suite only.
 test-fast: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not real_engine and not litellm" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not real_engine and not litellm and not postgres" $(PYTEST_ARGS)
 
 demo: venv $(DEMO_DEPS)
 	$(BIN)/python scripts/demo.py --hf-mirror $(HF_MIRRORS) $(DEMO_ARGS)

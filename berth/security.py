@@ -43,9 +43,18 @@ def endpoint_audience(endpoint_id: str) -> str:
 def _write_private(path: Path, data: bytes) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)  # the keys dir: owner only, also where an older Berth made it 0755
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
+    # Written whole under a private name, then linked into place: a process that loses the race to create
+    # the key (FileExistsError) must never read a file the winner has created but not yet written.
+    staging = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(staging, path)  # atomic, and FileExistsError when another process got there first
+    finally:
+        os.unlink(staging)
 
 
 def _load_or_create_secret(path: Path) -> bytes:
