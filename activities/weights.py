@@ -1,4 +1,7 @@
-"""weights: download a model snapshot from an HF endpoint into a volume, with progress and typed errors."""
+"""weights: download a model snapshot from an HF endpoint into a volume, with progress and typed errors.
+
+The Hub's side lives here (resolve the revision, list the files, fetch, translate its failures); what is
+already on the volume in `weights_volume.py`, the progress events in `weights_progress.py`."""
 
 from __future__ import annotations
 
@@ -6,10 +9,7 @@ import asyncio
 import errno
 import logging
 import os
-import shutil
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +17,6 @@ from pathlib import Path
 # storage hosts rather than to the endpoint we are given, which an offline mirror cannot serve.
 os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 
-from filelock import FileLock, Timeout  # noqa: E402
 from huggingface_hub import HfApi, snapshot_download  # noqa: E402
 from huggingface_hub.errors import (  # noqa: E402
     DisabledRepoError,
@@ -41,6 +40,8 @@ from activities.errors import (  # noqa: E402
     VolumeFullError,
     WeightsError,
 )
+from activities.weights_progress import ProgressCallback, ProgressReporter  # noqa: E402
+from activities.weights_volume import RemoteFile, file_identities, prepare_volume  # noqa: E402
 
 try:  # huggingface_hub 2.x talks through httpx2; 1.x through httpx
     from httpx2 import TransportError
@@ -49,8 +50,6 @@ except ImportError:  # pragma: no cover - depends on the installed huggingface_h
 
 logger = logging.getLogger(__name__)
 
-# Where huggingface_hub keeps per-file metadata and `.incomplete` partials inside a local_dir.
-DOWNLOAD_CACHE = Path(".cache") / "huggingface" / "download"
 TOKEN_HINT = "set HfTokenSecret=secret://user/NAME (a secret of type hf holding a token with access)"
 
 
@@ -70,24 +69,6 @@ class WeightsRequest:
 
 
 @dataclass(frozen=True)
-class DownloadProgress:
-    """One progress sample: bytes on disk for this snapshot (finished files plus partials)."""
-
-    repo_id: str
-    bytes_done: int
-    bytes_total: int
-    files_done: int
-    files_total: int
-    bytes_per_second: float
-    eta_seconds: float | None  # None until a rate is known
-    elapsed_seconds: float
-
-    @property
-    def fraction(self) -> float:
-        return 1.0 if self.bytes_total == 0 else self.bytes_done / self.bytes_total
-
-
-@dataclass(frozen=True)
 class WeightsResult:
     """Where the snapshot is, which commit it is, and what this attempt had to fetch."""
 
@@ -100,16 +81,6 @@ class WeightsResult:
     bytes_downloaded: int  # size of the files this attempt wrote (interrupted files restart from zero)
     cache_hit: bool  # every file was already complete in the volume: nothing was fetched
     seconds: float
-
-
-@dataclass(frozen=True)
-class RemoteFile:
-    path: str
-    size: int
-    etag: str  # what huggingface_hub puts in the `.incomplete` name: LFS sha256, else the git blob id
-
-
-ProgressCallback = Callable[[DownloadProgress], None]
 
 
 class _SilentTqdm(tqdm):  # type: ignore[type-arg]
@@ -135,20 +106,38 @@ async def download_weights(
     api = HfApi(endpoint=request.endpoint, token=_token(request), library_name="berth")
     # Every blocking step (HTTP metadata calls, stat/rglob over the volume) runs in a worker thread.
     commit, files = await asyncio.to_thread(_resolve, api, request)
-    before, bytes_done = await asyncio.to_thread(_prepare_volume, local_dir, files, request)
+    snapshot = f"{request.repo_id}@{request.revision}"
+    before, bytes_done = await asyncio.to_thread(prepare_volume, local_dir, files, snapshot)
     total = sum(file.size for file in files)
     logger.info(
-        "weights: %s@%s (commit %s): %d files, %d bytes into %s (%d already there)",
-        request.repo_id,
-        request.revision,
+        "weights: %s (commit %s): %d files, %d bytes into %s (%d already there)",
+        snapshot,
         commit,
         len(files),
         total,
         local_dir,
         bytes_done,
     )
+    await _fetch(request, commit, ProgressReporter(request.repo_id, local_dir, files, started), progress)
+    after = await asyncio.to_thread(file_identities, local_dir, files)
+    written = [file for file in files if after[file.path] != before[file.path]]
+    return WeightsResult(
+        repo_id=request.repo_id,
+        revision=request.revision,
+        commit=commit,
+        local_dir=str(local_dir),
+        files=len(files),
+        bytes_total=total,
+        bytes_downloaded=sum(file.size for file in written),
+        cache_hit=not written,
+        seconds=round(time.monotonic() - started, 3),
+    )
 
-    reporter = _ProgressReporter(request.repo_id, local_dir, files, started)
+
+async def _fetch(
+    request: WeightsRequest, commit: str, reporter: ProgressReporter, progress: ProgressCallback | None
+) -> None:
+    """Run the snapshot download in a worker thread, sampling progress every interval until it ends."""
     download = asyncio.ensure_future(asyncio.to_thread(_snapshot, request, commit))
     try:
         while True:
@@ -166,20 +155,6 @@ async def download_weights(
         if mapped is None:
             raise
         raise mapped from exc
-
-    after = await asyncio.to_thread(_stat_files, local_dir, files)
-    written = [file for file in files if after[file.path] != before[file.path]]
-    return WeightsResult(
-        repo_id=request.repo_id,
-        revision=request.revision,
-        commit=commit,
-        local_dir=str(local_dir),
-        files=len(files),
-        bytes_total=total,
-        bytes_downloaded=sum(file.size for file in written),
-        cache_hit=not written,
-        seconds=round(time.monotonic() - started, 3),
-    )
 
 
 def _token(request: WeightsRequest) -> str | bool:
@@ -316,170 +291,3 @@ def _repository_exists(api: HfApi, repo_id: str) -> bool:
         except (HfHubHTTPError, TransportError):
             continue
     return False
-
-
-def _prepare_volume(
-    local_dir: Path, files: Sequence[RemoteFile], request: WeightsRequest
-) -> tuple[dict[str, tuple[int, int, int] | None], int]:
-    """Create the volume directory, check its free space, and note what is already there."""
-    local_dir.mkdir(parents=True, exist_ok=True)
-    reclaimed = _remove_dead_partials(local_dir, files)
-    if reclaimed:
-        logger.info("weights: removed %d bytes of partial files left by an interrupted attempt", reclaimed)
-    _check_free_space(local_dir, files, request)
-    return _stat_files(local_dir, files), _bytes_on_disk(local_dir, files)[0]
-
-
-def _check_free_space(local_dir: Path, files: Sequence[RemoteFile], request: WeightsRequest) -> None:
-    """Fail before fetching anything when the volume cannot hold the missing bytes."""
-    done = {file.path for file in files if _is_complete(local_dir, file)}
-    partials = _partial_sizes(local_dir, files)
-    needed = sum(file.size - partials.get(file.etag, 0) for file in files if file.path not in done)
-    free = shutil.disk_usage(local_dir).free
-    if needed > free:
-        raise VolumeFullError(
-            f"The weights volume {local_dir} has {free} bytes free but {request.repo_id}@{request.revision} "
-            f"needs {needed} more: free space or use a larger Volume."
-        )
-
-
-def _is_complete(local_dir: Path, file: RemoteFile) -> bool:
-    # huggingface_hub renames `.incomplete` to the final name only after the size check passed, so a
-    # final file of the expected size is a finished one.
-    try:
-        return (local_dir / file.path).stat().st_size == file.size
-    except OSError:
-        return False
-
-
-def _partials(local_dir: Path, files: Sequence[RemoteFile]) -> dict[str, list[Path]]:
-    """`.incomplete` partials of this snapshot's files, keyed by etag.
-
-    huggingface_hub 2.x names them `<hash of name>.<etag>.<attempt id>.incomplete` (older releases:
-    `<hash of name>.<etag>.incomplete`), so the etag is always the second dot-separated part.
-    """
-    etags = {file.etag for file in files}
-    found: dict[str, list[Path]] = {}
-    download_dir = local_dir / DOWNLOAD_CACHE
-    if not download_dir.is_dir():
-        return found
-    for partial in download_dir.rglob("*.incomplete"):
-        parts = partial.name.split(".")
-        if len(parts) >= 3 and parts[1] in etags:
-            found.setdefault(parts[1], []).append(partial)
-    return found
-
-
-def _partial_sizes(local_dir: Path, files: Sequence[RemoteFile]) -> dict[str, int]:
-    """Bytes of the largest partial per etag (the live one, when dead attempts left others behind)."""
-    limits = {file.etag: file.size for file in files}
-    sizes: dict[str, int] = {}
-    for etag, partials in _partials(local_dir, files).items():
-        for partial in partials:
-            try:
-                size = partial.stat().st_size
-            except OSError:
-                continue  # renamed away between listing and stat: it is complete now
-            sizes[etag] = max(sizes.get(etag, 0), min(size, limits[etag]))
-    return sizes
-
-
-def _remove_dead_partials(local_dir: Path, files: Sequence[RemoteFile]) -> int:
-    """Delete partials left by killed attempts; returns the bytes reclaimed.
-
-    huggingface_hub 2.x writes each attempt to a fresh, uniquely named partial and never resumes one
-    from an earlier process (it deletes its own on failure, but cannot when killed), so a SIGKILLed
-    attempt leaves its partial on the volume for good.
-    A partial is dead when nobody holds the download lock of the files with its etag.
-    """
-    reclaimed = 0
-    by_etag: dict[str, list[RemoteFile]] = {}
-    for file in files:
-        by_etag.setdefault(file.etag, []).append(file)
-    for etag, partials in _partials(local_dir, files).items():
-        locks = [
-            FileLock(local_dir / DOWNLOAD_CACHE / f"{file.path}.lock", mode=0o664) for file in by_etag[etag]
-        ]
-        try:
-            for lock in locks:
-                lock.acquire(timeout=0)
-        except Timeout:
-            continue  # another process is downloading this file into the same volume right now
-        else:
-            for partial in partials:
-                try:
-                    reclaimed += partial.stat().st_size
-                    partial.unlink()
-                except OSError:
-                    continue
-        finally:
-            for lock in locks:
-                if lock.is_locked:
-                    lock.release()
-    return reclaimed
-
-
-def _bytes_on_disk(local_dir: Path, files: Sequence[RemoteFile]) -> tuple[int, int]:
-    """(bytes, finished files) of this snapshot present in local_dir, partials included."""
-    partials = _partial_sizes(local_dir, files)
-    done_bytes, done_files = 0, 0
-    for file in files:
-        if _is_complete(local_dir, file):
-            done_bytes += file.size
-            done_files += 1
-        else:
-            done_bytes += partials.get(file.etag, 0)
-    return done_bytes, done_files
-
-
-def _stat_files(local_dir: Path, files: Sequence[RemoteFile]) -> dict[str, tuple[int, int, int] | None]:
-    """Identity of each final file (inode, mtime, size) so that a rewrite shows even at equal size."""
-    identities: dict[str, tuple[int, int, int] | None] = {}
-    for file in files:
-        try:
-            stat = (local_dir / file.path).stat()
-            identities[file.path] = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-        except OSError:
-            identities[file.path] = None
-    return identities
-
-
-class _ProgressReporter:
-    """Samples the volume and turns bytes on disk into progress events with a windowed rate and ETA."""
-
-    WINDOW_SECONDS = 10.0
-
-    def __init__(
-        self,
-        repo_id: str,
-        local_dir: Path,
-        files: Sequence[RemoteFile],
-        started: float,
-    ) -> None:
-        self._repo_id = repo_id
-        self._local_dir = local_dir
-        self._files = files
-        self._total = sum(file.size for file in files)
-        self._started = started
-        self._samples: deque[tuple[float, int]] = deque()
-
-    def sample(self) -> DownloadProgress:
-        now = time.monotonic()
-        done, files_done = _bytes_on_disk(self._local_dir, self._files)
-        self._samples.append((now, done))
-        while len(self._samples) > 2 and now - self._samples[0][0] > self.WINDOW_SECONDS:
-            self._samples.popleft()
-        first_time, first_done = self._samples[0]
-        rate = max(done - first_done, 0) / (now - first_time) if now > first_time else 0.0
-        remaining = max(self._total - done, 0)
-        eta = 0.0 if remaining == 0 else (remaining / rate if rate > 0 else None)
-        return DownloadProgress(
-            repo_id=self._repo_id,
-            bytes_done=done,
-            bytes_total=self._total,
-            files_done=files_done,
-            files_total=len(self._files),
-            bytes_per_second=round(rate, 1),
-            eta_seconds=None if eta is None else round(eta, 1),
-            elapsed_seconds=round(now - self._started, 3),
-        )

@@ -71,10 +71,10 @@ async def download_into_volume(context: NodeContext, request: WeightsInput,
         size = job.size_bytes_hint
         activity.heartbeat(DownloadProgress(bytes_done=size, bytes_total=size).model_dump())
         return WeightsResult(model_dir=str(target), bytes_total=size, dry_run=True)
-    from activities import weights
+    from activities import weights, weights_progress
     from activities.errors import WeightsError
 
-    def report(progress: weights.DownloadProgress) -> None:
+    def report(progress: weights_progress.DownloadProgress) -> None:
         activity.heartbeat(DownloadProgress(
             bytes_done=progress.bytes_done, bytes_total=progress.bytes_total, rate_bps=progress.bytes_per_second,
             eta_s=progress.eta_seconds, files_done=progress.files_done, files_total=progress.files_total,

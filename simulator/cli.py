@@ -182,23 +182,7 @@ def parse_command_line(argv: Sequence[str], environ: Mapping[str, str]) -> Engin
     that takes a value cannot be told apart from a boolean one followed by the model.
     """
     namespace, extras = _build_parser().parse_known_args([_normalise_flag(arg) for arg in argv])
-    model: str | None = namespace.model_tag or namespace.model
-    if not model:
-        raise CommandLineError("the model (positional MODEL or --model) is required")
-    if namespace.enable_auto_tool_choice and not namespace.tool_call_parser:
-        # vLLM refuses to start this way too.
-        raise CommandLineError("--enable-auto-tool-choice requires --tool-call-parser")
-
-    max_num_seqs = namespace.max_num_seqs
-    if max_num_seqs is None:
-        max_num_seqs = _env_int(environ, "BERTH_SIM_MAX_NUM_SEQS", DEFAULT_MAX_NUM_SEQS)
-    if max_num_seqs < 1:
-        raise CommandLineError(f"max-num-seqs must be at least 1, got {max_num_seqs}")
-    if namespace.max_model_len < 1:
-        raise CommandLineError(f"--max-model-len must be at least 1, got {namespace.max_model_len}")
-    if not 0 <= namespace.port <= 65535:
-        raise CommandLineError(f"--port {namespace.port} is not a TCP port")
-
+    model, max_num_seqs = _checked(namespace, environ)
     return EngineConfig(
         model=model,
         served_model_names=tuple(namespace.served_model_name or [model]),
@@ -235,3 +219,23 @@ def parse_command_line(argv: Sequence[str], environ: Mapping[str, str]) -> Engin
         exit_code=_env_int(environ, "BERTH_SIM_EXIT_CODE", 1),
         ignored_args=_group_unknown(extras),
     )
+
+
+def _checked(namespace: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, int]:
+    """The model and max-num-seqs, once the flags vLLM would refuse have been refused."""
+    model: str | None = namespace.model_tag or namespace.model
+    if not model:
+        raise CommandLineError("the model (positional MODEL or --model) is required")
+    if namespace.enable_auto_tool_choice and not namespace.tool_call_parser:
+        # vLLM refuses to start this way too.
+        raise CommandLineError("--enable-auto-tool-choice requires --tool-call-parser")
+    max_num_seqs = namespace.max_num_seqs
+    if max_num_seqs is None:
+        max_num_seqs = _env_int(environ, "BERTH_SIM_MAX_NUM_SEQS", DEFAULT_MAX_NUM_SEQS)
+    if max_num_seqs < 1:
+        raise CommandLineError(f"max-num-seqs must be at least 1, got {max_num_seqs}")
+    if namespace.max_model_len < 1:
+        raise CommandLineError(f"--max-model-len must be at least 1, got {namespace.max_model_len}")
+    if not 0 <= namespace.port <= 65535:
+        raise CommandLineError(f"--port {namespace.port} is not a TCP port")
+    return model, max_num_seqs

@@ -1,6 +1,7 @@
 """`berth up`: the embedded single-machine stack — Temporal dev server, control-plane API,
-control worker, N node agents and the endpoint proxy — supervised by one foreground process, which
-starts a crashed component again with back-off (berth/restarts.py)."""
+control worker, N node agents and the endpoint proxy — started in dependency order, stopped in reverse,
+in the foreground or detached. While it runs, stack/supervisor.py starts a crashed component again with
+back-off; stack/waits.py holds what start and stop wait to see through the API."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import time
 from typing import IO, Any
 
@@ -39,6 +39,8 @@ from stack.components import (
     temporal_environment,
 )
 from stack.state import read_stack, write_stack
+from stack.supervisor import Supervisor
+from stack.waits import wait_copies_released, wait_nodes_ready
 
 # Connections that may wait for a restarting endpoint proxy (the kernel completes their handshakes).
 PROXY_BACKLOG = 2048
@@ -213,7 +215,7 @@ class Stack:
                             self._server_env(env), pass_fds=(fd,))
         try:
             wait_http_sync(f"{settings.proxy_url}/healthz", 60, proxy.process, verify=self.verify)
-            self._wait_nodes(token, self.options.nodes)
+            wait_nodes_ready(self.api_url, token, self.options.nodes, self.children, self.verify)
         except (TimeoutError, RuntimeError) as error:
             raise self._fail(proxy, error) from None
 
@@ -236,23 +238,6 @@ class Stack:
         write_stack(layout, self.info)
         return self.info
 
-    def _wait_nodes(self, token: str, count: int) -> None:
-        import httpx
-
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            for child in self.children:
-                if child.process.poll() is not None:
-                    raise RuntimeError(f"{child.name} exited with status {child.process.returncode}; "
-                                       f"see {child.log}:\n{tail(child.log, 15)}")
-            with contextlib.suppress(httpx.HTTPError):
-                nodes = httpx.get(f"{self.api_url}/v1/nodes", verify=self.verify,
-                                  headers={"Authorization": f"Bearer {token}"}, timeout=2).json()
-                if sum(1 for n in nodes if n.get("state") == "ready") >= count:
-                    return
-            time.sleep(0.2)
-        raise TimeoutError(f"{count} node agent(s) did not register within 60 s")
-
     # --- stop ---------------------------------------------------------------------------------------
     def stop(self) -> None:
         # Reverse order: proxy and nodes first (ranks stop while Temporal can still record it).
@@ -262,7 +247,7 @@ class Stack:
         temporal_up = any(c.name == "temporal" and c.process.poll() is None for c in self.children)
         for child in reversed(self.children):
             if child.name == "worker" and nodes_stopped and temporal_up:
-                self._wait_copies_released(15)
+                wait_copies_released(self.api_url, self.layout.client_config, self.verify, 15)
             if child.process.poll() is None:
                 stop_group_sync(child.process.pid, grace_s=40 if child.name.startswith("node") else 15)
                 nodes_stopped = nodes_stopped or child.name.startswith("node")
@@ -275,69 +260,9 @@ class Stack:
         with contextlib.suppress(OSError):
             self.layout.stack_file.unlink()
 
-    def _wait_copies_released(self, timeout_s: float) -> None:
-        """Once the node agents stopped their ranks, give the control worker time to record it (every
-        copy interrupted, its GPUs released) before it stops too: otherwise the next `berth up` starts
-        from workflows that still believe their copies serve."""
-        import httpx
-
-        try:
-            token = ClientConfig.model_validate_json(self.layout.client_config.read_text()).token
-        except (OSError, ValueError):
-            return
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                nodes = httpx.get(f"{self.api_url}/v1/nodes", timeout=2, verify=self.verify,
-                                  headers={"Authorization": f"Bearer {token}"}).json()
-            except (httpx.HTTPError, ValueError):
-                return
-            if not any(n.get("allocated") for n in nodes):
-                return
-            time.sleep(0.1)
-
     def supervise(self, stop_requested: list[bool]) -> None:
-        """Until a stop request, start again a component that dies on its own (with back-off), or only
-        report it when restarts are off (`restart_components`). A clean stop never restarts anything:
-        this loop has ended before `stop` signals the first child."""
-        restart = bool(self.info.get("restarts_enabled", True))
-        while not stop_requested:
-            for child in self.children:
-                if not stop_requested:
-                    self._watch(child, restart)
-            time.sleep(0.2)
-        print("berth: stopping the stack (no component is restarted from here on)", file=sys.stderr, flush=True)
-
-    def _watch(self, child: Child, restart: bool) -> None:
-        record, now = child.record, time.monotonic()
-        if record.due_at is not None:
-            if now >= record.due_at:
-                try:
-                    child.process = spawn(child.argv, child.log, env=child.env, cwd=self.layout.root,
-                                          pass_fds=child.pass_fds)
-                except OSError as error:  # the supervisor outlives a component it cannot start (yet)
-                    print(f"berth: restarting {child.name} failed ({error}); trying again in "
-                          f"{record.postpone(now, self.backoff):g} s", file=sys.stderr, flush=True)
-                    return
-                record.restarted(now)
-                self._publish()
-            return
-        status = child.process.poll()
-        if status is None or child.exit_reported:
-            return
-        if not restart:
-            child.exit_reported = True
-            print(f"berth: {child.name} exited with status {status}; see {child.log}", file=sys.stderr, flush=True)
-            return
-        delay = record.exited(status, now, time.time(), self.backoff)
-        print(f"berth: {child.name} exited with status {status}; restarting it in {delay:g} s "
-              f"(restart {record.restarts + 1}); see {child.log}", file=sys.stderr, flush=True)
-        self._publish()
-
-    def _publish(self) -> None:
-        """stack.json follows the children: `berth status` shows restarts, `berth down` finds new pids."""
-        self.info["children"] = [child.status() for child in self.children]
-        write_stack(self.layout, self.info)
+        """Once started: restart crashed components until a stop request (stack/supervisor.py)."""
+        Supervisor(self.children, self.layout, self.info, self.backoff).run(stop_requested)
 
 
 def run_foreground(options: StackOptions, on_ready: Any) -> None:

@@ -27,7 +27,8 @@ from activities.errors import (
     RevisionNotFoundError,
     VolumeFullError,
 )
-from activities.weights import DownloadProgress, WeightsRequest, _map_error, download_weights
+from activities.weights import WeightsRequest, _map_error, download_weights
+from activities.weights_progress import DownloadProgress
 from berth.hf_mirror import MirrorConfig, publish_repo, run_mirror
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -47,6 +47,19 @@ def ready_copies(stack: RunningStack, workflow_id: str) -> list[str]:
     return [r["copy_id"] for r in stack.describe(workflow_id)["replicas"] if r["status"] == "ready"]
 
 
+def scale_to_zero(stack: RunningStack, pool: dict[str, str]) -> None:
+    """Scale the pool to zero and wait until no endpoint proxy can route to any of its copies.
+
+    The proxy's own table is not observable from outside; what it refreshes from is. Wait until the
+    endpoint lists no published copy: each was unpublished only after `drain_replica` had marked it
+    draining and let the proxies' routes settle (activities/control.py ROUTES_SETTLE_S, longer than the
+    proxy's refresh), so the proxy already holds every one of them as draining, never as a target."""
+    stack.cli("workflow", "scale", pool["workflow_id"], "--replicas", "0")
+    stack.wait_phase(pool["workflow_id"], {"scaled_to_zero"}, timeout=60)
+    wait_for(lambda: not stack.api("GET", f"/v1/endpoints/{pool['endpoint_id']}").json()["replicas"], 30,
+             "the endpoint to list no copy")
+
+
 def chat(pool: dict[str, str], timeout: float = 60, **headers: str) -> httpx.Response:
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 8}
     return httpx.post(pool["url"] + "/v1/chat/completions", json=body, timeout=timeout,
@@ -101,9 +114,7 @@ def test_scale_in_drains_then_stops(stack: RunningStack, pool: dict[str, str]) -
 
 
 def test_zero_then_a_request_wakes_the_pool(stack: RunningStack, pool: dict[str, str]) -> None:
-    stack.cli("workflow", "scale", pool["workflow_id"], "--replicas", "0")
-    stack.wait_phase(pool["workflow_id"], {"scaled_to_zero"}, timeout=60)
-    time.sleep(1.5)  # the proxy's routing table has caught up
+    scale_to_zero(stack, pool)
     started = time.monotonic()
     response = chat(pool)
     elapsed = time.monotonic() - started
@@ -115,18 +126,16 @@ def test_zero_then_a_request_wakes_the_pool(stack: RunningStack, pool: dict[str,
 
 
 def test_held_requests_are_capped_and_time_out(stack: RunningStack, pool: dict[str, str]) -> None:
-    stack.cli("workflow", "scale", pool["workflow_id"], "--replicas", "0")
-    stack.wait_phase(pool["workflow_id"], {"scaled_to_zero"}, timeout=60)
-    time.sleep(1.5)
+    scale_to_zero(stack, pool)
+    # Three at once against a cap of two (BERTH_PROXY_MAX_HELD): whichever reaches the proxy third is
+    # refused at once, whatever the order, and the other two are held until the woken copy serves them
+    # (the simulator alone takes STARTUP_DELAY_S to start, far longer than three requests take to arrive).
     with ThreadPoolExecutor(3) as executor:
-        held = [executor.submit(chat, pool) for _ in range(2)]
-        time.sleep(0.5)  # both are held now (the simulator takes 2 s to start)
-        third = chat(pool)
-        assert third.status_code == 429 and third.headers["retry-after"]
-        assert [f.result().status_code for f in held] == [200, 200]
-    stack.cli("workflow", "scale", pool["workflow_id"], "--replicas", "0")
-    stack.wait_phase(pool["workflow_id"], {"scaled_to_zero"}, timeout=60)
-    time.sleep(1.5)
+        answers = list(executor.map(lambda _: chat(pool), range(3)))
+    assert sorted(a.status_code for a in answers) == [200, 200, 429], [a.text for a in answers]
+    refused = next(a for a in answers if a.status_code == 429)
+    assert refused.headers["retry-after"]
+    scale_to_zero(stack, pool)
     short = chat(pool, **{"x-request-timeout": "0.5"})
     assert short.status_code == 503 and short.headers["retry-after"]
 
