@@ -690,7 +690,10 @@ def test_secrets_stay_out_of_command_line_config_and_logs(stack: Stack) -> None:
     assert stack.master_key.encode() not in Path(f"/proc/{stack.proxy.pid}/cmdline").read_bytes()
     assert stack.master_key not in repr(stack.proxy.launch)
 
-    time.sleep(0.5)  # let the last lines reach the log file
+    deadline: Final = time.monotonic() + 10
+    while "berth replica sync" not in stack.log_path.read_text(errors="replace"):  # the last lines reach it
+        assert time.monotonic() < deadline, "LiteLLM's log never showed the sync hook's lines"
+        time.sleep(0.05)
     log: Final = stack.log_path.read_text(errors="replace")
     assert "Uvicorn running" in log  # the right file, and it captured the process's output
     assert "berth replica sync" in log  # the hook's own lines reach LiteLLM's log

@@ -65,8 +65,10 @@ def test_scrapes_a_real_simulator_under_load() -> None:
                 body = {"model": "sim/model", "prompt": "hi", "max_tokens": 40, "ignore_eos": True}
                 requests = [asyncio.create_task(client.post(f"{sim.base_url}/v1/completions", json=body))
                             for _ in range(5)]
-                await asyncio.sleep(0.5)
-                assert await scraper.scrape_now(sim.base_url, metrics)
+                async with asyncio.timeout(20):  # until the simulator has admitted all five
+                    while not (await scraper.scrape_now(sim.base_url, metrics)  # noqa: ASYNC110 — polling
+                               and metrics.running + metrics.waiting == 5):
+                        await asyncio.sleep(0.05)
                 await asyncio.gather(*requests)
         finally:
             await scraper.aclose()

@@ -81,17 +81,21 @@ async def test_content_length_chunked_and_keepalive_reuse() -> None:
 
 
 async def test_close_delimited_body_and_stale_connection_retry() -> None:
+    closed = asyncio.Event()
+
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nconnection: keep-alive\r\ncontent-length: 2\r\n\r\nok")
         await writer.drain()
         writer.close()  # closes the idle connection behind the pool's back
+        await writer.wait_closed()
+        closed.set()
 
     server, url = await _serve(handler)
     pool = UpstreamPool()
     try:
         assert await _collect(pool, "POST", url, b"x") == (200, b"ok")
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(closed.wait(), 10)
         assert await _collect(pool, "POST", url, b"y") == (200, b"ok")  # retried on a fresh connection
     finally:
         await pool.aclose()

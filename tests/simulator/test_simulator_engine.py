@@ -82,7 +82,9 @@ async def test_at_most_max_num_seqs_decode_and_the_rest_wait() -> None:
 
     started = time.monotonic()
     tasks = [asyncio.create_task(run_one()) for _ in range(5)]
-    await asyncio.sleep(0.01)
+    async with asyncio.timeout(5):  # until all five have been admitted (two decode, three wait)
+        while engine.running + engine.waiting < 5:  # noqa: ASYNC110 — the engine sets no event
+            await asyncio.sleep(0)
     assert (engine.running, engine.waiting) == (2, 3)
     assert await asyncio.gather(*tasks) == ["a b c"] * 5
     # Three waves of three tokens at 100 tokens/s: about 90 ms, never less.
