@@ -31,7 +31,7 @@ from berth.child_environment import engine_environment
 from berth.errors import BerthError
 from berth.processes import berth_python, read_pidfile, remove_file, tail
 from berth.security import ReplicaKeys
-from berth.settings import repo_root
+from berth.settings import repo_root, vllm_bin_override
 from workflows.payloads import Event, HealthCheck, RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
 
 ANNOUNCE_TIMEOUT_S = 5.0  # well inside a rank's heartbeat timeout: the watch starts after it
@@ -43,7 +43,7 @@ log = logging.getLogger("berth.node")
 
 def engine_command(engine: str) -> list[str]:
     """The executable for `vllm serve …` on this node's engine (override with BERTH_VLLM_BIN)."""
-    override = os.environ.get("BERTH_VLLM_BIN")
+    override = vllm_bin_override()
     if override:
         return [override]
     if engine == "simulator":
@@ -130,38 +130,11 @@ class NodeActivities:
         run_dir = context.ranks_dir / f"{spec.copy_id}-r{spec.rank}"
         (run_dir / "tmp").mkdir(parents=True, exist_ok=True)
         remove_file(run_dir / SHUTDOWN_MARKER)  # a previous run's, in a reused directory: not this run's story
-        # Never the agent's own environment: it holds the admin token and the state dir with the keys.
-        env = engine_environment(os.environ, simulator=context.engine == "simulator")
-        env.update(rank_environment(spec, self.replica_keys.for_copy(spec.copy_id)))
-        # Each rank's scratch under the state dir: nothing lands in a shared /tmp or ~/.cache.
-        env["TMPDIR"] = str(_short_alias(run_dir / "tmp"))
-        # vLLM's cache (model-class inspection, compile artifacts) is keyed by content hash and made to be
-        # shared: one per node, like a host's ~/.cache/vllm. Per rank it started cold every time, and the
-        # model inspection alone (a subprocess importing torch) cost ~9 s of each CPU start.
-        env["VLLM_CACHE_ROOT"] = str(context.node_dir / "vllm-cache")
-        if context.engine == "vllm-cpu":
-            # 1 GiB of KV cache is plenty for the small CPU models; no usage reporting, no Hub calls:
-            # the weights are already on the volume.
-            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-            env.setdefault("VLLM_NO_USAGE_STATS", "1")
-            env.setdefault("DO_NOT_TRACK", "1")
-            env.setdefault("HF_HUB_OFFLINE", "1")
+        env = self._environment(spec, run_dir)
         log_path = self._log_path(spec)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         shm_before = _shm_entries()
-        # A local file opened once per rank start: not worth a thread hop.
-        with open(log_path, "ab", buffering=0) as log:  # noqa: ASYNC230
-            log.write(f"[berth] node {context.node_id} starting: {' '.join(argv)}\n".encode())
-            try:
-                process = await asyncio.create_subprocess_exec(
-                    *argv, stdout=log, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
-                    env=env, cwd=str(run_dir), start_new_session=True,
-                )
-            except OSError as error:
-                message = f"node {context.node_id} could not start rank {spec.rank} ({argv[0]}): {error}"
-                log.write(f"[berth] {message}\n".encode())
-                # Retrying would fail the same way: bad engine path, permissions, no memory.
-                raise ApplicationError(message, type="RankSpawnFailed", non_retryable=True) from None
+        process = await self._spawn(spec, argv, env, run_dir, log_path)
         pidfile = run_dir / RANK_PIDFILE
         await self.supervisor.record(pidfile, process.pid, spec=spec.model_dump(mode="json"), log=str(log_path))
         segments: set[str] = set()  # /dev/shm names this rank's processes mapped: ours to clean up
@@ -195,6 +168,44 @@ class NodeActivities:
             remove_file(pidfile)
             remove_file(_short_alias(run_dir / "tmp"))
             shutil.rmtree(run_dir / "tmp", ignore_errors=True)
+
+    def _environment(self, spec: RankSpec, run_dir: Path) -> dict[str, str]:
+        """The rank's environment. Never the agent's own: it holds the admin token and the state dir with
+        the keys."""
+        context = self.context
+        env = engine_environment(os.environ, simulator=context.engine == "simulator")
+        env.update(rank_environment(spec, self.replica_keys.for_copy(spec.copy_id)))
+        # Each rank's scratch under the state dir: nothing lands in a shared /tmp or ~/.cache.
+        env["TMPDIR"] = str(_short_alias(run_dir / "tmp"))
+        # vLLM's cache (model-class inspection, compile artifacts) is keyed by content hash and made to be
+        # shared: one per node, like a host's ~/.cache/vllm. Per rank it started cold every time, and the
+        # model inspection alone (a subprocess importing torch) cost ~9 s of each CPU start.
+        env["VLLM_CACHE_ROOT"] = str(context.node_dir / "vllm-cache")
+        if context.engine == "vllm-cpu":
+            # 1 GiB of KV cache is plenty for the small CPU models; no usage reporting, no Hub calls:
+            # the weights are already on the volume.
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+            env.setdefault("VLLM_NO_USAGE_STATS", "1")
+            env.setdefault("DO_NOT_TRACK", "1")
+            env.setdefault("HF_HUB_OFFLINE", "1")
+        return env
+
+    async def _spawn(self, spec: RankSpec, argv: list[str], env: dict[str, str], run_dir: Path,
+                     log_path: Path) -> asyncio.subprocess.Process:
+        node_id = self.context.node_id
+        # A local file opened once per rank start: not worth a thread hop.
+        with open(log_path, "ab", buffering=0) as log:  # noqa: ASYNC230
+            log.write(f"[berth] node {node_id} starting: {' '.join(argv)}\n".encode())
+            try:
+                return await asyncio.create_subprocess_exec(
+                    *argv, stdout=log, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
+                    env=env, cwd=str(run_dir), start_new_session=True,
+                )
+            except OSError as error:
+                message = f"node {node_id} could not start rank {spec.rank} ({argv[0]}): {error}"
+                log.write(f"[berth] {message}\n".encode())
+                # Retrying would fail the same way: bad engine path, permissions, no memory.
+                raise ApplicationError(message, type="RankSpawnFailed", non_retryable=True) from None
 
     @activity.defn(name="adopt_rank")
     async def adopt_rank(self, spec: RankSpec) -> RankExit:

@@ -354,3 +354,8 @@ def state_dir_if_set() -> Path | None:
     """BERTH_STATE_DIR when set (a proxy host may have none: then it signs no caller assertions)."""
     value = os.environ.get("BERTH_STATE_DIR")
     return Path(value) if value else None
+
+
+def vllm_bin_override() -> str | None:
+    """BERTH_VLLM_BIN: the `vllm` executable a node agent runs instead of its engine's default."""
+    return os.environ.get("BERTH_VLLM_BIN") or None

@@ -114,11 +114,27 @@ class Parameter(BaseModel):
         text = str(raw).strip() if not isinstance(raw, bool) else ("true" if raw else "false")
         check_value_length(self.name, text)
         quoted = shown(text)
+        if kind in (ParameterType.INT, ParameterType.FLOAT):
+            value: Any = self._number(raw, text, quoted)
+        elif kind in (ParameterType.BOOL, ParameterType.CHOICE, ParameterType.SECRET):
+            value = self._word(text, quoted)
+        else:
+            value = self._text(text, quoted)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if self.min is not None and value < self.min:
+                raise UserInputError(f"{self.name}={value} is below its minimum {_bound(self.min)}.")
+            if self.max is not None and value > self.max:
+                raise UserInputError(f"{self.name}={value} is above its maximum {_bound(self.max)}.")
+        return value
+
+    def _number(self, raw: Any, text: str, quoted: str) -> int | float:
+        kind = self.type
+        value: int | float
         if kind is ParameterType.INT:
             if isinstance(raw, float) and not raw.is_integer():
                 raise UserInputError(f"{self.name} must be a whole number, not '{quoted}'.")
             try:
-                value: Any = int(raw) if isinstance(raw, float) else int(text.replace("_", ""))
+                value = int(raw) if isinstance(raw, float) else int(text.replace("_", ""))
             except ValueError:
                 raise UserInputError(f"{self.name} must be a whole number, not '{quoted}'.") from None
         elif kind is ParameterType.FLOAT:
@@ -128,7 +144,12 @@ class Parameter(BaseModel):
                 raise UserInputError(f"{self.name} must be a number, not '{quoted}'.") from None
             if value != value or value in (float("inf"), float("-inf")):
                 raise UserInputError(f"{self.name} must be a finite number, not '{quoted}'.")
-        elif kind is ParameterType.BOOL:
+        return value
+
+    def _word(self, text: str, quoted: str) -> Any:
+        kind = self.type
+        value: Any
+        if kind is ParameterType.BOOL:
             lowered = text.lower()
             if lowered not in {"true", "false", "1", "0", "yes", "no"}:
                 raise UserInputError(f"{self.name} must be true or false, not '{quoted}'.")
@@ -148,31 +169,26 @@ class Parameter(BaseModel):
                     f"'{quoted}': group and organization secrets are refused for environment variables."
                 )
             value = text or None
-        elif kind is ParameterType.HF_MODEL:
+        return value
+
+    def _text(self, text: str, quoted: str) -> str:
+        kind = self.type
+        if kind is ParameterType.HF_MODEL:
             parse_hf_uri(text, self.name)
-            value = text
         elif kind is ParameterType.ARGS:
             check_extra_args(split_args(self.name, text))
-            value = text
         elif kind is ParameterType.ENV:
             pairs = split_env(self.name, text)
             problem = user_environment_problem(pairs, self.name)
             if problem is not None:
                 raise UserInputError(problem)
             check_extra_env(pairs)
-            value = text
         else:
             if self.pattern is not None and not re.fullmatch(self.pattern, text):
                 like = f" like {self.example}" if self.example else ""
                 what = f" ({self.help})" if self.help else ""
                 raise UserInputError(f"{self.name} must be a value{like}{what}, not '{quoted}'.")
-            value = text
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if self.min is not None and value < self.min:
-                raise UserInputError(f"{self.name}={value} is below its minimum {_bound(self.min)}.")
-            if self.max is not None and value > self.max:
-                raise UserInputError(f"{self.name}={value} is above its maximum {_bound(self.max)}.")
-        return value
+        return text  # checked: a text value is kept as the user wrote it
 
 
 def parse_hf_uri(text: str, parameter: str = "Model") -> tuple[str, str | None]:

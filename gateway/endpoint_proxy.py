@@ -225,24 +225,25 @@ class EndpointProxy:
         if route.wakeable:
             self._arrivals[endpoint_id] = self._arrivals.get(endpoint_id, 0) + 1
         session_id = header(headers, b"x-session-id")
-        target = route.target(session_id)
+        target = route.target(session_id) or await self._when_none_routable(route, send, headers, session_id)
         if target is None:
-            if not route.wakeable:
-                await json_answer(send, 503, b'{"error":{"message":"No replica of this endpoint is ready yet; '
-                                       b'retry shortly.","type":"service_unavailable","code":503}}')
-                return
-            if (route.service == "litellm" and route.service_url and route.id not in self._served
-                    and not await self.holds.asleep(route)):
-                # Copies are already wanted (the pool's first start, or waiting for capacity), not asleep:
-                # LiteLLM answers as the documents say ("Invalid model name", an empty /v1/models).
-                target = Replica(copy_id="service", url=route.service_url)
-            else:
-                target = await self.holds.hold(route, send, headers, session_id)
-            if target is None:
-                return  # answered: 429 (too many waiting) or 503 (deadline passed)
+            return  # answered: 503 (nothing to wait for, or the deadline passed) or 429 (too many waiting)
         caller = self._assertion(identity, endpoint_id) if identity is not None else None
         await self._forward(scope, receive, send, route, target, rest, headers, strip_authorization, session_id,
                             caller)
+
+    async def _when_none_routable(self, route: Route, send: Send, headers: list[tuple[bytes, bytes]],
+                                  session_id: str | None) -> Replica | None:
+        if not route.wakeable:
+            await json_answer(send, 503, b'{"error":{"message":"No replica of this endpoint is ready yet; '
+                                         b'retry shortly.","type":"service_unavailable","code":503}}')
+            return None
+        if (route.service == "litellm" and route.service_url and route.id not in self._served
+                and not await self.holds.asleep(route)):
+            # Copies are already wanted (the pool's first start, or waiting for capacity), not asleep:
+            # LiteLLM answers as the documents say ("Invalid model name", an empty /v1/models).
+            return Replica(copy_id="service", url=route.service_url)
+        return await self.holds.hold(route, send, headers, session_id)
 
     async def _report_load_forever(self) -> None:
         """Every second, tell the control plane how many requests each pool endpoint admitted."""
