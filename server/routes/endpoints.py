@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from temporalio.service import RPCError
 
+from berth.contracts import EndpointClientFacts, EndpointToken, EndpointView, WakeResult
 from berth.errors import NotFoundError, UserInputError
 from berth.tokens import parse_duration
 from server import opencode as opencode_checks
@@ -33,7 +34,7 @@ class WakeBody(BaseModel):
     reason: str = ""
 
 
-@router.get("/v1/endpoints")
+@router.get("/v1/endpoints", response_model=list[EndpointView], response_model_exclude_unset=True)
 async def list_endpoints(context: Context, who: Caller) -> list[dict[str, Any]]:
     endpoints = await run_in_threadpool(context.store.endpoints)
     replicas = await run_in_threadpool(context.store.replicas)
@@ -41,13 +42,13 @@ async def list_endpoints(context: Context, who: Caller) -> list[dict[str, Any]]:
             if who.admin or in_scope(endpoint, who)]
 
 
-@router.get("/v1/endpoints/{endpoint_id}")
+@router.get("/v1/endpoints/{endpoint_id}", response_model=EndpointView, response_model_exclude_unset=True)
 async def endpoint_detail(endpoint_id: str, endpoint: VisibleEndpoint, context: Context) -> dict[str, Any]:
     replicas = await run_in_threadpool(context.store.replicas, endpoint_id)
     return endpoint_view(context, endpoint, replicas)
 
 
-@router.post("/v1/endpoints/{endpoint_id}/wake")
+@router.post("/v1/endpoints/{endpoint_id}/wake", response_model=WakeResult)
 async def wake_endpoint(endpoint_id: str, body: WakeBody, endpoint: VisibleEndpoint, who: Caller,
                         context: Context, meters: RateMeters) -> dict[str, Any]:
     """A request reached a pool with no copy: ask its workflow for one (anyone in scope may)."""
@@ -67,7 +68,7 @@ async def wake_endpoint(endpoint_id: str, body: WakeBody, endpoint: VisibleEndpo
             "woken": status.desired_replicas == 0, "phase": status.phase.value}
 
 
-@router.post("/v1/endpoints/{endpoint_id}/tokens")
+@router.post("/v1/endpoints/{endpoint_id}/tokens", response_model=EndpointToken)
 async def generate_token(endpoint_id: str, body: TokenRequest, _endpoint: ReachableEndpoint, who: Caller,
                          context: Context) -> dict[str, Any]:
     ttl = parse_duration(body.expiration)
@@ -79,7 +80,7 @@ async def generate_token(endpoint_id: str, body: TokenRequest, _endpoint: Reacha
     return {"endpoint_id": endpoint_id, "token": token, "expires_at": time.time() + ttl}
 
 
-@router.get("/v1/endpoints/{endpoint_id}/client-config")
+@router.get("/v1/endpoints/{endpoint_id}/client-config", response_model=EndpointClientFacts)
 async def endpoint_client_config(endpoint_id: str, endpoint: ReachableEndpoint, context: Context) -> dict[str, Any]:
     """What a client (OpenCode, an SDK) needs: URL, the model id /v1/models lists, its context."""
     return await run_in_threadpool(opencode_checks.client_facts, context.store, endpoint,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from berth.contracts import Jwks
 from server.context import Context
 
 router = APIRouter()
@@ -15,7 +16,7 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/.well-known/jwks.json")
+@router.get("/.well-known/jwks.json", response_model=Jwks)
 async def jwks(context: Context) -> JSONResponse:
     if not context.settings.publish_jwks:
         return JSONResponse({"detail": "signing-key publication is turned off on this cluster"}, 404)

@@ -10,6 +10,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
+from berth.contracts import GroupView, UserView
 from berth.errors import UserInputError
 from server.context import Context
 from server.guards import Admin, Caller
@@ -41,12 +42,12 @@ def _check_name(kind: str, name: str) -> str:
     return name
 
 
-@router.get("/v1/whoami")
+@router.get("/v1/whoami", response_model=UserView)
 async def whoami(who: Caller) -> dict[str, Any]:
     return user_json(who)
 
 
-@router.post("/v1/users", status_code=201)
+@router.post("/v1/users", status_code=201, response_model=UserView)
 async def create_user(body: UserRequest, context: Context, _who: Admin) -> dict[str, Any]:
     _check_name("User", body.name)
     _check_name("Organization", body.org)
@@ -55,19 +56,19 @@ async def create_user(body: UserRequest, context: Context, _who: Admin) -> dict[
     return user_json(identity)
 
 
-@router.get("/v1/users")
+@router.get("/v1/users", response_model=list[UserView])
 async def list_users(context: Context, who: Caller) -> list[dict[str, Any]]:
     users = await run_in_threadpool(context.store.users)
     return [user_json(u) for u in users if who.admin or u.org == who.org]
 
 
-@router.post("/v1/groups", status_code=201)
+@router.post("/v1/groups", status_code=201, response_model=GroupView)
 async def create_group(body: GroupRequest, context: Context, _who: Admin) -> dict[str, Any]:
     await run_in_threadpool(context.store.create_group, _check_name("Group", body.name),
                             _check_name("Organization", body.org))
     return {"name": body.name, "org": body.org}
 
 
-@router.post("/v1/groups/{group}/members", status_code=201)
+@router.post("/v1/groups/{group}/members", status_code=201, response_model=UserView)
 async def add_member(group: str, body: MemberRequest, context: Context, _who: Admin) -> dict[str, Any]:
     return user_json(await run_in_threadpool(context.store.add_member, group, body.user))

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
+from berth.contracts import SecretCreated, SecretView
 from server.context import Context
 from server.guards import Caller
 from server.secrets import Secrets
@@ -23,12 +24,12 @@ class SecretRequest(BaseModel):
     group: str | None = None
 
 
-@router.post("/v1/secrets", status_code=201)
+@router.post("/v1/secrets", status_code=201, response_model=SecretCreated)
 async def create_secret(body: SecretRequest, context: Context, who: Caller) -> dict[str, Any]:
     return await run_in_threadpool(Secrets(context.store).create, who, body.ref, body.type, body.value, body.group)
 
 
-@router.get("/v1/secrets")
+@router.get("/v1/secrets", response_model=list[SecretView])
 async def list_secrets(context: Context, who: Caller) -> list[dict[str, Any]]:
     return await run_in_threadpool(Secrets(context.store).list, who)
 
