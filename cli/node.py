@@ -39,7 +39,7 @@ def node_list(output: OutputOption = Format.TABLE) -> None:
     if nodes is None:
         return  # printed as JSON
     gpus = [{"node": n.id, **wire(g), "allocated_to": g.allocated_to or "",
-             "memory": f"{g.memory_free_gb or 0:g}/{wire(g).get('memory_gb', 0):g} GB"}
+             "memory": f"{g.memory_free_gb or 0:g}/{g.memory_gb:g} GB"}
             for n in nodes for g in n.gpus]
     if gpus:
         table(gpus, [("node", "NODE"), ("index", "GPU"), ("name", "NAME"), ("memory", "FREE/TOTAL"),
@@ -54,7 +54,7 @@ def _node_rows(nodes: list[NodeView]) -> Rows:
 
 
 def _gpu_summary(gpus: list[GpuView]) -> str:
-    names = ", ".join(sorted({str(wire(g)["name"]) for g in gpus}))
+    names = ", ".join(sorted({g.name for g in gpus}))
     return f"{len(gpus)} ({names})" if gpus else "CPU only"
 
 

@@ -5,6 +5,7 @@ names any of them. The server declares them as `response_model`; `berth.api_clie
 from __future__ import annotations
 
 from berth.contracts.base import (
+    Number,
     OpenResponse,
     Payload,
     Response,
@@ -29,6 +30,7 @@ from berth.contracts.identity import (
     UserView,
 )
 from berth.contracts.internal import (
+    Health,
     Jwks,
     OwnerToken,
     ReplicaKeysList,
@@ -95,6 +97,7 @@ __all__ = [
     "FenceRequest",
     "GpuView",
     "GroupView",
+    "Health",
     "Jwks",
     "MAX_HOLDINGS",
     "MemoryRow",
@@ -102,6 +105,7 @@ __all__ = [
     "NodeHolding",
     "NodeState",
     "NodeView",
+    "Number",
     "OpenResponse",
     "OwnerToken",
     "ParameterView",

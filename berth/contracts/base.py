@@ -6,6 +6,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+# A JSON number read back as it was sent: a bare `float` field would turn the 80 an agent reported into
+# 80.0, and `-o json` would print other bytes than the API sent.
+Number = int | float
+
 
 class Payload(BaseModel):
     """A request or Temporal payload (workflows/payloads.py derives from it too)."""

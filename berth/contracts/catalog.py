@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from berth.contracts.base import OpenResponse, Response
+from berth.contracts.base import Number, OpenResponse, Response
 
 
 class EntrySummary(Response):
@@ -22,8 +22,8 @@ class ParameterView(OpenResponse):
     type: str = "string"
     default: Any = None
     required: bool = False
-    min: float | None = None
-    max: float | None = None
+    min: Number | None = None
+    max: Number | None = None
     choices: list[str] = []
     pattern: str | None = None
     example: str = ""
@@ -36,10 +36,10 @@ class MemoryRow(Response):
     """What a model needs at one context length (catalog.memory.MemoryRow as JSON)."""
 
     context: int
-    weights_gb: float
-    kv_cache_gb: float
-    overhead_gb: float
-    total_gb: float
+    weights_gb: Number
+    kv_cache_gb: Number
+    overhead_gb: Number
+    total_gb: Number
     gpus_80gb: int
     default: bool
 

@@ -90,3 +90,9 @@ class RouteEntry(Response):
 
 class RoutesTable(Response):
     endpoints: list[RouteEntry]
+
+
+class Health(Response):
+    """`/healthz`: the API process answers."""
+
+    status: str

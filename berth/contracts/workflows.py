@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import Field
 
-from berth.contracts.base import OpenResponse, Response
+from berth.contracts.base import Number, OpenResponse, Response
 
 
 class WorkflowStarted(Response):
@@ -43,8 +43,8 @@ class DownloadProgress(OpenResponse):
 
     bytes_done: int = 0
     bytes_total: int = 0
-    rate_bps: float = 0
-    eta_s: float | None = None
+    rate_bps: Number = 0
+    eta_s: Number | None = None
     files_done: int = 0
     files_total: int = 0
 
