@@ -15,16 +15,21 @@ from berth.contracts import (
     EndpointClientFacts,
     EndpointService,
     EndpointToken,
+    EndpointTokenRequest,
     EndpointView,
     EntryDetail,
     EntrySummary,
     FenceRequest,
+    GroupRequest,
     GroupView,
     Jwks,
+    LoadReport,
+    MemberRequest,
     MintedToken,
     NodeState,
     NodeView,
     OwnerToken,
+    OwnerTokenRequest,
     ReplicaKeysList,
     ReplicaKeysToken,
     ReplicaReadiness,
@@ -32,18 +37,24 @@ from berth.contracts import (
     ReserveRequest,
     ReserveResult,
     ResolvedSecret,
+    ResolveRequest,
     RoutesTable,
     SecretCreated,
+    SecretRequest,
     SecretView,
     ServicePort,
     ServicePortRequest,
     ServiceToken,
+    TokenLapse,
+    UserRequest,
     UserView,
+    WakeRequest,
     WakeResult,
     WorkflowDefinitionView,
     WorkflowDescription,
     WorkflowLogs,
     WorkflowScaled,
+    WorkflowScaleRequest,
     WorkflowStarted,
     WorkflowStopped,
     WorkflowSummary,
@@ -60,7 +71,7 @@ from berth.errors import (
 )
 from berth.settings import tls_ca_file
 from berth.tls import client_context
-from berth.tokens import RevokeResult, TokenRecord
+from berth.tokens import RevokeResult, TokenMintBody, TokenRecord
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -176,7 +187,7 @@ class ApiClient:
 
     async def generate_token(self, endpoint_id: str, expiration: str) -> EndpointToken:
         data = await self.request("POST", f"/v1/endpoints/{_segment(endpoint_id)}/tokens",
-                                  json={"expiration": expiration})
+                                  json=_body(EndpointTokenRequest(expiration=expiration)))
         return _one(EndpointToken, data)
 
     async def endpoint_client_config(self, endpoint_id: str) -> EndpointClientFacts:
@@ -200,7 +211,7 @@ class ApiClient:
 
     # --- secrets ------------------------------------------------------------------------------------
     async def create_secret(self, ref: str, kind: str, value: str) -> SecretCreated:
-        data = await self.request("POST", "/v1/secrets", json={"ref": ref, "type": kind, "value": value})
+        data = await self.request("POST", "/v1/secrets", json=_body(SecretRequest(ref=ref, type=kind, value=value)))
         return _one(SecretCreated, data)
 
     async def secrets(self) -> list[SecretView]:
@@ -210,7 +221,8 @@ class ApiClient:
         await self.request("DELETE", "/v1/secrets", params={"ref": ref})
 
     async def resolve_secret(self, ref: str, user: str) -> tuple[str, str]:
-        data = await self.request("POST", "/v1/internal/secrets/resolve", json={"ref": ref, "user": user})
+        data = await self.request("POST", "/v1/internal/secrets/resolve",
+                                  json=_body(ResolveRequest(ref=ref, user=user)))
         secret = _one(ResolvedSecret, data)
         return secret.type, secret.value
 
@@ -247,7 +259,8 @@ class ApiClient:
         await self.request("DELETE", f"/v1/internal/replicas/{_segment(copy_id)}")
 
     async def report_load(self, endpoint_id: str, requests: int) -> None:
-        await self.request("POST", f"/v1/internal/endpoints/{_segment(endpoint_id)}/load", json={"requests": requests})
+        await self.request("POST", f"/v1/internal/endpoints/{_segment(endpoint_id)}/load",
+                           json=_body(LoadReport(requests=requests)))
 
     async def set_replica_ready(self, copy_id: str, ready: bool) -> None:
         await self.request("PUT", f"/v1/internal/replicas/{copy_id}/ready",
@@ -257,12 +270,13 @@ class ApiClient:
         await self.request("POST", f"/v1/internal/replicas/{_segment(copy_id)}/drain")
 
     async def wake_endpoint(self, endpoint_id: str, reason: str = "") -> WakeResult:
-        data = await self.request("POST", f"/v1/endpoints/{_segment(endpoint_id)}/wake", json={"reason": reason})
+        data = await self.request("POST", f"/v1/endpoints/{_segment(endpoint_id)}/wake",
+                                  json=_body(WakeRequest(reason=reason)))
         return _one(WakeResult, data)
 
     async def scale_workflow(self, workflow_id: str, replicas: int) -> WorkflowScaled:
         data = await self.request("POST", f"/v1/workflows/{_segment(workflow_id)}/scale",
-                                  json={"replicas": replicas})
+                                  json=_body(WorkflowScaleRequest(replicas=replicas)))
         return _one(WorkflowScaled, data)
 
     async def endpoint_detail(self, endpoint_id: str) -> EndpointView:
@@ -283,14 +297,14 @@ class ApiClient:
                           ) -> tuple[str, float]:
         """A token speaking for a workflow's owner (API, or bound to one endpoint), for its service."""
         data = await self.request("POST", f"/v1/internal/users/{_segment(user)}/tokens",
-                                  json={"endpoint_id": endpoint_id, "ttl_s": ttl_s})
+                                  json=_body(OwnerTokenRequest(endpoint_id=endpoint_id, ttl_s=ttl_s)))
         token = _one(OwnerToken, data)
         return token.token, token.expires_at
 
     async def note_token_lapse(self, endpoint_id: str, expires_at: float) -> None:
         """Record on a service's own endpoint when the tokens it borrowed lapse, for `describe`."""
         await self.request("PUT", f"/v1/internal/endpoints/{_segment(endpoint_id)}/token-lapse",
-                           json={"expires_at": expires_at})
+                           json=_body(TokenLapse(expires_at=expires_at)))
 
     async def replica_keys_token(self, user: str) -> str:
         """For the gateway a node starts for `user`: reads the keys of the copies `user` may reach."""
@@ -308,21 +322,22 @@ class ApiClient:
     # --- identity -----------------------------------------------------------------------------------
     async def create_user(self, name: str, org: str, groups: list[str], admin: bool) -> UserView:
         data = await self.request("POST", "/v1/users",
-                                  json={"name": name, "org": org, "groups": groups, "admin": admin})
+                                  json=_body(UserRequest(name=name, org=org, groups=groups, admin=admin)))
         return _one(UserView, data)
 
     async def users(self) -> list[UserView]:
         return _many(UserView, await self.request("GET", "/v1/users"))
 
     async def create_group(self, name: str, org: str) -> GroupView:
-        return _one(GroupView, await self.request("POST", "/v1/groups", json={"name": name, "org": org}))
+        return _one(GroupView, await self.request("POST", "/v1/groups", json=_body(GroupRequest(name=name, org=org))))
 
     async def add_member(self, group: str, user: str) -> UserView:
-        data = await self.request("POST", f"/v1/groups/{_segment(group)}/members", json={"user": user})
+        data = await self.request("POST", f"/v1/groups/{_segment(group)}/members", json=_body(MemberRequest(user=user)))
         return _one(UserView, data)
 
     async def user_token(self, name: str, expiration: str) -> MintedToken:
-        data = await self.request("POST", f"/v1/users/{_segment(name)}/tokens", json={"expiration": expiration})
+        data = await self.request("POST", f"/v1/users/{_segment(name)}/tokens",
+                                  json=_body(TokenMintBody.model_validate({"expiration": expiration})))
         return _one(MintedToken, data)
 
     async def tokens(self, user: str | None = None) -> list[TokenRecord]:
@@ -341,6 +356,11 @@ class ApiClient:
 
     async def routes(self) -> RoutesTable:
         return _one(RoutesTable, await self.request("GET", "/v1/internal/routes"))
+
+
+def _body(request: BaseModel) -> Any:
+    """A request model as its JSON body: the fields the caller set (a default left out, as before)."""
+    return request.model_dump(mode="json", exclude_unset=True)
 
 
 def _one(model: type[M], data: Any) -> M:

@@ -3,7 +3,7 @@ token, and the facts a client needs to call one."""
 
 from __future__ import annotations
 
-from berth.contracts.base import OpenResponse, Response
+from berth.contracts.base import OpenResponse, Payload, Response
 
 
 class ReplicaView(Response):
@@ -64,3 +64,12 @@ class EndpointClientFacts(Response):
     max_context: int
     tool_calling: bool
     proxy: bool
+
+
+# --- requests ------------------------------------------------------------------------------------------
+class EndpointTokenRequest(Payload):
+    expiration: str = "8h"
+
+
+class WakeRequest(Payload):
+    reason: str = ""

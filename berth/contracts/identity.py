@@ -1,8 +1,8 @@
-"""Identity answers: a user (whoami, the user list, a new user or member) and a new group."""
+"""Identity answers (a user: whoami, the user list, a new user or member; a new group) and requests."""
 
 from __future__ import annotations
 
-from berth.contracts.base import Response
+from berth.contracts.base import Payload, Response
 
 
 class UserView(Response):
@@ -15,3 +15,20 @@ class UserView(Response):
 class GroupView(Response):
     name: str
     org: str
+
+
+# --- requests ------------------------------------------------------------------------------------------
+class UserRequest(Payload):
+    name: str
+    org: str = "default"
+    groups: list[str] = []
+    admin: bool = False
+
+
+class GroupRequest(Payload):
+    name: str
+    org: str = "default"
+
+
+class MemberRequest(Payload):
+    user: str

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from berth.contracts.base import OpenResponse, Response
+from berth.contracts.base import OpenResponse, Payload, Response
 
 
 class Jwks(OpenResponse):
@@ -96,3 +96,26 @@ class Health(Response):
     """`/healthz`: the API process answers."""
 
     status: str
+
+
+# --- requests ------------------------------------------------------------------------------------------
+class RequestCounters(Payload):
+    """What the LiteLLM sync hook posts (gateway.litellm_sync.RequestSnapshot; other fields ignored)."""
+
+    pid: int
+    started_at: float
+    requests_total: int
+    replicas: tuple[str, ...] = ()  # copy ids LiteLLM routes to now
+
+
+class TokenLapse(Payload):
+    expires_at: float
+
+
+class OwnerTokenRequest(Payload):
+    endpoint_id: str | None = None
+    ttl_s: int = 7 * 24 * 3600
+
+
+class LoadReport(Payload):
+    requests: int  # requests the endpoint proxy admitted since its last report

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from berth.contracts.base import Response
+from berth.contracts.base import Payload, Response
 
 
 class SecretCreated(Response):
@@ -26,3 +26,16 @@ class SecretView(Response):
 class ResolvedSecret(Response):
     type: str
     value: str = Field(repr=False)
+
+
+# --- requests ------------------------------------------------------------------------------------------
+class SecretRequest(Payload):
+    ref: str
+    type: str
+    value: str = Field(repr=False)
+    group: str | None = None
+
+
+class ResolveRequest(Payload):
+    ref: str
+    user: str

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import Field
 
-from berth.contracts.base import Number, OpenResponse, Response
+from berth.contracts.base import Number, OpenResponse, Payload, Response
 
 
 class WorkflowStarted(Response):
@@ -121,3 +121,8 @@ class WorkflowLogs(Response):
     # `copy` on the wire; a field of that name would hide BaseModel.copy.
     copy_name: str | None = Field(None, alias="copy")
     text: str | None = None
+
+
+# --- requests ------------------------------------------------------------------------------------------
+class WorkflowScaleRequest(Payload):
+    replicas: int

@@ -8,11 +8,17 @@ from datetime import timedelta
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from temporalio.service import RPCError
 
-from berth.contracts import EndpointClientFacts, EndpointToken, EndpointView, WakeResult
+from berth.contracts import (
+    EndpointClientFacts,
+    EndpointToken,
+    EndpointTokenRequest,
+    EndpointView,
+    WakeRequest,
+    WakeResult,
+)
 from berth.errors import NotFoundError, UserInputError
 from berth.tokens import parse_duration
 from server import opencode as opencode_checks
@@ -24,14 +30,6 @@ from workflows.payloads import ServiceStatus
 from workflows.service import ServiceWorkflow
 
 router = APIRouter()
-
-
-class TokenRequest(BaseModel):
-    expiration: str = "8h"
-
-
-class WakeBody(BaseModel):
-    reason: str = ""
 
 
 @router.get("/v1/endpoints", response_model=list[EndpointView], response_model_exclude_unset=True)
@@ -49,7 +47,7 @@ async def endpoint_detail(endpoint_id: str, endpoint: VisibleEndpoint, context: 
 
 
 @router.post("/v1/endpoints/{endpoint_id}/wake", response_model=WakeResult)
-async def wake_endpoint(endpoint_id: str, body: WakeBody, endpoint: VisibleEndpoint, who: Caller,
+async def wake_endpoint(endpoint_id: str, body: WakeRequest, endpoint: VisibleEndpoint, who: Caller,
                         context: Context, meters: RateMeters) -> dict[str, Any]:
     """A request reached a pool with no copy: ask its workflow for one (anyone in scope may)."""
     meters.front_door.add(endpoint_id, 1, time.monotonic())  # demand: keeps the woken pool from idling back to zero
@@ -69,7 +67,7 @@ async def wake_endpoint(endpoint_id: str, body: WakeBody, endpoint: VisibleEndpo
 
 
 @router.post("/v1/endpoints/{endpoint_id}/tokens", response_model=EndpointToken)
-async def generate_token(endpoint_id: str, body: TokenRequest, _endpoint: ReachableEndpoint, who: Caller,
+async def generate_token(endpoint_id: str, body: EndpointTokenRequest, _endpoint: ReachableEndpoint, who: Caller,
                          context: Context) -> dict[str, Any]:
     ttl = parse_duration(body.expiration)
     limit = context.settings.max_token_expiration_s

@@ -7,10 +7,9 @@ import re
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from berth.contracts import GroupView, UserView
+from berth.contracts import GroupRequest, GroupView, MemberRequest, UserRequest, UserView
 from berth.errors import UserInputError
 from server.context import Context
 from server.guards import Admin, Caller
@@ -18,22 +17,6 @@ from server.views import user_json
 
 router = APIRouter()
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
-class UserRequest(BaseModel):
-    name: str
-    org: str = "default"
-    groups: list[str] = []
-    admin: bool = False
-
-
-class GroupRequest(BaseModel):
-    name: str
-    org: str = "default"
-
-
-class MemberRequest(BaseModel):
-    user: str
 
 
 def _check_name(kind: str, name: str) -> str:

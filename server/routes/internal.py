@@ -8,26 +8,30 @@ import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from berth.contracts import (
     EndpointService,
     FenceRequest,
     Jwks,
+    LoadReport,
     OwnerToken,
+    OwnerTokenRequest,
     ReplicaKeysList,
     ReplicaKeysToken,
     ReplicaReadiness,
     ReplicaRecord,
+    RequestCounters,
     ReserveRequest,
     ReserveResult,
     ResolvedSecret,
+    ResolveRequest,
     RoutesTable,
     ServicePort,
     ServicePortRequest,
     ServiceReplicas,
     ServiceToken,
+    TokenLapse,
 )
 from berth.errors import NotFoundError
 from berth.security import API_AUDIENCE, Identity
@@ -44,33 +48,6 @@ ServiceOrAdmin = Depends(service_or_admin)
 # A LiteLLM service reads its pool's replica list with this token for as long as it runs; it reaches
 # nothing else (its audience is one endpoint's service routes), so a long life costs little.
 SERVICE_TOKEN_TTL_S = 365 * 24 * 3600
-
-
-class ResolveRequest(BaseModel):
-    ref: str
-    user: str
-
-
-class RequestCounters(BaseModel):
-    """What the LiteLLM sync hook posts (gateway.litellm_sync.RequestSnapshot; other fields ignored)."""
-
-    pid: int
-    started_at: float
-    requests_total: int
-    replicas: tuple[str, ...] = ()  # copy ids LiteLLM routes to now
-
-
-class TokenLapse(BaseModel):
-    expires_at: float
-
-
-class UserTokenRequest(BaseModel):
-    endpoint_id: str | None = None
-    ttl_s: int = 7 * 24 * 3600
-
-
-class LoadBody(BaseModel):
-    requests: int
 
 
 # --- keys, secrets and tokens for Berth's own services --------------------------------------------
@@ -96,7 +73,7 @@ async def service_token(endpoint_id: str, context: Context, _who: Admin) -> dict
 
 
 @router.post("/v1/internal/users/{user}/tokens", response_model=OwnerToken)
-async def owner_token_for_service(user: str, body: UserTokenRequest, context: Context,
+async def owner_token_for_service(user: str, body: OwnerTokenRequest, context: Context,
                                   _who: Admin) -> dict[str, Any]:
     """A token speaking for a workflow's owner, for its service (the gateway polls the endpoints API,
     OpenCode calls model endpoints, as the owner). At most 7 days: a restart renews it."""
@@ -181,7 +158,7 @@ async def unpublish(copy_id: str, context: Context, _who: Admin) -> None:
 
 # --- endpoints: their services, load and routing table ----------------------------------------------
 @router.post("/v1/internal/endpoints/{endpoint_id}/load", status_code=204)
-async def report_load(endpoint_id: str, body: LoadBody, meters: RateMeters, _who: Admin) -> None:
+async def report_load(endpoint_id: str, body: LoadReport, meters: RateMeters, _who: Admin) -> None:
     """Requests the endpoint proxy admitted for this endpoint since its last report."""
     meters.front_door.add(endpoint_id, body.requests, time.monotonic())
 

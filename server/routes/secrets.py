@@ -6,22 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from berth.contracts import SecretCreated, SecretView
+from berth.contracts import SecretCreated, SecretRequest, SecretView
 from server.context import Context
 from server.guards import Caller
 from server.secrets import Secrets
 
 router = APIRouter()
-
-
-class SecretRequest(BaseModel):
-    ref: str
-    type: str
-    value: str
-    group: str | None = None
 
 
 @router.post("/v1/secrets", status_code=201, response_model=SecretCreated)

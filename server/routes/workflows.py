@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError
@@ -21,6 +20,7 @@ from berth.contracts import (
     WorkflowDescription,
     WorkflowLogs,
     WorkflowScaled,
+    WorkflowScaleRequest,
     WorkflowStarted,
     WorkflowStopped,
     WorkflowSummary,
@@ -49,10 +49,6 @@ DefinitionReader = Annotated[
     WorkflowAccess, Depends(owned_workflow("read its definition (it holds its keys and passwords)"))]
 Stopper = Annotated[WorkflowAccess, Depends(owned_workflow("stop it"))]
 Scaler = Annotated[WorkflowAccess, Depends(owned_workflow("scale it"))]
-
-
-class ScaleBody(BaseModel):
-    replicas: int
 
 
 @router.post("/v1/workflows", status_code=201, response_model=WorkflowStarted)
@@ -161,7 +157,7 @@ async def stop_workflow(workflow_id: str, context: Context,
 
 
 @router.post("/v1/workflows/{workflow_id}/scale", response_model=WorkflowScaled)
-async def scale_workflow(workflow_id: str, body: ScaleBody, context: Context,
+async def scale_workflow(workflow_id: str, body: WorkflowScaleRequest, context: Context,
                          access: Scaler) -> dict[str, Any]:
     who = access.who
     if body.replicas < 0:
