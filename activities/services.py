@@ -107,11 +107,11 @@ class ServiceActivities:
         if pinned:
             url = pinned.rstrip("/").removesuffix("/v1")
             endpoint_id = url.rsplit("/endpoints/", 1)[1] if "/endpoints/" in url else None
-            service = next((item.get("service") for item in listed if item["id"] == endpoint_id), None)
+            service = next((item.service for item in listed if item.id == endpoint_id), None)
             return [(url, endpoint_id, service)]
         found: list[tuple[str, str | None, str | None]] = [
-            (item["url"], item["id"], "gateway") for item in listed
-            if item.get("service") == "gateway" and item.get("ready") and item["id"] != run.endpoint_id]
+            (item.url, item.id, "gateway") for item in listed
+            if item.service == "gateway" and item.ready and item.id != run.endpoint_id]
         if not found:
             raise ApplicationError(
                 "OpenCode has no endpoint to use: with Endpoint empty it registers every gateway endpoint "

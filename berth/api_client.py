@@ -1,23 +1,63 @@
 """Typed async client of the control-plane REST API, shared by the CLI, node agents, the control
-worker and the endpoint proxy. One httpx.AsyncClient per instance; tests inject a transport."""
+worker and the endpoint proxy: each method returns the response model its route declares (berth.contracts).
+One httpx.AsyncClient per instance; tests inject a transport."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from berth.contracts import (
+    EndpointClientFacts,
     EndpointService,
+    EndpointToken,
+    EndpointTokenRequest,
+    EndpointView,
+    EntryDetail,
+    EntrySummary,
     FenceRequest,
+    GroupRequest,
+    GroupView,
+    Jwks,
+    LoadReport,
+    MemberRequest,
+    MintedToken,
+    NodeState,
+    NodeView,
+    OwnerToken,
+    OwnerTokenRequest,
+    ReplicaKeysList,
+    ReplicaKeysToken,
     ReplicaReadiness,
     ReplicaRecord,
     ReserveRequest,
     ReserveResult,
+    ResolvedSecret,
+    ResolveRequest,
+    RoutesTable,
+    SecretCreated,
+    SecretRequest,
+    SecretView,
     ServicePort,
     ServicePortRequest,
+    ServiceToken,
+    TokenLapse,
+    UserRequest,
+    UserView,
+    WakeRequest,
+    WakeResult,
+    WorkflowDefinitionView,
+    WorkflowDescription,
+    WorkflowLogs,
+    WorkflowScaled,
+    WorkflowScaleRequest,
+    WorkflowStarted,
+    WorkflowStopped,
+    WorkflowSummary,
 )
 from berth.errors import (
     AuthenticationError,
@@ -31,7 +71,9 @@ from berth.errors import (
 )
 from berth.settings import tls_ca_file
 from berth.tls import client_context
-from berth.tokens import RevokeResult, TokenRecord
+from berth.tokens import RevokeResult, TokenMintBody, TokenRecord
+
+M = TypeVar("M", bound=BaseModel)
 
 _ERRORS: dict[int, type[BerthError]] = {
     400: UserInputError, 401: AuthenticationError, 403: PermissionDeniedError, 404: NotFoundError,
@@ -106,76 +148,88 @@ class ApiClient:
         raise _ERRORS.get(response.status_code, BerthError)(str(message))
 
     # --- catalog and workflows --------------------------------------------------------------------
-    async def catalog(self, category: str | None = None, tag: str | None = None) -> list[dict[str, Any]]:
+    async def catalog(self, category: str | None = None, tag: str | None = None) -> list[EntrySummary]:
         params = {k: v for k, v in {"category": category, "tag": tag}.items() if v}
-        return await self.request("GET", "/v1/catalog", params=params)  # type: ignore[no-any-return]
+        return _many(EntrySummary, await self.request("GET", "/v1/catalog", params=params))
 
-    async def catalog_entry(self, name: str) -> dict[str, Any]:
-        return await self.request("GET", "/v1/catalog/entry", params={"name": name})  # type: ignore[no-any-return]
+    async def catalog_entry(self, name: str) -> EntryDetail:
+        return _one(EntryDetail, await self.request("GET", "/v1/catalog/entry", params={"name": name}))
 
-    async def start_workflow(self, entry: str, values: dict[str, Any]) -> dict[str, Any]:
-        return await self.request("POST", "/v1/workflows", json={"entry": entry, "values": values})  # type: ignore[no-any-return]
+    async def start_workflow(self, entry: str, values: dict[str, Any]) -> WorkflowStarted:
+        data = await self.request("POST", "/v1/workflows", json={"entry": entry, "values": values})
+        return _one(WorkflowStarted, data)
 
-    async def workflows(self) -> list[dict[str, Any]]:
-        return await self.request("GET", "/v1/workflows")  # type: ignore[no-any-return]
+    async def workflows(self) -> list[WorkflowSummary]:
+        return _many(WorkflowSummary, await self.request("GET", "/v1/workflows"))
 
-    async def describe_workflow(self, workflow_id: str) -> dict[str, Any]:
-        return await self.request("GET", f"/v1/workflows/{_segment(workflow_id)}")  # type: ignore[no-any-return]
+    async def describe_workflow(self, workflow_id: str) -> WorkflowDescription:
+        data = await self.request("GET", f"/v1/workflows/{_segment(workflow_id)}")
+        return _one(WorkflowDescription, data)
 
-    async def workflow_definition(self, workflow_id: str) -> dict[str, Any]:
-        return await self.request("GET", f"/v1/workflows/{_segment(workflow_id)}/definition")  # type: ignore[no-any-return]
+    async def workflow_definition(self, workflow_id: str) -> WorkflowDefinitionView:
+        data = await self.request("GET", f"/v1/workflows/{_segment(workflow_id)}/definition")
+        return _one(WorkflowDefinitionView, data)
 
-    async def stop_workflow(self, workflow_id: str) -> dict[str, Any]:
-        return await self.request("POST", f"/v1/workflows/{_segment(workflow_id)}/stop")  # type: ignore[no-any-return]
+    async def stop_workflow(self, workflow_id: str) -> WorkflowStopped:
+        data = await self.request("POST", f"/v1/workflows/{_segment(workflow_id)}/stop")
+        return _one(WorkflowStopped, data)
 
-    async def workflow_log(self, workflow_id: str, job: str | None, lines: int = 200) -> dict[str, Any]:
+    async def workflow_log(self, workflow_id: str, job: str | None, lines: int = 200) -> WorkflowLogs:
         params: dict[str, Any] = {"lines": lines}
         if job:
             params["job"] = job
-        return await self.request("GET", f"/v1/workflows/{_segment(workflow_id)}/logs", params=params)  # type: ignore[no-any-return]
+        data = await self.request("GET", f"/v1/workflows/{_segment(workflow_id)}/logs", params=params)
+        return _one(WorkflowLogs, data)
 
     # --- endpoints and nodes ----------------------------------------------------------------------
-    async def endpoints(self) -> list[dict[str, Any]]:
-        return await self.request("GET", "/v1/endpoints")  # type: ignore[no-any-return]
+    async def endpoints(self) -> list[EndpointView]:
+        return _many(EndpointView, await self.request("GET", "/v1/endpoints"))
 
-    async def generate_token(self, endpoint_id: str, expiration: str) -> dict[str, Any]:
-        return await self.request("POST", f"/v1/endpoints/{_segment(endpoint_id)}/tokens",  # type: ignore[no-any-return]
-                                  json={"expiration": expiration})
+    async def generate_token(self, endpoint_id: str, expiration: str) -> EndpointToken:
+        data = await self.request("POST", f"/v1/endpoints/{_segment(endpoint_id)}/tokens",
+                                  json=_body(EndpointTokenRequest(expiration=expiration)))
+        return _one(EndpointToken, data)
 
-    async def endpoint_client_config(self, endpoint_id: str) -> dict[str, Any]:
-        return await self.request("GET", f"/v1/endpoints/{_segment(endpoint_id)}/client-config")  # type: ignore[no-any-return]
+    async def endpoint_client_config(self, endpoint_id: str) -> EndpointClientFacts:
+        data = await self.request("GET", f"/v1/endpoints/{_segment(endpoint_id)}/client-config")
+        return _one(EndpointClientFacts, data)
 
-    async def nodes(self) -> list[dict[str, Any]]:
-        return await self.request("GET", "/v1/nodes")  # type: ignore[no-any-return]
+    async def nodes(self) -> list[NodeView]:
+        return _many(NodeView, await self.request("GET", "/v1/nodes"))
 
-    async def set_node_draining(self, node_id: str, draining: bool) -> dict[str, Any]:
+    async def set_node_draining(self, node_id: str, draining: bool) -> NodeState:
         action = "drain" if draining else "undrain"
-        return await self.request("POST", f"/v1/nodes/{_segment(node_id)}/{_segment(action)}")  # type: ignore[no-any-return]
+        return _one(NodeState, await self.request("POST", f"/v1/nodes/{_segment(node_id)}/{_segment(action)}"))
 
-    async def heartbeat_node(self, node_id: str, inventory: dict[str, Any]) -> dict[str, Any]:
-        return await self.request("POST", f"/v1/nodes/{_segment(node_id)}/heartbeat", json=inventory)  # type: ignore[no-any-return]
+    async def heartbeat_node(self, node_id: str, inventory: dict[str, Any]) -> NodeState:
+        data = await self.request("POST", f"/v1/nodes/{_segment(node_id)}/heartbeat", json=inventory)
+        return _one(NodeState, data)
 
     async def jwks(self) -> dict[str, Any]:
-        return await self.request("GET", "/.well-known/jwks.json")  # type: ignore[no-any-return]
+        """The published key set, as PyJWT reads one (a dict), checked to be a key set."""
+        return _key_set(await self.request("GET", "/.well-known/jwks.json"))
 
     # --- secrets ------------------------------------------------------------------------------------
-    async def create_secret(self, ref: str, kind: str, value: str) -> dict[str, Any]:
-        return await self.request("POST", "/v1/secrets",  # type: ignore[no-any-return]
-                                  json={"ref": ref, "type": kind, "value": value})
+    async def create_secret(self, ref: str, kind: str, value: str) -> SecretCreated:
+        data = await self.request("POST", "/v1/secrets", json=_body(SecretRequest(ref=ref, type=kind, value=value)))
+        return _one(SecretCreated, data)
 
-    async def secrets(self) -> list[dict[str, Any]]:
-        return await self.request("GET", "/v1/secrets")  # type: ignore[no-any-return]
+    async def secrets(self) -> list[SecretView]:
+        return _many(SecretView, await self.request("GET", "/v1/secrets"))
 
     async def delete_secret(self, ref: str) -> None:
         await self.request("DELETE", "/v1/secrets", params={"ref": ref})
 
     async def resolve_secret(self, ref: str, user: str) -> tuple[str, str]:
-        data = await self.request("POST", "/v1/internal/secrets/resolve", json={"ref": ref, "user": user})
-        return data["type"], data["value"]
+        data = await self.request("POST", "/v1/internal/secrets/resolve",
+                                  json=_body(ResolveRequest(ref=ref, user=user)))
+        secret = _one(ResolvedSecret, data)
+        return secret.type, secret.value
 
     # --- internal (control worker, endpoint proxy) -------------------------------------------------
     async def internal_keys(self) -> dict[str, Any]:
-        return await self.request("GET", "/v1/internal/keys")  # type: ignore[no-any-return]
+        """The verification keys, as PyJWT reads a key set (a dict), checked to be one."""
+        return _key_set(await self.request("GET", "/v1/internal/keys"))
 
     async def internal_keys_when_up(self, attempts: int = 100, every_s: float = 0.2) -> dict[str, Any]:
         """The verification keys, waiting for an API that is still starting beside its caller."""
@@ -188,7 +242,7 @@ class ApiClient:
 
     async def reserve(self, request: ReserveRequest) -> ReserveResult:
         data = await self.request("POST", "/v1/internal/reservations", json=request.model_dump(mode="json"))
-        return ReserveResult.model_validate(data)
+        return _one(ReserveResult, data)
 
     async def release(self, copy_id: str) -> None:
         await self.request("DELETE", f"/v1/internal/reservations/{_segment(copy_id)}")
@@ -205,7 +259,8 @@ class ApiClient:
         await self.request("DELETE", f"/v1/internal/replicas/{_segment(copy_id)}")
 
     async def report_load(self, endpoint_id: str, requests: int) -> None:
-        await self.request("POST", f"/v1/internal/endpoints/{_segment(endpoint_id)}/load", json={"requests": requests})
+        await self.request("POST", f"/v1/internal/endpoints/{_segment(endpoint_id)}/load",
+                           json=_body(LoadReport(requests=requests)))
 
     async def set_replica_ready(self, copy_id: str, ready: bool) -> None:
         await self.request("PUT", f"/v1/internal/replicas/{copy_id}/ready",
@@ -214,23 +269,25 @@ class ApiClient:
     async def drain_replica(self, copy_id: str) -> None:
         await self.request("POST", f"/v1/internal/replicas/{_segment(copy_id)}/drain")
 
-    async def wake_endpoint(self, endpoint_id: str, reason: str = "") -> dict[str, Any]:
-        return await self.request("POST", f"/v1/endpoints/{_segment(endpoint_id)}/wake",  # type: ignore[no-any-return]
-                                  json={"reason": reason})
+    async def wake_endpoint(self, endpoint_id: str, reason: str = "") -> WakeResult:
+        data = await self.request("POST", f"/v1/endpoints/{_segment(endpoint_id)}/wake",
+                                  json=_body(WakeRequest(reason=reason)))
+        return _one(WakeResult, data)
 
-    async def scale_workflow(self, workflow_id: str, replicas: int) -> dict[str, Any]:
-        return await self.request("POST", f"/v1/workflows/{_segment(workflow_id)}/scale",  # type: ignore[no-any-return]
-                                  json={"replicas": replicas})
+    async def scale_workflow(self, workflow_id: str, replicas: int) -> WorkflowScaled:
+        data = await self.request("POST", f"/v1/workflows/{_segment(workflow_id)}/scale",
+                                  json=_body(WorkflowScaleRequest(replicas=replicas)))
+        return _one(WorkflowScaled, data)
 
-    async def endpoint_detail(self, endpoint_id: str) -> dict[str, Any]:
-        return await self.request("GET", f"/v1/endpoints/{_segment(endpoint_id)}")  # type: ignore[no-any-return]
+    async def endpoint_detail(self, endpoint_id: str) -> EndpointView:
+        return _one(EndpointView, await self.request("GET", f"/v1/endpoints/{_segment(endpoint_id)}"))
 
     async def remove_endpoint(self, endpoint_id: str) -> None:
         await self.request("DELETE", f"/v1/internal/endpoints/{_segment(endpoint_id)}")
 
     async def reserve_service_port(self, request: ServicePortRequest) -> ServicePort:
         data = await self.request("POST", "/v1/internal/service-ports", json=request.model_dump(mode="json"))
-        return ServicePort.model_validate(data)
+        return _one(ServicePort, data)
 
     async def set_endpoint_service(self, update: EndpointService) -> None:
         await self.request("PUT", f"/v1/internal/endpoints/{_segment(update.endpoint_id)}/service",
@@ -240,61 +297,89 @@ class ApiClient:
                           ) -> tuple[str, float]:
         """A token speaking for a workflow's owner (API, or bound to one endpoint), for its service."""
         data = await self.request("POST", f"/v1/internal/users/{_segment(user)}/tokens",
-                                  json={"endpoint_id": endpoint_id, "ttl_s": ttl_s})
-        return str(data["token"]), float(data["expires_at"])
+                                  json=_body(OwnerTokenRequest(endpoint_id=endpoint_id, ttl_s=ttl_s)))
+        token = _one(OwnerToken, data)
+        return token.token, token.expires_at
 
     async def note_token_lapse(self, endpoint_id: str, expires_at: float) -> None:
         """Record on a service's own endpoint when the tokens it borrowed lapse, for `describe`."""
         await self.request("PUT", f"/v1/internal/endpoints/{_segment(endpoint_id)}/token-lapse",
-                           json={"expires_at": expires_at})
+                           json=_body(TokenLapse(expires_at=expires_at)))
 
     async def replica_keys_token(self, user: str) -> str:
         """For the gateway a node starts for `user`: reads the keys of the copies `user` may reach."""
         data = await self.request("POST", f"/v1/internal/users/{user}/replica-keys-token")
-        return str(data["token"])
+        return _one(ReplicaKeysToken, data).token
 
     async def replica_keys(self) -> dict[str, str]:
         """copy id → key of the copies this client's token may call directly (never logged)."""
-        data = await self.request("GET", "/v1/internal/replica-keys")
-        return {str(copy_id): str(key) for copy_id, key in (data.get("keys") or {}).items()}
+        return _one(ReplicaKeysList, await self.request("GET", "/v1/internal/replica-keys")).keys
 
     async def service_token(self, endpoint_id: str) -> str:
         data = await self.request("POST", f"/v1/internal/endpoints/{_segment(endpoint_id)}/service-token")
-        return str(data["token"])
+        return _one(ServiceToken, data).token
 
     # --- identity -----------------------------------------------------------------------------------
-    async def create_user(self, name: str, org: str, groups: list[str], admin: bool) -> dict[str, Any]:
-        return await self.request("POST", "/v1/users",  # type: ignore[no-any-return]
-                                  json={"name": name, "org": org, "groups": groups, "admin": admin})
+    async def create_user(self, name: str, org: str, groups: list[str], admin: bool) -> UserView:
+        data = await self.request("POST", "/v1/users",
+                                  json=_body(UserRequest(name=name, org=org, groups=groups, admin=admin)))
+        return _one(UserView, data)
 
-    async def users(self) -> list[dict[str, Any]]:
-        return await self.request("GET", "/v1/users")  # type: ignore[no-any-return]
+    async def users(self) -> list[UserView]:
+        return _many(UserView, await self.request("GET", "/v1/users"))
 
-    async def create_group(self, name: str, org: str) -> dict[str, Any]:
-        return await self.request("POST", "/v1/groups", json={"name": name, "org": org})  # type: ignore[no-any-return]
+    async def create_group(self, name: str, org: str) -> GroupView:
+        return _one(GroupView, await self.request("POST", "/v1/groups", json=_body(GroupRequest(name=name, org=org))))
 
-    async def add_member(self, group: str, user: str) -> dict[str, Any]:
-        return await self.request("POST", f"/v1/groups/{_segment(group)}/members",  # type: ignore[no-any-return]
-                                  json={"user": user})
+    async def add_member(self, group: str, user: str) -> UserView:
+        data = await self.request("POST", f"/v1/groups/{_segment(group)}/members", json=_body(MemberRequest(user=user)))
+        return _one(UserView, data)
 
-    async def user_token(self, name: str, expiration: str) -> dict[str, Any]:
-        return await self.request("POST", f"/v1/users/{_segment(name)}/tokens",  # type: ignore[no-any-return]
-                                  json={"expiration": expiration})
+    async def user_token(self, name: str, expiration: str) -> MintedToken:
+        data = await self.request("POST", f"/v1/users/{_segment(name)}/tokens",
+                                  json=_body(TokenMintBody.model_validate({"expiration": expiration})))
+        return _one(MintedToken, data)
 
     async def tokens(self, user: str | None = None) -> list[TokenRecord]:
         params = {"user": user} if user else {}
-        rows = await self.request("GET", "/v1/tokens", params=params)
-        return [TokenRecord.model_validate(row) for row in rows]
+        return _many(TokenRecord, await self.request("GET", "/v1/tokens", params=params))
 
     async def revoke_token(self, token_id: str) -> RevokeResult:
-        return RevokeResult.model_validate(await self.request("DELETE", f"/v1/tokens/{_segment(token_id)}"))
+        return _one(RevokeResult, await self.request("DELETE", f"/v1/tokens/{_segment(token_id)}"))
 
     async def revoke_all_tokens(self, user: str) -> RevokeResult:
         path = f"/v1/users/{_segment(user)}/tokens/revoke-all"
-        return RevokeResult.model_validate(await self.request("POST", path))
+        return _one(RevokeResult, await self.request("POST", path))
 
-    async def whoami(self) -> dict[str, Any]:
-        return await self.request("GET", "/v1/whoami")  # type: ignore[no-any-return]
+    async def whoami(self) -> UserView:
+        return _one(UserView, await self.request("GET", "/v1/whoami"))
 
-    async def routes(self) -> dict[str, Any]:
-        return await self.request("GET", "/v1/internal/routes")  # type: ignore[no-any-return]
+    async def routes(self) -> RoutesTable:
+        return _one(RoutesTable, await self.request("GET", "/v1/internal/routes"))
+
+
+def _body(request: BaseModel) -> Any:
+    """A request model as its JSON body: the fields the caller set (a default left out, as before)."""
+    return request.model_dump(mode="json", exclude_unset=True)
+
+
+def _one(model: type[M], data: Any) -> M:
+    """The answer as its route's model; an answer that is not one is Berth's error, so that every caller's
+    `except BerthError` (a refresh loop, the CLI's one-line errors) covers it too."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise BerthError(f"The Berth API's answer is not a {model.__name__} ({error.error_count()} "
+                         f"problem(s), first: {error.errors()[0]['loc']} {error.errors()[0]['msg']}). "
+                         "Are the API and this client the same version?") from None
+
+
+def _many(model: type[M], rows: Any) -> list[M]:
+    """A listing's rows as `model`s."""
+    if not isinstance(rows, list):
+        raise BerthError(f"The Berth API answered a listing with {type(rows).__name__}, not a list.")
+    return [_one(model, row) for row in rows]
+
+
+def _key_set(data: Any) -> dict[str, Any]:
+    return _one(Jwks, data).model_dump(mode="json")

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from berth.contracts import EntryDetail, ParameterView, wire
 from berth.errors import UserInputError
 from catalog.values import load_values_file, parse_values
 from cli.common import Format, OutputOption, answer, call, console, emit_json, fail, listing, table
@@ -31,39 +32,39 @@ def catalog_describe(name: str, output: OutputOption = Format.TABLE) -> None:
     entry = answer(output, lambda api: api.catalog_entry(name))
     if entry is None:
         return  # printed as JSON
-    console.print(f"[bold]{entry['name']}[/] — {entry['description']}")
-    parameters = [{**p, "range": _parameter_range(p), "default": _parameter_default(p, entry)}
-                  for p in entry["parameters"]]
+    console.print(f"[bold]{entry.name}[/] — {entry.description}")
+    parameters = [{**wire(p), "range": _parameter_range(p), "default": _parameter_default(p, entry)}
+                  for p in entry.parameters]
     table(parameters, [("name", "PARAMETER"), ("type", "TYPE"), ("default", "DEFAULT"), ("range", "RANGE"),
                        ("help", "HELP")])
-    if entry.get("memory"):
-        rows = [{**m, "context": f"{m['context']:,}{' (default)' if m['default'] else ''}"}
-                for m in entry["memory"]]
+    if entry.memory:
+        rows = [{**wire(m), "context": f"{m.context:,}{' (default)' if m.default else ''}"}
+                for m in entry.memory]
         table(rows, [("context", "CONTEXT"), ("weights_gb", "WEIGHTS GB"), ("kv_cache_gb", "KV CACHE GB"),
                      ("overhead_gb", "OVERHEAD GB"), ("total_gb", "TOTAL GB"), ("gpus_80gb", "80 GB GPUS")],
               title="GPU memory needed (within 90% of each GPU)")
-        default = next(m for m in entry["memory"] if m["default"])
-        gpus = entry.get("default_gpus_per_node", default["gpus_80gb"])
+        default = next(m for m in entry.memory if m.default)
+        gpus = entry.default_gpus_per_node if "default_gpus_per_node" in entry.model_fields_set else default.gpus_80gb
         where = f"GpusPerNode={gpus}" if gpus else "GpusPerNode=0: the CPU engine"
-        console.print(f"At its default context it needs {default['total_gb']} GB: {where} by default; lower "
+        console.print(f"At its default context it needs {default.total_gb} GB: {where} by default; lower "
                       "MaxContextSize to need less.", highlight=False)
 
 
-def _parameter_default(parameter: dict[str, Any], entry: dict[str, Any]) -> Any:
-    if parameter["required"]:
+def _parameter_default(parameter: ParameterView, entry: EntryDetail) -> Any:
+    if parameter.required:
         return "(required)"
-    memory_default = entry.get("default_gpus_per_node")
-    if parameter["name"] == "GpusPerNode" and parameter["default"] is None and memory_default is not None:
+    memory_default = entry.default_gpus_per_node
+    if parameter.name == "GpusPerNode" and parameter.default is None and memory_default is not None:
         # What the memory model picks at the default context.
         return f"auto ({memory_default})"
-    return parameter["default"]
+    return parameter.default
 
 
-def _parameter_range(parameter: dict[str, Any]) -> str:
+def _parameter_range(parameter: ParameterView) -> str:
     """Bounds or choices as one short cell: `256..131072`, `≥ 0`, `user|group`."""
-    if parameter.get("choices"):
-        return "|".join(parameter["choices"])
-    low, high = parameter.get("min"), parameter.get("max")
+    if parameter.choices:
+        return "|".join(parameter.choices)
+    low, high = parameter.min, parameter.max
 
     def number(value: float) -> str:
         return str(int(value)) if float(value).is_integer() else f"{value:g}"
@@ -96,6 +97,6 @@ def catalog_start(
     if output is Format.JSON and not watch:
         emit_json(started)
         return
-    console.print(started["id"], highlight=False)
+    console.print(started.id, highlight=False)
     if watch:
-        follow(started["id"])
+        follow(started.id)

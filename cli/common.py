@@ -12,14 +12,17 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
 from berth.api_client import ApiClient
+from berth.contracts import wire
 from berth.errors import BerthError
 from berth.settings import ClientConfig, default_state_dir
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 console = Console()
 errors = Console(stderr=True)
@@ -69,14 +72,14 @@ def answer(output: Format, work: Callable[[ApiClient], Awaitable[T]]) -> T | Non
 Rows = list[dict[str, Any]]
 
 
-def listing(output: Format, fetch: Callable[[ApiClient], Awaitable[Rows]], columns: Sequence[tuple[str, str]],
-            rows: Callable[[Rows], Rows] | None = None) -> Rows | None:
+def listing(output: Format, fetch: Callable[[ApiClient], Awaitable[list[M]]], columns: Sequence[tuple[str, str]],
+            rows: Callable[[list[M]], Rows] | None = None) -> list[M] | None:
     """The body of a listing command: fetch the items, then print them as JSON with `-o json`, else as a
-    table of `rows(items)` (the items as they are by default). Returns the items when it printed a table,
-    so that a command may add another below it."""
+    table of `rows(items)` (the items' fields as the API sent them by default). Returns the items when it
+    printed a table, so that a command may add another below it."""
     items = answer(output, fetch)
     if items is not None:
-        table(rows(items) if rows else items, columns)
+        table(rows(items) if rows else [wire(item) for item in items], columns)
     return items
 
 
@@ -85,7 +88,8 @@ def resolve_state_dir(value: Path | None) -> Path:
 
 
 def emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    """Print as JSON; a response model exactly as the API sent it (`wire`)."""
+    sys.stdout.write(json.dumps(wire(data), indent=2, default=str) + "\n")
 
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], title: str | None = None) -> None:

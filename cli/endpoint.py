@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from berth.api_client import ApiClient
+from berth.contracts import EndpointClientFacts
 from berth.errors import BerthError
 from cli.common import Format, OutputOption, answer, call, emit_json, errors, fail, listing
 
@@ -36,7 +37,7 @@ def endpoint_generate_token(endpoint_id: str,
     data = answer(output, lambda api: api.generate_token(endpoint_id, expiration))
     if data is None:
         return  # printed as JSON
-    sys.stdout.write(data["token"] + "\n")
+    sys.stdout.write(data.token + "\n")
 
 
 @endpoints_app.command("generate-token")
@@ -56,13 +57,13 @@ def endpoint_opencode_config(
     """Print a ready opencode.json for an endpoint: base URL, {env:BERTH_TOKEN}, exact model id, limits."""
     from berth.opencode import TOKEN_ENV, ProviderTarget, opencode_config, preflight
 
-    async def work(api: ApiClient) -> tuple[dict[str, Any], tuple[str, ...] | None, str | None]:
+    async def work(api: ApiClient) -> tuple[EndpointClientFacts, tuple[str, ...] | None, str | None]:
         facts = await api.endpoint_client_config(endpoint_id)
         if not verify:
             return facts, None, None
-        token = (await api.generate_token(endpoint_id, "5m"))["token"]
+        token = (await api.generate_token(endpoint_id, "5m")).token
         try:
-            return facts, await preflight(facts["url"], token, ca_file=api.ca_file), None
+            return facts, await preflight(facts.url, token, ca_file=api.ca_file), None
         except BerthError as error:
             return facts, None, str(error)
 
@@ -72,21 +73,21 @@ def endpoint_opencode_config(
     if problem:
         errors.print(f"[yellow]warning:[/] could not ask the endpoint ({problem}); using the model id its "
                      "workflow serves.", highlight=False, soft_wrap=True)
-    model_ids = listed or (facts["model_id"],)
+    model_ids = listed or (facts.model_id,)
     try:
-        target = ProviderTarget(url=facts["url"], model_ids=tuple(model_ids),
-                                max_context=facts["max_context"], output_limit=output_limit, label="Berth")
+        target = ProviderTarget(url=facts.url, model_ids=tuple(model_ids),
+                                max_context=facts.max_context, output_limit=output_limit, label="Berth")
         config = opencode_config({provider: target})
     except BerthError as error:
         raise fail(str(error)) from None
     emit_json(config)
-    if not facts.get("tool_calling"):
+    if not facts.tool_calling:
         errors.print("[yellow]note:[/] this endpoint was started without --enable-auto-tool-choice: OpenCode "
                      "can chat but cannot read or edit files (add the tool-calling flags to ExtraArgs).",
                      highlight=False, soft_wrap=True)
     errors.print(f"Save as ~/.config/opencode/opencode.json (or a project's opencode.json), then: export "
                  f"{TOKEN_ENV}=$(berth endpoint generate-token {endpoint_id} --expiration 8h)",
                  highlight=False, soft_wrap=True)
-    if str(facts["url"]).startswith("https://"):
+    if facts.url.startswith("https://"):
         errors.print("If the cluster uses a private CA (`berth ca-cert` prints it), OpenCode must trust it: "
                      "export NODE_EXTRA_CA_CERTS=/path/to/cluster-ca.pem", highlight=False, soft_wrap=True)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from berth.api_client import ApiClient
+from berth.contracts import UserView, wire
 from berth.errors import BerthError
 from berth.settings import ClientConfig
 from cli.common import Format, OutputOption, answer, call, console, fail, listing
@@ -32,8 +33,8 @@ def user_create(
     user = answer(output, lambda api: api.create_user(name, org, groups, admin))
     if user is None:
         return  # printed as JSON
-    console.print(f"Created user {user['name']} (organization {user['org']}, groups "
-                  f"{', '.join(user['groups']) or 'none'}).", highlight=False)
+    console.print(f"Created user {user.name} (organization {user.org}, groups "
+                  f"{', '.join(user.groups) or 'none'}).", highlight=False)
 
 
 @user_app.command("list")
@@ -41,7 +42,7 @@ def user_list(output: OutputOption = Format.TABLE) -> None:
     """List users (administrators: all; others: their organization)."""
     listing(output, lambda api: api.users(),
             [("name", "USER"), ("org", "ORGANIZATION"), ("groups", "GROUPS"), ("admin", "ADMIN")],
-            rows=lambda rows: [{**r, "groups": ", ".join(r["groups"])} for r in rows])
+            rows=lambda rows: [{**wire(r), "groups": ", ".join(r.groups)} for r in rows])
 
 
 @group_app.command("create")
@@ -55,7 +56,7 @@ def group_create(name: str, org: Annotated[str, typer.Option("--org", help="Orga
 def group_add_member(group: str, user: str) -> None:
     """Add a user to a group (tokens minted from now on carry it)."""
     identity = call(lambda api: api.add_member(group, user))
-    console.print(f"{user} is now in {', '.join(identity['groups'])}.", highlight=False)
+    console.print(f"{user} is now in {', '.join(identity.groups)}.", highlight=False)
 
 
 @app.command()
@@ -74,10 +75,10 @@ def login(
         raise fail("Give exactly one of --token T or --user NAME.")
     if user is not None:
         minted = call(lambda api: api.user_token(user, expiration))
-        token = str(minted["token"])
+        token = minted.token
     assert token is not None
 
-    async def check() -> dict[str, Any]:
+    async def check() -> UserView:
         async with ApiClient(config.api_url, token, ca_file=config.ca_file) as api:
             return await api.whoami()
 
@@ -89,5 +90,5 @@ def login(
         sys.stdout.write(token + "\n")
         return
     path = ClientConfig(api_url=config.api_url, token=token, ca_file=config.ca_file).save()
-    console.print(f"Logged in as {who['name']} (organization {who['org']}, groups "
-                  f"{', '.join(who['groups']) or 'none'}); config written to {path}.", highlight=False)
+    console.print(f"Logged in as {who.name} (organization {who.org}, groups "
+                  f"{', '.join(who.groups) or 'none'}); config written to {path}.", highlight=False)

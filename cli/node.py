@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from berth.contracts import GpuView, NodeView, wire
 from cli.common import Format, OutputOption, Rows, call, console, listing, table
 from cli.components import run_node_agent
 
@@ -37,23 +38,23 @@ def node_list(output: OutputOption = Format.TABLE) -> None:
                     rows=_node_rows)
     if nodes is None:
         return  # printed as JSON
-    gpus = [{"node": n["id"], **g, "allocated_to": g["allocated_to"] or "",
-             "memory": f"{g.get('memory_free_gb', 0):g}/{g.get('memory_gb', 0):g} GB"}
-            for n in nodes for g in n["gpus"]]
+    gpus = [{"node": n.id, **wire(g), "allocated_to": g.allocated_to or "",
+             "memory": f"{g.memory_free_gb or 0:g}/{g.memory_gb:g} GB"}
+            for n in nodes for g in n.gpus]
     if gpus:
         table(gpus, [("node", "NODE"), ("index", "GPU"), ("name", "NAME"), ("memory", "FREE/TOTAL"),
                      ("id", "UUID / PCI BUS ID"), ("allocated_to", "ALLOCATED TO")], title="GPUs")
 
 
-def _node_rows(nodes: Rows) -> Rows:
-    return [{**n, "gpus": _gpu_summary(n["gpus"]),
-             "free": f"{sum(1 for g in n['gpus'] if not g['allocated_to'])}/{len(n['gpus'])}",
-             "labels": ",".join(f"{k}={v}" for k, v in n["labels"].items()), "taints": ",".join(n["taints"])}
+def _node_rows(nodes: list[NodeView]) -> Rows:
+    return [{**wire(n), "gpus": _gpu_summary(n.gpus),
+             "free": f"{sum(1 for g in n.gpus if not g.allocated_to)}/{len(n.gpus)}",
+             "labels": ",".join(f"{k}={v}" for k, v in n.labels.items()), "taints": ",".join(n.taints)}
             for n in nodes]
 
 
-def _gpu_summary(gpus: list[dict[str, Any]]) -> str:
-    names = ", ".join(sorted({g["name"] for g in gpus}))
+def _gpu_summary(gpus: list[GpuView]) -> str:
+    names = ", ".join(sorted({g.name for g in gpus}))
     return f"{len(gpus)} ({names})" if gpus else "CPU only"
 
 
@@ -61,11 +62,11 @@ def _gpu_summary(gpus: list[dict[str, Any]]) -> str:
 def node_drain(node_id: str) -> None:
     """Stop placing new copies on a node (its copies keep serving)."""
     result = call(lambda api: api.set_node_draining(node_id, True))
-    console.print(f"Node {result['id']} is {result['state']}: it takes no new copies.")
+    console.print(f"Node {result.id} is {result.state}: it takes no new copies.")
 
 
 @app.command("undrain")
 def node_undrain(node_id: str) -> None:
     """Let a drained node take new copies again."""
     result = call(lambda api: api.set_node_draining(node_id, False))
-    console.print(f"Node {result['id']} is {result['state']}.")
+    console.print(f"Node {result.id} is {result.state}.")

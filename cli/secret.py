@@ -26,7 +26,7 @@ def secret_create(
                        "(printf 'sk-…' | berth secret create …).")
         value = sys.stdin.read().rstrip("\n")
     created = call(lambda api: api.create_secret(ref, kind, value))
-    console.print(f"Created {ref} (type {created['type']}).", highlight=False)
+    console.print(f"Created {ref} (type {created.type}).", highlight=False)
 
 
 @app.command("list")

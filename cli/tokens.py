@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -22,14 +22,13 @@ def token_list(user: Annotated[str | None, typer.Option(help="One user's tokens 
                output: OutputOption = Format.TABLE) -> None:
     """List API tokens (never the tokens themselves): yours, or everyone's for an administrator."""
 
-    async def fetch(api: ApiClient) -> list[dict[str, Any]]:
-        return [record.model_dump(mode="json") for record in await api.tokens(user)]
-
-    rows = call(fetch)
+    records = call(lambda api: api.tokens(user))
     if output is Format.JSON:
-        emit_json(rows)
+        # Every field, defaults included: what this command printed before the client was typed.
+        emit_json([record.model_dump(mode="json") for record in records])
         return
-    table([{**r, "created": _when(r["created_at"]), "expires": _when(r["expires_at"])} for r in rows],
+    table([{**r.model_dump(mode="json"), "created": _when(r.created_at), "expires": _when(r.expires_at)}
+           for r in records],
           [("id", "ID"), ("user", "USER"), ("kind", "KIND"), ("state", "STATE"), ("created", "CREATED"),
            ("expires", "EXPIRES"), ("note", "NOTE")])
 
@@ -49,7 +48,7 @@ def token_revoke(token_id: Annotated[str | None, typer.Argument(help="The token'
         if token_id is not None:
             result = await api.revoke_token(token_id)
         else:
-            result = await api.revoke_all_tokens(user or str((await api.whoami())["name"]))
+            result = await api.revoke_all_tokens(user or (await api.whoami()).name)
         return result.revoked, result.user or ""
 
     revoked, whose = call(revoke)

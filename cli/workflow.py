@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from berth.contracts import WorkflowDescription, wire
 from cli import catalog, endpoint
 from cli.common import Format, OutputOption, answer, call, console, fail, listing, table
 from cli.follow import client_url, clock, watch
@@ -31,7 +32,7 @@ def workflow_list(output: OutputOption = Format.TABLE) -> None:
     listing(output, lambda api: api.workflows(),
             [("id", "WORKFLOW ID"), ("entry", "ENTRY"), ("phase", "PHASE"), ("owner", "OWNER"),
              ("created", "CREATED"), ("endpoint_id", "ENDPOINT")],
-            rows=lambda rows: [{**r, "created": datetime.fromtimestamp(r["created_at"]).strftime("%Y-%m-%d %H:%M")}
+            rows=lambda rows: [{**wire(r), "created": datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M")}
                                for r in rows])
 
 
@@ -41,33 +42,37 @@ def workflow_describe(workflow_id: str, output: OutputOption = Format.TABLE) -> 
     info = answer(output, lambda api: api.describe_workflow(workflow_id))
     if info is None:
         return  # printed as JSON
-    ready = info.get("phase") == "ready"
-    console.print(f"[bold]{info['id']}[/] ({info['entry']}) — phase [bold]{info.get('phase')}[/], "
-                  f"Temporal status {info.get('status')}", highlight=False)
+    _describe(info)
+
+
+def _describe(info: WorkflowDescription) -> None:
+    ready = info.phase == "ready"
+    console.print(f"[bold]{info.id}[/] ({info.entry}) — phase [bold]{info.phase}[/], "
+                  f"Temporal status {info.status}", highlight=False)
     console.print(f"  {'Ready: service running and health check passed.' if ready else 'Not ready yet.'}")
-    console.print(f"  Endpoint {info['endpoint']['id']}: {client_url(info['endpoint'])}", highlight=False)
-    if info["endpoint"].get("note"):
-        console.print(f"  [yellow]{info['endpoint']['note']}[/]", highlight=False)
-    download = info.get("download")
-    if download and download.get("bytes_total"):
-        done, total = download["bytes_done"], download["bytes_total"]
-        eta = f", ETA {download['eta_s']:.0f} s" if download.get("eta_s") else ""
+    console.print(f"  Endpoint {info.endpoint.id}: {client_url(info.endpoint)}", highlight=False)
+    if info.endpoint.note:
+        console.print(f"  [yellow]{info.endpoint.note}[/]", highlight=False)
+    download = info.download
+    if download and download.bytes_total:
+        done, total = download.bytes_done, download.bytes_total
+        eta = f", ETA {download.eta_s:.0f} s" if download.eta_s else ""
         console.print(f"  Downloading: {done / 1e6:.0f}/{total / 1e6:.0f} MB ({100 * done / total:.0f}%), "
-                      f"{download.get('rate_bps', 0) / 1e6:.1f} MB/s{eta}")
-    if info.get("weights"):
-        w = info["weights"]
-        console.print(f"  Weights: {w['model_dir']}" + (" (cache hit)" if w.get("cache_hit") else "")
-                      + (" (dry run)" if w.get("dry_run") else ""), highlight=False)
-    if info.get("replicas"):
-        table(info["replicas"], [("copy_id", "COPY"), ("status", "STATUS"), ("nodes", "NODES"), ("url", "URL"),
-                                 ("detail", "DETAIL")], title=f"Replicas (desired {info.get('desired_replicas')})")
-    if info.get("events"):
-        table([{**e, "at": clock(e["at"])} for e in info["events"][-15:]],
+                      f"{download.rate_bps / 1e6:.1f} MB/s{eta}")
+    if info.weights:
+        w = info.weights
+        console.print(f"  Weights: {w.model_dir}" + (" (cache hit)" if w.cache_hit else "")
+                      + (" (dry run)" if w.dry_run else ""), highlight=False)
+    if info.replicas:
+        table(wire(info.replicas), [("copy_id", "COPY"), ("status", "STATUS"), ("nodes", "NODES"), ("url", "URL"),
+                                    ("detail", "DETAIL")], title=f"Replicas (desired {info.desired_replicas})")
+    if info.events:
+        table([{**wire(e), "at": clock(e.at)} for e in info.events[-15:]],
               [("at", "TIME"), ("kind", "EVENT"), ("message", "MESSAGE")], title="Events")
-    if info.get("last_error"):
-        console.print(f"[bold red]Last error:[/] {info['last_error']}", highlight=False)
-    if info.get("note"):
-        console.print(f"[yellow]{info['note']}[/]")
+    if info.last_error:
+        console.print(f"[bold red]Last error:[/] {info.last_error}", highlight=False)
+    if info.note:
+        console.print(f"[yellow]{info.note}[/]")
 
 
 @app.command("get")
@@ -76,7 +81,7 @@ def workflow_get(workflow_id: str) -> None:
     import yaml
 
     data = call(lambda api: api.workflow_definition(workflow_id))
-    sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
+    sys.stdout.write(yaml.safe_dump(wire(data), sort_keys=False))
 
 
 @app.command("scale")
@@ -87,7 +92,7 @@ def workflow_scale(workflow_id: str,
     result = answer(output, lambda api: api.scale_workflow(workflow_id, replicas))
     if result is None:
         return  # printed as JSON
-    console.print(f"{workflow_id}: desired copies {result['previous']} → {result['desired']}.")
+    console.print(f"{workflow_id}: desired copies {result.previous} → {result.desired}.")
 
 
 @app.command("stop")
@@ -101,8 +106,8 @@ def workflow_stop(workflow_id: str,
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         info = call(lambda api: api.describe_workflow(workflow_id))
-        if info.get("status") != "running":
-            console.print(f"Stopped {workflow_id} ({info.get('phase')}).")
+        if info.status != "running":
+            console.print(f"Stopped {workflow_id} ({info.phase}).")
             return
         time.sleep(0.5)
     raise fail(f"{workflow_id} is still stopping after 300 s; check `berth workflow describe {workflow_id}`.")
@@ -114,7 +119,8 @@ def workflow_log(workflow_id: str, job: Annotated[str | None, typer.Argument()] 
     """Print a job's log (e.g. vllm-rank-0); without JOB, list the jobs."""
     data = call(lambda api: api.workflow_log(workflow_id, job, lines))
     if job is None:
-        console.print("Jobs: " + (", ".join(data["jobs"]) or "none yet"))
+        console.print("Jobs: " + (", ".join(data.jobs or []) or "none yet"))
         return
-    sys.stdout.write(data["text"] + ("\n" if data["text"] else ""))
+    text = data.text or ""
+    sys.stdout.write(text + ("\n" if text else ""))
 

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from berth.api_client import ApiClient
+from berth.contracts import RouteReplica
 from berth.errors import AuthenticationError, BerthError
 from berth.failure_log import FailureLog
 from berth.scopes import Scope
@@ -95,22 +96,21 @@ class EndpointProxy:
             data = await self.api.routes()
             routes: dict[str, Route] = {}
             known: dict[str, Replica] = {}
-            for item in data["endpoints"]:
-                old = self.routes.get(item["id"])
-                pool = [self._replica(entry, known) for entry in item.get("pool") or []]
-                policy_name = item.get("routing_policy") or routing.DEFAULT_POLICY
+            for item in data.endpoints:
+                old = self.routes.get(item.id)
+                pool = [self._replica(entry, known) for entry in item.pool]
+                policy_name = item.routing_policy or routing.DEFAULT_POLICY
                 keep_policy = old is not None and old.policy.name == policy_name
-                routes[item["id"]] = Route(
-                    id=item["id"], scope=Scope(item["scope"]), owner=item["owner"], org=item["org"],
-                    groups=frozenset(item.get("groups") or []), service_url=item.get("service_url"),
-                    replicas=list(item.get("replicas") or []),
+                routes[item.id] = Route(
+                    id=item.id, scope=Scope(item.scope), owner=item.owner, org=item.org,
+                    groups=frozenset(item.groups), service_url=item.service_url,
+                    replicas=list(item.replicas),
                     counter=old.counter if old else itertools.count(),
-                    workflow_id=item.get("workflow_id", ""), pool=pool,
+                    workflow_id=item.workflow_id, pool=pool,
                     policy=old.policy if old is not None and keep_policy else routing.make_or_default(policy_name),
-                    wakeable=bool(item.get("wakeable")),
-                    service=item.get("service") or "vllm",
-                    litellm_routed=(None if item.get("litellm_routed") is None
-                                    else frozenset(item["litellm_routed"])),
+                    wakeable=item.wakeable,
+                    service=item.service or "vllm",
+                    litellm_routed=None if item.litellm_routed is None else frozenset(item.litellm_routed),
                 )
             self._replicas = known
             # A copy that just became ready is scraped now, not at the next round: it serves at once.
@@ -121,12 +121,12 @@ class EndpointProxy:
             self._served.update(r.id for r in routes.values() if r.service == "litellm" and r.serving())
             self._last_refresh = time.monotonic()
 
-    def _replica(self, entry: dict[str, Any], known: dict[str, Replica]) -> Replica:
-        replica = self._replicas.get(entry["copy_id"])
-        if replica is None or replica.url != entry["url"]:
-            replica = Replica(copy_id=entry["copy_id"], url=entry["url"])
-        replica.ready, replica.draining = bool(entry.get("ready", True)), bool(entry.get("draining"))
-        replica.api_key = str(entry.get("api_key") or "")
+    def _replica(self, entry: RouteReplica, known: dict[str, Replica]) -> Replica:
+        replica = self._replicas.get(entry.copy_id)
+        if replica is None or replica.url != entry.url:
+            replica = Replica(copy_id=entry.copy_id, url=entry.url)
+        replica.ready, replica.draining = entry.ready, entry.draining
+        replica.api_key = entry.api_key
         known[replica.copy_id] = replica
         return replica
 

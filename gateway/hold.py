@@ -110,7 +110,7 @@ class Holds:
             log.warning("waking endpoint %s failed: %s", route.id, error)
             return True  # hold: the hold loop keeps trying, and answers 503 at the deadline
         self._last_wake[route.id] = time.monotonic()
-        if reply.get("woken", True):
+        if reply.woken:
             self._woken_at[route.id] = time.monotonic()
             log.info("woke endpoint %s (workflow %s)", route.id, route.workflow_id)
             return True

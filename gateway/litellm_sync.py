@@ -2,7 +2,8 @@
 count requests for autoscaling."""
 
 # Runs inside the LiteLLM proxy process (the .venv-litellm interpreter): it may import only what
-# that venv has — litellm, fastapi/starlette, httpx, pydantic, the stdlib.
+# that venv has — litellm, fastapi/starlette, httpx, pydantic, the stdlib — and berth.contracts
+# (pydantic only), whose ServiceReplicas is the model the API's replica route declares.
 #
 # Wiring (rendered by gateway.litellm_service): LITELLM_WORKER_STARTUP_HOOKS=gateway.litellm_sync:start.
 # LiteLLM 1.108.7 imports the module and awaits `start()` in every worker's lifespan start-up
@@ -42,8 +43,9 @@ from litellm.integrations.custom_logger import CustomLogger
 from litellm.proxy.auth.user_api_key_auth import user_api_key_auth
 from litellm.router import Router
 from litellm.types.router import Deployment, LiteLLM_Params, ModelInfo
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
+from berth.contracts import ServiceReplicas
 from gateway.litellm_routing import PolicyRouting, deployments_for
 
 # vLLM speaks the OpenAI API; LiteLLM's hosted_vllm provider adds vLLM's own parameters
@@ -63,27 +65,6 @@ _STATE_KEY: Final = "berth_replica_sync"
 # replica changes are what an operator reads the log for, while LiteLLM's own logger stays at WARNING.
 logger: Final = logging.getLogger("LiteLLM Proxy").getChild("berth_sync")
 logger.setLevel(logging.INFO)
-
-
-class Replica(BaseModel):
-    """One replica as the pool publishes it."""
-
-    # hide_input_in_errors: a malformed list must not put a copy's key into the warning it causes.
-    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
-
-    id: str
-    url: str
-    ready: bool
-    api_key: str = Field(default="", repr=False)  # the copy's vLLM key: never logged
-
-
-class ReplicaList(BaseModel):
-    """The body of BERTH_REPLICAS_URL."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
-
-    replicas: list[Replica]
-    routing_policy: str = ""  # empty: gateway.routing's default
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,12 +285,12 @@ class ReplicaSync:
         if self.settings.rate_url:
             await self._push_counters()
 
-    async def _fetch_replicas(self) -> ReplicaList | None:
+    async def _fetch_replicas(self) -> ServiceReplicas | None:
         """The pool's replica list, or None when it cannot be read."""
         try:
             response: Final = await self._client.get(self.settings.replicas_url)
             response.raise_for_status()
-            listing: Final = ReplicaList.model_validate_json(response.content)
+            listing: Final = ServiceReplicas.model_validate_json(response.content)
         except (httpx.HTTPError, ValidationError) as error:
             # Keep serving the replicas last seen: a control-plane hiccup must not empty the pool.
             if not self._failing:

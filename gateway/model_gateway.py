@@ -110,35 +110,35 @@ class ModelGateway:
         keys = await self._replica_keys()
         seen: set[str] = set()
         for endpoint in endpoints:
-            notes = endpoint.get("annotations") or {}
-            model_id = notes.get("model_id") or endpoint.get("model_id")
+            notes = endpoint.annotations
+            model_id = notes.model_id or endpoint.model_id
             if not model_id:
                 continue
-            if not notes.get("discoverable"):
-                reason = notes.get("not_discoverable_reason") or "it is not annotated for discovery"
-                self.not_discoverable[endpoint["id"]] = f"{model_id} ({endpoint['workflow_id']}): {reason}"
-                if endpoint["id"] not in self._told:
-                    self._told.add(endpoint["id"])
-                    log.warning("not serving %s from workflow %s: %s", model_id, endpoint["workflow_id"], reason)
+            if not notes.discoverable:
+                reason = notes.not_discoverable_reason or "it is not annotated for discovery"
+                self.not_discoverable[endpoint.id] = f"{model_id} ({endpoint.workflow_id}): {reason}"
+                if endpoint.id not in self._told:
+                    self._told.add(endpoint.id)
+                    log.warning("not serving %s from workflow %s: %s", model_id, endpoint.workflow_id, reason)
                 continue
-            seen.add(endpoint["id"])
-            pool = self.pools.get(endpoint["id"])
+            seen.add(endpoint.id)
+            pool = self.pools.get(endpoint.id)
             if pool is None:
-                pool = Pool(endpoint_id=endpoint["id"], workflow_id=endpoint["workflow_id"], model_id=model_id,
-                            policy=routing.make(self.routing_policy or notes.get("routing_policy") or "least_queue"))
-                self.pools[endpoint["id"]] = pool
-                log.info("discovered %s at endpoint %s", model_id, endpoint["id"])
-            current = {r["copy_id"]: r for r in endpoint.get("replicas") or []}
+                pool = Pool(endpoint_id=endpoint.id, workflow_id=endpoint.workflow_id, model_id=model_id,
+                            policy=routing.make(self.routing_policy or notes.routing_policy or "least_queue"))
+                self.pools[endpoint.id] = pool
+                log.info("discovered %s at endpoint %s", model_id, endpoint.id)
+            current = {r.copy_id: r for r in endpoint.replicas}
             for copy_id in list(pool.replicas):
                 if copy_id not in current:
                     del pool.replicas[copy_id]
             for copy_id, item in current.items():
                 replica = pool.replicas.get(copy_id)
                 if replica is None:
-                    replica = routing.Replica(copy_id=copy_id, url=item["url"])
+                    replica = routing.Replica(copy_id=copy_id, url=item.url)
                     pool.replicas[copy_id] = replica
                     await self._scraper.scrape_now(replica.url, replica.metrics)
-                replica.ready, replica.draining = bool(item.get("ready")), bool(item.get("draining"))
+                replica.ready, replica.draining = item.ready, item.draining
                 if keys is not None:
                     replica.api_key = keys.get(copy_id, "")
         for endpoint_id in list(self.pools):

@@ -1,25 +1,14 @@
 """Replica keys: a gateway (run by a node agent for its owner) reads the keys of the copies it discovers.
 Users never get a copy's key; the endpoint proxy and LiteLLM get theirs from the admin routes table and
-the endpoint's service replica list. The routes are in server/routes/internal.py."""
+the endpoint's service replica list. The routes are in server/routes/internal.py, their answers' models in
+berth/contracts/internal.py."""
 
 from __future__ import annotations
-
-from pydantic import BaseModel, Field
 
 from server.models import EndpointRow
 
 # As long as the owner token the gateway polls the endpoints API with (a restart renews both).
 REPLICA_KEYS_TOKEN_TTL_S = 7 * 24 * 3600
-
-
-class ReplicaKeysToken(BaseModel):
-    token: str = Field(repr=False)
-
-
-class ReplicaKeysList(BaseModel):
-    """copy id → key, for every published copy of a Proxy=false pool the gateway's owner may reach."""
-
-    keys: dict[str, str] = Field(default_factory=dict, repr=False)
 
 
 def discoverable(endpoint: EndpointRow) -> bool:

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
+from berth.contracts import EntryDetail, EntrySummary
 from catalog.entry import find_entry, load_catalog
 from server.guards import Caller
 from server.views import entry_detail, entry_summary
@@ -23,12 +24,12 @@ def _listed(category: str | None, tag: str | None) -> list[dict[str, Any]]:
     return [entry_summary(e) for e in entries]
 
 
-@router.get("/v1/catalog")
+@router.get("/v1/catalog", response_model=list[EntrySummary])
 async def catalog(_who: Caller, category: str | None = None, tag: str | None = None) -> list[dict[str, Any]]:
     # The first listing reads every entry.yaml from disk: off the event loop.
     return await run_in_threadpool(_listed, category, tag)
 
 
-@router.get("/v1/catalog/entry")
+@router.get("/v1/catalog/entry", response_model=EntryDetail, response_model_exclude_unset=True)
 async def catalog_entry(name: str, _who: Caller) -> dict[str, Any]:
     return await run_in_threadpool(lambda: entry_detail(find_entry(name)))

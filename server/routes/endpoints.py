@@ -8,10 +8,17 @@ from datetime import timedelta
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from temporalio.service import RPCError
 
+from berth.contracts import (
+    EndpointClientFacts,
+    EndpointToken,
+    EndpointTokenRequest,
+    EndpointView,
+    WakeRequest,
+    WakeResult,
+)
 from berth.errors import NotFoundError, UserInputError
 from berth.tokens import parse_duration
 from server import opencode as opencode_checks
@@ -25,15 +32,7 @@ from workflows.service import ServiceWorkflow
 router = APIRouter()
 
 
-class TokenRequest(BaseModel):
-    expiration: str = "8h"
-
-
-class WakeBody(BaseModel):
-    reason: str = ""
-
-
-@router.get("/v1/endpoints")
+@router.get("/v1/endpoints", response_model=list[EndpointView], response_model_exclude_unset=True)
 async def list_endpoints(context: Context, who: Caller) -> list[dict[str, Any]]:
     endpoints = await run_in_threadpool(context.store.endpoints)
     replicas = await run_in_threadpool(context.store.replicas)
@@ -41,14 +40,14 @@ async def list_endpoints(context: Context, who: Caller) -> list[dict[str, Any]]:
             if who.admin or in_scope(endpoint, who)]
 
 
-@router.get("/v1/endpoints/{endpoint_id}")
+@router.get("/v1/endpoints/{endpoint_id}", response_model=EndpointView, response_model_exclude_unset=True)
 async def endpoint_detail(endpoint_id: str, endpoint: VisibleEndpoint, context: Context) -> dict[str, Any]:
     replicas = await run_in_threadpool(context.store.replicas, endpoint_id)
     return endpoint_view(context, endpoint, replicas)
 
 
-@router.post("/v1/endpoints/{endpoint_id}/wake")
-async def wake_endpoint(endpoint_id: str, body: WakeBody, endpoint: VisibleEndpoint, who: Caller,
+@router.post("/v1/endpoints/{endpoint_id}/wake", response_model=WakeResult)
+async def wake_endpoint(endpoint_id: str, body: WakeRequest, endpoint: VisibleEndpoint, who: Caller,
                         context: Context) -> dict[str, Any]:
     """A request reached a pool with no copy: ask its workflow for one (anyone in scope may)."""
     # Demand: keeps the woken pool from idling back to zero.
@@ -68,8 +67,8 @@ async def wake_endpoint(endpoint_id: str, body: WakeBody, endpoint: VisibleEndpo
             "woken": status.desired_replicas == 0, "phase": status.phase.value}
 
 
-@router.post("/v1/endpoints/{endpoint_id}/tokens")
-async def generate_token(endpoint_id: str, body: TokenRequest, _endpoint: ReachableEndpoint, who: Caller,
+@router.post("/v1/endpoints/{endpoint_id}/tokens", response_model=EndpointToken)
+async def generate_token(endpoint_id: str, body: EndpointTokenRequest, _endpoint: ReachableEndpoint, who: Caller,
                          context: Context) -> dict[str, Any]:
     ttl = parse_duration(body.expiration)
     limit = context.settings.max_token_expiration_s
@@ -80,7 +79,7 @@ async def generate_token(endpoint_id: str, body: TokenRequest, _endpoint: Reacha
     return {"endpoint_id": endpoint_id, "token": token, "expires_at": time.time() + ttl}
 
 
-@router.get("/v1/endpoints/{endpoint_id}/client-config")
+@router.get("/v1/endpoints/{endpoint_id}/client-config", response_model=EndpointClientFacts)
 async def endpoint_client_config(endpoint_id: str, endpoint: ReachableEndpoint, context: Context) -> dict[str, Any]:
     """What a client (OpenCode, an SDK) needs: URL, the model id /v1/models lists, its context."""
     return await run_in_threadpool(opencode_checks.client_facts, context.store, endpoint,

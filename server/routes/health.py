@@ -5,17 +5,18 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from berth.contracts import Health, Jwks
 from server.context import Context
 
 router = APIRouter()
 
 
 @router.get("/healthz")
-async def healthz() -> dict[str, str]:
-    return {"status": "ok"}
+async def healthz() -> Health:
+    return Health(status="ok")
 
 
-@router.get("/.well-known/jwks.json")
+@router.get("/.well-known/jwks.json", response_model=Jwks)
 async def jwks(context: Context) -> JSONResponse:
     if not context.settings.publish_jwks:
         return JSONResponse({"detail": "signing-key publication is turned off on this cluster"}, 404)

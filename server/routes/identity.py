@@ -7,9 +7,9 @@ import re
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
+from berth.contracts import GroupRequest, GroupView, MemberRequest, UserRequest, UserView
 from berth.errors import UserInputError
 from server.context import Context
 from server.guards import Admin, Caller
@@ -19,34 +19,18 @@ router = APIRouter()
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
-class UserRequest(BaseModel):
-    name: str
-    org: str = "default"
-    groups: list[str] = []
-    admin: bool = False
-
-
-class GroupRequest(BaseModel):
-    name: str
-    org: str = "default"
-
-
-class MemberRequest(BaseModel):
-    user: str
-
-
 def _check_name(kind: str, name: str) -> str:
     if not NAME.match(name):
         raise UserInputError(f"{kind} name '{name}' must be letters, digits, '.', '_' or '-' (at most 128).")
     return name
 
 
-@router.get("/v1/whoami")
+@router.get("/v1/whoami", response_model=UserView)
 async def whoami(who: Caller) -> dict[str, Any]:
     return user_json(who)
 
 
-@router.post("/v1/users", status_code=201)
+@router.post("/v1/users", status_code=201, response_model=UserView)
 async def create_user(body: UserRequest, context: Context, _who: Admin) -> dict[str, Any]:
     _check_name("User", body.name)
     _check_name("Organization", body.org)
@@ -55,19 +39,19 @@ async def create_user(body: UserRequest, context: Context, _who: Admin) -> dict[
     return user_json(identity)
 
 
-@router.get("/v1/users")
+@router.get("/v1/users", response_model=list[UserView])
 async def list_users(context: Context, who: Caller) -> list[dict[str, Any]]:
     users = await run_in_threadpool(context.store.users)
     return [user_json(u) for u in users if who.admin or u.org == who.org]
 
 
-@router.post("/v1/groups", status_code=201)
+@router.post("/v1/groups", status_code=201, response_model=GroupView)
 async def create_group(body: GroupRequest, context: Context, _who: Admin) -> dict[str, Any]:
     await run_in_threadpool(context.store.create_group, _check_name("Group", body.name),
                             _check_name("Organization", body.org))
     return {"name": body.name, "org": body.org}
 
 
-@router.post("/v1/groups/{group}/members", status_code=201)
+@router.post("/v1/groups/{group}/members", status_code=201, response_model=UserView)
 async def add_member(group: str, body: MemberRequest, context: Context, _who: Admin) -> dict[str, Any]:
     return user_json(await run_in_threadpool(context.store.add_member, group, body.user))

@@ -8,17 +8,30 @@ import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from berth.contracts import (
     EndpointService,
     FenceRequest,
+    Jwks,
+    LoadReport,
+    OwnerToken,
+    OwnerTokenRequest,
+    ReplicaKeysList,
+    ReplicaKeysToken,
     ReplicaReadiness,
     ReplicaRecord,
+    RequestCounters,
     ReserveRequest,
+    ReserveResult,
+    ResolvedSecret,
+    ResolveRequest,
+    RoutesTable,
     ServicePort,
     ServicePortRequest,
+    ServiceReplicas,
+    ServiceToken,
+    TokenLapse,
 )
 from berth.errors import NotFoundError
 from berth.security import API_AUDIENCE, Identity
@@ -27,7 +40,7 @@ from server.access import in_scope
 from server.context import Context, ServerContext
 from server.guards import Admin, replica_keys_owner, service_audience, service_or_admin
 from server.load_reports import AutoscalerLease, AutoscalerView
-from server.replica_keys import REPLICA_KEYS_TOKEN_TTL_S, ReplicaKeysList, ReplicaKeysToken, discoverable
+from server.replica_keys import REPLICA_KEYS_TOKEN_TTL_S, discoverable
 from server.secrets import Secrets
 from server.views import replica_view
 
@@ -38,48 +51,21 @@ ServiceOrAdmin = Depends(service_or_admin)
 SERVICE_TOKEN_TTL_S = 365 * 24 * 3600
 
 
-class ResolveRequest(BaseModel):
-    ref: str
-    user: str
-
-
-class RequestCounters(BaseModel):
-    """What the LiteLLM sync hook posts (gateway.litellm_sync.RequestSnapshot; other fields ignored)."""
-
-    pid: int
-    started_at: float
-    requests_total: int
-    replicas: tuple[str, ...] = ()  # copy ids LiteLLM routes to now
-
-
-class TokenLapse(BaseModel):
-    expires_at: float
-
-
-class UserTokenRequest(BaseModel):
-    endpoint_id: str | None = None
-    ttl_s: int = 7 * 24 * 3600
-
-
-class LoadBody(BaseModel):
-    requests: int
-
-
 # --- keys, secrets and tokens for Berth's own services --------------------------------------------
-@router.get("/v1/internal/keys")
+@router.get("/v1/internal/keys", response_model=Jwks)
 async def internal_keys(context: Context, _who: Admin) -> dict[str, Any]:
     """The verification keys for Berth's own services, whether or not JWKS publication is on."""
     return context.signing.jwks()
 
 
-@router.post("/v1/internal/secrets/resolve")
+@router.post("/v1/internal/secrets/resolve", response_model=ResolvedSecret)
 async def resolve_secret(body: ResolveRequest, context: Context, _who: Admin) -> dict[str, str]:
     owner = await run_in_threadpool(context.store.identity, body.user)
     kind, value = await run_in_threadpool(Secrets(context.store).resolve, owner, body.ref)
     return {"type": kind, "value": value}
 
 
-@router.post("/v1/internal/endpoints/{endpoint_id}/service-token")
+@router.post("/v1/internal/endpoints/{endpoint_id}/service-token", response_model=ServiceToken)
 async def service_token(endpoint_id: str, context: Context, _who: Admin) -> dict[str, str]:
     """A token that reads this endpoint's replica list and nothing else (for its LiteLLM service)."""
     await run_in_threadpool(context.store.endpoint, endpoint_id)
@@ -87,8 +73,8 @@ async def service_token(endpoint_id: str, context: Context, _who: Admin) -> dict
     return {"token": context.signing.sign(claims, SERVICE_TOKEN_TTL_S)}
 
 
-@router.post("/v1/internal/users/{user}/tokens")
-async def owner_token_for_service(user: str, body: UserTokenRequest, context: Context,
+@router.post("/v1/internal/users/{user}/tokens", response_model=OwnerToken)
+async def owner_token_for_service(user: str, body: OwnerTokenRequest, context: Context,
                                   _who: Admin) -> dict[str, Any]:
     """A token speaking for a workflow's owner, for its service (the gateway polls the endpoints API,
     OpenCode calls model endpoints, as the owner). At most 7 days: a restart renews it."""
@@ -127,7 +113,7 @@ async def replica_keys(context: Context,
 
 
 # --- placement: reservations, fencing, service ports -----------------------------------------------
-@router.post("/v1/internal/reservations")
+@router.post("/v1/internal/reservations", response_model=ReserveResult)
 async def reserve(request: ReserveRequest, context: Context, _who: Admin) -> dict[str, Any]:
     result = await run_in_threadpool(context.store.reserve, request)
     return result.model_dump(mode="json")
@@ -143,7 +129,7 @@ async def fence(copy_id: str, request: FenceRequest, context: Context, _who: Adm
     await run_in_threadpool(context.store.fence, copy_id, request.nodes)
 
 
-@router.post("/v1/internal/service-ports")
+@router.post("/v1/internal/service-ports", response_model=ServicePort)
 async def reserve_service_port(request: ServicePortRequest, context: Context, _who: Admin) -> dict[str, Any]:
     node, port = await run_in_threadpool(context.store.reserve_service_port, request.owner)
     return ServicePort(node_id=node.id, address=node.address, port=port).model_dump(mode="json")
@@ -173,7 +159,7 @@ async def unpublish(copy_id: str, context: Context, _who: Admin) -> None:
 
 # --- endpoints: their services, load and routing table ----------------------------------------------
 @router.post("/v1/internal/endpoints/{endpoint_id}/load", status_code=204)
-async def report_load(endpoint_id: str, body: LoadBody, context: Context, _who: Admin) -> None:
+async def report_load(endpoint_id: str, body: LoadReport, context: Context, _who: Admin) -> None:
     """Requests the endpoint proxy admitted for this endpoint since its last report."""
     await run_in_threadpool(context.store.load.add_front_door, endpoint_id, body.requests)
 
@@ -209,7 +195,8 @@ async def litellm_requests(endpoint_id: str, body: RequestCounters, context: Con
                             body.requests_total, body.replicas)
 
 
-@router.get("/v1/internal/endpoints/{endpoint_id}/replicas", dependencies=[ServiceOrAdmin])
+@router.get("/v1/internal/endpoints/{endpoint_id}/replicas", dependencies=[ServiceOrAdmin],
+            response_model=ServiceReplicas)
 async def endpoint_replicas(endpoint_id: str, context: Context) -> dict[str, Any]:
     """The pool's replicas, as the LiteLLM sync hook reads them. Accepts the endpoint's service
     token or an administrator's API token."""
@@ -225,7 +212,7 @@ async def endpoint_replicas(endpoint_id: str, context: Context) -> dict[str, Any
             "routing_policy": annotations.get("routing_policy") or "least_queue"}
 
 
-@router.get("/v1/internal/routes")
+@router.get("/v1/internal/routes", response_model=RoutesTable)
 async def routes(context: Context, _who: Admin) -> dict[str, Any]:
     endpoints = await run_in_threadpool(context.store.endpoints)
     routed = await run_in_threadpool(context.store.load.litellm_routed)

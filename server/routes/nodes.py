@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
+from berth.contracts import NodeState, NodeView
 from server import fencing
 from server.access import allocation_labels
 from server.context import Context
@@ -17,7 +18,7 @@ from server.views import gpu_row
 router = APIRouter()
 
 
-@router.post("/v1/nodes/{node_id}/heartbeat")
+@router.post("/v1/nodes/{node_id}/heartbeat", response_model=NodeState)
 async def node_heartbeat(node_id: str, inventory: dict[str, Any], context: Context, _who: Admin) -> dict[str, Any]:
     port_start = int(inventory.get("port_start", 0))
     held = fencing.holdings(inventory)
@@ -25,7 +26,7 @@ async def node_heartbeat(node_id: str, inventory: dict[str, Any], context: Conte
     return {"id": row.id, "state": context.store.node_state(row)}
 
 
-@router.get("/v1/nodes")
+@router.get("/v1/nodes", response_model=list[NodeView], response_model_exclude_unset=True)
 async def list_nodes(context: Context, who: Caller) -> list[dict[str, Any]]:
     nodes = await run_in_threadpool(context.store.nodes)
     allocations = await run_in_threadpool(context.store.allocations)
@@ -41,13 +42,13 @@ async def list_nodes(context: Context, who: Caller) -> list[dict[str, Any]]:
     return out
 
 
-@router.post("/v1/nodes/{node_id}/drain")
+@router.post("/v1/nodes/{node_id}/drain", response_model=NodeState)
 async def drain_node(node_id: str, context: Context, _who: Admin) -> dict[str, Any]:
     row = await run_in_threadpool(context.store.set_draining, node_id, True)
     return {"id": row.id, "state": context.store.node_state(row)}
 
 
-@router.post("/v1/nodes/{node_id}/undrain")
+@router.post("/v1/nodes/{node_id}/undrain", response_model=NodeState)
 async def undrain_node(node_id: str, context: Context, _who: Admin) -> dict[str, Any]:
     row = await run_in_threadpool(context.store.set_draining, node_id, False)
     return {"id": row.id, "state": context.store.node_state(row)}

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
+from berth.contracts import SecretCreated, SecretRequest, SecretView
 from server.context import Context
 from server.guards import Caller
 from server.secrets import Secrets
@@ -16,19 +16,12 @@ from server.secrets import Secrets
 router = APIRouter()
 
 
-class SecretRequest(BaseModel):
-    ref: str
-    type: str
-    value: str
-    group: str | None = None
-
-
-@router.post("/v1/secrets", status_code=201)
+@router.post("/v1/secrets", status_code=201, response_model=SecretCreated)
 async def create_secret(body: SecretRequest, context: Context, who: Caller) -> dict[str, Any]:
     return await run_in_threadpool(Secrets(context.store).create, who, body.ref, body.type, body.value, body.group)
 
 
-@router.get("/v1/secrets")
+@router.get("/v1/secrets", response_model=list[SecretView])
 async def list_secrets(context: Context, who: Caller) -> list[dict[str, Any]]:
     return await run_in_threadpool(Secrets(context.store).list, who)
 

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
+from berth.contracts import MintedToken
 from berth.errors import AuthenticationError, PermissionDeniedError
 from berth.security import API_AUDIENCE
 from berth.tokens import RevokeBody, RevokeResult, TokenKind, TokenMintBody, TokenRecord, capped_lifetime
@@ -17,7 +18,7 @@ from server.guards import Caller
 router = APIRouter()
 
 
-@router.post("/v1/users/{name}/tokens", status_code=201)
+@router.post("/v1/users/{name}/tokens", status_code=201, response_model=MintedToken)
 async def user_token(name: str, body: TokenMintBody, context: Context, who: Caller) -> dict[str, Any]:
     """An API token for `name` (administrators: any user; others: themselves), at most the cluster's
     cap long. The user's groups and organization are read now and carried in the token."""

@@ -11,11 +11,20 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
+from berth.contracts import (
+    WorkflowDefinitionView,
+    WorkflowDescription,
+    WorkflowLogs,
+    WorkflowScaled,
+    WorkflowScaleRequest,
+    WorkflowStarted,
+    WorkflowStopped,
+    WorkflowSummary,
+)
 from berth.errors import NotFoundError, UnavailableError, UserInputError
 from berth.processes import tail
 from berth.settings import CONTROL_TASK_QUEUE
@@ -42,11 +51,7 @@ Stopper = Annotated[WorkflowAccess, Depends(owned_workflow("stop it"))]
 Scaler = Annotated[WorkflowAccess, Depends(owned_workflow("scale it"))]
 
 
-class ScaleBody(BaseModel):
-    replicas: int
-
-
-@router.post("/v1/workflows", status_code=201)
+@router.post("/v1/workflows", status_code=201, response_model=WorkflowStarted)
 async def start_workflow(body: StartRequest, context: Context, who: Caller) -> dict[str, Any]:
     # Checking and rendering a submission is CPU work and reads the store: off the event loop, so
     # one large submission cannot hold every other request (issue 11 item 3).
@@ -73,7 +78,7 @@ async def start_workflow(body: StartRequest, context: Context, who: Caller) -> d
     return {"id": workflow_id, "endpoint_id": endpoint_id, "url": endpoint_url(context, endpoint_id)}
 
 
-@router.get("/v1/workflows")
+@router.get("/v1/workflows", response_model=list[WorkflowSummary])
 async def list_workflows(context: Context, who: Caller) -> list[dict[str, Any]]:
     rows = await run_in_threadpool(context.store.workflows, None if who.admin else who.user)
     client = await context.temporal()
@@ -85,7 +90,7 @@ async def list_workflows(context: Context, who: Caller) -> list[dict[str, Any]]:
             for row, (status, phase) in zip(rows, states, strict=True)]
 
 
-@router.get("/v1/workflows/{workflow_id}")
+@router.get("/v1/workflows/{workflow_id}", response_model=WorkflowDescription, response_model_exclude_unset=True)
 async def describe_workflow(workflow_id: str, access: ReadableWorkflow, context: Context) -> dict[str, Any]:
     row = access.row
     client = await context.temporal()
@@ -131,14 +136,14 @@ def _endpoint_notes(context: ServerContext, endpoint: EndpointRow) -> dict[str, 
     return shown
 
 
-@router.get("/v1/workflows/{workflow_id}/definition")
+@router.get("/v1/workflows/{workflow_id}/definition", response_model=WorkflowDefinitionView)
 async def workflow_definition(workflow_id: str, context: Context, access: DefinitionReader) -> dict[str, Any]:
     row = access.row
     return {"id": row.id, "entry": row.entry,
             "definition": await run_in_threadpool(context.store.workflow_definition, row)}
 
 
-@router.post("/v1/workflows/{workflow_id}/stop")
+@router.post("/v1/workflows/{workflow_id}/stop", response_model=WorkflowStopped)
 async def stop_workflow(workflow_id: str, context: Context,
                         access: Stopper) -> dict[str, Any]:
     client = await context.temporal()
@@ -151,8 +156,8 @@ async def stop_workflow(workflow_id: str, context: Context,
     return {"id": workflow_id, "stop_requested": True}
 
 
-@router.post("/v1/workflows/{workflow_id}/scale")
-async def scale_workflow(workflow_id: str, body: ScaleBody, context: Context,
+@router.post("/v1/workflows/{workflow_id}/scale", response_model=WorkflowScaled)
+async def scale_workflow(workflow_id: str, body: WorkflowScaleRequest, context: Context,
                          access: Scaler) -> dict[str, Any]:
     who = access.who
     if body.replicas < 0:
@@ -170,7 +175,7 @@ async def scale_workflow(workflow_id: str, body: ScaleBody, context: Context,
     return {"id": workflow_id, **result.model_dump(mode="json")}
 
 
-@router.get("/v1/workflows/{workflow_id}/logs")
+@router.get("/v1/workflows/{workflow_id}/logs", response_model=WorkflowLogs, response_model_exclude_unset=True)
 async def workflow_logs(workflow_id: str, access: ReadableWorkflow, context: Context,
                         job: str | None = None, lines: int = 200) -> dict[str, Any]:
     # Walking the log tree and reading a tail are file-system work: off the event loop.

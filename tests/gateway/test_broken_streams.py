@@ -18,6 +18,7 @@ import httpx
 import pytest
 import uvicorn
 
+from berth.contracts import RoutesTable
 from berth.processes import free_port
 from berth.security import SigningKey, TokenVerifier
 from gateway.endpoint_proxy import EndpointProxy
@@ -50,9 +51,10 @@ async def _half_a_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWri
 @contextlib.asynccontextmanager
 async def _serve_proxy(upstream_url: str, key: SigningKey) -> AsyncIterator[str]:
     class Routes:
-        async def routes(self) -> dict[str, Any]:
-            return {"endpoints": [{"id": "ep-1", "scope": "public", "owner": "alice", "org": "acme", "groups": [],
-                                   "service": "vllm", "service_url": None, "replicas": [upstream_url]}]}
+        async def routes(self) -> RoutesTable:
+            return RoutesTable.model_validate({"endpoints": [{
+                "id": "ep-1", "scope": "public", "owner": "alice", "org": "acme", "groups": [],
+                "service": "vllm", "service_url": None, "replicas": [upstream_url]}]})
 
         async def aclose(self) -> None:
             pass

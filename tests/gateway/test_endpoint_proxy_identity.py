@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given
 from hypothesis import strategies as st
 
+from berth.contracts import RoutesTable
 from berth.security import Identity, SigningKey, TokenVerifier
 from gateway.credentials import COOKIE_NAME, find_token
 from gateway.endpoint_proxy import EndpointProxy
@@ -27,8 +28,8 @@ class FakeApi:
     def __init__(self, endpoints: list[dict[str, Any]]) -> None:
         self.endpoints = endpoints
 
-    async def routes(self) -> dict[str, Any]:
-        return {"endpoints": self.endpoints}
+    async def routes(self) -> RoutesTable:
+        return RoutesTable.model_validate({"endpoints": self.endpoints})
 
     async def aclose(self) -> None:
         pass

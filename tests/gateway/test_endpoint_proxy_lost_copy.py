@@ -10,10 +10,10 @@ import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from berth.contracts import RoutesTable, WakeResult
 from berth.security import SigningKey, TokenVerifier
 from gateway.endpoint_proxy import EndpointProxy
 from gateway.upstream import UpstreamPool
@@ -38,7 +38,7 @@ class PoolApi(FakeApi):
         self.routed: list[str] | None | str = "ready"
         self.wakes = 0
 
-    async def routes(self) -> dict[str, Any]:
+    async def routes(self) -> RoutesTable:
         ready = [c for c, is_ready in self.copies.items() if is_ready]
         pool = [{"copy_id": c, "url": f"http://127.0.0.1:9/{c}", "ready": r} for c, r in self.copies.items()]
         self.endpoints = [{"id": "ep-1", "scope": "public", "owner": "alice", "org": "acme", "groups": [],
@@ -47,9 +47,9 @@ class PoolApi(FakeApi):
                            "litellm_routed": ready if self.routed == "ready" else self.routed}]
         return await super().routes()
 
-    async def wake_endpoint(self, endpoint_id: str, reason: str) -> dict[str, Any]:
+    async def wake_endpoint(self, endpoint_id: str, reason: str) -> WakeResult:
         self.wakes += 1
-        return {"woken": False}
+        return WakeResult(endpoint_id=endpoint_id, workflow_id="wf-1", woken=False, phase="starting")
 
 
 @pytest.fixture()

@@ -23,7 +23,7 @@ from tests.gateway.test_endpoint_proxy_identity import FakeApi
 
 def _endpoint(service: str | None, url: str) -> dict[str, Any]:
     route: dict[str, Any] = {"id": "ep-1", "scope": "public", "owner": "alice", "org": "acme", "groups": [],
-                             "service": service, "service_url": url if service else None, "replicas": []}
+                             "service": service or "vllm", "service_url": url if service else None, "replicas": []}
     if not service:
         route["replicas"] = [url]
     return route

@@ -50,8 +50,12 @@ async def world(tmp_path: Any) -> AsyncIterator[tuple[httpx.AsyncClient, Copy, S
     copy = Copy()
     server = await asyncio.start_server(copy._serve, "127.0.0.1", 0)
     copy.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    endpoints = [{"id": "ep-qwen", "workflow_id": "wf-qwen", "annotations": {"model_id": MODEL, "discoverable": True},
-                  "replicas": [{"copy_id": "copy1", "url": copy.url, "ready": True}]}]
+    # An endpoint as GET /v1/endpoints answers it (berth.contracts.EndpointView).
+    endpoints = [{"id": "ep-qwen", "workflow_id": "wf-qwen", "service": "vllm", "url": "http://proxy/endpoints/ep-qwen",
+                  "scope": "user", "owner": "alice", "model_id": MODEL, "ready": True, "ready_replicas": 1,
+                  "replicas": [{"copy_id": "copy1", "url": copy.url, "ready": True, "draining": False}],
+                  "annotations": {"model_id": MODEL, "workflow_id": "wf-qwen", "owner": "alice", "scope": "user",
+                                  "ready": True, "discoverable": True, "routing_policy": None}}]
 
     def api(request: httpx.Request) -> httpx.Response:
         answers = {"/v1/endpoints": endpoints, "/v1/internal/replica-keys": {"keys": {"copy1": COPY_KEY}},

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from berth.contracts import RoutesTable
 from berth.errors import BerthError
 from berth.failure_log import FailureLog
 from gateway.endpoint_proxy import EndpointProxy
@@ -21,11 +22,11 @@ class FlakyApi:
         self.calls = 0
         self.up = False
 
-    async def routes(self) -> dict[str, Any]:
+    async def routes(self) -> RoutesTable:
         self.calls += 1
         if not self.up:
             raise BerthError("cannot reach the control plane at http://127.0.0.1:1 (ConnectError)")
-        return {"endpoints": []}
+        return RoutesTable(endpoints=[])
 
 
 def _lines(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:

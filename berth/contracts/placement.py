@@ -1,14 +1,12 @@
-"""The contracts the control-plane API and its callers share (the ground floor: no Berth import): the
-request and record payloads of the REST routes that node agents, the control worker and the endpoint
-proxy call, in the one pydantic base every Temporal payload derives from (workflows/payloads.py)."""
+"""Placement and replica payloads: the requests and records of the internal routes that node agents, the
+control worker and the endpoint proxy call (reservations, fencing, holdings, published copies, service
+ports), in the one pydantic base every Temporal payload derives from (workflows/payloads.py)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-
-class Payload(BaseModel):
-    model_config = ConfigDict(frozen=True)
+from berth.contracts.base import Payload
 
 
 class RankPlacement(Payload):

@@ -1,0 +1,75 @@
+"""Endpoint answers: an endpoint with its replicas and discovery annotations, a wake-up, an endpoint
+token, and the facts a client needs to call one."""
+
+from __future__ import annotations
+
+from berth.contracts.base import OpenResponse, Payload, Response
+
+
+class ReplicaView(Response):
+    copy_id: str
+    url: str
+    ready: bool
+    draining: bool
+
+
+class EndpointAnnotations(OpenResponse):
+    """What a discovering gateway reads; `not_discoverable_reason` only for a Proxy=true pool."""
+
+    model_id: str | None = None
+    workflow_id: str
+    owner: str
+    scope: str
+    ready: bool
+    discoverable: bool
+    routing_policy: str | None = None
+    not_discoverable_reason: str | None = None
+
+
+class EndpointView(Response):
+    id: str
+    workflow_id: str
+    service: str
+    url: str
+    scope: str
+    owner: str
+    model_id: str | None = None
+    ready: bool
+    ready_replicas: int
+    replicas: list[ReplicaView]  # only a discoverable (Proxy=false) pool's
+    annotations: EndpointAnnotations
+
+
+class WakeResult(Response):
+    endpoint_id: str
+    workflow_id: str
+    woken: bool
+    phase: str
+
+
+class EndpointToken(Response):
+    endpoint_id: str
+    token: str
+    expires_at: float
+
+
+class EndpointClientFacts(Response):
+    """What OpenCode or an SDK needs: URL, the model id /v1/models lists, its context, tool calling."""
+
+    endpoint_id: str
+    workflow_id: str
+    url: str
+    scope: str
+    model_id: str
+    max_context: int
+    tool_calling: bool
+    proxy: bool
+
+
+# --- requests ------------------------------------------------------------------------------------------
+class EndpointTokenRequest(Payload):
+    expiration: str = "8h"
+
+
+class WakeRequest(Payload):
+    reason: str = ""

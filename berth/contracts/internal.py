@@ -1,0 +1,121 @@
+"""Internal answers (`/v1/internal/...`): tokens for Berth's own services, the replica keys a gateway
+reads, a pool's replica list for its LiteLLM sync hook, and the routing table the endpoint proxy reads.
+
+The LiteLLM venv imports this module too (gateway.litellm_sync): pydantic and the standard library only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ConfigDict, Field
+
+from berth.contracts.base import OpenResponse, Payload, Response
+
+
+class Jwks(OpenResponse):
+    """A JSON Web Key Set (RFC 7517): the signing keys' public halves."""
+
+    keys: list[dict[str, Any]]
+
+
+class ServiceToken(Response):
+    token: str = Field(repr=False)
+
+
+class OwnerToken(Response):
+    token: str = Field(repr=False)
+    expires_at: float
+
+
+class ReplicaKeysToken(Response):
+    token: str = Field(repr=False)
+
+
+class ReplicaKeysList(Response):
+    """copy id → key, for every published copy of a Proxy=false pool the gateway's owner may reach."""
+
+    keys: dict[str, str] = Field(default_factory=dict, repr=False)
+
+
+class ServiceReplica(Response):
+    """One replica of a pool as its LiteLLM sync hook routes to it."""
+
+    # hide_input_in_errors: a malformed list must not put a copy's key into the warning it causes.
+    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
+
+    id: str
+    url: str  # the copy's OpenAI base, with /v1
+    ready: bool
+    api_key: str = Field(default="", repr=False)  # the copy's vLLM key: never logged
+
+
+class ServiceReplicas(Response):
+    """The body of a pool's `/v1/internal/endpoints/{id}/replicas` (its sync hook's BERTH_REPLICAS_URL)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
+
+    replicas: list[ServiceReplica]
+    routing_policy: str = ""  # empty: gateway.routing's default
+
+
+class RouteReplica(Response):
+    """One published copy of a pool as the endpoint proxy routes to it (only this admin route carries
+    its key)."""
+
+    copy_id: str
+    url: str
+    ready: bool = True
+    draining: bool = False
+    api_key: str = Field(default="", repr=False)
+
+
+class RouteEntry(Response):
+    """One endpoint in the proxy's routing table: who may call it, where its service or ready replicas
+    listen, and its pool as routing needs it."""
+
+    id: str
+    scope: str
+    owner: str
+    org: str
+    groups: list[str] = []
+    service: str = "vllm"
+    service_url: str | None = None
+    replicas: list[str] = []  # the URLs of its ready, undrained copies
+    workflow_id: str = ""
+    pool: list[RouteReplica] = []
+    routing_policy: str | None = None
+    wakeable: bool = False  # a pool with no copy may be woken by a request
+    litellm_routed: list[str] | None = None  # behind LiteLLM: the copies it routes to (None: not yet told)
+
+
+class RoutesTable(Response):
+    endpoints: list[RouteEntry]
+
+
+class Health(Response):
+    """`/healthz`: the API process answers."""
+
+    status: str
+
+
+# --- requests ------------------------------------------------------------------------------------------
+class RequestCounters(Payload):
+    """What the LiteLLM sync hook posts (gateway.litellm_sync.RequestSnapshot; other fields ignored)."""
+
+    pid: int
+    started_at: float
+    requests_total: int
+    replicas: tuple[str, ...] = ()  # copy ids LiteLLM routes to now
+
+
+class TokenLapse(Payload):
+    expires_at: float
+
+
+class OwnerTokenRequest(Payload):
+    endpoint_id: str | None = None
+    ttl_s: int = 7 * 24 * 3600
+
+
+class LoadReport(Payload):
+    requests: int  # requests the endpoint proxy admitted since its last report

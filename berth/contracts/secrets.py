@@ -1,0 +1,41 @@
+"""Secret answers: never a value, save the internal resolve route the control worker calls."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from berth.contracts.base import Payload, Response
+
+
+class SecretCreated(Response):
+    ref: str
+    type: str
+    scope: str
+    owner: str
+
+
+class SecretView(Response):
+    ref: str
+    type: str
+    scope: str
+    owner: str
+    created_at: float
+    created_by: str | None = None  # None on secrets made before Berth recorded it
+
+
+class ResolvedSecret(Response):
+    type: str
+    value: str = Field(repr=False)
+
+
+# --- requests ------------------------------------------------------------------------------------------
+class SecretRequest(Payload):
+    ref: str
+    type: str
+    value: str = Field(repr=False)
+    group: str | None = None
+
+
+class ResolveRequest(Payload):
+    ref: str
+    user: str
