@@ -13,7 +13,7 @@ import itertools
 import logging
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from berth.api_client import ApiClient
@@ -228,9 +228,8 @@ class EndpointProxy:
         target = route.target(session_id) or await self._when_none_routable(route, send, headers, session_id)
         if target is None:
             return  # answered: 503 (nothing to wait for, or the deadline passed) or 429 (too many waiting)
-        caller = self._assertion(identity, endpoint_id) if identity is not None else None
         await self._forward(scope, receive, send, route, target, rest, headers, strip_authorization, session_id,
-                            caller)
+                            identity)
 
     async def _when_none_routable(self, route: Route, send: Send, headers: list[tuple[bytes, bytes]],
                                   session_id: str | None) -> Replica | None:
@@ -259,14 +258,8 @@ class EndpointProxy:
     async def _forward(self, scope: dict[str, Any], receive: Receive, send: Send, route: Route,
                        target: Replica, rest: str, headers: list[tuple[bytes, bytes]],
                        strip_authorization: bool, session_id: str | None = None,
-                       caller: bytes | None = None) -> None:
-        # Every Berth credential goes, whatever its audience: the service's owner must not receive one.
-        upstream_headers = [
-            (name, value) for name, value in strip_berth_credentials(headers, self.verifier)
-            if name not in STRIPPED_REQUEST and not (strip_authorization and name == b"authorization")
-        ]
-        if caller is not None:
-            upstream_headers.append((CALLER_HEADER, caller))
+                       identity: Identity | None = None) -> None:
+        upstream_headers, renewed = self._upstream_headers(headers, strip_authorization, identity, route.id)
         path = f"/{rest}"
         if scope.get("query_string"):
             path += "?" + scope["query_string"].decode("latin-1")
@@ -290,7 +283,7 @@ class EndpointProxy:
                 log.warning("upstream %s failed: %s", target.url, error)
                 target.metrics.failed_at = time.monotonic()  # out until a scrape succeeds again
                 second = await self._second_try(route, target, error, retriable, session_id, method, path,
-                                                upstream_headers, body, headers)
+                                                renewed, body, headers)
                 if second is None:
                     await upstream_failed(send, route, target)
                     return
@@ -302,7 +295,7 @@ class EndpointProxy:
                     answer = await litellm_replay.read_error(response)
                     if answer is not None:
                         replayed = await self._replay_lost(answer, route, target, method, path,
-                                                           upstream_headers, body, headers, before)
+                                                           renewed, body, headers, before)
                         if replayed is None:
                             await answer.send(send)
                             return
@@ -314,9 +307,33 @@ class EndpointProxy:
         finally:
             target.in_flight -= 1
 
+    def _upstream_headers(self, headers: list[tuple[bytes, bytes]], strip_authorization: bool,
+                          identity: Identity | None, endpoint_id: str,
+                          ) -> tuple[list[tuple[bytes, bytes]], Callable[[], list[tuple[bytes, bytes]]]]:
+        """The headers sent upstream, and how to renew them for a later try. Every Berth credential goes,
+        whatever its audience: the service's owner must not receive one."""
+        upstream_headers = [
+            (name, value) for name, value in strip_berth_credentials(headers, self.verifier)
+            if name not in STRIPPED_REQUEST and not (strip_authorization and name == b"authorization")
+        ]
+        caller = self._assertion(identity, endpoint_id) if identity is not None else None
+        if caller is not None:
+            upstream_headers.append((CALLER_HEADER, caller))
+
+        def renewed() -> list[tuple[bytes, bytes]]:
+            """With an assertion signed now: a request held while LiteLLM restarts can outwait the one it
+            came with (60 s of life, reused for up to 30 s)."""
+            if caller is None or identity is None or self.signer is None:
+                return upstream_headers
+            fresh = self.signer.caller_assertion(identity, endpoint_id, ASSERTION_TTL_S).encode()
+            return [(name, fresh if name == CALLER_HEADER else value) for name, value in upstream_headers]
+
+        return upstream_headers, renewed
+
     async def _replay_lost(self, answer: litellm_replay.BufferedAnswer, route: Route, target: Replica, method: str,
-                           path: str, upstream_headers: list[tuple[bytes, bytes]], body: bytes | AsyncIterator[bytes],
-                           headers: list[tuple[bytes, bytes]], before: frozenset[str] | None,
+                           path: str, renewed: Callable[[], list[tuple[bytes, bytes]]],
+                           body: bytes | AsyncIterator[bytes], headers: list[tuple[bytes, bytes]],
+                           before: frozenset[str] | None,
                            ) -> UpstreamResponse | None:
         """LiteLLM lost this completion with a dying copy: send it once more when its routed copies have
         changed; None when it is not such a loss (or no copy came back), and the answer is relayed."""
@@ -333,14 +350,15 @@ class EndpointProxy:
         url = self.routes.get(route.id, route).service_url or target.url
         log.info("LiteLLM lost a completion of endpoint %s with a dying copy; sending it once more", route.id)
         try:
-            return await self.upstream.request(method, url + path, _to(target, upstream_headers), body)
+            return await self.upstream.request(method, url + path, _to(target, renewed()), body)
         except UpstreamError as error:
             log.warning("the replay to LiteLLM at %s failed: %s", url, error)
             return None
 
     async def _second_try(self, route: Route, target: Replica, error: UpstreamError, retriable: bool,
-                          session_id: str | None, method: str, path: str, upstream_headers: list[tuple[bytes, bytes]],
-                          body: bytes | AsyncIterator[bytes], headers: list[tuple[bytes, bytes]],
+                          session_id: str | None, method: str, path: str,
+                          renewed: Callable[[], list[tuple[bytes, bytes]]], body: bytes | AsyncIterator[bytes],
+                          headers: list[tuple[bytes, bytes]],
                           ) -> tuple[Replica, UpstreamResponse] | None:
         """After a first attempt that got no answer: wait for the endpoint's restarting LiteLLM, or send a
         replayable pool request once to another copy."""
@@ -349,7 +367,7 @@ class EndpointProxy:
         if route.service == "litellm" and target.copy_id == "service":
             def service_url() -> str | None:
                 return self.routes.get(route.id, route).service_url or None
-            return await second_try.await_service(self.upstream, service_url, method, path, upstream_headers, body,
+            return await second_try.await_service(self.upstream, service_url, method, path, renewed, body,
                                                   deadline(self.hold_timeout_s, headers), log,
                                                   # its one replay is spent when LiteLLM died with this request
                                                   replayable=error.refused)
@@ -358,8 +376,9 @@ class EndpointProxy:
         if not (retriable and route.pool):
             return None
         other = route.target(session_id, exclude=frozenset({target.copy_id}))
-        return await second_try.other_copy(self.upstream, other, method, path,
-                                           _to(other, upstream_headers) if other else upstream_headers, body, log)
+        now = renewed()
+        return await second_try.other_copy(self.upstream, other, method, path, _to(other, now) if other else now,
+                                           body, log)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

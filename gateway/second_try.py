@@ -18,7 +18,7 @@ SERVICE_RETRY_EVERY_S = 0.25
 
 
 async def await_service(upstream: UpstreamPool, service_url: Callable[[], str | None], method: str, path: str,
-                        headers: Headers, body: bytes, deadline_s: float,
+                        headers: Callable[[], Headers], body: bytes, deadline_s: float,
                         log: logging.Logger, replayable: bool = False) -> tuple[Replica, UpstreamResponse] | None:
     """Send the request again until the endpoint's LiteLLM answers or `deadline_s` passes. LiteLLM
     refusing connections is down and being started again by its node (seconds; the chaos soak saw every
@@ -27,7 +27,8 @@ async def await_service(upstream: UpstreamPool, service_url: Callable[[], str | 
     first send when the caller's attempt broke (`replayable` False), one more when `replayable` (the
     caller's attempt was refused). Never more: a request that breaks LiteLLM may be what kills it, and must
     not take it down again and again for every user of the endpoint.
-    `service_url()` is read each time: a restarted LiteLLM may come back elsewhere."""
+    `service_url()` and `headers()` are read at each send: a restarted LiteLLM may come back elsewhere, and a
+    caller assertion must not expire while the request waits."""
     started = time.monotonic()
     replays_left = 1 if replayable else 0
     while time.monotonic() - started < deadline_s:
@@ -36,7 +37,7 @@ async def await_service(upstream: UpstreamPool, service_url: Callable[[], str | 
         if url is None:
             continue
         try:
-            return Replica(copy_id="service", url=url), await upstream.request(method, url + path, headers, body)
+            return Replica(copy_id="service", url=url), await upstream.request(method, url + path, headers(), body)
         except UpstreamError as error:
             if not error.refused:
                 if replays_left == 0:

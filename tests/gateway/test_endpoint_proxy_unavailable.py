@@ -9,13 +9,15 @@ import asyncio
 import json
 import socket
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from berth.processes import free_port
-from berth.security import SigningKey, TokenVerifier
+from berth.security import Identity, SigningKey, TokenVerifier
+from gateway import endpoint_proxy
 from gateway.endpoint_proxy import EndpointProxy
 from gateway.upstream import UpstreamPool
 from tests.gateway.test_endpoint_proxy_identity import FakeApi
@@ -177,3 +179,61 @@ def test_a_completion_that_breaks_litellm_twice_is_not_sent_a_third_time(verifie
     answer, seen = asyncio.run(main())
     _assert_unavailable(*answer)
     assert seen == 2
+
+
+def test_a_request_held_past_its_assertions_life_reaches_litellm_with_a_fresh_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The soak's 401: a request held 42 s while LiteLLM was restarted carried its (reused) caller assertion,
+    expired by then; LiteLLM refused it. Each later try is sent with an assertion signed at that moment."""
+    monkeypatch.setattr(endpoint_proxy, "ASSERTION_TTL_S", 2.0)  # an assertion lives 2 s, the wait 3.5 s
+    key = SigningKey.load_or_create(tmp_path)
+    verifier = TokenVerifier.from_jwks(key.jwks())
+    port = free_port()
+    received: list[tuple[str, float]] = []
+
+    async def main() -> int:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+            caller = next(line.split(":", 1)[1].strip() for line in head.split("\r\n")
+                          if line.lower().startswith("x-berth-caller:"))
+            received.append((caller, time.time()))
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n"
+                         b'{"ok":true}')
+            await writer.drain()
+            writer.close()
+
+        async def restart_later() -> asyncio.Server:
+            await asyncio.sleep(3.5)
+            return await asyncio.start_server(answer, "127.0.0.1", port)
+
+        restarting = asyncio.create_task(restart_later())
+        endpoint = {**_endpoint("litellm", f"http://127.0.0.1:{port}"), "scope": "organization"}
+        proxy = EndpointProxy(FakeApi([endpoint]), verifier, upstream=UpstreamPool(connect_timeout_s=2),  # type: ignore[arg-type]
+                              signer=key)
+        proxy.hold_timeout_s = 20.0
+        token = key.endpoint_token(Identity(user="alice", org="acme"), "ep-1", 600)
+        status = await _ask_as(proxy, token)
+        (await restarting).close()
+        return status
+
+    assert asyncio.run(main()) == 200
+    (assertion, at), = received
+    claims = verifier.verify(assertion, "ep-1")  # raises if it had expired on the way
+    assert claims["sub"] == "alice" and claims["exp"] > at
+
+
+async def _ask_as(proxy: EndpointProxy, token: str) -> int:
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b'{"model":"m","messages":[]}', "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await proxy.refresh()
+    scope = {"type": "http", "path": "/endpoints/ep-1/v1/chat/completions", "method": "POST",
+             "headers": [(b"content-type", b"application/json"), (b"authorization", f"Bearer {token}".encode())],
+             "query_string": b""}
+    await proxy(scope, receive, send)
+    return int(sent[0]["status"])
