@@ -130,3 +130,21 @@ def test_only_streams_aborted_while_the_proxy_died_are_set_apart() -> None:
     assert result["streams_broken_without_error_event"] == 2
     assert [s["target"] for s in result["broken_stream_samples"]] == ["b", "c"]
     assert [s["target"] for s in result["stream_samples_aborted_as_the_proxy_died"]] == ["a"]
+
+
+def test_requests_lost_inside_the_killed_proxy_are_counted_beside_the_raw_rate() -> None:
+    from bench.chaos.soak import _requests_in_the_killed_proxy
+
+    proxy_kill = {"at_s": 10.0, "kind": "proxy", "target": "proxy", "pid": 1}
+    rank_kill = {"at_s": 20.0, "kind": "rank", "target": "pool.copy-0-r0", "pid": 2}
+    samples = [
+        {"outcome": "transport_RemoteProtocolError", "kills_meanwhile": [proxy_kill]},  # held by the dead proxy
+        {"outcome": "http_500", "kills_meanwhile": [proxy_kill]},  # an answer: not the proxy's death
+        {"outcome": "transport_ReadError", "kills_meanwhile": [rank_kill]},
+    ]
+    load = {"non_streamed_total": 1000, "non_streamed_ok": 997, "non_streamed_success_rate": 0.997,
+            "non_streamed_failure_samples": samples}
+    result = _requests_in_the_killed_proxy(load)
+    assert result["non_streamed_lost_in_the_killed_proxy"] == 1
+    assert result["non_streamed_success_rate_besides_the_killed_proxy"] == round(997 / 999, 5)
+    assert result["non_streamed_success_rate"] == 0.997  # the raw rate, which the goal is judged on
