@@ -22,6 +22,7 @@ from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
 from catalog.definition import EngineSpec, PoolSpec, ReplicaSpec, WorkflowDefinition
 from tests.workflows.fake_cluster import FakeCluster
 from workflows.copy import CopyWorkflow
+from workflows.front import FrontWorkflow
 from workflows.payloads import CopyTimings, Owner, ServiceInput, ServiceStatus, StopRequest
 from workflows.service import ServiceWorkflow
 
@@ -125,9 +126,9 @@ class Harness:
         """The control worker and one worker per node, for the length of the block; whatever the test left
         running is terminated after it, so no workflow outlives its test."""
         authority = InputAuthority(TokenVerifier.from_jwks(self.signing.jwks()), CONTROL_TASK_QUEUE)
-        workers = [Worker(self.client, task_queue=CONTROL_TASK_QUEUE, workflows=[ServiceWorkflow, CopyWorkflow],
+        workers = [Worker(self.client, task_queue=CONTROL_TASK_QUEUE, workflows=[ServiceWorkflow, CopyWorkflow, FrontWorkflow],
                           activities=[*cluster.control_activities(), authority.verify_service_input,
-                                      authority.verify_copy_parent])]
+                                      authority.verify_copy_parent, authority.verify_front_parent])]
         workers += [Worker(self.client, task_queue=node_task_queue(node.node_id), activities=cluster.node_activities(),
                            max_concurrent_activities=node.slots) for node in cluster.nodes]
         async with contextlib.AsyncExitStack() as stack:

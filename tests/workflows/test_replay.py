@@ -13,6 +13,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from workflows.copy import CopyWorkflow
+from workflows.front import FrontWorkflow
 from workflows.service import ServiceWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -26,6 +27,6 @@ async def test_recorded_histories_replay_on_the_current_code() -> None:
         for path in paths:
             yield WorkflowHistory.from_json(path.stem, path.read_text())
 
-    replayer = Replayer(workflows=[ServiceWorkflow, CopyWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[ServiceWorkflow, CopyWorkflow, FrontWorkflow], data_converter=pydantic_data_converter)
     results = await replayer.replay_workflows(histories(), raise_on_replay_failure=False)
     assert results.replay_failures == {}
