@@ -14,6 +14,7 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.authorization import InputAuthority
@@ -36,12 +37,12 @@ OWNER = Owner(user="alice", groups=("ml",))
 
 
 def pool_definition(min_replicas: int = 1, max_replicas: int | None = None, replace_failed_copies: int = 0,
-                    nodes: int = 1) -> WorkflowDefinition:
-    """A model pool with no weights to fetch and no LiteLLM proxy in front: only the pool's own logic runs."""
+                    nodes: int = 1, proxy: bool = False) -> WorkflowDefinition:
+    """A model pool with no weights to fetch and (unless `proxy`) no LiteLLM proxy in front."""
     engine = EngineSpec(served_model_name="tiny-model", max_model_len=512, startup_timeout_s=120)
     return WorkflowDefinition(
         entry="tiny-model", name="tiny-model", model_id="tiny-model",
-        replica=ReplicaSpec(nodes=nodes, gpus_per_node=1, engine=engine), proxy=False,
+        replica=ReplicaSpec(nodes=nodes, gpus_per_node=1, engine=engine), proxy=proxy,
         pool=PoolSpec(min_replicas=min_replicas, max_replicas=max_replicas or max(min_replicas, 1),
                       replace_failed_copies=replace_failed_copies),
     )
@@ -81,8 +82,12 @@ class Harness:
         self.started.append(handle)
         return handle
 
+    def latest(self, handle: WorkflowHandle[Any, Any]) -> WorkflowHandle[Any, Any]:
+        """The workflow's current run: a pool that continued as new answers queries and signals there."""
+        return self.client.get_workflow_handle(handle.id)
+
     async def status(self, handle: WorkflowHandle[Any, Any]) -> ServiceStatus:
-        status: ServiceStatus = await handle.query(ServiceWorkflow.status)
+        status: ServiceStatus = await self.latest(handle).query(ServiceWorkflow.status)
         return status
 
     async def wait_status(self, handle: WorkflowHandle[Any, Any], condition: Callable[[ServiceStatus], bool],
@@ -117,7 +122,7 @@ class Harness:
 
     async def stop(self, handle: WorkflowHandle[Any, Any], timeout_s: float = WAIT_S) -> ServiceStatus:
         await self.settled(copy_ids(await self.status(handle), ready_only=False))
-        await handle.signal(ServiceWorkflow.stop, StopRequest(by=OWNER.user))
+        await self.latest(handle).signal(ServiceWorkflow.stop, StopRequest(by=OWNER.user))
         status: ServiceStatus = await asyncio.wait_for(handle.result(), timeout_s)
         return status
 
@@ -141,9 +146,15 @@ class Harness:
 
     async def _terminate_leftovers(self, cluster: FakeCluster) -> None:
         copies = {request.copy_id for request in cluster.called("reserve_placement")}
-        handles = [*self.started, *(self.client.get_workflow_handle(copy_id) for copy_id in sorted(copies))]
+        # Children are abandoned (not cancelled) when their pool closes: each is ended by ID.
+        fronts = {f"{handle.id}.front" for handle in self.started}
+        handles = [self.latest(h) for h in self.started]
+        handles += [self.client.get_workflow_handle(child) for child in sorted(copies | fronts)]
         for handle in handles:
-            description = await handle.describe()
+            try:
+                description = await handle.describe()
+            except RPCError:  # never started (a pool without a front process)
+                continue
             if description.status is WorkflowExecutionStatus.RUNNING:
                 await handle.terminate(reason="the test ended")
 
