@@ -43,8 +43,15 @@ SHORT = timedelta(seconds=60)
 
 @workflow.defn
 class ServiceWorkflow(PoolMixin):
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, input: ServiceInput) -> None:
+        # The input (and a carried pool) before any handler runs: a continued run may take an update or a
+        # signal in its first workflow task, before `run` starts.
         super().__init__()
+        self.input = input.model_copy(update={"carry": None})
+        self.continued = input.carry is not None and workflow.info().continued_run_id is not None
+        if input.carry is not None and self.continued:
+            self.resume(input.carry)
 
     # --- reads and writes from outside ---------------------------------------------------------
     @workflow.query
@@ -147,13 +154,12 @@ class ServiceWorkflow(PoolMixin):
     # --- the run --------------------------------------------------------------------------------
     @workflow.run
     async def run(self, input: ServiceInput) -> ServiceStatus:
-        carry, input = input.carry, input.model_copy(update={"carry": None})
-        self.input = input
-        definition = input.definition
         # Only a run this workflow continued itself resumes a carried state (and was authorized then).
-        continued = carry is not None and workflow.info().continued_run_id is not None
+        carry, continued = input.carry, self.continued
+        input = self.input
+        assert input is not None
+        definition = input.definition
         if carry is not None and continued:
-            self.resume(carry)
             front = self.attach_front(carry.front_id) if carry.front_id else None
             model_dir = carry.model_dir
         else:

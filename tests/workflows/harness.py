@@ -96,7 +96,13 @@ class Harness:
             status = await self.status(handle)
             return status if condition(status) else None
 
-        status: ServiceStatus = await eventually(met, what, timeout_s)
+        try:
+            status: ServiceStatus = await eventually(met, what, timeout_s)
+        except AssertionError as error:  # say where it was instead
+            last = await self.status(handle)
+            raise AssertionError(f"{error}; it was {last.phase.value} with copies "
+                                 f"{[(c.copy_id, c.status.value) for c in last.replicas]}, events "
+                                 f"{[e.kind for e in last.events]}") from None
         return status
 
     async def settled(self, copy_ids: Iterable[str]) -> None:
@@ -131,7 +137,8 @@ class Harness:
         """The control worker and one worker per node, for the length of the block; whatever the test left
         running is terminated after it, so no workflow outlives its test."""
         authority = InputAuthority(TokenVerifier.from_jwks(self.signing.jwks()), CONTROL_TASK_QUEUE)
-        workers = [Worker(self.client, task_queue=CONTROL_TASK_QUEUE, workflows=[ServiceWorkflow, CopyWorkflow, FrontWorkflow],
+        workflows = [ServiceWorkflow, CopyWorkflow, FrontWorkflow]
+        workers = [Worker(self.client, task_queue=CONTROL_TASK_QUEUE, workflows=workflows,
                           activities=[*cluster.control_activities(), authority.verify_service_input,
                                       authority.verify_copy_parent, authority.verify_front_parent])]
         workers += [Worker(self.client, task_queue=node_task_queue(node.node_id), activities=cluster.node_activities(),

@@ -27,6 +27,7 @@ async def test_recorded_histories_replay_on_the_current_code() -> None:
         for path in paths:
             yield WorkflowHistory.from_json(path.stem, path.read_text())
 
-    replayer = Replayer(workflows=[ServiceWorkflow, CopyWorkflow, FrontWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[ServiceWorkflow, CopyWorkflow, FrontWorkflow],
+                        data_converter=pydantic_data_converter)
     results = await replayer.replay_workflows(histories(), raise_on_replay_failure=False)
     assert results.replay_failures == {}
