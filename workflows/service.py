@@ -156,8 +156,7 @@ class ServiceWorkflow(PoolMixin):
     async def run(self, input: ServiceInput) -> ServiceStatus:
         # Only a run this workflow continued itself resumes a carried state (and was authorized then).
         carry, continued = input.carry, self.continued
-        input = self.input
-        assert input is not None
+        input = input.model_copy(update={"carry": None})  # what self.input holds
         definition = input.definition
         if carry is not None and continued:
             front = self.attach_front(carry.front_id) if carry.front_id else None
