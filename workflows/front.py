@@ -9,7 +9,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.authorized import require_authorized
+    from workflows.authorized import refuse_signal, require_authorized
     from workflows.front_supervisor import FrontSupervisor
     from workflows.payloads import FrontInput, FrontReport, StopRequest
 
@@ -25,6 +25,9 @@ class FrontWorkflow:
 
     @workflow.signal
     def stop(self, request: StopRequest | None = None) -> None:
+        if request is None:
+            refuse_signal("stop")
+            return
         self._stop = True
 
     @workflow.query

@@ -8,7 +8,7 @@ import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, ChildWorkflowError
+from temporalio.exceptions import ApplicationError, ChildWorkflowError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from berth.settings import CONTROL_TASK_QUEUE
@@ -63,6 +63,8 @@ class PoolMixin(FrontLink):
 
     async def _continue_as_new(self, input: ServiceInput, running: Running, model_dir: str) -> None:
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if not self._may_continue(running):  # a copy ended, a drain or a stop began meanwhile: next time
+            return
         ids = tuple(running)
         carry = self.state.carry(ids, model_dir, None if self.front_ended else self.front_id, self._continued)
         carry = carry.model_copy(update={"reported": tuple(r for c, r in self.reported.items() if c in ids)})
@@ -108,7 +110,8 @@ class PoolMixin(FrontLink):
         try:
             await workflow.wait_condition(lambda: copy_id in self.reported)
         except asyncio.CancelledError:
-            await workflow.get_external_workflow_handle(copy_id).cancel()
+            with contextlib.suppress(FailureError):  # it ended meanwhile: its report is on its way
+                await workflow.get_external_workflow_handle(copy_id).cancel()
             await workflow.wait_condition(lambda: copy_id in self.reported)
         self._attached.discard(copy_id)
         self._copy_ended(self.reported[copy_id])
