@@ -11,7 +11,7 @@ from temporalio.exceptions import ApplicationError
 
 from berth.errors import AuthenticationError
 from berth.security import WORKFLOW_INPUT_AUDIENCE, TokenVerifier
-from workflows.payloads import CopyInput, ServiceInput
+from workflows.payloads import CopyInput, FrontInput, ServiceInput
 
 UNAUTHORIZED = "UnauthorizedInput"
 SERVICE_WORKFLOW = "ServiceWorkflow"
@@ -61,3 +61,18 @@ class InputAuthority:
         parent = await client.get_workflow_handle(parent_id, run_id=parent_run).describe()
         if parent.workflow_type != SERVICE_WORKFLOW or parent.task_queue != self._task_queue:
             raise _refuse("a replica copy's parent is not a Berth service workflow")
+
+    @activity.defn
+    async def verify_front_parent(self, input: FrontInput) -> None:
+        """A front process runs only as the child of the ServiceWorkflow whose signed input it carries."""
+        info = activity.info()
+        if info.workflow_id is None:
+            raise _refuse("a front process's check runs only inside its workflow")
+        client = activity.client()
+        front = await client.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id).describe()
+        parent_id = front.parent_id
+        if parent_id is None or parent_id != input.parent_workflow_id or parent_id != input.service.workflow_id:
+            raise _refuse("a front process runs only as the child of the service workflow it names")
+        parent = await client.get_workflow_handle(parent_id, run_id=front.parent_run_id).describe()
+        if parent.workflow_type != SERVICE_WORKFLOW or parent.task_queue != self._task_queue:
+            raise _refuse("a front process's parent is not a Berth service workflow")

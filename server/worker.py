@@ -18,6 +18,7 @@ from berth.settings import CONTROL_TASK_QUEUE, StateLayout
 from berth.temporal import connect
 from server.autoscale_loop import Autoscaler
 from workflows.copy import CopyWorkflow
+from workflows.front import FrontWorkflow
 from workflows.service import ServiceWorkflow
 
 
@@ -30,12 +31,13 @@ async def run_worker(state_dir: Path, temporal_address: str, api_url: str, token
         # The public key only: this worker can check the API's grants but never mint one.
         authority = InputAuthority(TokenVerifier.from_jwks(await api.internal_keys_when_up()), task_queue)
         worker = Worker(
-            client, task_queue=task_queue, workflows=[ServiceWorkflow, CopyWorkflow],
+            client, task_queue=task_queue, workflows=[ServiceWorkflow, CopyWorkflow, FrontWorkflow],
             activities=[control.reserve_placement, control.release_placement, control.fence_placement,
                         control.publish_replica,
                         control.unpublish_replica, control.remove_endpoint, control.drain_replica,
                         control.reserve_service_port, control.set_endpoint_service,
-                        authority.verify_service_input, authority.verify_copy_parent],
+                        authority.verify_service_input, authority.verify_copy_parent,
+                        authority.verify_front_parent],
         )
         async with worker:
             autoscaler = asyncio.create_task(Autoscaler(api, client).run_forever())

@@ -4,11 +4,12 @@ unit as soon as any rank ends."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from berth.contracts import FenceRequest, Placement, ReplicaRecord, ReserveRequest, ReserveResult
@@ -45,6 +46,10 @@ class CopyWorkflow:
         self._stopping = False
         # Nodes where a rank was given up with its agent silent: its process may live on there.
         self._lost_nodes: set[str] = set()
+        # Reports to the pool, sent in order by a task of their own (see `_tell_parent`).
+        self._reports_aside = False
+        self._outbox: list[tuple[str, ReplicaInfo | Event | CopyResult]] = []
+        self._sender: asyncio.Task[None] | None = None
 
     @workflow.query
     def info(self) -> ReplicaInfo:
@@ -56,14 +61,60 @@ class CopyWorkflow:
         assert self.input is not None
         parent = workflow.get_external_workflow_handle(self.input.parent_workflow_id)
         # State first: whoever sees the event (e.g. scheduling_blocked) then also sees the detail.
-        await parent.signal("copy_state", self.info())
+        reports: list[tuple[str, ReplicaInfo | Event | CopyResult]] = [("copy_state", self.info())]
         if kind:
-            event = Event(at=workflow.now(), kind=kind, message=message, copy_id=self.input.copy_id)
-            await parent.signal("copy_event", event)
+            reports.append(("copy_event", Event(at=workflow.now(), kind=kind, message=message,
+                                                copy_id=self.input.copy_id)))
+        if self._reports_aside:
+            self._send_aside(reports)
+            return
+        for name, argument in reports:
+            await parent.signal(name, argument)
+
+    def _send_aside(self, reports: list[tuple[str, ReplicaInfo | Event | CopyResult]]) -> None:
+        """Queue reports for the sender task. The run never awaits a signal itself: a cancel that reaches the
+        copy in the workflow task that resolves a signal it awaits is dropped by the SDK (temporalio/sdk-python
+        #620), and the copy would then never stop."""
+        self._outbox.extend(reports)
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send_outbox())
+
+    async def _send_outbox(self) -> None:
+        assert self.input is not None
+        parent = workflow.get_external_workflow_handle(self.input.parent_workflow_id)
+        while self._outbox:
+            name, argument = self._outbox.pop(0)
+            try:
+                await parent.signal(name, argument)
+            except FailureError:  # the pool is gone (terminated): nobody left to tell
+                self._outbox.clear()
+
+    async def _report_end(self, result: CopyResult) -> CopyResult:
+        """The copy's last word, which a pool that continued as new since starting it waits for."""
+        self._send_aside([("copy_finished", result)])
+        with contextlib.suppress(asyncio.CancelledError):  # already stopped: a late cancel changes nothing
+            await workflow.wait_condition(lambda: not self._outbox and (self._sender is None or self._sender.done()))
+        return result
 
     @workflow.run
     async def run(self, input: CopyInput) -> CopyResult:
         self.input = input
+        # Histories recorded before copies reported aside and told their pool how they ended await each report.
+        self._reports_aside = workflow.patched("copy-reports-aside")
+        if not self._reports_aside:
+            return await self._run(input)
+        try:
+            result = await self._run(input)
+        except asyncio.CancelledError:
+            await self._report_end(CopyResult(copy_id=input.copy_id, status=CopyStatus.STOPPED,
+                                              message="stopped on request"))
+            raise
+        except ApplicationError as error:
+            await self._report_end(CopyResult(copy_id=input.copy_id, status=CopyStatus.FAILED, message=error.message))
+            raise
+        return await self._report_end(result)
+
+    async def _run(self, input: CopyInput) -> CopyResult:
         await require_authorized("verify_copy_parent", input)
         try:
             placement = await self._reserve(input)

@@ -68,6 +68,9 @@ class CopyTimings(Payload):
     health_failures_to_fail: int = 3  # this many failed probes in a row → the copy failed as a unit
     replace_backoff_s: float = 5.0  # wait before the 2nd replacement in a row (the 1st: at once); then doubling
     replace_backoff_max_s: float = 120.0
+    # The pool continues as new when Temporal suggests it, and also once its history holds this many events
+    # (0: only when suggested); tests set it low to force one cheaply.
+    continue_as_new_after_events: int = 0
 
 
 class ServiceInput(Payload):
@@ -78,10 +81,13 @@ class ServiceInput(Payload):
     timings: CopyTimings = CopyTimings()
     endpoint_url: str = ""  # the endpoint's stable public URL (shown by a service's show-server job)
     grant: str = ""  # the API's signature over the rest (see `digest`); the control worker runs nothing without it
+    # Set only by the workflow itself when it continues as new (so outside the signed part): the pool it carries.
+    carry: PoolCarry | None = None
 
     def digest(self) -> str:
-        """SHA-256 of everything but the grant, in a form both the API and the control worker compute alike."""
-        canonical = json.dumps(self.model_dump(mode="json", exclude={"grant"}), sort_keys=True,
+        """SHA-256 of everything but the grant and carry, in a form both the API and the control worker compute
+        alike."""
+        canonical = json.dumps(self.model_dump(mode="json", exclude={"grant", "carry"}), sort_keys=True,
                                separators=(",", ":"), ensure_ascii=True)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -105,8 +111,10 @@ class CopyInput(Payload):
     model_dir: str
     volume: str | None = None
     parent_workflow_id: str
+    # Unused by the workflows: the pool's budgets (ReplaceFailedCopies spent, the failure streak) live in
+    # PoolCarry, which is what continue-as-new carries; a copy is never restarted by it.
     attempt: int = 0
-    blocked_since_events: int = Field(0, description="Carried across continue-as-new")
+    blocked_since_events: int = 0
     timings: CopyTimings = CopyTimings()
 
 
@@ -323,3 +331,50 @@ class LiveCheck(Payload):
     unauthorized_is_live: bool = False  # a password-protected server (OpenCode) answers 401 when up
 
 
+
+
+class FrontInput(Payload):
+    """What FrontWorkflow runs: its pool's signed input (whose front process it keeps) and the pool's ID."""
+
+    service: ServiceInput
+    parent_workflow_id: str
+
+
+class FrontReport(Payload):
+    """What a front process did, as FrontWorkflow tells its pool: an event, its routing, its end."""
+
+    kind: str = ""  # an event to record ("" = none)
+    message: str = ""
+    last_error: str | None = None
+    ready: bool | None = None  # the endpoint now routes to it (True) or not (False); None = unchanged
+    restarted: bool = False
+    failed: bool = False  # a fatal configuration error: it is not started again
+    ended: bool = False  # FrontWorkflow's last report
+
+
+class PoolCarry(Payload):
+    """A ServiceWorkflow's state across continue-as-new: its running copies and front child are re-attached
+    by ID (they were started with ParentClosePolicy.ABANDON, so the new run finds them still running)."""
+
+    phase: Phase
+    events: tuple[Event, ...] = ()
+    copies: tuple[ReplicaInfo, ...] = ()
+    running: tuple[str, ...] = ()  # copy workflow IDs still running
+    reported: tuple[CopyResult, ...] = ()  # ends that running copies reported to the run before
+    draining: tuple[str, ...] = ()
+    desired: int = 1
+    next_copy: int = 0
+    replaced_failures: int = 0
+    failure_streak: tuple[str, ...] = ()
+    streak_replaced: int = 0
+    replace_paused_until: datetime | None = None
+    last_error: str | None = None
+    weights: WeightsResult | None = None
+    model_dir: str = ""
+    service_ready: bool = False
+    service_restarts: int = 0
+    front_id: str | None = None  # the running FrontWorkflow, if any
+    continued: int = 0  # how many times this pool has continued as new
+
+
+ServiceInput.model_rebuild()

@@ -11,9 +11,29 @@ from typing import Any
 
 from temporalio import activity
 
-from berth.contracts import FenceRequest, Placement, RankPlacement, ReplicaRecord, ReserveRequest, ReserveResult
+from berth.contracts import (
+    EndpointService,
+    FenceRequest,
+    Placement,
+    RankPlacement,
+    ReplicaRecord,
+    ReserveRequest,
+    ReserveResult,
+    ServicePort,
+    ServicePortRequest,
+)
 from berth.settings import node_task_queue
-from workflows.payloads import CleanupInput, DrainInput, DrainResult, RankExit, RankSpec, ReadyCheck
+from workflows.payloads import (
+    CleanupInput,
+    DrainInput,
+    DrainResult,
+    LiveCheck,
+    RankExit,
+    RankSpec,
+    ReadyCheck,
+    ServiceExit,
+    ServiceRun,
+)
 
 # A node agent's heartbeat cadence while it owns a process (the SDK throttles what it sends to the server).
 HEARTBEAT_EVERY_S = 0.1
@@ -49,6 +69,12 @@ class FakeCluster:
     ranks: dict[tuple[str, int], FakeRank] = field(default_factory=dict)
     published: dict[str, ReplicaRecord] = field(default_factory=dict)
     calls: list[tuple[str, Any]] = field(default_factory=list)
+    # The endpoint's front process (LiteLLM): each run_service is one "process"; `routes` is what the endpoint
+    # routes to (set_endpoint_service), `front_exit` ends the running one as a crash would.
+    routes: dict[str, str | None] = field(default_factory=dict)
+    front_exit: ServiceExit | None = None
+    fronts_running: int = 0
+    front_goes_live: bool = True  # False: its liveness probe waits until the test sets it
     _ports: itertools.count[int] = field(default_factory=lambda: itertools.count(20000))
 
     # --- what the test reads and does -----------------------------------------------------------
@@ -127,9 +153,42 @@ class FakeCluster:
     async def remove_endpoint(self, request: CleanupInput) -> None:
         self._record("remove_endpoint", request)
 
+    @activity.defn(name="reserve_service_port")
+    async def reserve_service_port(self, request: ServicePortRequest) -> ServicePort:
+        self._record("reserve_service_port", request)
+        return ServicePort(node_id=self.nodes[0].node_id, address="127.0.0.1", port=next(self._ports))
+
+    @activity.defn(name="set_endpoint_service")
+    async def set_endpoint_service(self, update: EndpointService) -> None:
+        self._record("set_endpoint_service", update)
+        self.routes[update.endpoint_id] = update.url
+
     def control_activities(self) -> list[Callable[..., Any]]:
         return [self.reserve_placement, self.release_placement, self.fence_placement, self.publish_replica,
-                self.unpublish_replica, self.drain_replica, self.remove_endpoint]
+                self.unpublish_replica, self.drain_replica, self.remove_endpoint, self.reserve_service_port,
+                self.set_endpoint_service]
+
+    def crash_front(self, exit_code: int = 1) -> None:
+        self.front_exit = ServiceExit(name="litellm", node_id=self.nodes[0].node_id, exit_code=exit_code)
+
+    @activity.defn(name="run_service")
+    async def run_service(self, run: ServiceRun) -> ServiceExit:
+        """The front process: runs until `crash_front` or its workflow stops it."""
+        self._record("run_service", run)
+        self.fronts_running += 1
+        try:
+            await self._beat_until(lambda: self.front_exit is not None, self._this_node())
+        finally:
+            self.fronts_running -= 1
+        exit_info, self.front_exit = self.front_exit, None
+        assert exit_info is not None
+        return exit_info
+
+    @activity.defn(name="wait_live")
+    async def wait_live(self, check: LiveCheck) -> float:
+        self._record("wait_live", check)
+        await self._beat_until(lambda: self.front_goes_live, self._this_node())
+        return 0.5
 
     # --- a node agent's activities (activities/ranks.py), on each node's own task queue ---------------
     @activity.defn(name="run_rank")
@@ -157,7 +216,7 @@ class FakeCluster:
         await self._beat_until(lambda: self.serving(check.copy_id), self._this_node())
 
     def node_activities(self) -> list[Callable[..., Any]]:
-        return [self.run_rank, self.adopt_rank, self.wait_ready]
+        return [self.run_rank, self.adopt_rank, self.wait_ready, self.run_service, self.wait_live]
 
     async def _own(self, process: FakeRank) -> RankExit:
         process.owner += 1

@@ -14,6 +14,7 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.authorization import InputAuthority
@@ -22,6 +23,7 @@ from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
 from catalog.definition import EngineSpec, PoolSpec, ReplicaSpec, WorkflowDefinition
 from tests.workflows.fake_cluster import FakeCluster
 from workflows.copy import CopyWorkflow
+from workflows.front import FrontWorkflow
 from workflows.payloads import CopyTimings, Owner, ServiceInput, ServiceStatus, StopRequest
 from workflows.service import ServiceWorkflow
 
@@ -35,12 +37,12 @@ OWNER = Owner(user="alice", groups=("ml",))
 
 
 def pool_definition(min_replicas: int = 1, max_replicas: int | None = None, replace_failed_copies: int = 0,
-                    nodes: int = 1) -> WorkflowDefinition:
-    """A model pool with no weights to fetch and no LiteLLM proxy in front: only the pool's own logic runs."""
+                    nodes: int = 1, proxy: bool = False) -> WorkflowDefinition:
+    """A model pool with no weights to fetch and (unless `proxy`) no LiteLLM proxy in front."""
     engine = EngineSpec(served_model_name="tiny-model", max_model_len=512, startup_timeout_s=120)
     return WorkflowDefinition(
         entry="tiny-model", name="tiny-model", model_id="tiny-model",
-        replica=ReplicaSpec(nodes=nodes, gpus_per_node=1, engine=engine), proxy=False,
+        replica=ReplicaSpec(nodes=nodes, gpus_per_node=1, engine=engine), proxy=proxy,
         pool=PoolSpec(min_replicas=min_replicas, max_replicas=max_replicas or max(min_replicas, 1),
                       replace_failed_copies=replace_failed_copies),
     )
@@ -80,8 +82,12 @@ class Harness:
         self.started.append(handle)
         return handle
 
+    def latest(self, handle: WorkflowHandle[Any, Any]) -> WorkflowHandle[Any, Any]:
+        """The workflow's current run: a pool that continued as new answers queries and signals there."""
+        return self.client.get_workflow_handle(handle.id)
+
     async def status(self, handle: WorkflowHandle[Any, Any]) -> ServiceStatus:
-        status: ServiceStatus = await handle.query(ServiceWorkflow.status)
+        status: ServiceStatus = await self.latest(handle).query(ServiceWorkflow.status)
         return status
 
     async def wait_status(self, handle: WorkflowHandle[Any, Any], condition: Callable[[ServiceStatus], bool],
@@ -90,7 +96,13 @@ class Harness:
             status = await self.status(handle)
             return status if condition(status) else None
 
-        status: ServiceStatus = await eventually(met, what, timeout_s)
+        try:
+            status: ServiceStatus = await eventually(met, what, timeout_s)
+        except AssertionError as error:  # say where it was instead
+            last = await self.status(handle)
+            raise AssertionError(f"{error}; it was {last.phase.value} with copies "
+                                 f"{[(c.copy_id, c.status.value) for c in last.replicas]}, events "
+                                 f"{[e.kind for e in last.events]}") from None
         return status
 
     async def settled(self, copy_ids: Iterable[str]) -> None:
@@ -116,7 +128,7 @@ class Harness:
 
     async def stop(self, handle: WorkflowHandle[Any, Any], timeout_s: float = WAIT_S) -> ServiceStatus:
         await self.settled(copy_ids(await self.status(handle), ready_only=False))
-        await handle.signal(ServiceWorkflow.stop, StopRequest(by=OWNER.user))
+        await self.latest(handle).signal(ServiceWorkflow.stop, StopRequest(by=OWNER.user))
         status: ServiceStatus = await asyncio.wait_for(handle.result(), timeout_s)
         return status
 
@@ -125,9 +137,10 @@ class Harness:
         """The control worker and one worker per node, for the length of the block; whatever the test left
         running is terminated after it, so no workflow outlives its test."""
         authority = InputAuthority(TokenVerifier.from_jwks(self.signing.jwks()), CONTROL_TASK_QUEUE)
-        workers = [Worker(self.client, task_queue=CONTROL_TASK_QUEUE, workflows=[ServiceWorkflow, CopyWorkflow],
+        workflows = [ServiceWorkflow, CopyWorkflow, FrontWorkflow]
+        workers = [Worker(self.client, task_queue=CONTROL_TASK_QUEUE, workflows=workflows,
                           activities=[*cluster.control_activities(), authority.verify_service_input,
-                                      authority.verify_copy_parent])]
+                                      authority.verify_copy_parent, authority.verify_front_parent])]
         workers += [Worker(self.client, task_queue=node_task_queue(node.node_id), activities=cluster.node_activities(),
                            max_concurrent_activities=node.slots) for node in cluster.nodes]
         async with contextlib.AsyncExitStack() as stack:
@@ -140,9 +153,15 @@ class Harness:
 
     async def _terminate_leftovers(self, cluster: FakeCluster) -> None:
         copies = {request.copy_id for request in cluster.called("reserve_placement")}
-        handles = [*self.started, *(self.client.get_workflow_handle(copy_id) for copy_id in sorted(copies))]
+        # Children are abandoned (not cancelled) when their pool closes: each is ended by ID.
+        fronts = {f"{handle.id}.front" for handle in self.started}
+        handles = [self.latest(h) for h in self.started]
+        handles += [self.client.get_workflow_handle(child) for child in sorted(copies | fronts)]
         for handle in handles:
-            description = await handle.describe()
+            try:
+                description = await handle.describe()
+            except RPCError:  # never started (a pool without a front process)
+                continue
             if description.status is WorkflowExecutionStatus.RUNNING:
                 await handle.terminate(reason="the test ended")
 

@@ -1,7 +1,9 @@
 """Histories recorded under the code before self-healing pools still replay: running workflows survive
 the upgrade (`workflow.patched("pool-self-healing")`). Recorded on a simulated stack: a MinReplicas=2 pool
 with ReplaceFailedCopies=1 whose crashed copy was replaced, then stopped; one with the old default of 0,
-failed at its minimum by one crash. Payloads decrypted, generated API keys removed."""
+failed at its minimum by one crash. Payloads decrypted, generated API keys removed. And the shape after
+`front-child-and-continue-as-new` (tests/workflows/record_histories.py): a Proxy=true pool's run that continued
+as new, its last run (scaled up and in, stopped), its FrontWorkflow and a copy that outlived a continue-as-new."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from workflows.copy import CopyWorkflow
+from workflows.front import FrontWorkflow
 from workflows.service import ServiceWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -20,12 +23,15 @@ HISTORIES = Path(__file__).parent / "histories"
 
 async def test_recorded_histories_replay_on_the_current_code() -> None:
     paths = sorted(HISTORIES.glob("*.json"))
-    assert len(paths) == 7
+    assert len(paths) == 11
+    assert {"ServiceWorkflow-7-continued", "ServiceWorkflow-8-after-continue", "FrontWorkflow-9"} <= {
+        path.stem for path in paths}
 
     async def histories() -> AsyncIterator[WorkflowHistory]:
         for path in paths:
             yield WorkflowHistory.from_json(path.stem, path.read_text())
 
-    replayer = Replayer(workflows=[ServiceWorkflow, CopyWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[ServiceWorkflow, CopyWorkflow, FrontWorkflow],
+                        data_converter=pydantic_data_converter)
     results = await replayer.replay_workflows(histories(), raise_on_replay_failure=False)
     assert results.replay_failures == {}

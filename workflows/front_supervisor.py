@@ -1,0 +1,204 @@
+"""FrontSupervisor: place, start and keep an endpoint's front process (its LiteLLM proxy, or a gateway or
+OpenCode server), restarting it with back-off; run by FrontWorkflow, and inline by histories from before it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+from typing import Protocol
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from berth.contracts import EndpointService, ServicePort, ServicePortRequest
+    from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
+    from workflows.payloads import FrontReport, LiveCheck, ServiceExit, ServiceInput, ServiceRun
+    from workflows.supervised import MAX_ADOPTIONS, agent_went_silent, not_adopted, start_supervised
+
+SHORT = timedelta(seconds=60)
+CONTROL_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
+# A front process is restarted by its supervisor (with back-off), never by Temporal behind its back
+# (start_supervised runs it once).
+SERVICE_BACKOFF_MAX_S = 60.0
+# A run that lasted this long was healthy: the next crash is restarted after the first back-off again,
+# as `berth up` does for its components (a month of rare crashes must not cost a minute each).
+SERVICE_BACKOFF_RESET_S = 60.0
+PROXY_SERVICE = "litellm"
+FATAL_SERVICE_ERRORS = ("EndpointUnreachable", "ServiceConfig", "SecretError", "ServiceSpawnFailed")
+
+
+class FrontHost(Protocol):
+    """Who hears what the front process does: the pool's own state (inline) or the pool's signals (child)."""
+
+    def stopping(self) -> bool: ...
+
+    async def report(self, report: FrontReport) -> None: ...
+
+
+class FrontSupervisor:
+    def __init__(self, input: ServiceInput, host: FrontHost) -> None:
+        self.input = input
+        self.host = host
+        self.failed: str | None = None  # a fatal configuration error: restarting cannot help
+
+    async def run(self) -> None:
+        """Once live, the endpoint routes to it; if it exits, the endpoint stops routing to it and it is
+        started again with back-off; stopped with its host. The master key travels as a literal only
+        inside the (encrypted) history, or as an ApiKeySecret reference resolved on the node."""
+        input = self.input
+        owner = f"{input.workflow_id}.{front_name(input)}"
+        backoff = 1.0
+        try:
+            while not self.host.stopping():
+                port: ServicePort = await workflow.execute_activity(
+                    "reserve_service_port", ServicePortRequest(workflow_id=input.workflow_id, owner=owner),
+                    result_type=ServicePort, task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
+                    retry_policy=CONTROL_RETRY,
+                )
+                run = front_run(input, port)
+                started = workflow.now()
+                exit_message = await self._life(run, port)
+                if (workflow.now() - started).total_seconds() >= SERVICE_BACKOFF_RESET_S:
+                    backoff = 1.0
+                if self.host.stopping():
+                    return
+                if self.failed is not None:
+                    await self.host.report(FrontReport(kind="service_failed", message=exit_message,
+                                                       last_error=exit_message, failed=True))
+                    return
+                await self.host.report(FrontReport(
+                    kind="service_exited", message=f"{exit_message}; restarting it in {backoff:.0f} s",
+                    last_error=exit_message, restarted=True))
+                with contextlib.suppress(asyncio.TimeoutError):  # the back-off ran out: start it again
+                    await workflow.wait_condition(self.host.stopping, timeout=timedelta(seconds=backoff))
+                backoff = min(backoff * 2, SERVICE_BACKOFF_MAX_S)
+        finally:
+            await workflow.execute_activity(
+                "release_placement", owner, task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
+                retry_policy=CONTROL_RETRY,
+            )
+
+    async def _life(self, run: ServiceRun, port: ServicePort) -> str:
+        """One run of the process; returns why it ended (empty when stopped on request). The process
+        outlives its node agent: when the agent goes silent, a restarted one is asked to adopt it, and
+        the endpoint keeps routing to it meanwhile."""
+        timings = self.input.timings
+        process = start_supervised("run_service", run, ServiceExit, port.node_id, timings, adopting=False)
+        live = workflow.start_activity(
+            "wait_live", live_check(run), result_type=float, task_queue=node_task_queue(port.node_id),
+            start_to_close_timeout=timedelta(seconds=240),
+            heartbeat_timeout=timedelta(seconds=timings.rank_heartbeat_timeout_s),
+            retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["NotReady"]),
+        )
+        routed = False
+        adoptions = 0
+
+        def settled() -> bool:  # the process ended, the probe answered (once), or the host stops
+            return process.done() or (live.done() and not routed) or self.host.stopping()
+
+        try:
+            while True:
+                await workflow.wait_condition(settled)
+                if self.host.stopping():
+                    break
+                if not process.done():  # the liveness probe answered first
+                    if live.exception() is not None:  # up but never live: stop it, and start it again
+                        process.cancel()
+                        await workflow.wait([process])
+                        return f"service {run.name} on {port.node_id} never became live: {live.exception()}"
+                    await self._route(run.url)
+                    routed = True
+                    await self.host.report(FrontReport(
+                        kind="service_ready", message=f"{run.name} live at {run.url} on {port.node_id} after "
+                        f"{live.result():.1f} s; the endpoint routes to it"))
+                    continue
+                if not agent_went_silent(process.exception()) or adoptions >= MAX_ADOPTIONS:
+                    break
+                # Histories recorded before services could be adopted restarted the service here.
+                if not workflow.patched("service-adoption"):
+                    break
+                adoptions += 1
+                await self.host.report(FrontReport(
+                    kind="service_unresponsive",
+                    message=f"node agent of {port.node_id} stopped answering for {run.name}; the service keeps "
+                    f"running and a restarted agent has {timings.rank_adopt_window_s:.0f} s to adopt it"))
+                process = start_supervised("adopt_service", run, ServiceExit, port.node_id, timings, adopting=True)
+        finally:
+            if routed:
+                await self._route(None)
+            for task in (live, process):
+                if not task.done():
+                    task.cancel()
+            await workflow.wait([live, process])
+        if self.host.stopping():
+            return ""
+        return self._why_ended(process, run, port)
+
+    def _why_ended(self, process: workflow.ActivityHandle[ServiceExit], run: ServiceRun, port: ServicePort) -> str:
+        timings = self.input.timings
+        try:
+            result = process.result()
+        except ActivityError as error:
+            cause = error.cause
+            if not_adopted(error):
+                return (f"service {run.name} on {port.node_id} was lost (its node agent stopped answering): "
+                        f"no node agent on {port.node_id} adopted it within {timings.rank_adopt_window_s:.0f} s")
+            message = f"service {run.name} on {port.node_id} failed: " + (
+                cause.message if isinstance(cause, ApplicationError) else str(cause or error))
+            if isinstance(cause, ApplicationError) and cause.non_retryable and cause.type in FATAL_SERVICE_ERRORS:
+                self.failed = message  # restarting cannot help: bad settings, say which and why
+            return message
+        return result.describe() + (f"; last lines of its log:\n{result.log_tail}" if result.log_tail else "")
+
+    async def _route(self, url: str | None) -> None:
+        await workflow.execute_activity(
+            "set_endpoint_service",
+            EndpointService(endpoint_id=self.input.endpoint_id, service=front_name(self.input), url=url),
+            task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT, retry_policy=CONTROL_RETRY,
+        )
+        await self.host.report(FrontReport(ready=url is not None))
+
+
+def front_run(input: ServiceInput, port: ServicePort) -> ServiceRun:
+    definition = input.definition
+    common = {"workflow_id": input.workflow_id, "endpoint_id": input.endpoint_id, "owner": input.owner.user,
+              "address": port.address, "port": port.port, "api_key_secret": definition.api_key_secret}
+    if definition.service is not None and definition.replica is None:
+        options = {k: str(v) for k, v in definition.service.options.items() if v is not None and k != "password"}
+        if definition.service.volume:
+            options["volume"] = definition.service.volume  # OpenCode's workspace outlives the workflow
+        # The gateway's master key when generated (MasterKeySecret is resolved on the node instead).
+        master_key = definition.api_key if definition.service.kind == "gateway" and \
+            not definition.api_key_secret else None
+        return ServiceRun(name=definition.service.kind, kind=definition.service.kind, options=options,
+                          password=str(definition.service.options.get("password") or "") or None,
+                          endpoint_url=input.endpoint_url, api_key=master_key, **common)
+    replica = definition.replica
+    assert replica is not None
+    return ServiceRun(
+        name=PROXY_SERVICE, kind=PROXY_SERVICE,
+        options={"model_name": definition.model_id or replica.engine.served_model_name,
+                 "served_model_name": replica.engine.served_model_name},
+        api_key=None if definition.api_key_secret else definition.api_key, **common,
+    )
+
+
+def fronted(input: ServiceInput) -> bool:
+    """A replica pool with `Proxy=true`: its endpoint is a LiteLLM proxy in front of the pool."""
+    return input.definition.proxy and input.definition.replica is not None
+
+
+def front_name(input: ServiceInput) -> str:
+    service = input.definition.service
+    return service.kind if service is not None and input.definition.replica is None else PROXY_SERVICE
+
+
+def live_check(run: ServiceRun) -> LiveCheck:
+    if run.kind == "gateway":
+        return LiveCheck(url=run.url, path="/health")
+    if run.kind == "opencode":
+        return LiveCheck(url=run.url, path="/session", unauthorized_is_live=True)
+    return LiveCheck(url=run.url)

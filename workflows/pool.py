@@ -1,0 +1,219 @@
+"""PoolMixin: ServiceWorkflow's pool of child CopyWorkflows — place up to the desired size, drain on scale-in,
+heal failures, stop them all on stop — and its continue-as-new, which re-attaches the running copies by ID."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError, ChildWorkflowError, FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from berth.settings import CONTROL_TASK_QUEUE
+    from workflows.copy import CopyWorkflow
+    from workflows.front_link import FrontLink
+    from workflows.payloads import (
+        CopyInput,
+        CopyResult,
+        CopyStatus,
+        DrainInput,
+        DrainResult,
+        Phase,
+        PoolCarry,
+        ReplicaInfo,
+        ServiceInput,
+    )
+    from workflows.pool_state import ServiceState
+
+Running = dict[str, asyncio.Task[None]]
+
+
+class PoolMixin(FrontLink):
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = ServiceState()
+        self.input: ServiceInput | None = None
+        self.reported: dict[str, CopyResult] = {}  # copies' last words (copy_finished)
+        self._attached: set[str] = set()  # copies an earlier run started: their end arrives as copy_finished
+        self._started: set[str] = set()  # copies whose child workflow this run has started
+        self._continued = 0
+
+    # --- continue-as-new --------------------------------------------------------------------------
+    def resume(self, carry: PoolCarry) -> None:
+        self.new_shape = True
+        self.state = ServiceState.carried(carry)
+        self._attached = set(carry.running)
+        self.reported = {r.copy_id: r for r in carry.reported}
+        self._continued = carry.continued + 1
+
+    def _continue_suggested(self) -> bool:
+        if not self.new_shape or self.input is None:
+            return False
+        info = workflow.info()
+        limit = self.input.timings.continue_as_new_after_events
+        return info.is_continue_as_new_suggested() or (0 < limit <= info.get_current_history_length())
+
+    def _may_continue(self, running: Running) -> bool:
+        """Suggested, and nothing in between: no drain, no copy end unhandled, every child started."""
+        return self._continue_suggested() and not self.state.draining and not self.state.finished \
+            and all(c in self._started or c in self._attached for c in running) \
+            and (self.front_id is None or self.front_started) and not self.state.stop_requested
+
+    async def _continue_as_new(self, input: ServiceInput, running: Running, model_dir: str) -> None:
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        if not self._may_continue(running):  # a copy ended, a drain or a stop began meanwhile: next time
+            return
+        ids = tuple(running)
+        carry = self.state.carry(ids, model_dir, None if self.front_ended else self.front_id, self._continued)
+        carry = carry.model_copy(update={"reported": tuple(r for c, r in self.reported.items() if c in ids)})
+        self.state.event("continued_as_new", f"history at {workflow.info().get_current_history_length()} "
+                         f"events: continuing as new with {len(ids)} running copies")
+        carry = carry.model_copy(update={"events": tuple(self.state.events)})
+        workflow.continue_as_new(input.model_copy(update={"carry": carry}))
+
+    # --- the copies --------------------------------------------------------------------------------
+    def _copy_input(self, input: ServiceInput, model_dir: str) -> CopyInput:
+        replica = input.definition.replica
+        assert replica is not None
+        index = self.state.next_copy
+        self.state.next_copy += 1
+        weights = input.definition.weights
+        return CopyInput(
+            workflow_id=input.workflow_id, endpoint_id=input.endpoint_id,
+            copy_id=f"{input.workflow_id}.copy-{index}", copy_index=index, engine=replica.engine,
+            nodes=replica.nodes, gpus_per_node=replica.gpus_per_node, gpu_memory_gb=replica.gpu_memory_gb,
+            model_dir=model_dir, volume=weights.volume if weights else None,
+            parent_workflow_id=workflow.info().workflow_id, timings=input.timings,
+        )
+
+    async def _run_copy(self, copy: CopyInput) -> None:
+        self.state.copies[copy.copy_id] = ReplicaInfo(copy_id=copy.copy_id, status=CopyStatus.SCHEDULING)
+        try:
+            if self.new_shape:  # abandoned, not cancelled, when this run continues as new
+                handle = await workflow.start_child_workflow(
+                    CopyWorkflow.run, copy, id=copy.copy_id, parent_close_policy=workflow.ParentClosePolicy.ABANDON)
+                self._started.add(copy.copy_id)
+                result: CopyResult = await handle
+            else:
+                result = await workflow.execute_child_workflow(
+                    CopyWorkflow.run, copy, id=copy.copy_id,
+                    parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+                )
+        except ChildWorkflowError as error:
+            result = CopyResult(copy_id=copy.copy_id, status=CopyStatus.FAILED, message=str(error.cause or error))
+        self._copy_ended(result)
+
+    async def _attached_copy(self, copy_id: str) -> None:
+        """A copy an earlier run started: it runs on; cancelling this task cancels it by ID."""
+        try:
+            await workflow.wait_condition(lambda: copy_id in self.reported)
+        except asyncio.CancelledError:
+            with contextlib.suppress(FailureError):  # it ended meanwhile: its report is on its way
+                await workflow.get_external_workflow_handle(copy_id).cancel()
+            await workflow.wait_condition(lambda: copy_id in self.reported)
+        self._attached.discard(copy_id)
+        self._copy_ended(self.reported[copy_id])
+
+    def _copy_ended(self, result: CopyResult) -> None:
+        self.reported.pop(result.copy_id, None)
+        self._started.discard(result.copy_id)
+        self.state.finished[result.copy_id] = result
+        self.state.copies.pop(result.copy_id, None)
+        self._update_phase()
+
+    # --- the pool loop -------------------------------------------------------------------------------
+    async def hold_pool(self, input: ServiceInput, model_dir: str) -> None:
+        running: Running = {c: asyncio.create_task(self._attached_copy(c)) for c in sorted(self._attached)}
+        drains: list[asyncio.Task[None]] = []
+        # Histories recorded before pools healed themselves never re-place with back-off.
+        healing = workflow.patched("pool-self-healing")
+
+        def active() -> int:  # copies that count toward the desired size (not being drained)
+            return len(running) - sum(1 for c in running if c in self.state.draining)
+
+        while True:
+            pause = self.state.replace_pause()
+            while not self.state.stop_requested and active() < self.state.desired and pause is None:
+                copy = self._copy_input(input, model_dir)
+                running[copy.copy_id] = asyncio.create_task(self._run_copy(copy))
+                self._update_phase()
+            if not self.state.stop_requested and active() > self.state.desired:
+                for copy_id in self._scale_in_order(running, active() - self.state.desired):
+                    self.state.draining.append(copy_id)
+                    grace_s = input.definition.pool.drain_grace_s
+                    drains.append(asyncio.create_task(self._drain(copy_id, running, grace_s)))
+            with contextlib.suppress(asyncio.TimeoutError):  # the back-off ran out: place the replacement
+                await workflow.wait_condition(
+                    lambda paused=pause is not None: self.state.stop_requested or bool(self.state.finished)
+                    or active() > self.state.desired or (active() < self.state.desired and not paused)
+                    or self._may_continue(running),
+                    timeout=pause,
+                )
+            if self.state.stop_requested:
+                self.state.phase = Phase.STOPPING
+                for drain in drains:
+                    drain.cancel()
+                await self._stop_all(running)
+                return
+            await self._handle_finished(input, running, healing)
+            if self._may_continue(running):
+                await self._continue_as_new(input, running, model_dir)
+
+    async def _handle_finished(self, input: ServiceInput, running: Running, healing: bool) -> None:
+        pool = input.definition.pool
+        for copy_id, result in list(self.state.finished.items()):
+            del self.state.finished[copy_id]
+            running.pop(copy_id, None)
+            if copy_id in self.state.draining:
+                continue  # scaled in on purpose: its end is the drain's business
+            try:
+                if healing:
+                    self.state.on_copy_failed(result, len(running), input)
+                else:
+                    self.state.on_copy_finished(result, len(running), pool.min_replicas, pool.replace_failed_copies)
+                self._update_phase()  # e.g. dropped to zero copies
+            except ApplicationError:
+                self.state.phase = Phase.STOPPING
+                await self._stop_all(running)
+                raise
+
+    async def _stop_all(self, running: Running) -> None:
+        for task in running.values():
+            task.cancel()  # cancels the child workflow: it stops its ranks and releases GPUs
+        if running:  # workflow.wait refuses an empty list (e.g. a pool scaled to zero)
+            await workflow.wait(list(running.values()))
+
+    def _scale_in_order(self, running: Running, count: int) -> list[str]:
+        """Which copies to scale in: ones not yet serving first (nothing to drain), then the newest."""
+        candidates = [c for c in running if c not in self.state.draining]
+        serving = {c for c, info in self.state.copies.items() if info.status is CopyStatus.READY}
+        candidates.sort(key=lambda c: (c in serving, -int(c.rsplit("-", 1)[-1])))
+        return candidates[:count]
+
+    async def _drain(self, copy_id: str, running: Running, grace_s: float) -> None:
+        """Scale one copy in: no new requests, in-flight ones finish (up to the grace), then stop it."""
+        info = self.state.copies.get(copy_id)
+        task = running.get(copy_id)
+        try:
+            if info is not None and info.status is CopyStatus.READY:
+                self.state.event("copy_draining", f"{copy_id} takes no new requests; in-flight ones get "
+                                 f"up to {grace_s:.0f} s", copy_id)
+                result: DrainResult = await workflow.execute_activity(
+                    "drain_replica", DrainInput(copy_id=copy_id, url=info.url, grace_s=grace_s),
+                    result_type=DrainResult, task_queue=CONTROL_TASK_QUEUE,
+                    start_to_close_timeout=timedelta(seconds=grace_s + 60),
+                )
+                note = (f"in-flight requests finished in {result.waited_s:.1f} s" if result.drained
+                        else f"grace of {grace_s:.0f} s ran out with requests still in flight")
+                self.state.event("copy_drained", f"{copy_id}: {note}; stopping it", copy_id)
+            if task is not None and not task.done():
+                task.cancel()  # cancels the child workflow: it stops its ranks and releases its GPUs
+                await workflow.wait([task])
+        finally:
+            running.pop(copy_id, None)
+            self.state.copies.pop(copy_id, None)
+            if copy_id in self.state.draining:
+                self.state.draining.remove(copy_id)
+            self._update_phase()

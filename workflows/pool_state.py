@@ -1,0 +1,133 @@
+"""ServiceState: everything a ServiceWorkflow knows about its pool, with the self-healing verdicts on it, and
+its round trip through PoolCarry when the workflow continues as new."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.healing import SAME_FAILURES_TO_FAIL, Pacing, Verdict, decide, failure_signature
+    from workflows.payloads import (
+        CopyResult,
+        CopyStatus,
+        Event,
+        Phase,
+        PoolCarry,
+        ReplicaInfo,
+        ServiceInput,
+        WeightsResult,
+    )
+
+MAX_EVENTS = 200
+
+
+@dataclass
+class ServiceState:
+    phase: Phase = Phase.DOWNLOADING
+    events: list[Event] = field(default_factory=list)
+    copies: dict[str, ReplicaInfo] = field(default_factory=dict)
+    desired: int = 1
+    next_copy: int = 0
+    replaced_failures: int = 0
+    # Self-healing pools ("pool-self-healing"): how the copies that failed since one was last ready ended,
+    # how many of them were placed again, and until when the next replacement waits (back-off).
+    failure_streak: list[str] = field(default_factory=list)
+    streak_replaced: int = 0
+    replace_paused_until: datetime | None = None
+    last_error: str | None = None
+    weights: WeightsResult | None = None
+    stop_requested: bool = False
+    finished: dict[str, CopyResult] = field(default_factory=dict)
+    draining: list[str] = field(default_factory=list)  # copies being scaled in (no new requests)
+    service_ready: bool = False  # the endpoint's own front process (LiteLLM) is live and routed to
+    service_restarts: int = 0
+
+    def append(self, event: Event) -> None:
+        self.events.append(event)
+        del self.events[:-MAX_EVENTS]
+
+    def event(self, kind: str, message: str, copy_id: str | None = None) -> None:
+        self.append(Event(at=workflow.now(), kind=kind, message=message, copy_id=copy_id))
+
+    def carry(self, running: tuple[str, ...], model_dir: str, front_id: str | None, continued: int) -> PoolCarry:
+        return PoolCarry(
+            phase=self.phase, events=tuple(self.events), copies=tuple(self.copies.values()), running=running,
+            draining=tuple(self.draining), desired=self.desired, next_copy=self.next_copy,
+            replaced_failures=self.replaced_failures, failure_streak=tuple(self.failure_streak),
+            streak_replaced=self.streak_replaced, replace_paused_until=self.replace_paused_until,
+            last_error=self.last_error, weights=self.weights, model_dir=model_dir,
+            service_ready=self.service_ready, service_restarts=self.service_restarts, front_id=front_id,
+            continued=continued,
+        )
+
+    @staticmethod
+    def carried(carry: PoolCarry) -> ServiceState:
+        return ServiceState(
+            phase=carry.phase, events=list(carry.events), copies={c.copy_id: c for c in carry.copies},
+            desired=carry.desired, next_copy=carry.next_copy, replaced_failures=carry.replaced_failures,
+            failure_streak=list(carry.failure_streak), streak_replaced=carry.streak_replaced,
+            replace_paused_until=carry.replace_paused_until, last_error=carry.last_error, weights=carry.weights,
+            draining=list(carry.draining), service_ready=carry.service_ready,
+            service_restarts=carry.service_restarts,
+        )
+
+    # --- how a pool answers a copy's end ------------------------------------------------------------
+    def on_copy_finished(self, result: CopyResult, remaining: int, minimum: int, replace_budget: int) -> None:
+        if result.status is CopyStatus.INTERRUPTED:
+            self.event("copy_interrupted", f"{result.copy_id}: {result.message}; placing it again", result.copy_id)
+            return  # desired unchanged: the loop places a fresh copy
+        if result.status is not CopyStatus.FAILED:
+            return
+        self.last_error = f"{result.copy_id}: {result.message}"
+        self.event("copy_failed", result.message, result.copy_id)
+        if self.replaced_failures < replace_budget:
+            self.replaced_failures += 1
+            self.event("copy_replaced", f"re-placing {result.copy_id} "
+                       f"({self.replaced_failures} of ReplaceFailedCopies={replace_budget})")
+            return
+        if remaining >= minimum:  # the pool was above its minimum: drop the copy
+            self.desired = remaining
+            self.event("copy_dropped", f"{result.copy_id} dropped; the pool was above its minimum "
+                       f"({remaining + 1} > MinReplicas={minimum}); a later scale-up replaces it")
+            return
+        raise ApplicationError(f"a copy failed at the pool minimum ({minimum}): {result.message}",
+                               type="CopyFailed", non_retryable=True)
+
+    def replace_pause(self) -> timedelta | None:
+        """How long a replacement still waits (its back-off), or None when it may be placed now."""
+        until = self.replace_paused_until
+        if until is None or until <= workflow.now():
+            self.replace_paused_until = None
+            return None
+        return until - workflow.now()
+
+    def on_copy_failed(self, result: CopyResult, remaining: int, input: ServiceInput) -> None:
+        """A self-healing pool: re-place a failed copy (bounded, with back-off) while the other copies serve;
+        fail the workflow only when the model itself keeps failing or the pool is spent at its minimum."""
+        if result.status is not CopyStatus.FAILED:
+            self.on_copy_finished(result, remaining, 0, 0)  # interrupted: placed again; stopped: nothing
+            return
+        self.last_error = f"{result.copy_id}: {result.message}"
+        self.event("copy_failed", result.message, result.copy_id)
+        exit_info = result.failure
+        streak = self.failure_streak
+        streak.append(failure_signature(exit_info.reason, exit_info.exit_code, exit_info.signal)
+                      if exit_info is not None else "never-ready")
+        del streak[:-SAME_FAILURES_TO_FAIL]
+        pool, timings = input.definition.pool, input.timings
+        pacing = Pacing(pool.replace_failed_copies, timings.replace_backoff_s, timings.replace_backoff_max_s)
+        decision = decide(streak, self.streak_replaced, pacing, remaining, pool.min_replicas, result.message)
+        if decision.verdict is Verdict.REPLACE:
+            self.streak_replaced += 1
+            self.replaced_failures += 1
+            self.replace_paused_until = workflow.now() + timedelta(seconds=decision.backoff_s)
+            self.event("copy_replaced", f"{result.copy_id}: {decision.reason}", result.copy_id)
+        elif decision.verdict is Verdict.DROP:
+            self.desired = remaining
+            self.event("copy_dropped", f"{result.copy_id} {decision.reason}", result.copy_id)
+        else:
+            raise ApplicationError(decision.reason, type="CopyFailed", non_retryable=True)
