@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import secrets
 import shutil
 from collections.abc import Mapping, Sequence
@@ -15,7 +14,7 @@ from typing import Any
 import httpx
 
 from berth.errors import UserInputError
-from berth.settings import repo_root, tls_ca_file
+from berth.settings import opencode_bin_override, repo_root, tls_ca_file
 from berth.tls import client_context
 
 # What `make opencode` installs (mk/opencode.mk); the entry's default image carries the same binary.
@@ -40,7 +39,7 @@ OFFLINE_CONFIG: Mapping[str, Any] = {"autoupdate": False, "share": "disabled"}
 
 def opencode_binary() -> Path:
     """The `opencode` executable: BERTH_OPENCODE_BIN, else what `make opencode` installed, else PATH."""
-    override = os.environ.get("BERTH_OPENCODE_BIN")
+    override = opencode_bin_override()
     if override:
         return Path(override)
     installed = repo_root() / ".tools" / "opencode" / "node_modules" / ".bin" / "opencode"

@@ -359,3 +359,19 @@ def state_dir_if_set() -> Path | None:
 def vllm_bin_override() -> str | None:
     """BERTH_VLLM_BIN: the `vllm` executable a node agent runs instead of its engine's default."""
     return os.environ.get("BERTH_VLLM_BIN") or None
+
+
+def admin_user() -> str:
+    """BERTH_ADMIN_USER: the administrator the control plane creates and `berth up` signs its token for."""
+    return os.environ.get("BERTH_ADMIN_USER", "admin")
+
+
+def opencode_bin_override() -> str | None:
+    """BERTH_OPENCODE_BIN: the `opencode` executable to run instead of the one `make opencode` installed."""
+    return os.environ.get("BERTH_OPENCODE_BIN") or None
+
+
+def litellm_assertion_settings() -> tuple[str, str]:
+    """Inside an endpoint's LiteLLM: where the caller-assertion keys are published (BERTH_JWKS_URL) and the
+    endpoint an assertion must be for (BERTH_ENDPOINT_ID); empty strings when assertions are off."""
+    return os.environ.get("BERTH_JWKS_URL", "").strip(), os.environ.get("BERTH_ENDPOINT_ID", "").strip()

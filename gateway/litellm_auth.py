@@ -32,6 +32,7 @@ from litellm.types.proxy.auth.user_api_key_auth import UserAPIKeyAuth
 from litellm.types.proxy.auth.user_roles import LitellmUserRoles
 from starlette.datastructures import State
 
+from berth.settings import litellm_assertion_settings
 from gateway.litellm_contract import INVALID_KEY_MESSAGE, NO_KEY_MESSAGE
 from gateway.litellm_sync import api_ssl_context
 
@@ -206,8 +207,7 @@ def _verifier(state: State) -> AssertionVerifier | None:
     """The process's verifier, kept on the app state; None when assertions are off."""
     verifier: AssertionVerifier | None = getattr(state, _VERIFIER_STATE_KEY, None)
     if verifier is None:
-        jwks_url: Final = os.environ.get("BERTH_JWKS_URL", "").strip()
-        audience: Final = os.environ.get("BERTH_ENDPOINT_ID", "").strip()
+        jwks_url, audience = litellm_assertion_settings()
         # Without a published key set, or without an audience to bind to, no assertion can be trusted.
         if not jwks_url or not audience:
             return None

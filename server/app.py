@@ -6,7 +6,6 @@ server/autoscale_loop.py), so several API processes may serve one store."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
@@ -14,7 +13,7 @@ from fastapi.responses import JSONResponse
 
 from berth.errors import BerthError
 from berth.security import Cipher, ReplicaKeys, SigningKey, TokenVerifier
-from berth.settings import ClusterSettings, StateLayout
+from berth.settings import ClusterSettings, StateLayout, admin_user
 from server import request_limits, scheduler
 from server.context import ServerContext
 from server.routes import ROUTERS
@@ -29,7 +28,7 @@ def build_context(state_dir: Path, temporal_address: str, database_url: str | No
     signing = SigningKey.load_or_create(state.keys)
     store = Store(database_url or f"sqlite:///{state.store_db}", cipher, settings.node_offline_after_s,
                   scheduler.Policy.make(settings.placement_policy))
-    admin = os.environ.get("BERTH_ADMIN_USER", "admin")
+    admin = admin_user()
     store.ensure_user(admin, org="default", groups=["default"], admin=True)
     return ServerContext(state=state, settings=settings, store=store, signing=signing,
                          verifier=TokenVerifier.from_jwks(signing.jwks()), cipher=cipher,

@@ -27,7 +27,7 @@ from berth.processes import (
 )
 from berth.restarts import Backoff, RestartRecord
 from berth.security import Identity, SigningKey
-from berth.settings import ClientConfig, ClusterSettings, StackPorts, StateLayout, venv_bin
+from berth.settings import ClientConfig, ClusterSettings, StackPorts, StateLayout, admin_user, venv_bin
 from berth.tls import TLSFiles, client_context, ensure_private_ca
 from berth.tokens import previous_stack_token, revoke_previous_stack_token
 from node.inventory import simulated_gpus
@@ -138,7 +138,7 @@ class Stack:
         layout, ports = self.layout, self.ports
         settings = self._settings()
         signing = SigningKey.load_or_create(layout.keys)
-        admin = Identity(user=os.environ.get("BERTH_ADMIN_USER", "admin"), groups=("default",), org="default",
+        admin = Identity(user=admin_user(), groups=("default",), org="default",
                          admin=True)
         # Rotated at each start: the token the last `berth up` wrote is revoked once the API is up.
         previous, token = previous_stack_token(layout.client_config), signing.api_token(admin, kind="stack",
