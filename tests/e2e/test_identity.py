@@ -217,21 +217,28 @@ def test_secrets_absent_from_logs_argv_and_history(stack: RunningStack, world: d
     for line in processes_mentioning(str(stack.state_dir)):
         assert not any(n.decode() in line for n in needles), "a key is on a command line"
 
+    fronts: dict[str, str] = {}  # pool workflow id → its FrontWorkflow's id (where run_service runs)
+
     async def raw_histories() -> bytes:
         from temporalio.client import Client
 
         client = await Client.connect(stack.info["temporal_address"])  # no codec: what the UI would see
         blob = b""
         for workflow_id in world["workflows"].values():
-            async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
-                blob += event.SerializeToString()
+            # The pool and its children (copies, the FrontWorkflow that runs the LiteLLM service).
+            async for execution in client.list_workflows(f'WorkflowId STARTS_WITH "{workflow_id}"'):
+                if execution.workflow_type == "FrontWorkflow":
+                    fronts[workflow_id] = execution.id
+                handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+                async for event in handle.fetch_history_events():
+                    blob += event.SerializeToString()
         return blob
 
     history = asyncio.run(raw_histories())
     assert b"run_service" in history and b"ServiceWorkflow" in history  # the search has something to search
     assert not any(n in history for n in needles), "a key is readable in a Temporal history"
     shown = subprocess.run(
-        [str(venv_bin("temporal")), "workflow", "show", "--workflow-id", world["workflows"]["public"],
+        [str(venv_bin("temporal")), "workflow", "show", "--workflow-id", fronts[world["workflows"]["public"]],
          "--address", stack.info["temporal_address"], "--output", "json"],
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout
