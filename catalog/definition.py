@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from berth.child_environment import user_environment_problem
+from berth.kinds import SERVICE_ENTRIES, ProcessKind
 from berth.scopes import Scope
 from catalog.limits import check_exec_size
 
@@ -132,13 +132,6 @@ class EndpointSpec(Frozen):
     scope: Scope = Scope.GROUP
 
 
-class ServiceKind(StrEnum):
-    """The non-model services a catalog entry can run (their runtimes live outside the catalog)."""
-
-    GATEWAY = "gateway"  # LiteLLM Model Gateway: discovers annotated replicas, routes by model name
-    OPENCODE = "opencode"  # `opencode serve`, reaching the model endpoints its owner may call
-
-
 class ServiceSpec(Frozen):
     """A service entry's one long-running server (the gateway, OpenCode), run instead of a replica pool.
 
@@ -147,11 +140,18 @@ class ServiceSpec(Frozen):
     OpenCode) so that adding one needs no schema change; `image` and `volume` are "" for the defaults
     (the runtime's own image; an ephemeral volume)."""
 
-    kind: ServiceKind
+    kind: ProcessKind  # one the registry marks `service_entry` (berth/kinds.py): the gateway, OpenCode
     scope: Scope = Scope.GROUP
     image: str = ""
     volume: str = ""
     options: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+
+    @field_validator("kind")
+    @classmethod
+    def _entry_kind(cls, kind: ProcessKind) -> ProcessKind:
+        if kind not in SERVICE_ENTRIES:
+            raise ValueError(f"a service entry runs one of {', '.join(sorted(SERVICE_ENTRIES))}, not {kind.value}")
+        return kind
 
 
 class WorkflowDefinition(Frozen):
@@ -177,6 +177,21 @@ class WorkflowDefinition(Frozen):
     api_key_secret: str | None = None
     service: ServiceSpec | None = Field(None, description="The server a service entry runs (not models)")
 
+    @property
+    def front_kind(self) -> ProcessKind | None:
+        """The process in front of the endpoint: a service entry's own, a Proxy=true pool's LiteLLM proxy,
+        or None (a Proxy=false pool: the endpoint routes to its ready copies)."""
+        if self.service is not None and self.replica is None:
+            return self.service.kind
+        if self.proxy and self.replica is not None:
+            return ProcessKind.LITELLM
+        return None
+
+    @property
+    def endpoint_kind(self) -> ProcessKind:
+        """The endpoint's `service` (ProcessKind): its front's kind, else vLLM (the copies themselves)."""
+        return self.front_kind or ProcessKind.VLLM
+
     @model_validator(mode="after")
     def _service_scope(self) -> WorkflowDefinition:
         if self.service is not None and self.service.scope is not self.endpoint.scope:
@@ -186,7 +201,7 @@ class WorkflowDefinition(Frozen):
     @model_validator(mode="after")
     def _one_gateway_process(self) -> WorkflowDefinition:
         # An accepted size that ran one process anyway would be a parameter that does nothing.
-        if self.service is not None and self.service.kind is ServiceKind.GATEWAY and \
+        if self.service is not None and self.service.kind is ProcessKind.GATEWAY and \
                 (self.pool.min_replicas, self.pool.max_replicas) != (1, 1):
             # A custom error: its text is shown as is (a ValueError's gets "Value error, " before it).
             raise PydanticCustomError("gateway_size", "MinReplicas={low}, MaxReplicas={high}: the gateway runs one "

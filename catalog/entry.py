@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from berth.child_environment import user_environment_problem
 from berth.errors import NotFoundError, UserInputError, shown
+from berth.kinds import SERVICE_ENTRIES
 from catalog.berth_flags import check_extra_args, check_extra_env
 from catalog.definition import HF_REPO, HF_REVISION, REVISION_HELP, SECRET_REF
 from catalog.limits import check_name_length, check_value_length
@@ -242,12 +243,9 @@ class ModelFacts(BaseModel):
         return self
 
 
-class EntryKind(StrEnum):
-    """What an entry runs; the workflow definition's shape follows from it."""
-
-    MODEL = "model"  # a vLLM replica pool (weights + replica)
-    GATEWAY = "gateway"  # the LiteLLM Model Gateway service
-    OPENCODE = "opencode"  # the OpenCode server
+# What an entry runs: a model (a vLLM replica pool: weights + replica), or the front a service entry runs
+# (the registry's `service_entry` kinds, berth/kinds.py). The workflow definition's shape follows from it.
+MODEL_ENTRY = "model"
 
 
 class Entry(BaseModel):
@@ -260,11 +258,19 @@ class Entry(BaseModel):
     description: str
     category: str = "ML_AND_AI"
     tags: tuple[str, ...] = ()
-    kind: EntryKind = EntryKind.MODEL
+    kind: str = MODEL_ENTRY
     model: ModelFacts | None = None
     engine_args: tuple[str, ...] = Field((), description="vLLM flags this model needs, before ExtraArgs")
     weights_allow: tuple[str, ...] = Field((), description="Files to download; () = the usual set")
     parameters: tuple[Parameter, ...] = ()
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, kind: str) -> str:
+        if kind != MODEL_ENTRY and kind not in SERVICE_ENTRIES:
+            runs = ", ".join(sorted(SERVICE_ENTRIES))
+            raise ValueError(f"kind {kind!r}: an entry runs a {MODEL_ENTRY} or one of {runs}")
+        return kind
 
     @model_validator(mode="after")
     def _unique(self) -> Entry:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import re
 import time
@@ -17,17 +16,16 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from berth.api_client import ApiClient
-from berth.contracts import RouteReplica
 from berth.errors import AuthenticationError, BerthError
 from berth.failure_log import FailureLog
 from berth.scopes import Scope
 from berth.security import Identity, SigningKey, TokenVerifier, endpoint_audience
-from gateway import answers, litellm_replay, model_cards, routing, second_try
+from gateway import answers, litellm_replay, model_cards, second_try
 from gateway.answers import body_stream, deadline, header, json_answer, plain, upstream_failed
 from gateway.credentials import COOKIE_NAME, find_token, strip_berth_credentials
 from gateway.hold import HELD_POLL_S, WAKE_EVERY_S, Holds
 from gateway.metrics import MetricsScraper
-from gateway.route_table import Route
+from gateway.route_table import Route, build_route
 from gateway.routing import Replica, ReplicaMetrics
 from gateway.upstream import HOP_BY_HOP, Receive, Send, UpstreamError, UpstreamPool, UpstreamResponse, relay
 
@@ -97,38 +95,15 @@ class EndpointProxy:
             routes: dict[str, Route] = {}
             known: dict[str, Replica] = {}
             for item in data.endpoints:
-                old = self.routes.get(item.id)
-                pool = [self._replica(entry, known) for entry in item.pool]
-                policy_name = item.routing_policy or routing.DEFAULT_POLICY
-                keep_policy = old is not None and old.policy.name == policy_name
-                routes[item.id] = Route(
-                    id=item.id, scope=Scope(item.scope), owner=item.owner, org=item.org,
-                    groups=frozenset(item.groups), service_url=item.service_url,
-                    replicas=list(item.replicas),
-                    counter=old.counter if old else itertools.count(),
-                    workflow_id=item.workflow_id, pool=pool,
-                    policy=old.policy if old is not None and keep_policy else routing.make_or_default(policy_name),
-                    wakeable=item.wakeable,
-                    service=item.service or "vllm",
-                    litellm_routed=None if item.litellm_routed is None else frozenset(item.litellm_routed),
-                )
+                routes[item.id] = build_route(item, self.routes.get(item.id), known, self._replicas)
             self._replicas = known
             # A copy that just became ready is scraped now, not at the next round: it serves at once.
             fresh = [r for r in known.values() if r.ready and r.metrics.scraped_at is None]
             if fresh:
                 await asyncio.gather(*(self.scraper.scrape_now(r.url, r.metrics) for r in fresh))
             self.routes = routes
-            self._served.update(r.id for r in routes.values() if r.service == "litellm" and r.serving())
+            self._served.update(r.id for r in routes.values() if r.fronts_pool and r.serving())
             self._last_refresh = time.monotonic()
-
-    def _replica(self, entry: RouteReplica, known: dict[str, Replica]) -> Replica:
-        replica = self._replicas.get(entry.copy_id)
-        if replica is None or replica.url != entry.url:
-            replica = Replica(copy_id=entry.copy_id, url=entry.url)
-        replica.ready, replica.draining = entry.ready, entry.draining
-        replica.api_key = entry.api_key
-        known[replica.copy_id] = replica
-        return replica
 
     async def _refresh_forever(self) -> None:
         failures = FailureLog(log, "route refresh")  # the API down: not one line per second
@@ -147,7 +122,7 @@ class EndpointProxy:
         # been published since the last refresh (the workflow says ready before the periodic refresh
         # sees it), so look again.
         stale = route is None or (
-            not route.service_url and (route.service == "litellm" or not route.replicas))
+            not route.service_url and (route.fronts_pool or not route.replicas))
         if stale and time.monotonic() - self._last_refresh > 0.2:
             with contextlib.suppress(BerthError):
                 await self.refresh()
@@ -237,7 +212,7 @@ class EndpointProxy:
             await json_answer(send, 503, b'{"error":{"message":"No replica of this endpoint is ready yet; '
                                          b'retry shortly.","type":"service_unavailable","code":503}}')
             return None
-        if (route.service == "litellm" and route.service_url and route.id not in self._served
+        if (route.fronts_pool and route.service_url and route.id not in self._served
                 and not await self.holds.asleep(route)):
             # Copies are already wanted (the pool's first start, or waiting for capacity), not asleep:
             # LiteLLM answers as the documents say ("Invalid model name", an empty /v1/models).
@@ -273,7 +248,7 @@ class EndpointProxy:
         # a whole body in hand and not a streamed completion.
         retriable = isinstance(body, bytes) and not STREAMED.search(body)
         method = scope["method"]
-        before = route.routable() if route.service == "litellm" else None  # its copies as it goes in
+        before = route.routable() if route.fronts_pool else None  # its copies as it goes in
         target.in_flight += 1
         try:
             try:
@@ -291,7 +266,7 @@ class EndpointProxy:
                 target, response = second
                 target.in_flight += 1
             else:
-                if retriable and route.service == "litellm" and target.copy_id == "service":
+                if retriable and route.fronts_pool and target.copy_id == "service":
                     answer = await litellm_replay.read_error(response)
                     if answer is not None:
                         replayed = await self._replay_lost(answer, route, target, method, path,
@@ -364,7 +339,7 @@ class EndpointProxy:
         replayable pool request once to another copy."""
         if not isinstance(body, bytes) or not (error.sent_nothing or retriable):
             return None
-        if route.service == "litellm" and target.copy_id == "service":
+        if route.fronts_pool and target.copy_id == "service":
             def service_url() -> str | None:
                 return self.routes.get(route.id, route).service_url or None
             return await second_try.await_service(self.upstream, service_url, method, path, renewed, body,

@@ -64,7 +64,7 @@ class Holds:
                 target = route.target(session_id)
                 if target is not None:
                     self._woken_at.pop(route.id, None)
-                    if route.service == "litellm" and route.litellm_routed is None:
+                    if route.fronts_pool and route.litellm_routed is None:
                         # LiteLLM has not reported which copies it routes to (an older hook, or a
                         # control plane restarted since): give its sync poll time to catch up, or the
                         # first request after a wake gets its "Invalid model name".

@@ -7,6 +7,8 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
+from berth.contracts import RouteEntry, RouteReplica
+from berth.kinds import REGISTRY, ProcessKind
 from berth.scopes import Scope, in_scope
 from berth.security import Identity
 from gateway import routing
@@ -27,14 +29,21 @@ class Route:
     pool: list[Replica] = field(default_factory=list)  # every published copy, draining ones included
     policy: routing.Policy = field(default_factory=routing.RoundRobin)
     wakeable: bool = False  # a replica pool (not a service): a request may wake it from zero
-    service: str = "vllm"
+    service: str = ProcessKind.VLLM.value
     litellm_routed: frozenset[str] | None = None  # copies LiteLLM routes to; None: not reported yet
+    # A front that stands in front of the pool (berth/kinds.py: LiteLLM): never routed around. A kind this
+    # proxy does not know (a newer control plane) is taken as one: closed.
+    fronts_pool: bool = field(init=False, default=True)
+
+    def __post_init__(self) -> None:
+        kind = REGISTRY.get(self.service)  # a str finds its StrEnum key
+        self.fronts_pool = kind.fronts_pool if kind is not None else True
 
     def target(self, session_id: str | None = None, exclude: frozenset[str] = frozenset()) -> Replica | None:
         """The service, or the replica the endpoint's routing policy picks among the eligible ones."""
         if self.service_url:
             return Replica(copy_id="service", url=self.service_url) if self._any_ready() else None
-        if self.service == "litellm":
+        if self.fronts_pool:
             return None  # a pool behind LiteLLM is never reached around it (its key would be bypassed)
         if self.pool:
             return routing.choose(self.policy, self.pool, time.monotonic(), session_id, exclude)
@@ -60,9 +69,40 @@ class Route:
         until then the request is held and the pool woken, as for a pool without a service."""
         if not self.wakeable:
             return True
-        if self.service == "litellm" and self.litellm_routed is not None:
+        if self.fronts_pool and self.litellm_routed is not None:
             return any(r.ready and not r.draining and r.copy_id in self.litellm_routed for r in self.pool)
         return any(r.ready and not r.draining for r in self.pool)  # a pool at zero has none: hold
 
     def admits(self, who: Identity) -> bool:
         return in_scope(self.scope, self.owner, self.org, self.groups, who)
+
+
+def build_route(item: RouteEntry, old: Route | None, known: dict[str, Replica],
+                previous: dict[str, Replica]) -> Route:
+    """The Route for one `/v1/internal/routes` entry. What routing learnt stays across refreshes: the
+    round-robin counter, the policy's state (while the policy is the same) and each copy's Replica (its
+    in-flight count and scraped load), collected in `known` by copy id."""
+    pool = [_replica(entry, known, previous) for entry in item.pool]
+    policy_name = item.routing_policy or routing.DEFAULT_POLICY
+    keep_policy = old is not None and old.policy.name == policy_name
+    return Route(
+        id=item.id, scope=Scope(item.scope), owner=item.owner, org=item.org,
+        groups=frozenset(item.groups), service_url=item.service_url,
+        replicas=list(item.replicas),
+        counter=old.counter if old else itertools.count(),
+        workflow_id=item.workflow_id, pool=pool,
+        policy=old.policy if old is not None and keep_policy else routing.make_or_default(policy_name),
+        wakeable=item.wakeable,
+        service=item.service or ProcessKind.VLLM.value,
+        litellm_routed=None if item.litellm_routed is None else frozenset(item.litellm_routed),
+    )
+
+
+def _replica(entry: RouteReplica, known: dict[str, Replica], previous: dict[str, Replica]) -> Replica:
+    replica = previous.get(entry.copy_id)
+    if replica is None or replica.url != entry.url:
+        replica = Replica(copy_id=entry.copy_id, url=entry.url)
+    replica.ready, replica.draining = entry.ready, entry.draining
+    replica.api_key = entry.api_key
+    known[replica.copy_id] = replica
+    return replica

@@ -6,8 +6,9 @@ import re
 from typing import Any
 
 from berth.errors import NotFoundError, UserInputError
+from berth.kinds import ProcessKind
 from berth.opencode import check_context
-from catalog.definition import ServiceKind, WorkflowDefinition
+from catalog.definition import WorkflowDefinition
 from catalog.entry import load_catalog
 from server.models import EndpointRow
 from server.store import Store
@@ -38,7 +39,7 @@ def check_submission(store: Store, definition: WorkflowDefinition, proxy_url: st
     """Refuse at submission an OpenCode MaxContextSize above the model's, where the model is known: an
     `Endpoint` on this cluster (its workflow's own MaxContextSize), or a `Model` a catalog entry describes."""
     service = definition.service
-    if service is None or service.kind is not ServiceKind.OPENCODE:
+    if service is None or service.kind is not ProcessKind.OPENCODE:
         return
     options = service.options
     requested = int(options.get("max_context") or 0)

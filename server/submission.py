@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from berth.kinds import facts
 from berth.opencode import generate_password
 from berth.security import Identity, generate_api_key
 from catalog.definition import WorkflowDefinition
@@ -17,6 +18,7 @@ from catalog.entry import Entry, find_entry
 from catalog.images import refuse_image
 from catalog.render import render, resolve_values
 from server.capacity import check_capacity
+from server.kind_checks import check_kind
 from server.models import EndpointRow, WorkflowRow
 from server.secrets import Secrets, check_references
 from workflows.payloads import CopyTimings
@@ -41,22 +43,23 @@ def prepare(context: ServerContext, body: StartRequest, who: Identity) -> tuple[
     refuse_image(entry, values, context.settings.container_runtime)
     check_capacity(context, entry, definition)
     check_references(Secrets(context.store), who, entry, values)
+    check_kind(context.store, definition, context.settings.proxy_url)
     return entry, definition
 
 
 def with_generated_keys(definition: WorkflowDefinition) -> WorkflowDefinition:
     """The definition with what Berth generates when the submission left it out: OpenCode's server
     password, and the master key of a gateway or of a pool's LiteLLM proxy."""
-    if definition.service is not None and definition.service.kind == "opencode" \
+    front = facts(definition.front_kind) if definition.front_kind else None
+    if front is not None and front.generates_password and definition.service is not None \
             and not definition.service.options.get("password"):
         # The documents: the server password sits in the definition, readable by whoever reads it.
         service = definition.service.model_copy(
             update={"options": {**definition.service.options, "password": generate_password()}})
         definition = definition.model_copy(update={"service": service})
     keyless = not (definition.api_key or definition.api_key_secret)
-    gateway = definition.service is not None and definition.service.kind == "gateway"
     # The documents: a generated key is the gateway's (or the LiteLLM proxy's) master key, in the definition.
-    if keyless and (gateway or (definition.proxy and definition.replica is not None)):
+    if keyless and front is not None and front.generates_key:
         definition = definition.model_copy(update={"api_key": generate_api_key()})
     return definition
 
@@ -69,16 +72,13 @@ def new_rows(entry: Entry, definition: WorkflowDefinition, who: Identity) -> tup
     row = WorkflowRow(id=workflow_id, entry=entry.name, owner=who.user, org=who.org, created_at=now,
                       definition="", endpoint_id=endpoint_id)
     # A pool behind a LiteLLM proxy is reached only through it: the proxy answers 503 until it is up.
-    fronted = definition.proxy and definition.replica is not None
     service_entry = definition.service is not None and definition.replica is None
-    service_kind = definition.service.kind if service_entry and definition.service is not None else None
-    endpoint = EndpointRow(id=endpoint_id, workflow_id=workflow_id,
-                           service=service_kind or ("litellm" if fronted else "vllm"),
+    endpoint = EndpointRow(id=endpoint_id, workflow_id=workflow_id, service=definition.endpoint_kind.value,
                            scope=definition.endpoint.scope.value, owner=who.user, org=who.org,
                            groups=list(who.groups),
                            # A service entry's endpoint serves no model of its own (OpenCode's Model
                            # is what it asks for): keep it out of model discovery.
-                           model_id=None if service_kind else definition.model_id, created_at=now,
+                           model_id=None if service_entry else definition.model_id, created_at=now,
                            annotations=pool_facts(definition))
     return row, endpoint
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from berth import kinds
 from berth.security import Identity
 from catalog.entry import Entry
 from catalog.memory import gpus_needed, memory_need, memory_table
@@ -51,7 +52,7 @@ def endpoint_view(context: ServerContext, endpoint: EndpointRow, replicas: list[
         "url": endpoint_url(context, endpoint.id), "scope": endpoint.scope, "owner": endpoint.owner,
         # Behind LiteLLM: ready when the proxy is up and has a replica to route to.
         "model_id": endpoint.model_id,
-        "ready": (bool(endpoint.service_url) and bool(ready)) if endpoint.service == "litellm"
+        "ready": (bool(endpoint.service_url) and bool(ready)) if kinds.facts(endpoint.service).fronts_pool
         else bool(ready) or bool(endpoint.service_url),
         "ready_replicas": len(ready), "replicas": mine if discoverable else [], "annotations": annotations,
     }
@@ -70,7 +71,7 @@ def gpu_row(gpu: dict[str, Any], copy_id: str | None) -> dict[str, Any]:
 
 def entry_summary(entry: Entry) -> dict[str, Any]:
     return {"name": entry.name, "description": entry.description, "category": entry.category,
-            "tags": list(entry.tags), "kind": entry.kind.value}
+            "tags": list(entry.tags), "kind": entry.kind}
 
 
 def entry_detail(entry: Entry) -> dict[str, Any]:

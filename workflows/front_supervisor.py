@@ -14,6 +14,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from berth.contracts import EndpointService, ServicePort, ServicePortRequest
+    from berth.kinds import ProcessKind, facts
     from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
     from workflows.payloads import FrontReport, LiveCheck, ServiceExit, ServiceInput, ServiceRun
     from workflows.supervised import MAX_ADOPTIONS, agent_went_silent, not_adopted, start_supervised
@@ -26,7 +27,7 @@ SERVICE_BACKOFF_MAX_S = 60.0
 # A run that lasted this long was healthy: the next crash is restarted after the first back-off again,
 # as `berth up` does for its components (a month of rare crashes must not cost a minute each).
 SERVICE_BACKOFF_RESET_S = 60.0
-PROXY_SERVICE = "litellm"
+PROXY_SERVICE = ProcessKind.LITELLM.value  # the front of a Proxy=true pool
 FATAL_SERVICE_ERRORS = ("EndpointUnreachable", "ServiceConfig", "SecretError", "ServiceSpawnFailed")
 
 
@@ -171,7 +172,7 @@ def front_run(input: ServiceInput, port: ServicePort) -> ServiceRun:
         if definition.service.volume:
             options["volume"] = definition.service.volume  # OpenCode's workspace outlives the workflow
         # The gateway's master key when generated (MasterKeySecret is resolved on the node instead).
-        master_key = definition.api_key if definition.service.kind == "gateway" and \
+        master_key = definition.api_key if facts(definition.service.kind).generates_key and \
             not definition.api_key_secret else None
         return ServiceRun(name=definition.service.kind, kind=definition.service.kind, options=options,
                           password=str(definition.service.options.get("password") or "") or None,
@@ -188,17 +189,14 @@ def front_run(input: ServiceInput, port: ServicePort) -> ServiceRun:
 
 def fronted(input: ServiceInput) -> bool:
     """A replica pool with `Proxy=true`: its endpoint is a LiteLLM proxy in front of the pool."""
-    return input.definition.proxy and input.definition.replica is not None
+    return input.definition.front_kind is ProcessKind.LITELLM
 
 
 def front_name(input: ServiceInput) -> str:
-    service = input.definition.service
-    return service.kind if service is not None and input.definition.replica is None else PROXY_SERVICE
+    kind = input.definition.front_kind
+    return kind.value if kind is not None else PROXY_SERVICE
 
 
 def live_check(run: ServiceRun) -> LiveCheck:
-    if run.kind == "gateway":
-        return LiveCheck(url=run.url, path="/health")
-    if run.kind == "opencode":
-        return LiveCheck(url=run.url, path="/session", unauthorized_is_live=True)
-    return LiveCheck(url=run.url)
+    probe = facts(run.kind).probe
+    return LiveCheck(url=run.url, path=probe.path, unauthorized_is_live=probe.unauthorized_is_live)

@@ -34,6 +34,7 @@ from berth.contracts import (
     TokenLapse,
 )
 from berth.errors import NotFoundError
+from berth.kinds import facts
 from berth.security import API_AUDIENCE, Identity
 from berth.tokens import TokenKind
 from server.access import in_scope
@@ -235,5 +236,5 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
         "routing_policy": (e.annotations or {}).get("routing_policy", "least_queue"),
         "wakeable": bool((e.annotations or {}).get("pool")),
         # Behind LiteLLM: the copies it routes to (None until its sync hook first reported).
-        "litellm_routed": routed.get(e.id) if e.service == "litellm" else None,
+        "litellm_routed": routed.get(e.id) if facts(e.service).fronts_pool else None,
     } for e in endpoints]}

@@ -26,10 +26,9 @@ from berth.contracts import (
     WorkflowSummary,
 )
 from berth.errors import NotFoundError, UnavailableError, UserInputError
+from berth.kinds import facts
 from berth.processes import tail
 from berth.settings import CONTROL_TASK_QUEUE
-from catalog.definition import ServiceKind
-from server import opencode as opencode_checks
 from server.access import WorkflowAccess
 from server.context import Context, ServerContext
 from server.guards import Caller, ReadableWorkflow, owned_workflow
@@ -56,8 +55,6 @@ async def start_workflow(body: StartRequest, context: Context, who: Caller) -> d
     # Checking and rendering a submission is CPU work and reads the store: off the event loop, so
     # one large submission cannot hold every other request (issue 11 item 3).
     entry, definition = await run_in_threadpool(prepare, context, body, who)
-    await run_in_threadpool(opencode_checks.check_submission, context.store, definition,
-                            context.settings.proxy_url)
     definition = with_generated_keys(definition)
     row, endpoint = new_rows(entry, definition, who)
     workflow_id, endpoint_id = row.id, endpoint.id
@@ -124,7 +121,7 @@ def _endpoint_notes(context: ServerContext, endpoint: EndpointRow) -> dict[str, 
     notes = endpoint_view(context, endpoint, [])["annotations"]
     shown: dict[str, Any] = {"discoverable": notes["discoverable"]}
     # OpenCode's endpoint is its own HTTP API, not an OpenAI one: clients print it without /v1.
-    shown["openai_compatible"] = endpoint.service != ServiceKind.OPENCODE.value
+    shown["openai_compatible"] = facts(endpoint.service).openai_compatible
     if notes.get("not_discoverable_reason"):
         shown["note"] = "not discoverable by a gateway: " + notes["not_discoverable_reason"]
     lapses = (endpoint.annotations or {}).get("token_lapses_at")

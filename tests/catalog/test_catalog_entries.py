@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from berth.kinds import ProcessKind
 from catalog.definition import WorkflowDefinition
-from catalog.entry import CATALOG_DIR, EntryKind, ParameterType, find_entry, load_catalog
+from catalog.entry import CATALOG_DIR, MODEL_ENTRY, ParameterType, find_entry, load_catalog
 from catalog.render import render, resolve_values
 
 EXPECTED = {
@@ -38,7 +39,7 @@ COMMON = {
     "MinReplicas",
     "MaxReplicas",
 }
-MODEL_ENTRIES = sorted(n for n, e in load_catalog().items() if e.kind is EntryKind.MODEL)
+MODEL_ENTRIES = sorted(n for n, e in load_catalog().items() if e.kind == MODEL_ENTRY)
 
 
 def test_the_catalog_has_every_entry() -> None:
@@ -118,7 +119,7 @@ def test_published_facts(
 
 def test_service_entries_have_their_own_parameters() -> None:
     gateway = find_entry("LiteLLM Model Gateway")
-    assert gateway.kind is EntryKind.GATEWAY
+    assert gateway.kind == ProcessKind.GATEWAY
     assert gateway.parameter("RoutingPolicy").choices == (
         "least_queue",
         "lowest_ttft",
@@ -127,7 +128,7 @@ def test_service_entries_have_their_own_parameters() -> None:
     )
     assert {"Scope", "MasterKeySecret", "MinReplicas", "MaxReplicas"} <= {p.name for p in gateway.parameters}
     opencode = find_entry("OpenCode")
-    assert opencode.kind is EntryKind.OPENCODE
+    assert opencode.kind == ProcessKind.OPENCODE
     assert opencode.parameter("MaxContextSize").default == 32768
     assert opencode.parameter("EndpointAuth").choices == ("identity", "api-key")
     assert {"Endpoint", "Model", "ServiceScope", "ApiKeySecret", "Volume", "Image"} <= {
