@@ -1,5 +1,5 @@
 """Placement of 1,000 pending copies on 1,000 simulated 8-GPU nodes: the pure scheduler
-(`server.scheduler.place`) and atomic reservations on the SQLite store (`Store.reserve`).
+(`server.scheduler.place`) and atomic reservations on the SQLite store (`Placements.reserve`).
 
 Target (issue 5): ≤ 1 s for all 1,000 with the scheduler. Prints JSON.
 """
@@ -77,7 +77,7 @@ def bench_store() -> dict[str, object]:
     started = time.perf_counter()
     for index, demand in enumerate(demands()):
         t0 = time.perf_counter()
-        result = store.reserve(
+        result = store.placements.reserve(
             ReserveRequest(
                 workflow_id="bench",
                 copy_id=f"bench.copy-{index}",
@@ -89,7 +89,7 @@ def bench_store() -> dict[str, object]:
         latencies.append(time.perf_counter() - t0)
         placed += result.placement is not None
     total = time.perf_counter() - started
-    allocations = [(a.node_id, a.gpu_index) for a in store.allocations()]
+    allocations = [(a.node_id, a.gpu_index) for a in store.placements.allocations()]
     assert len(allocations) == len(set(allocations)), "a GPU was double-booked"
     return {
         "total_s": round(total, 3),

@@ -22,6 +22,41 @@ from stack.driver import RunningStack, free_port_base, rank_record
 RUNS = 5
 
 
+def wait_copy_stopped(stack: RunningStack, copy_id: str, leader_pid: int) -> None:
+    """Until the copy's leader process is gone and no GPU is allocated to the copy."""
+    while True:
+        gpus = [
+            g
+            for n in stack.api("GET", "/v1/nodes").json()
+            for g in n["gpus"]
+            if g["allocated_to"] == copy_id
+        ]
+        if not pid_alive(leader_pid) and not gpus:
+            return
+        time.sleep(0.02)
+
+
+def wait_replacement_serving(stack: RunningStack, workflow_id: str, copy_id: str, url: str, token: str) -> None:
+    """Until the endpoint answers a chat and another copy than `copy_id` is ready."""
+    while True:
+        response = httpx.post(
+            url + "/v1/chat/completions",
+            timeout=10,
+            headers={"Authorization": f"Bearer {token}"},
+            json={
+                "model": "nvidia/some-model",
+                "max_tokens": 2,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+        )
+        replicas = stack.describe(workflow_id)["replicas"]
+        if response.status_code == 200 and any(
+            r["copy_id"] != copy_id and r["status"] == "ready" for r in replicas
+        ):
+            return
+        time.sleep(0.02)
+
+
 def main() -> None:
     state = Path(tempfile.mkdtemp(prefix="berth-bench-")) / "state"
     stack = RunningStack(
@@ -45,34 +80,9 @@ def main() -> None:
             leader, follower = rank_record(state, copy_id, 0), rank_record(state, copy_id, 1)
             started = time.monotonic()
             os.kill(int(follower["pid"]), signal.SIGKILL)
-            while True:
-                gpus = [
-                    g
-                    for n in stack.api("GET", "/v1/nodes").json()
-                    for g in n["gpus"]
-                    if g["allocated_to"] == copy_id
-                ]
-                if not pid_alive(int(leader["pid"])) and not gpus:
-                    break
-                time.sleep(0.02)
+            wait_copy_stopped(stack, copy_id, int(leader["pid"]))
             stopped.append(time.monotonic() - started)
-            while True:
-                response = httpx.post(
-                    endpoint["url"] + "/v1/chat/completions",
-                    timeout=10,
-                    headers={"Authorization": f"Bearer {token}"},
-                    json={
-                        "model": "nvidia/some-model",
-                        "max_tokens": 2,
-                        "messages": [{"role": "user", "content": "hi"}],
-                    },
-                )
-                replicas = stack.describe(workflow_id)["replicas"]
-                if response.status_code == 200 and any(
-                    r["copy_id"] != copy_id and r["status"] == "ready" for r in replicas
-                ):
-                    break
-                time.sleep(0.02)
+            wait_replacement_serving(stack, workflow_id, copy_id, endpoint["url"], token)
             serving.append(time.monotonic() - started)
         stack.cli("workflow", "stop", workflow_id)
     finally:

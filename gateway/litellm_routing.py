@@ -109,6 +109,12 @@ class PolicyRouting:
             self.finished(call_id)
         await asyncio.gather(*(self.scraper.scrape_now(replica.url, replica.metrics) for replica in new))
 
+    def queues(self) -> dict[str, float]:
+        """Replica id -> its queue as the policy weighs it (last scrape's running + waiting, plus the calls
+        this worker has in flight), for the replicas scraped at least once: shows what routing has read."""
+        return {replica.copy_id: replica.queue for replica in list(self.replicas.values())
+                if replica.metrics.scraped_at is not None}
+
     def install(self, router: Router) -> None:
         """Route `router`'s calls through this strategy; again after LiteLLM rebuilt or reset its router."""
         self._router = router

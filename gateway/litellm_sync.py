@@ -320,7 +320,8 @@ def _router() -> Router | None:
 
 def _add_requests_route(app: FastAPI, sync: ReplicaSync) -> None:
     async def requests_counters() -> dict[str, Any]:
-        return asdict(sync.counter.snapshot())
+        # Beside the counters (what the rate push sends too), the queues this worker's routing has read.
+        return {**asdict(sync.counter.snapshot()), "queues": sync.routing.queues()}
 
     # LiteLLM's auth (and so gateway.litellm_auth) guards it: the master key reads it, an assertion
     # caller gets 403.

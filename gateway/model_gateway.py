@@ -71,6 +71,8 @@ class ModelGateway:
         self._changed = asyncio.Event()
         self._refreshing = asyncio.Lock()  # the poll loop and a waking request never refresh at once
         self._refreshed_at = -WAKE_REFRESH_S
+        self.discovery_rounds = 0  # completed, since start
+        self.last_round_started_at: float | None = None  # wall clock, of the last completed round
         self._scraper = MetricsScraper(self._targets)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -102,8 +104,11 @@ class ModelGateway:
         then cost the API one poll, not one each)."""
         async with self._refreshing:
             if time.monotonic() - self._refreshed_at >= older_than_s:
+                started_at = time.time()
                 await self._refresh()
                 self._refreshed_at = time.monotonic()
+                self.discovery_rounds += 1
+                self.last_round_started_at = started_at
 
     async def _refresh(self) -> None:
         endpoints = await self.api.endpoints()
@@ -180,7 +185,7 @@ class ModelGateway:
             return
         path: str = scope["path"]
         if path in ("/health", "/healthz"):
-            await _json(send, 200, {"status": "ok"})
+            await _json(send, 200, self.health())
             return
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         refusal = await self.gate.refusal(headers) if self.gate is not None else None
@@ -193,15 +198,24 @@ class ModelGateway:
         if scope["method"] != "POST":
             await _json(send, 404, _error(f"No route {path}; this gateway serves /v1/models and POST /v1/…", 404))
             return
+        await self._route(scope, receive, send)
+
+    def health(self) -> dict[str, Any]:
+        """Alive, and how far discovery has got: counts and times only (the answer precedes the master key),
+        so a caller can wait for a round that started after a change it saw, instead of sleeping."""
+        return {"status": "ok", "discovery": {"rounds": self.discovery_rounds,
+                                              "last_round_started_at": self.last_round_started_at}}
+
+    async def _route(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        """A POST to a ready copy of the pool serving its `model`, waking the pool when none is ready."""
+        path: str = scope["path"]
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
         body = await _read_body(receive)
         if body is None:
             await _json(send, 413, _error(f"Request body above {MAX_BODY} bytes.", 413))
             return
-        try:
-            model = json.loads(body).get("model")
-        except (ValueError, AttributeError):
-            model = None
-        if not isinstance(model, str) or not model:
+        model = _model_of(body)
+        if model is None:
             await _json(send, 400, _error('The request names no "model".', 400))
             return
         session = next((v.decode("latin-1") for k, v in headers if k == b"x-session-id"), None)
@@ -209,22 +223,28 @@ class ModelGateway:
         if choice is None:
             choice = await self._wake_and_wait(model, session, _deadline(headers, self.hold_deadline_s))
         if choice is None:
-            if not any(p.model_id == model for p in self.pools.values()):
-                # LiteLLM's 400 and text; Berth's reason a pool of that model is not discoverable after it.
-                unknown = invalid_model(path, model)
-                hint = "; ".join(v for v in self.not_discoverable.values() if v.startswith(model + " "))
-                if hint:
-                    unknown["error"]["message"] += f" Not discoverable: {hint}"
-                await _json(send, 400, unknown)
-            else:
-                await _json(send, 503, _error(f"No replica of {model} became ready in time; retry.", 503),
-                            extra=[(b"retry-after", b"10")])
+            await self._refuse_unserved(send, path, model)
             return
-        pool, replica = choice
-        forward = [(k, v) for k, v in strip_berth_credentials(headers, self._berth_tokens)
+        await self._forward(scope, receive, send, body, *choice)
+
+    async def _refuse_unserved(self, send: Send, path: str, model: str) -> None:
+        if not any(p.model_id == model for p in self.pools.values()):
+            # LiteLLM's 400 and text; Berth's reason a pool of that model is not discoverable after it.
+            unknown = invalid_model(path, model)
+            hint = "; ".join(v for v in self.not_discoverable.values() if v.startswith(model + " "))
+            if hint:
+                unknown["error"]["message"] += f" Not discoverable: {hint}"
+            await _json(send, 400, unknown)
+        else:
+            await _json(send, 503, _error(f"No replica of {model} became ready in time; retry.", 503),
+                        extra=[(b"retry-after", b"10")])
+
+    async def _forward(self, scope: dict[str, Any], receive: Receive, send: Send, body: bytes, pool: Pool,
+                       replica: routing.Replica) -> None:
+        forward = [(k, v) for k, v in strip_berth_credentials(scope["headers"], self._berth_tokens)
                    if k not in STRIPPED] + replica.authorization()
         query = scope.get("query_string") or b""
-        target = replica.url + path + ("?" + query.decode("latin-1") if query else "")
+        target = replica.url + scope["path"] + ("?" + query.decode("latin-1") if query else "")
         replica.in_flight += 1
         try:
             try:
@@ -278,6 +298,14 @@ class ModelGateway:
                     await self.keys_api.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _model_of(body: bytes) -> str | None:
+    try:
+        model = json.loads(body).get("model")
+    except (ValueError, AttributeError):
+        return None
+    return model if isinstance(model, str) and model else None
 
 
 def _deadline(headers: list[tuple[bytes, bytes]], default: float) -> float:

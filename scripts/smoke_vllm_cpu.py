@@ -134,6 +134,77 @@ def orphaned_shm(baseline: set[str] | None = None) -> list[Path]:
     ]
 
 
+def wait_healthy(client: httpx.Client, engine: subprocess.Popen[bytes], started: float, timeout_s: float,
+                 log_path: Path) -> None:
+    """Until /health answers 200; exits if the engine dies or takes longer than `timeout_s`."""
+    while True:
+        if engine.poll() is not None:
+            raise SystemExit(f"engine exited with {engine.returncode}; log: {log_path}")
+        try:
+            if client.get("/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() - started > timeout_s:
+            raise SystemExit("engine not healthy in time")
+        time.sleep(0.5)
+
+
+def exercise(client: httpx.Client, report: dict[str, Any]) -> None:
+    """A chat answer, the same answer streamed, and a completion, into `report`."""
+    chat = {"model": SERVED_NAME, "messages": [{"role": "user", "content": QUESTION}], "temperature": 0}
+    answer = client.post("/v1/chat/completions", json={**chat, "max_tokens": 64}).json()
+    report["chat_answer"] = answer["choices"][0]["message"]["content"]
+    report["mentions_paris"] = "paris" in report["chat_answer"].lower()
+
+    pieces, events, done = [], 0, False
+    with client.stream(
+        "POST", "/v1/chat/completions", json={**chat, "max_tokens": 64, "stream": True}
+    ) as stream:
+        for line in stream.iter_lines():
+            done = done or line == "data: [DONE]"
+            if line.startswith("data: ") and line != "data: [DONE]":
+                events += 1
+                delta = json.loads(line[6:])["choices"][0]["delta"]
+                pieces.append(delta.get("content") or "")
+    report["stream_events"] = events
+    report["stream_done_marker"] = done
+    report["stream_matches_chat"] = "".join(pieces) == report["chat_answer"]
+
+    completion = client.post(
+        "/v1/completions",
+        json={
+            "model": SERVED_NAME,
+            "prompt": "The capital of France is",
+            "max_tokens": 8,
+            "temperature": 0,
+        },
+    ).json()
+    report["completion"] = completion["choices"][0]["text"]
+
+
+def stop_and_inspect(engine: subprocess.Popen[bytes], how: str, state_dir: Path, shm_before: set[str],
+                     report: dict[str, Any]) -> None:
+    """Stop the engine (SIGTERM, or SIGKILL to its group) and record what it left behind; remove the
+    orphaned shared memory it leaves."""
+    stop_started = time.monotonic()
+    tree = process_tree(engine.pid)
+    if how == "term":
+        engine.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(engine.pid, signal.SIGKILL)
+    report["exit_status"] = engine.wait(timeout=120)
+    report["stop_seconds"] = round(time.monotonic() - stop_started, 1)
+    time.sleep(2)  # let the engine core and the resource tracker finish their own clean-up
+    report["survivors"] = [pid for pid in tree if Path(f"/proc/{pid}").exists()]
+    report["shm_left"] = sorted(shm_entries() - shm_before)
+    report["tmpdir_left"] = sorted(path.name for path in (state_dir / "tmp").iterdir())
+    orphans = orphaned_shm(shm_before)
+    report["shm_removed_as_orphaned"] = sorted(path.name for path in orphans)
+    for path in orphans:
+        path.unlink(missing_ok=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
@@ -157,69 +228,15 @@ def main() -> int:
     )
     base = f"http://127.0.0.1:{port}"
     with httpx.Client(base_url=base, timeout=60) as client:
-        while True:
-            if engine.poll() is not None:
-                raise SystemExit(f"engine exited with {engine.returncode}; log: {state_dir / 'serve.log'}")
-            try:
-                if client.get("/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() - started > args.start_timeout:
-                raise SystemExit("engine not healthy in time")
-            time.sleep(0.5)
+        wait_healthy(client, engine, started, args.start_timeout, state_dir / "serve.log")
         report["start_seconds"] = round(time.monotonic() - started, 1)
         report["models"] = [model["id"] for model in client.get("/v1/models").json()["data"]]
-
-        chat = {"model": SERVED_NAME, "messages": [{"role": "user", "content": QUESTION}], "temperature": 0}
-        answer = client.post("/v1/chat/completions", json={**chat, "max_tokens": 64}).json()
-        report["chat_answer"] = answer["choices"][0]["message"]["content"]
-        report["mentions_paris"] = "paris" in report["chat_answer"].lower()
-
-        pieces, events, done = [], 0, False
-        with client.stream(
-            "POST", "/v1/chat/completions", json={**chat, "max_tokens": 64, "stream": True}
-        ) as stream:
-            for line in stream.iter_lines():
-                done = done or line == "data: [DONE]"
-                if line.startswith("data: ") and line != "data: [DONE]":
-                    events += 1
-                    delta = json.loads(line[6:])["choices"][0]["delta"]
-                    pieces.append(delta.get("content") or "")
-        report["stream_events"] = events
-        report["stream_done_marker"] = done
-        report["stream_matches_chat"] = "".join(pieces) == report["chat_answer"]
-
-        completion = client.post(
-            "/v1/completions",
-            json={
-                "model": SERVED_NAME,
-                "prompt": "The capital of France is",
-                "max_tokens": 8,
-                "temperature": 0,
-            },
-        ).json()
-        report["completion"] = completion["choices"][0]["text"]
+        exercise(client, report)
         report["memory_mb"] = memory_mb(process_tree(engine.pid))
         report["pss_total_mb"] = sum(item.get("Pss", 0) for item in report["memory_mb"].values())
         report["shm_while_running"] = sorted(shm_entries() - shm_before)
 
-    stop_started = time.monotonic()
-    tree = process_tree(engine.pid)
-    if args.stop == "term":
-        engine.send_signal(signal.SIGTERM)
-    else:
-        os.killpg(engine.pid, signal.SIGKILL)
-    report["exit_status"] = engine.wait(timeout=120)
-    report["stop_seconds"] = round(time.monotonic() - stop_started, 1)
-    time.sleep(2)  # let the engine core and the resource tracker finish their own clean-up
-    report["survivors"] = [pid for pid in tree if Path(f"/proc/{pid}").exists()]
-    report["shm_left"] = sorted(shm_entries() - shm_before)
-    report["tmpdir_left"] = sorted(path.name for path in (state_dir / "tmp").iterdir())
-    orphans = orphaned_shm(shm_before)
-    report["shm_removed_as_orphaned"] = sorted(path.name for path in orphans)
-    for path in orphans:
-        path.unlink(missing_ok=True)
+    stop_and_inspect(engine, args.stop, state_dir, shm_before, report)
     log.close()
     shutil.rmtree(state_dir, ignore_errors=True)
     print(json.dumps(report, indent=2))

@@ -103,5 +103,5 @@ def allocation_labels(store: Store, who: Identity) -> Callable[[str | None], str
     if who.admin:
         return lambda copy_id: copy_id
     mine = {w.id for w in store.workflows(who.user)}
-    own = {r.copy_id for r in store.reservations() if r.workflow_id in mine}
+    own = {r.copy_id for r in store.placements.reservations() if r.workflow_id in mine}
     return lambda copy_id: copy_id if copy_id is None or copy_id in own else HIDDEN_ALLOCATION

@@ -21,7 +21,7 @@ def check_capacity(context: ServerContext, entry: Entry, definition: WorkflowDef
     replica = definition.replica
     if replica is None:
         return
-    views = context.store.node_views()
+    views = context.store.placements.node_views()
     if not views:
         raise CapacityError(
             "No node has registered with this cluster yet. Start one (`berth up` or `berth node`)."

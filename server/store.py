@@ -1,42 +1,28 @@
-"""The control plane's store: identity, workflows, endpoints, replicas, nodes and reservations.
+"""The control plane's store: identity, workflows, endpoints, replicas and nodes; reservations in
+`store.placements` (server/placement.py), load reports in `store.load` (server/load_reports.py).
 
-Synchronous SQLAlchemy; the API calls it from a thread pool. Writes that must be atomic (placement) hold
-a lock in the process and update the `placement` row of `store_locks` first, so they are serialised across
-API processes too (a row lock on Postgres, the write lock on SQLite). The schema is migrated to its head
-on open (server/schema.py).
+Synchronous SQLAlchemy; the API calls it from a thread pool. The schema is migrated to its head on open
+(server/schema.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import create_engine, delete, event, select, update
+from sqlalchemy import create_engine, delete, event, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from berth.contracts import NodeHolding, Placement, RankPlacement, ReserveRequest, ReserveResult
-from berth.errors import ConflictError, NotFoundError, UnavailableError, UserInputError
+from berth.contracts import NodeHolding
+from berth.errors import ConflictError, NotFoundError, UserInputError
 from berth.security import Cipher, Identity
 from server import fencing, scheduler, schema
 from server.load_reports import LoadReports
-from server.models import (
-    AllocationRow,
-    EndpointRow,
-    GroupRow,
-    MembershipRow,
-    NodeRow,
-    PortRow,
-    ReplicaRow,
-    ReservationRow,
-    StoreLockRow,
-    UserRow,
-    WorkflowRow,
-)
+from server.models import EndpointRow, GroupRow, MembershipRow, NodeRow, ReplicaRow, UserRow, WorkflowRow
+from server.placement import Placements
 
 NODE_PORTS = 100
 
@@ -60,26 +46,16 @@ class Store:
     def __init__(self, url: str, cipher: Cipher, node_offline_after_s: float = 60.0,
                  policy: scheduler.Policy = scheduler.Policy.PACK) -> None:
         self.engine = make_engine(url)
-        self.policy = policy
         schema.upgrade_to_head(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.load = LoadReports(self.session)
-        self._placement_lock = threading.Lock()
+        self.placements = Placements(self.session, node_offline_after_s, policy)
         self.cipher = cipher
-        self.node_offline_after_s = node_offline_after_s
 
     @contextmanager
     def session(self) -> Iterator[Session]:
         with self._sessions.begin() as session:
             yield session
-
-    @contextmanager
-    def _placing(self) -> Iterator[Session]:
-        """A transaction no other placement (in this process or another API process) runs beside."""
-        with self._placement_lock, self.session() as s:
-            s.execute(update(StoreLockRow).where(StoreLockRow.name == "placement").values(holder=StoreLockRow.holder)
-                      .execution_options(synchronize_session=False))
-            yield s
 
     # --- identity -------------------------------------------------------------------------------
     def ensure_user(self, name: str, org: str, groups: list[str], admin: bool = False) -> Identity:
@@ -249,7 +225,7 @@ class Store:
         """Record a node's inventory; with `held` (what its live rank processes hold), reconcile fencing
         in the same transaction (see server/fencing.py), under the placement lock."""
         now = time.time()
-        with self._placing() if held is not None else self.session() as s:
+        with self.placements.transaction() if held is not None else self.session() as s:
             row = s.get(NodeRow, node_id)
             if row is None:
                 row = NodeRow(id=node_id, last_heartbeat=now, port_start=port_start,
@@ -273,13 +249,8 @@ class Store:
         with self.session() as s:
             return list(s.scalars(select(NodeRow).order_by(NodeRow.id)).all())
 
-    def node_ready(self, node: NodeRow, now: float | None = None) -> bool:
-        """Heartbeating recently (draining nodes are ready but take no new copies)."""
-        now = time.time() if now is None else now
-        return now - node.last_heartbeat <= self.node_offline_after_s
-
     def set_draining(self, node_id: str, draining: bool) -> NodeRow:
-        with self._placing() as s:
+        with self.placements.transaction() as s:
             row = s.get(NodeRow, node_id)
             if row is None:
                 raise NotFoundError(f"No node '{node_id}'. Run `berth node list` to see the nodes.")
@@ -287,121 +258,6 @@ class Store:
             return row
 
     def node_state(self, node: NodeRow) -> str:
-        if time.time() - node.last_heartbeat > self.node_offline_after_s:
+        if not self.placements.node_ready(node):
             return "offline"
         return "draining" if node.draining else "ready"
-
-    def allocations(self) -> list[AllocationRow]:
-        with self.session() as s:
-            return list(s.scalars(select(AllocationRow)).all())
-
-    def _views(self, s: Session, now: float) -> list[scheduler.NodeView]:
-        """Snapshots for the scheduler, read as plain columns (no ORM objects: placement reads every node)."""
-        busy: dict[str, set[int]] = {}
-        for node_id, gpu_index in s.execute(select(AllocationRow.node_id, AllocationRow.gpu_index)):
-            busy.setdefault(node_id, set()).add(gpu_index)
-        views = []
-        columns = select(NodeRow.id, NodeRow.last_heartbeat, NodeRow.gpus, NodeRow.taints, NodeRow.volumes,
-                         NodeRow.draining)
-        for node_id, last_heartbeat, gpus, taints, volumes, draining in s.execute(columns):
-            views.append(scheduler.NodeView(
-                id=node_id, ready=now - last_heartbeat <= self.node_offline_after_s,
-                gpus=tuple(scheduler.GpuView(int(g["index"]), float(g["memory_gb"])) for g in gpus),
-                busy_gpus=frozenset(busy.get(node_id, ())), taints=tuple(taints or ()),
-                volumes=frozenset(volumes or ()), draining=bool(draining),
-            ))
-        return views
-
-    def node_views(self) -> list[scheduler.NodeView]:
-        with self.session() as s:
-            return self._views(s, time.time())
-
-    def reserve(self, request: ReserveRequest) -> ReserveResult:
-        """Atomically place a copy: GPUs and ports for every rank, or the reason it must wait."""
-        with self._placing() as s:
-            existing = s.get(ReservationRow, request.copy_id)
-            if existing is not None:  # an activity retry after a lost reply: same answer
-                return ReserveResult(placement=Placement.model_validate(existing.placement))
-            demand = scheduler.Demand(nodes=request.nodes, gpus_per_node=request.gpus_per_node,
-                                      gpu_memory_gb=request.gpu_memory_gb, prefer_volume=request.prefer_volume)
-            decision = scheduler.place(demand, self._views(s, time.time()), self.policy)
-            if decision.blocked_reason is not None:
-                return ReserveResult(blocked_reason=decision.blocked_reason)
-            chosen = [node_id for node_id, _gpus in decision.ranks]
-            nodes = {n.id: n for n in s.scalars(select(NodeRow).where(NodeRow.id.in_(chosen)))}
-            used_ports: dict[str, set[int]] = {}
-            ports = select(PortRow.node_id, PortRow.port).where(PortRow.node_id.in_(chosen))
-            for node_id, port in s.execute(ports):
-                used_ports.setdefault(node_id, set()).add(port)
-            ranks: list[RankPlacement] = []
-            master_port = 0
-            for rank, (node_id, gpus) in enumerate(decision.ranks):
-                node = nodes[node_id]
-                wanted = 2 if rank == 0 and request.nodes > 1 else 1
-                free = [p for p in range(node.port_start, node.port_end) if p not in used_ports.get(node_id, set())]
-                if len(free) < wanted:
-                    return ReserveResult(blocked_reason=f"node {node_id} has no free service port")
-                for gpu in gpus:
-                    s.add(AllocationRow(node_id=node_id, gpu_index=gpu, copy_id=request.copy_id))
-                for port in free[:wanted]:
-                    s.add(PortRow(node_id=node_id, port=port, owner=request.copy_id))
-                if wanted == 2:
-                    master_port = free[1]
-                ranks.append(RankPlacement(rank=rank, node_id=node_id, address=node.address,
-                                           gpus=tuple(gpus), port=free[0]))
-            placement = Placement(copy_id=request.copy_id, ranks=tuple(ranks), master_port=master_port)
-            s.add(ReservationRow(copy_id=request.copy_id, workflow_id=request.workflow_id,
-                                 placement=placement.model_dump(mode="json"), created_at=time.time()))
-            return ReserveResult(placement=placement)
-
-    def reserve_port(self, owner: str, node_id: str) -> int:
-        """One port on a node for a service (not a rank): LiteLLM proxy, gateway, OpenCode."""
-        with self._placing() as s:
-            existing = s.scalars(select(PortRow).where(PortRow.owner == owner, PortRow.node_id == node_id)).first()
-            if existing is not None:
-                return existing.port
-            node = s.get(NodeRow, node_id)
-            if node is None:
-                raise NotFoundError(f"No node '{node_id}'.")
-            used = set(s.scalars(select(PortRow.port).where(PortRow.node_id == node_id)).all())
-            for port in range(node.port_start, node.port_end):
-                if port not in used:
-                    s.add(PortRow(node_id=node_id, port=port, owner=owner))
-                    return port
-            raise NotFoundError(f"Node '{node_id}' has no free service port.")
-
-    def reserve_service_port(self, owner: str) -> tuple[NodeRow, int]:
-        """A port for a service on a ready node: the one `owner` already holds if its node is still
-        ready (a restart keeps its address), else the first ready, undrained node with a free port."""
-        now = time.time()
-        with self.session() as s:
-            held = s.scalars(select(PortRow).where(PortRow.owner == owner)).first()
-            nodes = list(s.scalars(select(NodeRow).order_by(NodeRow.id)).all())
-        by_id = {n.id: n for n in nodes}
-        if held is not None and held.node_id in by_id and self.node_ready(by_id[held.node_id], now):
-            return by_id[held.node_id], held.port
-        self.release(owner)
-        for node in nodes:
-            if self.node_ready(node, now) and not node.draining:
-                with contextlib.suppress(NotFoundError):
-                    return node, self.reserve_port(owner, node.id)
-        raise UnavailableError("No ready node has a free port for the service; it waits for one.")
-
-    def release(self, copy_id: str) -> None:
-        """Free what `copy_id` holds, except what is fenced: that is freed when its node says so."""
-        with self._placing() as s:
-            s.execute(delete(AllocationRow).where(AllocationRow.copy_id == copy_id,
-                                                  fencing.not_fenced(AllocationRow.fenced)))
-            s.execute(delete(PortRow).where(PortRow.owner == copy_id, fencing.not_fenced(PortRow.fenced)))
-            s.execute(delete(ReservationRow).where(ReservationRow.copy_id == copy_id))
-
-    def fence(self, copy_id: str, nodes: tuple[str, ...]) -> None:
-        with self._placing() as s:
-            fencing.fence(s, copy_id, nodes)
-
-    def reservations(self, workflow_id: str | None = None) -> list[ReservationRow]:
-        with self.session() as s:
-            query = select(ReservationRow)
-            if workflow_id:
-                query = query.where(ReservationRow.workflow_id == workflow_id)
-            return list(s.scalars(query).all())

@@ -116,23 +116,23 @@ async def replica_keys(context: Context,
 # --- placement: reservations, fencing, service ports -----------------------------------------------
 @router.post("/v1/internal/reservations", response_model=ReserveResult)
 async def reserve(request: ReserveRequest, context: Context, _who: Admin) -> dict[str, Any]:
-    result = await run_in_threadpool(context.store.reserve, request)
+    result = await run_in_threadpool(context.store.placements.reserve, request)
     return result.model_dump(mode="json")
 
 
 @router.delete("/v1/internal/reservations/{copy_id}", status_code=204)
 async def release(copy_id: str, context: Context, _who: Admin) -> None:
-    await run_in_threadpool(context.store.release, copy_id)
+    await run_in_threadpool(context.store.placements.release, copy_id)
 
 
 @router.post("/v1/internal/reservations/{copy_id}/fence", status_code=204)
 async def fence(copy_id: str, request: FenceRequest, context: Context, _who: Admin) -> None:
-    await run_in_threadpool(context.store.fence, copy_id, request.nodes)
+    await run_in_threadpool(context.store.placements.fence, copy_id, request.nodes)
 
 
 @router.post("/v1/internal/service-ports", response_model=ServicePort)
 async def reserve_service_port(request: ServicePortRequest, context: Context, _who: Admin) -> dict[str, Any]:
-    node, port = await run_in_threadpool(context.store.reserve_service_port, request.owner)
+    node, port = await run_in_threadpool(context.store.placements.reserve_service_port, request.owner)
     return ServicePort(node_id=node.id, address=node.address, port=port).model_dump(mode="json")
 
 

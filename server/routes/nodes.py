@@ -29,7 +29,7 @@ async def node_heartbeat(node_id: str, inventory: dict[str, Any], context: Conte
 @router.get("/v1/nodes", response_model=list[NodeView], response_model_exclude_unset=True)
 async def list_nodes(context: Context, who: Caller) -> list[dict[str, Any]]:
     nodes = await run_in_threadpool(context.store.nodes)
-    allocations = await run_in_threadpool(context.store.allocations)
+    allocations = await run_in_threadpool(context.store.placements.allocations)
     label = await run_in_threadpool(allocation_labels, context.store, who)
     out = []
     for node in nodes:

@@ -4,10 +4,13 @@ is our child or a pid adopted from a previous parent; and the pidfile that makes
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,24 @@ GROUP = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', '
 
 async def _spawn(seconds: float) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(sys.executable, "-c", GROUP, str(seconds), start_new_session=True)
+
+
+def _members(pgid: int) -> list[int]:
+    """The live pids of the process group `pgid`."""
+    members = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(name)) == pgid:
+                    members.append(int(name))
+    return members
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s"
+        await asyncio.sleep(0.02)
 
 
 class AgentStoppedError(Exception):
@@ -67,11 +88,17 @@ def test_heartbeats_while_it_lives_and_stops_the_group_on_cancellation() -> None
 def test_shutdown_stops_the_group_and_raises_the_callers_error() -> None:
     async def main() -> None:
         process = await _spawn(60)
-        shutdown = asyncio.Event()
+        shutdown, watching = asyncio.Event(), asyncio.Event()
+
+        async def shutdown_requested() -> None:
+            watching.set()  # supervise has begun watching for the shutdown
+            await shutdown.wait()
+
         task = asyncio.create_task(supervise(
-            process, heartbeat=lambda: None, shutdown=shutdown.wait(),
+            process, heartbeat=lambda: None, shutdown=shutdown_requested(),
             shutdown_error=lambda: AgentStoppedError("node agent shut down"), every_s=5, grace_s=2))
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(watching.wait(), timeout=10)
+        await _until(lambda: len(_members(process.pid)) >= 2, 10)  # the leader has started its child
         started = time.monotonic()
         shutdown.set()
         with pytest.raises(AgentStoppedError, match="node agent shut down"):

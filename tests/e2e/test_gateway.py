@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -61,6 +62,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object
 
 def _models(url: str) -> list[str]:
     return [m["id"] for m in httpx.get(url + "/v1/models", timeout=10).json()["data"]]
+
+
+def _discovery(url: str) -> dict[str, Any]:
+    discovery: dict[str, Any] = httpx.get(url + "/health", timeout=10).json()["discovery"]
+    return discovery
 
 
 def _chat(url: str, model: str, timeout: float = 30) -> httpx.Response:
@@ -123,9 +129,11 @@ def test_follows_scaling_and_wakes_a_pool_at_zero(world: dict[str, object]) -> N
     alice = workflows["alice-gpt"]["id"]
     stack.cli("workflow", "scale", alice, "--replicas", "0")
     stack.wait_phase(alice, {"scaled_to_zero"}, timeout=60)
-    # The gateway's own view (it rediscovers the emptied pool, then a request wakes it instead of going to a
-    # stopped copy) is not observable from outside: a discovery refresh and a scrape.
-    time.sleep(3)
+    # A discovery round that started after the pool emptied has dropped its stopped copy, so the request
+    # below wakes the pool instead of going to that copy.
+    emptied_at = time.time()
+    wait_for(lambda: (_discovery(url)["last_round_started_at"] or 0) > emptied_at, 30,
+             "a gateway discovery round to start after the pool scaled to zero")
     started = time.monotonic()
     woken = _chat(url, "openai/gpt-oss-20b", timeout=130)
     assert woken.status_code == 200, woken.text

@@ -11,12 +11,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from berth.processes import stop_group_sync
-from tests.support import REPO, RunningStack, free_port_base, processes_mentioning
+from tests.support import REPO, RunningStack, free_port_base, processes_mentioning, wait_for
 
 pytestmark = pytest.mark.litellm  # starts the real LiteLLM proxy
 
@@ -65,7 +66,14 @@ def test_control_worker_restart_during_start(one_gpu_stack: RunningStack) -> Non
     worker = next(c for c in stack.info["children"] if c["name"] == "worker")
     stop_group_sync(worker["pid"], 5)
     workflow_id = stack.start_entry("GPT-OSS 20B", watch=False)  # accepted while no worker runs
-    time.sleep(1)
+
+    def held_by_temporal() -> dict[str, Any] | None:
+        info = stack.describe(workflow_id)
+        return info if info.get("status") == "running" else None
+
+    # Temporal holds it running and no worker answers its query: the start waits for a worker.
+    waiting = wait_for(held_by_temporal, 30, "Temporal to hold the workflow running")
+    assert waiting["phase"] == "unknown", waiting
     env = stack.env
     env.update({"BERTH_TEMPORAL_ADDRESS": stack.info["temporal_address"], "BERTH_API_URL": stack.info["api_url"],
                 "BERTH_TOKEN": stack.token})

@@ -758,9 +758,14 @@ async def test_least_queue_routes_around_a_queued_replica(
                 return figures.get("running", 0) + figures.get("waiting", 0) >= 3
 
             await wait_until(queued)
-            # LiteLLM's scraper has read the queue since (two rounds: a starved process may miss one);
+
+            async def routing_read_the_queue() -> bool:
+                response: Final = await client.get("/berth/requests", headers=bearer(stack.master_key))
+                return bool(response.json()["queues"].get("busy", 0) >= 3)
+
+            # Until LiteLLM's routing has scraped the queue (a starved process may miss a round or two);
             # the queued requests last ~30 s (50 tokens each at 5 tokens/s, one at a time).
-            await asyncio.sleep(2 * SCRAPE_INTERVAL_S + 0.5)
+            await wait_until(routing_read_the_queue, 5 * SCRAPE_INTERVAL_S)
             before: Final = finished_requests(await engine_metrics(stack.upstream_a))
             replies: Final = await answers(client, stack.master_key, 10)
             after: Final = finished_requests(await engine_metrics(stack.upstream_a))

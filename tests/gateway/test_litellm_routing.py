@@ -107,6 +107,15 @@ async def test_least_queue_picks_the_shorter_queue(setup: tuple[PolicyRouting, S
     assert await picks(router, 3) == ["b"] * 3
 
 
+async def test_queues_show_what_routing_has_read(setup: tuple[PolicyRouting, StandInRouter, Engines]) -> None:
+    strategy, router, engines = setup
+    assert strategy.queues() == {}
+    await serve(strategy, engines, a=prometheus(running=4, waiting=6))  # b refuses its scrape: not shown
+    assert strategy.queues() == {"a": 10.0}
+    await picks(router, 1)
+    assert strategy.queues() == {"a": 11.0}  # plus the call in flight
+
+
 async def test_a_call_whose_end_is_never_reported_stops_counting(
         setup: tuple[PolicyRouting, StandInRouter, Engines], monkeypatch: pytest.MonkeyPatch) -> None:
     strategy, router, engines = setup

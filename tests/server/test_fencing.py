@@ -24,16 +24,16 @@ def _store(tmp_path: Path) -> Store:
 
 
 def _place(store: Store, copy_id: str) -> tuple[int, ...] | None:
-    result = store.reserve(ReserveRequest(workflow_id="wf", copy_id=copy_id, nodes=1, gpus_per_node=1))
+    result = store.placements.reserve(ReserveRequest(workflow_id="wf", copy_id=copy_id, nodes=1, gpus_per_node=1))
     return None if result.placement is None else (result.placement.ranks[0].port,)
 
 
 def test_a_fenced_copy_keeps_its_gpu_and_port_until_its_node_reports_the_process_gone(tmp_path: Path) -> None:
     store = _store(tmp_path)
     assert _place(store, "wf.copy-0") == (30000,)
-    store.fence("wf.copy-0", ("n0",))
-    store.release("wf.copy-0")
-    assert [(a.gpu_index, a.copy_id, a.fenced) for a in store.allocations()] == [(0, "wf.copy-0", True)]
+    store.placements.fence("wf.copy-0", ("n0",))
+    store.placements.release("wf.copy-0")
+    assert [(a.gpu_index, a.copy_id, a.fenced) for a in store.placements.allocations()] == [(0, "wf.copy-0", True)]
     assert _place(store, "wf.copy-1") is None  # the GPU is still the lost rank's
     # The node still runs the process: still fenced.
     store.heartbeat_node("n0", INVENTORY, port_start=30000,
@@ -41,14 +41,14 @@ def test_a_fenced_copy_keeps_its_gpu_and_port_until_its_node_reports_the_process
     assert _place(store, "wf.copy-1") is None
     # The node reports it gone: freed, and the next copy gets the GPU (and the port) again.
     store.heartbeat_node("n0", INVENTORY, port_start=30000, held=[])
-    assert store.allocations() == []
+    assert store.placements.allocations() == []
     assert _place(store, "wf.copy-1") == (30000,)
 
 
 def test_a_live_orphan_the_store_released_is_fenced_by_the_first_heartbeat(tmp_path: Path) -> None:
     store = _store(tmp_path)
     assert _place(store, "wf.copy-0") == (30000,)
-    store.release("wf.copy-0")  # released without a fence (e.g. by a version before fencing)
+    store.placements.release("wf.copy-0")  # released without a fence (e.g. by a version before fencing)
     store.heartbeat_node("n0", INVENTORY, port_start=30000,
                          held=[NodeHolding(owner="wf.copy-0", gpus=(0,), ports=(30000,))])
     assert _place(store, "wf.copy-1") is None
@@ -59,10 +59,10 @@ def test_a_live_orphan_the_store_released_is_fenced_by_the_first_heartbeat(tmp_p
 def test_a_heartbeat_without_holdings_leaves_fences_alone(tmp_path: Path) -> None:
     store = _store(tmp_path)
     _place(store, "wf.copy-0")
-    store.fence("wf.copy-0", ("n0",))
-    store.release("wf.copy-0")
+    store.placements.fence("wf.copy-0", ("n0",))
+    store.placements.release("wf.copy-0")
     store.heartbeat_node("n0", INVENTORY, port_start=30000)  # an agent too old to report what it holds
-    assert [a.copy_id for a in store.allocations()] == ["wf.copy-0"]
+    assert [a.copy_id for a in store.placements.allocations()] == ["wf.copy-0"]
 
 
 def test_a_malformed_or_oversized_holdings_report_is_refused_in_one_line() -> None:

@@ -99,7 +99,7 @@ def test_two_api_stores_never_place_two_copies_on_one_gpu(store_url: str, tmp_pa
     def reserve(index: int) -> bool:
         barrier.wait()
         request = ReserveRequest(workflow_id="wf", copy_id=f"wf.copy-{index}", nodes=1, gpus_per_node=1)
-        return stores[index % 2].reserve(request).placement is not None
+        return stores[index % 2].placements.reserve(request).placement is not None
 
     with ThreadPoolExecutor(24) as pool:
         placed = list(pool.map(reserve, range(24)))

@@ -108,9 +108,9 @@ def _inventory(gpus: int) -> dict[str, object]:
 
 
 def _assert_no_double_booking(store: Store, expected: int) -> None:
-    held = [(a.node_id, a.gpu_index) for a in store.allocations()]
+    held = [(a.node_id, a.gpu_index) for a in store.placements.allocations()]
     assert len(held) == expected and len(set(held)) == expected
-    ports = [(r["node_id"], r["port"]) for p in store.reservations() for r in p.placement["ranks"]]
+    ports = [(r["node_id"], r["port"]) for p in store.placements.reservations() for r in p.placement["ranks"]]
     assert len(ports) == len(set(ports))
 
 
@@ -121,7 +121,7 @@ def test_concurrent_reservations_never_share_a_gpu(tmp_path: Path, store_url: st
     def reserve(index: int) -> bool:
         barrier.wait()
         request = ReserveRequest(workflow_id="wf", copy_id=f"wf.copy-{index}", nodes=1, gpus_per_node=1)
-        return store.reserve(request).placement is not None
+        return store.placements.reserve(request).placement is not None
 
     with ThreadPoolExecutor(40) as pool:
         placed = list(pool.map(reserve, range(40)))
@@ -130,27 +130,27 @@ def test_concurrent_reservations_never_share_a_gpu(tmp_path: Path, store_url: st
     # Multi-node copies racing for what is left after two releases (on two nodes: which copies won, and
     # where, is the race's): one wins, the other waits.
     by_node: dict[str, list[str]] = {}
-    for reservation in store.reservations():
+    for reservation in store.placements.reservations():
         by_node.setdefault(reservation.placement["ranks"][0]["node_id"], []).append(reservation.copy_id)
     released = [copies[0] for copies in sorted(by_node.values())[:2]]
     for copy_id in released:
-        store.release(copy_id)
+        store.placements.release(copy_id)
     winners = [f"wf.copy-{i}" for i, ok in enumerate(placed) if ok and f"wf.copy-{i}" not in released]
-    freed = Counter(r.placement["ranks"][0]["node_id"] for r in store.reservations())
+    freed = Counter(r.placement["ranks"][0]["node_id"] for r in store.placements.reservations())
     assert sum(freed.values()) == 4
     barrier = threading.Barrier(8)
 
     def reserve_two(index: int) -> bool:
         barrier.wait()
         request = ReserveRequest(workflow_id="wf", copy_id=f"wf.multi-{index}", nodes=2, gpus_per_node=1)
-        return store.reserve(request).placement is not None
+        return store.placements.reserve(request).placement is not None
 
     with ThreadPoolExecutor(8) as pool:
         multi = list(pool.map(reserve_two, range(8)))
     assert multi.count(True) == 1
     _assert_no_double_booking(store, 6)
     # A retried reservation (lost reply) gets the same placement, not a second one.
-    again = store.reserve(ReserveRequest(workflow_id="wf", copy_id=winners[0], nodes=1, gpus_per_node=1))
+    again = store.placements.reserve(ReserveRequest(workflow_id="wf", copy_id=winners[0], nodes=1, gpus_per_node=1))
     assert again.placement is not None
     _assert_no_double_booking(store, 6)
 

@@ -64,8 +64,8 @@ def test_a_database_made_by_b048f25_upgrades_in_place(store_url: str, tmp_path: 
     assert endpoint.groups == ["team"] and endpoint.annotations["max_replicas"] == 2
     assert [r.copy_id for r in store.replicas("ep-old")] == ["wf-old.copy-1"]
     assert [len(n.gpus) for n in store.nodes()] == [2]
-    assert [(a.node_id, a.gpu_index) for a in store.allocations()] == [("node-1", 0)]
-    assert store.reservations("wf-old")[0].placement["ranks"][0]["port"] == 30001
+    assert [(a.node_id, a.gpu_index) for a in store.placements.allocations()] == [("node-1", 0)]
+    assert store.placements.reservations("wf-old")[0].placement["ranks"][0]["port"] == 30001
     with store.session() as s:
         assert s.get(SecretRow, "organization/acme/hf").created_by == "alice"  # type: ignore[union-attr]
         assert s.get(ApiTokenRow, "jti-old").note == "from before the upgrade"  # type: ignore[union-attr]
@@ -74,7 +74,8 @@ def test_a_database_made_by_b048f25_upgrades_in_place(store_url: str, tmp_path: 
     # Postgres' sequences), and the tables the migrations added take reports.
     store.heartbeat_node("node-1", {"address": "127.0.0.1", "engine": "simulator",
                                     "gpus": [{"index": 0, "memory_gb": 80}, {"index": 1, "memory_gb": 80}]}, 30000)
-    placed = store.reserve(ReserveRequest(workflow_id="wf-new", copy_id="wf-new.copy-1", nodes=1, gpus_per_node=1))
+    request = ReserveRequest(workflow_id="wf-new", copy_id="wf-new.copy-1", nodes=1, gpus_per_node=1)
+    placed = store.placements.reserve(request)
     assert placed.placement is not None and placed.placement.ranks[0].gpus == (1,)
     store.load.add_front_door("ep-old", 3)
     assert [r.requests for r in store.load.window()] == [3]
