@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from berth.contracts import Placement, RankPlacement, ReserveRequest, ReserveResult
 from berth.errors import NotFoundError, UnavailableError
 from server import fencing, scheduler
-from server.models import AllocationRow, NodeRow, PortRow, ReservationRow, StoreLockRow
+from server.models import AllocationRow, NodeRow, PortRow, ReplicaRow, ReservationRow, StoreLockRow
 
 
 class Placements:
@@ -156,7 +156,29 @@ class Placements:
                                                   fencing.not_fenced(AllocationRow.fenced)))
             s.execute(delete(PortRow).where(PortRow.owner == copy_id, fencing.not_fenced(PortRow.fenced)))
             s.execute(delete(ReservationRow).where(ReservationRow.copy_id == copy_id))
+            # A released copy serves nothing: its record goes with it (see `publish`).
+            s.execute(delete(ReplicaRow).where(ReplicaRow.copy_id == copy_id))
+
+    def publish(self, workflow_id: str, endpoint_id: str, copy_id: str, url: str, ready: bool) -> bool:
+        """Publish a copy that holds its placement; False (nothing written) for one already released. A
+        stop does not wait for a publish it cancelled, so that publish may land after the stop's unpublish:
+        it must find the placement gone and write nothing, or proxies would route to a stopped copy."""
+        with self.transaction() as s:
+            if s.get(ReservationRow, copy_id) is None:
+                return False
+            upsert_replica_row(s, workflow_id, endpoint_id, copy_id, url, ready)
+            return True
 
     def fence(self, copy_id: str, nodes: tuple[str, ...]) -> None:
         with self.transaction() as s:
             fencing.fence(s, copy_id, nodes)
+
+
+def upsert_replica_row(s: Session, workflow_id: str, endpoint_id: str, copy_id: str, url: str, ready: bool,
+                       draining: bool = False) -> None:
+    row = s.get(ReplicaRow, copy_id)
+    if row is None:
+        s.add(ReplicaRow(copy_id=copy_id, endpoint_id=endpoint_id, workflow_id=workflow_id, url=url,
+                         ready=ready, draining=draining, updated_at=time.time()))
+    else:
+        row.url, row.ready, row.draining, row.updated_at = url, ready, draining, time.time()

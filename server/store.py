@@ -22,7 +22,7 @@ from berth.security import Cipher, Identity
 from server import fencing, scheduler, schema
 from server.load_reports import LoadReports
 from server.models import EndpointRow, GroupRow, MembershipRow, NodeRow, ReplicaRow, UserRow, WorkflowRow
-from server.placement import Placements
+from server.placement import Placements, upsert_replica_row
 
 NODE_PORTS = 100
 
@@ -192,14 +192,10 @@ class Store:
 
     def upsert_replica(self, workflow_id: str, endpoint_id: str, copy_id: str, url: str, ready: bool,
                        draining: bool = False) -> None:
+        """Write a copy's record whether or not it holds a placement (the API publishes with
+        `placements.publish`, which refuses a released copy)."""
         with self.session() as s:
-            row = s.get(ReplicaRow, copy_id)
-            if row is None:
-                row = ReplicaRow(copy_id=copy_id, endpoint_id=endpoint_id, workflow_id=workflow_id, url=url,
-                                 ready=ready, draining=draining, updated_at=time.time())
-                s.add(row)
-            else:
-                row.url, row.ready, row.draining, row.updated_at = url, ready, draining, time.time()
+            upsert_replica_row(s, workflow_id, endpoint_id, copy_id, url, ready, draining)
 
     def set_replica_ready(self, copy_id: str, ready: bool) -> None:
         """Route to a published copy or not; a copy not (or no longer) published stays unpublished."""

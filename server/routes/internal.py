@@ -139,7 +139,8 @@ async def reserve_service_port(request: ServicePortRequest, context: Context, _w
 # --- replicas: what copies publish --------------------------------------------------------------------
 @router.put("/v1/internal/replicas/{copy_id}", status_code=204)
 async def publish(copy_id: str, record: ReplicaRecord, context: Context, _who: Admin) -> None:
-    await run_in_threadpool(context.store.upsert_replica, record.workflow_id, record.endpoint_id, copy_id,
+    # A copy stopped meanwhile publishes nothing (Placements.publish); the late publish is not an error.
+    await run_in_threadpool(context.store.placements.publish, record.workflow_id, record.endpoint_id, copy_id,
                             record.url, record.ready)
 
 

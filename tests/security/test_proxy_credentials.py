@@ -80,6 +80,11 @@ def test_no_berth_credential_reaches_the_model_service(people: People, recorder:
     workflow_id, endpoint_id = _pool(people)
     other_workflow, other_endpoint = _pool(people)
     try:
+        # Standing in for a copy: it holds a placement (a copy without one publishes nothing), then publishes.
+        placed = people.api("admin", "POST", "/v1/internal/reservations",
+                            json={"workflow_id": workflow_id, "copy_id": f"{workflow_id}.echo", "nodes": 1,
+                                  "gpus_per_node": 1})
+        assert placed.status_code == 200 and placed.json()["placement"], placed.text
         published = people.api("admin", "PUT", f"/v1/internal/replicas/{workflow_id}.echo",
                                json={"workflow_id": workflow_id, "endpoint_id": endpoint_id,
                                      "copy_id": f"{workflow_id}.echo", "url": recorder.url, "ready": True})
@@ -113,6 +118,7 @@ def test_no_berth_credential_reaches_the_model_service(people: People, recorder:
         assert keys == ["sk-the-services-own-key"], keys
     finally:
         people.api("admin", "DELETE", f"/v1/internal/replicas/{workflow_id}.echo")
+        people.api("admin", "DELETE", f"/v1/internal/reservations/{workflow_id}.echo")
         for started in (workflow_id, other_workflow):
             people.cli("admin", "workflow", "stop", started)
 

@@ -71,3 +71,25 @@ def test_a_malformed_or_oversized_holdings_report_is_refused_in_one_line() -> No
         holdings({"held": [{"owner": "c"}] * 257})
     with pytest.raises(UserInputError, match="'held' is malformed: String should have at most 160"):
         holdings({"held": [{"owner": "c" * 161}]})
+
+
+# A copy publishes only while it holds its placement: a stop does not wait for a publish it cancelled, so
+# that publish can reach the API after the stop's unpublish — it must write nothing, and a release takes
+# the copy's record with it (tests/workflows/test_cancel_race.py drives the same race through the workflows).
+def test_a_placed_copy_publishes_and_its_release_unpublishes_it(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    placed = store.placements.reserve(ReserveRequest(workflow_id="wf", copy_id="wf.copy-0", nodes=1, gpus_per_node=1))
+    assert placed.placement is not None
+    assert store.placements.publish("wf", "ep-1", "wf.copy-0", "http://127.0.0.1:30001", ready=True)
+    assert [r.copy_id for r in store.replicas("ep-1")] == ["wf.copy-0"]
+    store.placements.release("wf.copy-0")
+    assert store.replicas("ep-1") == []
+
+
+def test_a_publish_that_lands_after_the_release_writes_nothing(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.placements.reserve(ReserveRequest(workflow_id="wf", copy_id="wf.copy-0", nodes=1, gpus_per_node=1))
+    store.remove_replica("wf.copy-0")  # the stop's unpublish
+    store.placements.release("wf.copy-0")  # ... and its release
+    assert not store.placements.publish("wf", "ep-1", "wf.copy-0", "http://127.0.0.1:30001", ready=True)
+    assert store.replicas("ep-1") == []

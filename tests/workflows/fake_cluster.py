@@ -75,6 +75,7 @@ class FakeCluster:
     front_exit: ServiceExit | None = None
     fronts_running: int = 0
     front_goes_live: bool = True  # False: its liveness probe waits until the test sets it
+    publish_gate: asyncio.Event | None = None  # set: publish_replica waits for it before it writes
     _ports: itertools.count[int] = field(default_factory=lambda: itertools.count(20000))
 
     # --- what the test reads and does -----------------------------------------------------------
@@ -128,6 +129,7 @@ class FakeCluster:
     async def release_placement(self, copy_id: str) -> None:
         self._record("release_placement", copy_id)
         self.placements.pop(copy_id, None)
+        self.published.pop(copy_id, None)  # as Placements.release: a released copy's record goes with it
 
     @activity.defn(name="fence_placement")
     async def fence_placement(self, request: FenceRequest) -> None:
@@ -136,7 +138,11 @@ class FakeCluster:
     @activity.defn(name="publish_replica")
     async def publish_replica(self, record: ReplicaRecord) -> None:
         self._record("publish_replica", record)
-        self.published[record.copy_id] = record
+        if self.publish_gate is not None:  # a slow control plane: the publish lands when the test says
+            await self.publish_gate.wait()
+        if record.copy_id in self.placements:  # as Placements.publish: a released copy publishes nothing
+            self.published[record.copy_id] = record
+        self._record("publish_landed", record.copy_id)
 
     @activity.defn(name="unpublish_replica")
     async def unpublish_replica(self, copy_id: str) -> None:

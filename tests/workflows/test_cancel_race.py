@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from tests.workflows.fake_cluster import FakeCluster, FakeNode
-from tests.workflows.harness import OWNER, Harness, copy_ids, node_ids, pool_definition
+from tests.workflows.harness import OWNER, Harness, copy_ids, eventually, node_ids, pool_definition
 from workflows.payloads import CopyStatus, Phase, ScaleRequest, StopRequest
 from workflows.service import ServiceWorkflow
 
@@ -28,9 +28,7 @@ async def test_stops_sent_while_copies_report_stop_every_copy(harness: Harness) 
             await handle.signal(ServiceWorkflow.stop, StopRequest(by=OWNER.user))
         finals = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 60)
         assert all(final.phase is Phase.STOPPED for final in finals)
-        # Not `published`: a cancel that lands while publish_replica runs leaves the record (CopyWorkflow does not
-        # wait for the cancelled activity) — a separate race, older than this test, named in its report.
-        assert cluster.placements == {}
+        assert cluster.placements == {} and cluster.published == {}
         assert not any(rank.running for rank in cluster.ranks.values())
 
 
@@ -48,3 +46,19 @@ async def test_a_scale_in_sent_as_the_copy_reports_ready_drains_it(harness: Harn
         await asyncio.wait_for(harness.latest(handle).signal(ServiceWorkflow.stop, StopRequest(by=OWNER.user)), 10)
         final = await asyncio.wait_for(handle.result(), 60)
         assert final.phase is Phase.STOPPED and cluster.placements == {}
+
+
+async def test_a_stop_that_lands_while_the_copy_publishes_leaves_no_record(harness: Harness) -> None:
+    """The stop does not wait for the publish it cancels (it would swallow the stop if the publish then
+    succeeded), so the publish lands after the stop's unpublish — and must find the placement gone."""
+    cluster = FakeCluster(nodes=[FakeNode(node_id) for node_id in node_ids(1)], publish_gate=asyncio.Event())
+    async with harness.running(cluster):
+        handle = await harness.start(pool_definition(min_replicas=1, max_replicas=1))
+        await eventually(lambda: cluster.called("publish_replica"), "the copy's publish under way")
+        await handle.signal(ServiceWorkflow.stop, StopRequest(by=OWNER.user))
+        final = await asyncio.wait_for(handle.result(), 60)
+        assert final.phase is Phase.STOPPED and cluster.placements == {}
+        assert cluster.publish_gate is not None
+        cluster.publish_gate.set()  # the control plane answers the publish only now
+        await eventually(lambda: cluster.called("publish_landed"), "the late publish to land")
+        assert cluster.published == {}
