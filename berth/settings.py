@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -255,10 +256,10 @@ class TemporalTLS:
                    server_name=server_name)
 
 
-def tls_ca_file() -> str | None:
+def tls_ca_file(environ: Mapping[str, str] = os.environ) -> str | None:
     """`BERTH_TLS_CA`: a PEM CA that Berth's own HTTP clients (CLI, node agents, worker, proxy, services)
     trust besides the system store, for an API and endpoint proxy served with a private CA."""
-    return os.environ.get("BERTH_TLS_CA") or None
+    return environ.get("BERTH_TLS_CA", "").strip() or None
 
 
 @dataclass(frozen=True)
@@ -366,6 +367,11 @@ def admin_user() -> str:
     return os.environ.get("BERTH_ADMIN_USER", "admin")
 
 
+def litellm_bin_override() -> str | None:
+    """BERTH_LITELLM_BIN: the `litellm` executable a node agent runs instead of the checkout's .venv-litellm."""
+    return os.environ.get("BERTH_LITELLM_BIN", "").strip() or None
+
+
 def opencode_bin_override() -> str | None:
     """BERTH_OPENCODE_BIN: the `opencode` executable to run instead of the one `make opencode` installed."""
     return os.environ.get("BERTH_OPENCODE_BIN") or None
@@ -375,3 +381,35 @@ def litellm_assertion_settings() -> tuple[str, str]:
     """Inside an endpoint's LiteLLM: where the caller-assertion keys are published (BERTH_JWKS_URL) and the
     endpoint an assertion must be for (BERTH_ENDPOINT_ID); empty strings when assertions are off."""
     return os.environ.get("BERTH_JWKS_URL", "").strip(), os.environ.get("BERTH_ENDPOINT_ID", "").strip()
+
+
+@dataclass(frozen=True)
+class LiteLLMHookSettings:
+    """Inside a pool's LiteLLM proxy: what Berth's sync hook reads from the environment its node agent gave
+    it (gateway/litellm_service.py writes these variables; nothing else sets them)."""
+
+    model_name: str
+    served_model_name: str
+    replicas_url: str
+    interval_s: float
+    rate_url: str
+    replicas_token: str  # reads this endpoint's copy list and nothing else; never logged
+    tls_ca: str  # the control plane's private CA file, "" for the system store only
+
+
+def litellm_hook_settings(environ: Mapping[str, str] = os.environ) -> LiteLLMHookSettings:
+    """BERTH_MODEL_NAME, BERTH_SERVED_MODEL_NAME, BERTH_REPLICAS_URL, BERTH_SYNC_INTERVAL_S, BERTH_RATE_URL,
+    BERTH_REPLICAS_TOKEN and BERTH_TLS_CA. Raises ValueError — which fails LiteLLM's start-up: better than
+    a proxy that never gains a copy — when the model or the copy list's URL is missing."""
+    model_name = environ.get("BERTH_MODEL_NAME", "").strip()
+    replicas_url = environ.get("BERTH_REPLICAS_URL", "").strip()
+    if not model_name or not replicas_url:
+        raise ValueError("gateway.litellm_sync needs BERTH_MODEL_NAME and BERTH_REPLICAS_URL")
+    interval_s = float(environ.get("BERTH_SYNC_INTERVAL_S", "1.0"))
+    if interval_s <= 0:
+        raise ValueError("BERTH_SYNC_INTERVAL_S must be positive")
+    return LiteLLMHookSettings(
+        model_name=model_name, served_model_name=environ.get("BERTH_SERVED_MODEL_NAME", "").strip() or model_name,
+        replicas_url=replicas_url, interval_s=interval_s, rate_url=environ.get("BERTH_RATE_URL", "").strip(),
+        replicas_token=environ.get("BERTH_REPLICAS_TOKEN", "").strip(), tls_ca=tls_ca_file(environ) or "")
+

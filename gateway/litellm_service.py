@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from berth.child_environment import BASE_VARIABLES, inherit
+from berth.settings import litellm_bin_override, tls_ca_file
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
 LITELLM_EXECUTABLE_ENV: Final = "BERTH_LITELLM_BIN"
@@ -169,7 +170,7 @@ def render_environment(
             "BERTH_RATE_URL": spec.rate_url,
             "BERTH_REPLICAS_TOKEN": spec.replicas_token.get_secret_value(),
             # The control plane's private CA (a file path, no secret): the hooks call its https URLs.
-            "BERTH_TLS_CA": source.get("BERTH_TLS_CA", ""),
+            "BERTH_TLS_CA": tls_ca_file(source) or "",
             # The hook modules import as `gateway.*` from the repository root.
             "PYTHONPATH": str(repo_root),
             "PYTHONUNBUFFERED": "1",
@@ -182,7 +183,7 @@ def render_environment(
 
 def find_litellm_executable(repo_root: Path = REPO_ROOT) -> str:
     """BERTH_LITELLM_BIN, else the repository's .venv-litellm, else `litellm` on PATH."""
-    configured: Final = os.environ.get(LITELLM_EXECUTABLE_ENV, "").strip()
+    configured: Final = litellm_bin_override()
     if configured:
         return configured
     bundled: Final = repo_root / ".venv-litellm" / "bin" / "litellm"

@@ -46,6 +46,7 @@ from litellm.types.router import Deployment, LiteLLM_Params, ModelInfo
 from pydantic import ValidationError
 
 from berth.contracts import ServiceReplicas
+from berth.settings import litellm_hook_settings, tls_ca_file
 from gateway.litellm_routing import PolicyRouting, deployments_for
 
 # vLLM speaks the OpenAI API; LiteLLM's hosted_vllm provider adds vLLM's own parameters
@@ -79,21 +80,9 @@ class SyncSettings:
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> SyncSettings:
-        model_name: Final = environ.get("BERTH_MODEL_NAME", "").strip()
-        replicas_url: Final = environ.get("BERTH_REPLICAS_URL", "").strip()
-        if not model_name or not replicas_url:
-            # Raising here fails LiteLLM's start-up: better than a proxy that never gains a replica.
-            raise ValueError("gateway.litellm_sync needs BERTH_MODEL_NAME and BERTH_REPLICAS_URL")
-        interval_s: Final = float(environ.get("BERTH_SYNC_INTERVAL_S", "1.0"))
-        if interval_s <= 0:
-            raise ValueError("BERTH_SYNC_INTERVAL_S must be positive")
-        return cls(
-            model_name=model_name,
-            served_model_name=environ.get("BERTH_SERVED_MODEL_NAME", "").strip() or model_name,
-            replicas_url=replicas_url,
-            interval_s=interval_s,
-            rate_url=environ.get("BERTH_RATE_URL", "").strip(),
-        )
+        hook: Final = litellm_hook_settings(environ)
+        return cls(model_name=hook.model_name, served_model_name=hook.served_model_name,
+                   replicas_url=hook.replicas_url, interval_s=hook.interval_s, rate_url=hook.rate_url)
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,7 +329,7 @@ def api_ssl_context(environ: Mapping[str, str]) -> ssl.SSLContext:
     """Trust for the control plane's https URLs: the system store plus BERTH_TLS_CA (the private CA a
     `berth up --tls` stack serves with; the node agent passes it on). Shared by litellm_auth's JWKS fetch."""
     context: Final = ssl.create_default_context()
-    ca_file: Final = environ.get("BERTH_TLS_CA", "").strip()
+    ca_file: Final = tls_ca_file(environ)
     if ca_file:
         context.load_verify_locations(cafile=ca_file)
     return context
@@ -351,7 +340,7 @@ async def start() -> None:
     from litellm.proxy import proxy_server
 
     settings: Final = SyncSettings.from_environment(os.environ)
-    token: Final = os.environ.get("BERTH_REPLICAS_TOKEN", "").strip()
+    token: Final = litellm_hook_settings(os.environ).replicas_token
     # The token reads one endpoint's replica list and nothing else; never logged.
     headers: Final = {"Authorization": f"Bearer {token}"} if token else {}
     client: Final = httpx.AsyncClient(

@@ -1,0 +1,25 @@
+"""berth/settings.py is the only place a BERTH_* variable is read (precedence is defined once): a read
+anywhere else in the product fails here. Writing one into a child's environment is fine."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ROOMS = ("activities", "berth", "catalog", "cli", "gateway", "node", "server", "stack", "workflows")
+READ = re.compile(r"""(getenv\(\s*|environ\.get\(\s*|environ\[\s*)["']BERTH_[A-Z0-9_]+["']\s*(?!\]\s*=[^=])""")
+
+
+def test_no_room_reads_a_berth_variable_but_settings() -> None:
+    found = [f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+             for room in ROOMS for path in sorted((REPO / room).rglob("*.py"))
+             if path != REPO / "berth" / "settings.py"
+             for number, line in enumerate(path.read_text().splitlines(), 1) if READ.search(line)]
+    assert not found, "\n".join(found)
+
+
+def test_the_pattern_tells_a_read_from_a_write() -> None:
+    assert READ.search('x = os.environ.get("BERTH_TOKEN", "")')
+    assert READ.search('x = os.environ["BERTH_TOKEN"]')
+    assert not READ.search('os.environ["BERTH_TOKEN"] = token')
