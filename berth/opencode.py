@@ -116,7 +116,12 @@ def opencode_config(targets: Mapping[str, ProviderTarget], default_model: str | 
 
 # --- `opencode serve` ------------------------------------------------------------------------------
 def generate_password() -> str:
-    return secrets.token_urlsafe(24)
+    """A server password that never starts with "-": `opencode attach URL -p PASSWORD` (the command the
+    show-server log prints) would read it as an option and print its usage — 1 password in 64 did."""
+    while True:
+        password = secrets.token_urlsafe(24)
+        if not password.startswith("-"):
+            return password
 
 
 def basic_credentials(password: str, username: str = SERVER_USERNAME) -> str:
