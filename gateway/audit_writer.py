@@ -107,6 +107,10 @@ class AuditWriter:
     def __len__(self) -> int:
         return len(self._queue)
 
+    def pending(self) -> list[Pending]:
+        """What waits to be posted, oldest first (a copy)."""
+        return list(self._queue)
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
 
@@ -134,7 +138,7 @@ class AuditWriter:
         """Post every waiting record in batches; False when a post failed (that batch waits again)."""
         while self._queue:
             taken = [self._queue.popleft() for _ in range(min(self.batch_size, len(self._queue)))]
-            records = _records(taken)
+            records = as_records(taken)
             try:
                 await self._post(records)
             except asyncio.CancelledError:
@@ -156,7 +160,7 @@ class AuditWriter:
             self.dropped += 1
 
 
-def _records(taken: list[Pending]) -> list[AuditRecord]:
+def as_records(taken: list[Pending]) -> list[AuditRecord]:
     """The tuples as records; one that is not a valid record (it cannot be: fields are bounded when
     captured) is logged and left out rather than blocking every batch behind it."""
     records = []
