@@ -12,6 +12,11 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from berth.contracts import (
+    AuditAppended,
+    AuditBatch,
+    AuditRecord,
+    AuditRow,
+    AuditVerdict,
     EndpointClientFacts,
     EndpointService,
     EndpointToken,
@@ -356,6 +361,19 @@ class ApiClient:
 
     async def routes(self) -> RoutesTable:
         return _one(RoutesTable, await self.request("GET", "/v1/internal/routes"))
+
+    # --- audit chain ------------------------------------------------------------------------------
+    async def append_audit(self, records: list[AuditRecord]) -> AuditAppended:
+        data = await self.request("POST", "/v1/internal/audit", json=_body(AuditBatch(records=records)))
+        return _one(AuditAppended, data)
+
+    async def audit(self, endpoint_id: str | None = None, key_id: str | None = None, since: float | None = None,
+                    limit: int = 100) -> list[AuditRow]:
+        params = {k: v for k, v in {"endpoint": endpoint_id, "key": key_id, "since": since}.items() if v is not None}
+        return _many(AuditRow, await self.request("GET", "/v1/audit", params={**params, "limit": limit}))
+
+    async def verify_audit(self) -> AuditVerdict:
+        return _one(AuditVerdict, await self.request("GET", "/v1/audit/verify"))
 
 
 def _body(request: BaseModel) -> Any:

@@ -1,6 +1,7 @@
 """EndpointProxy: the single public entry — authenticate the caller, enforce the endpoint's scope,
 strip Berth credentials, tell the service who the caller is (a signed `x-berth-caller` assertion), and
-stream the request to the endpoint's service or one of its replicas.
+stream the request to the endpoint's service or one of its replicas; each request is recorded in the audit
+chain, off the hot path (gateway/audit_writer.py).
 
 A bare ASGI app (no framework) on purpose: it is the hot path for every request.
 """
@@ -22,6 +23,7 @@ from berth.scopes import Scope
 from berth.security import Identity, SigningKey, TokenVerifier, endpoint_audience
 from gateway import answers, litellm_replay, model_cards, second_try
 from gateway.answers import body_stream, deadline, header, json_answer, plain, upstream_failed
+from gateway.audit_writer import AuditedRequest, AuditWriter
 from gateway.credentials import COOKIE_NAME, find_token, strip_berth_credentials
 from gateway.hold import HELD_POLL_S, WAKE_EVERY_S, Holds
 from gateway.metrics import MetricsScraper
@@ -67,6 +69,8 @@ class EndpointProxy:
         # (its only copy died and is being re-placed) holds requests instead of passing LiteLLM's 400.
         self._served: set[str] = set()
         self.scraper = MetricsScraper(self._scrape_targets)
+        # ATTEMPT, then SUCCESS or FAILED, per endpoint request; posted in batches by a background task.
+        self.audit = AuditWriter(lambda records: self.api.append_audit(records))
 
     @property
     def hold_timeout_s(self) -> float:
@@ -172,6 +176,14 @@ class EndpointProxy:
             await plain(send, 404, b"Not Found")
             return
         endpoint_id, _, rest = path[len("/endpoints/"):].partition("/")
+        audited = self.audit.request(endpoint_id)
+        try:
+            await self._endpoint(scope, receive, audited.watch(send), endpoint_id, rest, audited)
+        finally:
+            audited.end()
+
+    async def _endpoint(self, scope: dict[str, Any], receive: Receive, send: Send, endpoint_id: str, rest: str,
+                        audited: AuditedRequest) -> None:
         route = await self._route(endpoint_id)
         if route is None:
             await plain(send, 404, b"Unknown endpoint")
@@ -186,6 +198,7 @@ class EndpointProxy:
                 identity = None
         # A valid Berth token is consumed here even when it identifies nobody to the service.
         strip_authorization = from_authorization and identity is not None
+        audited.user = identity.user if identity is not None else None  # a refusal names whom it refused
         if route.scope is Scope.PUBLIC:
             # Public: everyone passes; a token only identifies a caller of the endpoint's organization.
             if identity is not None and identity.org != route.org:
@@ -197,12 +210,14 @@ class EndpointProxy:
             if not route.admits(identity):
                 await plain(send, 403, answers.forbidden(endpoint_id, route).encode())
                 return
+        audited.admit(identity.user if identity is not None else None)
         if route.wakeable:
             self._arrivals[endpoint_id] = self._arrivals.get(endpoint_id, 0) + 1
         session_id = header(headers, b"x-session-id")
         target = route.target(session_id) or await self._when_none_routable(route, send, headers, session_id)
         if target is None:
             return  # answered: 503 (nothing to wait for, or the deadline passed) or 429 (too many waiting)
+        audited.copy_id = target.copy_id
         await self._forward(scope, receive, send, route, target, rest, headers, strip_authorization, session_id,
                             identity)
 
@@ -362,6 +377,7 @@ class EndpointProxy:
                 self._refresher = asyncio.create_task(self._refresh_forever())
                 self.scraper.start()
                 self._reporter = asyncio.create_task(self._report_load_forever())
+                self.audit.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if self._refresher is not None:
@@ -369,6 +385,7 @@ class EndpointProxy:
                 if self._reporter is not None:
                     self._reporter.cancel()
                 await self.scraper.aclose()
+                await self.audit.aclose()  # what waits is posted before the API client closes
                 await self.upstream.aclose()
                 await self.api.aclose()
                 await send({"type": "lifespan.shutdown.complete"})

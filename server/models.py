@@ -190,3 +190,26 @@ class StoreLockRow(Base):
     name: Mapped[str] = mapped_column(String(32), primary_key=True)
     holder: Mapped[str | None] = mapped_column(String(128), nullable=True)
     expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class AuditChainRow(Base):
+    """One phase of one proxied request in the audit chain (server/audit.py): facts, never content. `seq` is
+    the chain's order, assigned under the `audit` store lock (the hash covers it, so it is known before the
+    INSERT); `hash` = SHA-256(`prev_hash` + the canonical JSON of the other columns)."""
+
+    __tablename__ = "audit_rows"
+    __table_args__ = (UniqueConstraint("request_id", "phase", name="uq_audit_rows_request_phase"),)
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    at: Mapped[float] = mapped_column(Float, index=True)
+    phase: Mapped[str] = mapped_column(String(16))
+    request_id: Mapped[str] = mapped_column(String(128))
+    status: Mapped[int] = mapped_column(Integer)
+    tokens_in: Mapped[int] = mapped_column(BigInteger)
+    tokens_out: Mapped[int] = mapped_column(BigInteger)
+    key_id: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
+    user: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
+    endpoint_id: Mapped[str] = mapped_column(String(128), index=True)
+    copy_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    latency_ms: Mapped[float] = mapped_column(Float)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))

@@ -1,5 +1,6 @@
 """The control plane's store: identity, workflows, endpoints, replicas and nodes; reservations in
-`store.placements` (server/placement.py), load reports in `store.load` (server/load_reports.py).
+`store.placements` (server/placement.py), load reports in `store.load` (server/load_reports.py), the audit
+chain in `store.audit` (server/audit.py).
 
 Synchronous SQLAlchemy; the API calls it from a thread pool. The schema is migrated to its head on open
 (server/schema.py).
@@ -20,6 +21,7 @@ from berth.contracts import NodeHolding
 from berth.errors import ConflictError, NotFoundError, UserInputError
 from berth.security import Cipher, Identity
 from server import fencing, scheduler, schema
+from server.audit import AuditChain
 from server.load_reports import LoadReports
 from server.models import EndpointRow, GroupRow, MembershipRow, NodeRow, ReplicaRow, UserRow, WorkflowRow
 from server.placement import Placements, upsert_replica_row
@@ -49,6 +51,7 @@ class Store:
         schema.upgrade_to_head(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.load = LoadReports(self.session)
+        self.audit = AuditChain(self.session)
         self.placements = Placements(self.session, node_offline_after_s, policy)
         self.cipher = cipher
 

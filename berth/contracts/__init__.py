@@ -4,6 +4,16 @@ names any of them. The server declares them as `response_model`; `berth.api_clie
 
 from __future__ import annotations
 
+from berth.contracts.audit import (
+    MAX_AUDIT_BATCH,
+    MAX_AUDIT_LIST,
+    AuditAppended,
+    AuditBatch,
+    AuditPhase,
+    AuditRecord,
+    AuditRow,
+    AuditVerdict,
+)
 from berth.contracts.base import (
     Number,
     OpenResponse,
@@ -97,6 +107,14 @@ from berth.contracts.workflows import (
 )
 
 __all__ = [
+    "AuditAppended",
+    "AuditBatch",
+    "AuditPhase",
+    "AuditRecord",
+    "AuditRow",
+    "AuditVerdict",
+    "MAX_AUDIT_BATCH",
+    "MAX_AUDIT_LIST",
     "CopyState",
     "DownloadProgress",
     "EndpointAnnotations",

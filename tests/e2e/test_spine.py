@@ -77,6 +77,28 @@ def test_proxy_streams_chunk_by_chunk(served: dict[str, str]) -> None:
     assert arrivals[0] < arrivals[-1] / 2
 
 
+@pytest.mark.litellm
+def test_the_audit_chain_records_proxied_requests(sim_stack: RunningStack, served: dict[str, str]) -> None:
+    """Through the real proxy of a real stack: a served and a refused request reach the store as ATTEMPT
+    and SUCCESS / FAILED rows (the proxy's background writer posts them), without the prompt."""
+    prompt = "audit-me-not-a-word-of-this-prompt"
+    body = {"model": "openai/gpt-oss-20b", "messages": [{"role": "user", "content": prompt}], "max_tokens": 4}
+    served_answer = httpx.post(served["url"] + "/v1/chat/completions", json=body, timeout=30,
+                               headers={"Authorization": f"Bearer {served['token']}"})
+    refused = httpx.post(served["url"] + "/v1/chat/completions", json=body, timeout=30)
+    assert (served_answer.status_code, refused.status_code) == (200, 401)
+    deadline = time.monotonic() + 30
+    while True:
+        rows = sim_stack.cli_json("audit", "list", "--endpoint", served["endpoint_id"], "--limit", "1000")
+        outcomes = {(r["phase"], r["status"]) for r in rows}
+        if {("SUCCESS", 200), ("FAILED", 401)} <= outcomes:
+            break
+        assert time.monotonic() < deadline, f"no audit rows for both requests: {sorted(outcomes)}"
+        time.sleep(0.2)
+    assert prompt not in str(rows) and served["token"] not in str(rows)
+    assert "verified" in sim_stack.cli("audit", "verify").stdout
+
+
 @pytest.mark.parametrize("case", ["missing", "garbage", "other-endpoint", "expired", "api-token"])
 @pytest.mark.litellm
 def test_bad_tokens_get_plain_401(sim_stack: RunningStack, served: dict[str, str], case: str) -> None:

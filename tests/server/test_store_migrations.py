@@ -103,7 +103,8 @@ def test_stores_opening_one_new_database_at_once_migrate_it_once(store_url: str,
     engine = create_engine(store_url)
     assert schema.current_revision(engine) == schema.head_revision()
     with engine.connect() as connection:
-        assert connection.execute(text("SELECT count(*) FROM store_locks")).scalar() == 2
+        names = connection.execute(text("SELECT name FROM store_locks")).scalars().all()
+    assert sorted(names) == ["audit", "autoscaler", "placement"]  # each seeded once
 
 
 def test_the_revisions_go_down_and_up_again(store_url: str, tmp_path: Path) -> None:

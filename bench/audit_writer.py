@@ -1,0 +1,95 @@
+"""The audit chain's cost (issue 15): what the endpoint proxy spends per request on its audit records (on the
+request's path: creating the request's record, the ATTEMPT, the watched `send`, the outcome), what its
+background task spends turning them into records to post, and what the store spends per row appending
+batches of 200 to the chain and verifying it: SQLite in a temp dir, or `--database-url` (an empty
+PostgreSQL database, say). Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import emit
+from berth.security import Cipher
+from gateway.audit_writer import AuditWriter, as_records
+from server.store import Store
+
+REQUESTS = 50_000
+ROWS = 20_000
+BATCH = 200
+
+
+async def _discard(_batch: object) -> None:
+    pass
+
+
+async def _noop_send(_message: dict[str, Any]) -> None:
+    pass
+
+
+async def bench_enqueue() -> dict[str, float]:
+    """Per request on the proxy's hot path: two records (ATTEMPT, outcome) and one watched response start."""
+    writer = AuditWriter(_discard, capacity=REQUESTS * 2 + 1, batch_size=BATCH)
+    start_message = {"type": "http.response.start", "status": 200, "headers": []}
+    body_message = {"type": "http.response.body", "body": b"x"}
+    started = time.perf_counter()
+    for _ in range(REQUESTS):
+        audited = writer.request("ep-bench")
+        audited.admit("alice")
+        send = audited.watch(_noop_send)
+        await send(start_message)
+        await send(body_message)
+        audited.copy_id = "ep-bench.copy-0"
+        audited.end()
+    per_request_us = (time.perf_counter() - started) / REQUESTS * 1e6
+    pending = writer.pending()
+    started = time.perf_counter()
+    for offset in range(0, len(pending), BATCH):
+        as_records(pending[offset:offset + BATCH])
+    per_record_convert_us = (time.perf_counter() - started) / len(pending) * 1e6
+    return {"per_request_us": round(per_request_us, 2), "per_record_enqueued_us": round(per_request_us / 2, 2),
+            "per_record_background_convert_us": round(per_record_convert_us, 2)}
+
+
+def bench_store(url: str | None) -> dict[str, float]:
+    directory = Path(tempfile.mkdtemp(prefix="berth-bench-audit-"))
+    store = Store(url or f"sqlite:///{directory / 'berth.db'}", Cipher.load_or_create(directory / "keys"))
+
+    async def made() -> list[Any]:
+        writer = AuditWriter(_discard, capacity=ROWS + 1)
+        for _ in range(ROWS // 2):
+            audited = writer.request("ep-bench")
+            audited.admit("alice")
+            audited.status = 200
+            audited.end()
+        return as_records(writer.pending())
+
+    records = asyncio.run(made())
+    started = time.perf_counter()
+    for offset in range(0, len(records), BATCH):
+        store.audit.append_batch(records[offset:offset + BATCH])
+    append_s = time.perf_counter() - started
+    started = time.perf_counter()
+    verdict = store.audit.verify()
+    verify_s = time.perf_counter() - started
+    assert verdict.ok and verdict.rows == ROWS
+    return {"append_per_row_us": round(append_s / ROWS * 1e6, 1),
+            "append_per_batch_ms": round(append_s / (ROWS / BATCH) * 1000, 2),
+            "verify_per_row_us": round(verify_s / ROWS * 1e6, 1), "rows": ROWS}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--database-url", help="an empty database (default: SQLite in a temp dir)")
+    url = parser.parse_args().database_url
+    emit("audit_writer", {"proxy": asyncio.run(bench_enqueue()), "batch_size": BATCH,
+                          "store": {"database": url.split(":", 1)[0] if url else "sqlite", **bench_store(url)}})
+
+
+if __name__ == "__main__":
+    main()
