@@ -276,7 +276,7 @@ class ApiClient:
 
     async def scale_workflow(self, workflow_id: str, replicas: int) -> WorkflowScaled:
         data = await self.request("POST", f"/v1/workflows/{_segment(workflow_id)}/scale",
-                                  json=_body(WorkflowScaleRequest(replicas=replicas)))
+                                  json=_body(WorkflowScaleRequest(copies=replicas)))
         return _one(WorkflowScaled, data)
 
     async def endpoint_detail(self, endpoint_id: str) -> EndpointView:

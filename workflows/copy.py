@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
     from workflows.authorized import require_authorized
     from workflows.payloads import (
+        CopyInfo,
         CopyInput,
         CopyResult,
         CopyStatus,
@@ -24,7 +25,6 @@ with workflow.unsafe.imports_passed_through():
         RankExit,
         RankSpec,
         ReadyCheck,
-        ReplicaInfo,
     )
     from workflows.supervised import MAX_ADOPTIONS, agent_went_silent, start_supervised
 
@@ -48,20 +48,20 @@ class CopyWorkflow:
         self._lost_nodes: set[str] = set()
         # Reports to the pool, sent in order by a task of their own (see `_tell_parent`).
         self._reports_aside = False
-        self._outbox: list[tuple[str, ReplicaInfo | Event | CopyResult]] = []
+        self._outbox: list[tuple[str, CopyInfo | Event | CopyResult]] = []
         self._sender: asyncio.Task[None] | None = None
 
     @workflow.query
-    def info(self) -> ReplicaInfo:
+    def info(self) -> CopyInfo:
         assert self.input is not None
-        return ReplicaInfo(copy_id=self.input.copy_id, status=self.status, url=self.url, nodes=self.nodes,
+        return CopyInfo(copy_id=self.input.copy_id, status=self.status, url=self.url, nodes=self.nodes,
                            detail=self.detail)
 
     async def _tell_parent(self, kind: str | None = None, message: str = "") -> None:
         assert self.input is not None
         parent = workflow.get_external_workflow_handle(self.input.parent_workflow_id)
         # State first: whoever sees the event (e.g. scheduling_blocked) then also sees the detail.
-        reports: list[tuple[str, ReplicaInfo | Event | CopyResult]] = [("copy_state", self.info())]
+        reports: list[tuple[str, CopyInfo | Event | CopyResult]] = [("copy_state", self.info())]
         if kind:
             reports.append(("copy_event", Event(at=workflow.now(), kind=kind, message=message,
                                                 copy_id=self.input.copy_id)))
@@ -71,7 +71,7 @@ class CopyWorkflow:
         for name, argument in reports:
             await parent.signal(name, argument)
 
-    def _send_aside(self, reports: list[tuple[str, ReplicaInfo | Event | CopyResult]]) -> None:
+    def _send_aside(self, reports: list[tuple[str, CopyInfo | Event | CopyResult]]) -> None:
         """Queue reports for the sender task. The run never awaits a signal itself: a cancel that reaches the
         copy in the workflow task that resolves a signal it awaits is dropped by the SDK (temporalio/sdk-python
         #620), and the copy would then never stop."""
