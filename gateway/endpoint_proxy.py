@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from berth.api_client import ApiClient
-from berth.contracts import RouteReplica
+from berth.contracts import RouteCopy
 from berth.errors import AuthenticationError, BerthError
 from berth.failure_log import FailureLog
 from berth.scopes import Scope
@@ -104,7 +104,7 @@ class EndpointProxy:
                 routes[item.id] = Route(
                     id=item.id, scope=Scope(item.scope), owner=item.owner, org=item.org,
                     groups=frozenset(item.groups), service_url=item.service_url,
-                    replicas=list(item.replicas),
+                    replicas=list(item.copy_urls),
                     counter=old.counter if old else itertools.count(),
                     workflow_id=item.workflow_id, pool=pool,
                     policy=old.policy if old is not None and keep_policy else routing.make_or_default(policy_name),
@@ -121,7 +121,7 @@ class EndpointProxy:
             self._served.update(r.id for r in routes.values() if r.service == "litellm" and r.serving())
             self._last_refresh = time.monotonic()
 
-    def _replica(self, entry: RouteReplica, known: dict[str, Replica]) -> Replica:
+    def _replica(self, entry: RouteCopy, known: dict[str, Replica]) -> Replica:
         replica = self._replicas.get(entry.copy_id)
         if replica is None or replica.url != entry.url:
             replica = Replica(copy_id=entry.copy_id, url=entry.url)

@@ -3,7 +3,7 @@ count requests for autoscaling."""
 
 # Runs inside the LiteLLM proxy process (the .venv-litellm interpreter): it may import only what
 # that venv has — litellm, fastapi/starlette, httpx, pydantic, the stdlib — and berth.contracts
-# (pydantic only), whose ServiceReplicas is the model the API's replica route declares.
+# (pydantic only), whose ServiceCopies is the model the API's replica route declares.
 #
 # Wiring (rendered by gateway.litellm_service): LITELLM_WORKER_STARTUP_HOOKS=gateway.litellm_sync:start.
 # LiteLLM 1.108.7 imports the module and awaits `start()` in every worker's lifespan start-up
@@ -15,7 +15,7 @@ count requests for autoscaling."""
 #
 # Environment:
 #   BERTH_MODEL_NAME         model id clients ask for and /v1/models lists, e.g. openai/gpt-oss-20b
-#   BERTH_REPLICAS_URL       GET -> {"replicas": [{"id": "...", "url": "http://host:port/v1", "ready": true,
+#   BERTH_REPLICAS_URL       GET -> {"copies": [{"copy_id": "...", "url": "http://host:port/v1", "ready": true,
 #                                                 "api_key": "<the copy's vLLM key>"}],
 #                                   "routing_policy": "least_queue"}  (a policy of gateway.routing)
 #   BERTH_SERVED_MODEL_NAME  name the replicas serve the model under (default: BERTH_MODEL_NAME)
@@ -45,7 +45,7 @@ from litellm.router import Router
 from litellm.types.router import Deployment, LiteLLM_Params, ModelInfo
 from pydantic import ValidationError
 
-from berth.contracts import ServiceReplicas
+from berth.contracts import ServiceCopies
 from gateway.litellm_routing import PolicyRouting, deployments_for
 
 # vLLM speaks the OpenAI API; LiteLLM's hosted_vllm provider adds vLLM's own parameters
@@ -260,11 +260,11 @@ class ReplicaSync:
     async def tick(self, router: Router) -> None:
         listing: Final = await self._fetch_replicas()
         if listing is not None:
-            ready: Final = {replica.id: replica.url for replica in listing.replicas if replica.ready}
+            ready: Final = {copy.copy_id: copy.url for copy in listing.copies if copy.ready}
             self.routing.set_policy(listing.routing_policy)
             # Scraped before LiteLLM learns of it, so a new replica is eligible from its first request.
             await self.routing.follow(ready)
-            keys: Final = {replica.id: replica.api_key for replica in listing.replicas if replica.ready}
+            keys: Final = {copy.copy_id: copy.api_key for copy in listing.copies if copy.ready}
             added, removed = apply_replicas(router, self.settings, ready, keys)
             # Read back from the router, so the counters say what LiteLLM routes to, not what it was told.
             routed: Final = current_deployments(router, self.settings.model_name)
@@ -285,12 +285,12 @@ class ReplicaSync:
         if self.settings.rate_url:
             await self._push_counters()
 
-    async def _fetch_replicas(self) -> ServiceReplicas | None:
+    async def _fetch_replicas(self) -> ServiceCopies | None:
         """The pool's replica list, or None when it cannot be read."""
         try:
             response: Final = await self._client.get(self.settings.replicas_url)
             response.raise_for_status()
-            listing: Final = ServiceReplicas.model_validate_json(response.content)
+            listing: Final = ServiceCopies.model_validate_json(response.content)
         except (httpx.HTTPError, ValidationError) as error:
             # Keep serving the replicas last seen: a control-plane hiccup must not empty the pool.
             if not self._failing:
