@@ -1,4 +1,4 @@
-"""Replica sync: keep LiteLLM's router equal to the pool's ready replicas, routed by the pool's policy;
+"""Replica sync: keep LiteLLM's router equal to the pool's ready copies, routed by the pool's policy;
 count requests for autoscaling."""
 
 # Runs inside the LiteLLM proxy process (the .venv-litellm interpreter): it may import only what
@@ -11,14 +11,14 @@ count requests for autoscaling."""
 # the config: `proxy_server.llm_router` does not exist yet when `start()` runs, so the sync loop
 # looks it up afresh on every tick.
 # Each tick also (re)installs gateway.litellm_routing's strategy on the router, with the policy the
-# replica list names, and its scraper reads the replicas' vLLM /metrics from this process.
+# replica list names, and its scraper reads the copies' vLLM /metrics from this process.
 #
 # Environment:
 #   BERTH_MODEL_NAME         model id clients ask for and /v1/models lists, e.g. openai/gpt-oss-20b
 #   BERTH_REPLICAS_URL       GET -> {"copies": [{"copy_id": "...", "url": "http://host:port/v1", "ready": true,
 #                                                 "api_key": "<the copy's vLLM key>"}],
 #                                   "routing_policy": "least_queue"}  (a policy of gateway.routing)
-#   BERTH_SERVED_MODEL_NAME  name the replicas serve the model under (default: BERTH_MODEL_NAME)
+#   BERTH_SERVED_MODEL_NAME  name the copies serve the model under (default: BERTH_MODEL_NAME)
 #   BERTH_SYNC_INTERVAL_S    poll interval (default 1.0)
 #   BERTH_RATE_URL           optional: POST the request counters there every interval
 #   BERTH_REPLICAS_TOKEN     optional: bearer token for BERTH_REPLICAS_URL (a narrow endpoint-service token)
@@ -107,7 +107,8 @@ class RequestSnapshot:
     # Of those, the ones that arrived while no replica was ready: the demand that must wake a pool at zero.
     requests_without_replica_total: int
     requests_last_60s: int
-    replicas: tuple[str, ...]  # ids of the replicas the router sends this model's requests to, now
+    copies: tuple[str, ...]  # ids of the copies the router sends this model's requests to, now
+    replicas: tuple[str, ...]  # the old name of `copies` (deprecated; kept for one release)
 
 
 class RequestCounter(CustomLogger):
@@ -119,7 +120,7 @@ class RequestCounter(CustomLogger):
         self.started_at: Final = time.time()
         self.requests_total = 0
         self.requests_without_replica_total = 0
-        self.replicas: tuple[str, ...] = ()
+        self.copies: tuple[str, ...] = ()
         # Requests per whole second over the last RATE_WINDOW_S seconds: bounded memory at any rate.
         self._per_second: dict[int, int] = {}
 
@@ -129,7 +130,7 @@ class RequestCounter(CustomLogger):
         # Called once per chat/completions/embeddings request after auth and before routing, so
         # requests that fail for lack of a replica are counted too: that demand must wake the pool.
         self.requests_total += 1
-        if not self.replicas:
+        if not self.copies:
             self.requests_without_replica_total += 1
         second: Final = int(time.time())
         self._per_second[second] = self._per_second.get(second, 0) + 1
@@ -151,7 +152,8 @@ class RequestCounter(CustomLogger):
             requests_total=self.requests_total,
             requests_without_replica_total=self.requests_without_replica_total,
             requests_last_60s=sum(self._per_second.values()),
-            replicas=self.replicas,
+            copies=self.copies,
+            replicas=self.copies,
         )
 
 
@@ -251,8 +253,8 @@ class ReplicaSync:
                     # the loop: then the proxy would silently stop following the pool for good.
                     logger.exception("berth replica sync: tick failed; retrying next interval")
                 # No replica routed (a pool at zero or waking): look 4× as often, since a held request
-                # waits for LiteLLM to learn of the first copy; with replicas, the configured interval.
-                await asyncio.sleep(self.settings.interval_s / (1 if self.counter.replicas else EMPTY_POLL_SPEEDUP))
+                # waits for LiteLLM to learn of the first copy; with copies, the configured interval.
+                await asyncio.sleep(self.settings.interval_s / (1 if self.counter.copies else EMPTY_POLL_SPEEDUP))
         finally:
             await self.routing.aclose()
             await self._client.aclose()
@@ -268,15 +270,15 @@ class ReplicaSync:
             added, removed = apply_replicas(router, self.settings, ready, keys)
             # Read back from the router, so the counters say what LiteLLM routes to, not what it was told.
             routed: Final = current_deployments(router, self.settings.model_name)
-            self.counter.replicas = tuple(
+            self.counter.copies = tuple(
                 sorted(identifier.removeprefix(DEPLOYMENT_ID_PREFIX) for identifier in routed)
             )
             if added or removed:
                 logger.info(
                     "berth replica sync: %s routes to %d replica(s) %s (+%d -%d)",
                     self.settings.model_name,
-                    len(self.counter.replicas),
-                    list(self.counter.replicas),
+                    len(self.counter.copies),
+                    list(self.counter.copies),
                     added,
                     removed,
                 )
@@ -292,7 +294,7 @@ class ReplicaSync:
             response.raise_for_status()
             listing: Final = ServiceCopies.model_validate_json(response.content)
         except (httpx.HTTPError, ValidationError) as error:
-            # Keep serving the replicas last seen: a control-plane hiccup must not empty the pool.
+            # Keep serving the copies last seen: a control-plane hiccup must not empty the pool.
             if not self._failing:
                 logger.warning(
                     "berth replica sync: replica list unreadable (%s); keeping the last one", error
