@@ -12,6 +12,8 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from berth.contracts import (
+    CopyReadiness,
+    CopyRecord,
     EndpointClientFacts,
     EndpointService,
     EndpointToken,
@@ -32,8 +34,6 @@ from berth.contracts import (
     OwnerTokenRequest,
     ReplicaKeysList,
     ReplicaKeysToken,
-    ReplicaReadiness,
-    ReplicaRecord,
     ReserveRequest,
     ReserveResult,
     ResolvedSecret,
@@ -251,7 +251,7 @@ class ApiClient:
         await self.request("POST", f"/v1/internal/reservations/{_segment(request.copy_id)}/fence",
                            json=request.model_dump(mode="json"))
 
-    async def publish_replica(self, record: ReplicaRecord) -> None:
+    async def publish_replica(self, record: CopyRecord) -> None:
         await self.request("PUT", f"/v1/internal/replicas/{_segment(record.copy_id)}",
                            json=record.model_dump(mode="json"))
 
@@ -264,7 +264,7 @@ class ApiClient:
 
     async def set_replica_ready(self, copy_id: str, ready: bool) -> None:
         await self.request("PUT", f"/v1/internal/replicas/{copy_id}/ready",
-                           json=ReplicaReadiness(ready=ready).model_dump(mode="json"))
+                           json=CopyReadiness(ready=ready).model_dump(mode="json"))
 
     async def drain_replica(self, copy_id: str) -> None:
         await self.request("POST", f"/v1/internal/replicas/{_segment(copy_id)}/drain")

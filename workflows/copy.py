@@ -12,7 +12,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from berth.contracts import FenceRequest, Placement, ReplicaRecord, ReserveRequest, ReserveResult
+    from berth.contracts import CopyRecord, FenceRequest, Placement, ReserveRequest, ReserveResult
     from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
     from workflows.authorized import require_authorized
     from workflows.payloads import (
@@ -199,7 +199,7 @@ class CopyWorkflow:
             if ready.done() and ready.exception() is None and not any(t.done() for t in ranks.values()):
                 await workflow.execute_activity(
                     "publish_replica",
-                    ReplicaRecord(workflow_id=input.workflow_id, endpoint_id=input.endpoint_id,
+                    CopyRecord(workflow_id=input.workflow_id, endpoint_id=input.endpoint_id,
                                   copy_id=input.copy_id, url=url),
                     task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
                 )

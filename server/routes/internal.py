@@ -11,6 +11,8 @@ from fastapi import APIRouter, Depends
 from starlette.concurrency import run_in_threadpool
 
 from berth.contracts import (
+    CopyReadiness,
+    CopyRecord,
     EndpointService,
     FenceRequest,
     Jwks,
@@ -19,8 +21,6 @@ from berth.contracts import (
     OwnerTokenRequest,
     ReplicaKeysList,
     ReplicaKeysToken,
-    ReplicaReadiness,
-    ReplicaRecord,
     RequestCounters,
     ReserveRequest,
     ReserveResult,
@@ -138,13 +138,13 @@ async def reserve_service_port(request: ServicePortRequest, context: Context, _w
 
 # --- replicas: what copies publish --------------------------------------------------------------------
 @router.put("/v1/internal/replicas/{copy_id}", status_code=204)
-async def publish(copy_id: str, record: ReplicaRecord, context: Context, _who: Admin) -> None:
+async def publish(copy_id: str, record: CopyRecord, context: Context, _who: Admin) -> None:
     await run_in_threadpool(context.store.upsert_replica, record.workflow_id, record.endpoint_id, copy_id,
                             record.url, record.ready)
 
 
 @router.put("/v1/internal/replicas/{copy_id}/ready", status_code=204)
-async def replica_readiness(copy_id: str, body: ReplicaReadiness, context: Context, _who: Admin) -> None:
+async def replica_readiness(copy_id: str, body: CopyReadiness, context: Context, _who: Admin) -> None:
     await run_in_threadpool(context.store.set_replica_ready, copy_id, body.ready)
 
 
