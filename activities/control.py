@@ -11,9 +11,9 @@ from temporalio import activity
 
 from berth.api_client import ApiClient
 from berth.contracts import (
+    CopyRecord,
     EndpointService,
     FenceRequest,
-    ReplicaRecord,
     ReserveRequest,
     ReserveResult,
     ServicePort,
@@ -43,7 +43,7 @@ class ControlActivities:
         await self.api.fence(request)
 
     @activity.defn(name="publish_replica")
-    async def publish_replica(self, record: ReplicaRecord) -> None:
+    async def publish_replica(self, record: CopyRecord) -> None:
         await self.api.publish_replica(record)
 
     @activity.defn(name="unpublish_replica")

@@ -17,6 +17,8 @@ from berth.contracts import (
     AuditRecord,
     AuditRow,
     AuditVerdict,
+    CopyReadiness,
+    CopyRecord,
     EndpointClientFacts,
     EndpointService,
     EndpointToken,
@@ -37,8 +39,6 @@ from berth.contracts import (
     OwnerTokenRequest,
     ReplicaKeysList,
     ReplicaKeysToken,
-    ReplicaReadiness,
-    ReplicaRecord,
     ReserveRequest,
     ReserveResult,
     ResolvedSecret,
@@ -256,7 +256,7 @@ class ApiClient:
         await self.request("POST", f"/v1/internal/reservations/{_segment(request.copy_id)}/fence",
                            json=request.model_dump(mode="json"))
 
-    async def publish_replica(self, record: ReplicaRecord) -> None:
+    async def publish_replica(self, record: CopyRecord) -> None:
         await self.request("PUT", f"/v1/internal/replicas/{_segment(record.copy_id)}",
                            json=record.model_dump(mode="json"))
 
@@ -269,7 +269,7 @@ class ApiClient:
 
     async def set_replica_ready(self, copy_id: str, ready: bool) -> None:
         await self.request("PUT", f"/v1/internal/replicas/{copy_id}/ready",
-                           json=ReplicaReadiness(ready=ready).model_dump(mode="json"))
+                           json=CopyReadiness(ready=ready).model_dump(mode="json"))
 
     async def drain_replica(self, copy_id: str) -> None:
         await self.request("POST", f"/v1/internal/replicas/{_segment(copy_id)}/drain")
@@ -281,7 +281,7 @@ class ApiClient:
 
     async def scale_workflow(self, workflow_id: str, replicas: int) -> WorkflowScaled:
         data = await self.request("POST", f"/v1/workflows/{_segment(workflow_id)}/scale",
-                                  json=_body(WorkflowScaleRequest(replicas=replicas)))
+                                  json=_body(WorkflowScaleRequest(copies=replicas)))
         return _one(WorkflowScaled, data)
 
     async def endpoint_detail(self, endpoint_id: str) -> EndpointView:

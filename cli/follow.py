@@ -60,8 +60,5 @@ def client_url(endpoint: WorkflowEndpoint) -> str:
     return endpoint.url + ("" if endpoint.openai_compatible is False else "/v1")
 
 
-def clock(value: str) -> str:
-    try:
-        return datetime.fromisoformat(value).astimezone().strftime("%H:%M:%S")
-    except ValueError:
-        return value
+def clock(value: datetime) -> str:
+    return value.astimezone().strftime("%H:%M:%S")

@@ -63,9 +63,9 @@ def _describe(info: WorkflowDescription) -> None:
         w = info.weights
         console.print(f"  Weights: {w.model_dir}" + (" (cache hit)" if w.cache_hit else "")
                       + (" (dry run)" if w.dry_run else ""), highlight=False)
-    if info.replicas:
-        table(wire(info.replicas), [("copy_id", "COPY"), ("status", "STATUS"), ("nodes", "NODES"), ("url", "URL"),
-                                    ("detail", "DETAIL")], title=f"Replicas (desired {info.desired_replicas})")
+    if info.copies:
+        table(wire(info.copies), [("copy_id", "COPY"), ("status", "STATUS"), ("nodes", "NODES"), ("url", "URL"),
+                                    ("detail", "DETAIL")], title=f"Replicas (desired {info.desired_copies})")
     if info.events:
         table([{**wire(e), "at": clock(e.at)} for e in info.events[-15:]],
               [("at", "TIME"), ("kind", "EVENT"), ("message", "MESSAGE")], title="Events")

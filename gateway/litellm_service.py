@@ -52,7 +52,7 @@ class LiteLLMServiceSpec(BaseModel):
     )
     served_model_name: str = Field(default="", description="name the replicas serve; empty = model_name")
     master_key: SecretStr
-    replicas_url: str = Field(description="GET -> {'replicas': [{'id', 'url', 'ready'}]}")
+    replicas_url: str = Field(description="GET -> {'copies': [{'copy_id', 'url', 'ready'}]}")
     replicas_token: SecretStr = Field(default=SecretStr(""), description="bearer token for replicas_url")
     endpoint_id: str = Field(default="", description="audience of caller assertions; empty = assertions off")
     jwks_url: str = Field(default="", description="published caller-assertion keys; empty = publication off")

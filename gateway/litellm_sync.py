@@ -1,9 +1,9 @@
-"""Replica sync: keep LiteLLM's router equal to the pool's ready replicas, routed by the pool's policy;
+"""Replica sync: keep LiteLLM's router equal to the pool's ready copies, routed by the pool's policy;
 count requests for autoscaling."""
 
 # Runs inside the LiteLLM proxy process (the .venv-litellm interpreter): it may import only what
 # that venv has — litellm, fastapi/starlette, httpx, pydantic, the stdlib — and berth.contracts
-# (pydantic only), whose ServiceReplicas is the model the API's replica route declares.
+# (pydantic only), whose ServiceCopies is the model the API's replica route declares.
 #
 # Wiring (rendered by gateway.litellm_service): LITELLM_WORKER_STARTUP_HOOKS=gateway.litellm_sync:start.
 # LiteLLM 1.108.7 imports the module and awaits `start()` in every worker's lifespan start-up
@@ -11,14 +11,14 @@ count requests for autoscaling."""
 # the config: `proxy_server.llm_router` does not exist yet when `start()` runs, so the sync loop
 # looks it up afresh on every tick.
 # Each tick also (re)installs gateway.litellm_routing's strategy on the router, with the policy the
-# replica list names, and its scraper reads the replicas' vLLM /metrics from this process.
+# replica list names, and its scraper reads the copies' vLLM /metrics from this process.
 #
 # Environment:
 #   BERTH_MODEL_NAME         model id clients ask for and /v1/models lists, e.g. openai/gpt-oss-20b
-#   BERTH_REPLICAS_URL       GET -> {"replicas": [{"id": "...", "url": "http://host:port/v1", "ready": true,
+#   BERTH_REPLICAS_URL       GET -> {"copies": [{"copy_id": "...", "url": "http://host:port/v1", "ready": true,
 #                                                 "api_key": "<the copy's vLLM key>"}],
 #                                   "routing_policy": "least_queue"}  (a policy of gateway.routing)
-#   BERTH_SERVED_MODEL_NAME  name the replicas serve the model under (default: BERTH_MODEL_NAME)
+#   BERTH_SERVED_MODEL_NAME  name the copies serve the model under (default: BERTH_MODEL_NAME)
 #   BERTH_SYNC_INTERVAL_S    poll interval (default 1.0)
 #   BERTH_RATE_URL           optional: POST the request counters there every interval
 #   BERTH_REPLICAS_TOKEN     optional: bearer token for BERTH_REPLICAS_URL (a narrow endpoint-service token)
@@ -45,7 +45,7 @@ from litellm.router import Router
 from litellm.types.router import Deployment, LiteLLM_Params, ModelInfo
 from pydantic import ValidationError
 
-from berth.contracts import ServiceReplicas
+from berth.contracts import ServiceCopies
 from berth.settings import litellm_hook_settings, tls_ca_file
 from gateway.litellm_routing import PolicyRouting, deployments_for
 
@@ -96,7 +96,8 @@ class RequestSnapshot:
     # Of those, the ones that arrived while no replica was ready: the demand that must wake a pool at zero.
     requests_without_replica_total: int
     requests_last_60s: int
-    replicas: tuple[str, ...]  # ids of the replicas the router sends this model's requests to, now
+    copies: tuple[str, ...]  # ids of the copies the router sends this model's requests to, now
+    replicas: tuple[str, ...]  # the old name of `copies` (deprecated; kept for one release)
 
 
 class RequestCounter(CustomLogger):
@@ -108,7 +109,7 @@ class RequestCounter(CustomLogger):
         self.started_at: Final = time.time()
         self.requests_total = 0
         self.requests_without_replica_total = 0
-        self.replicas: tuple[str, ...] = ()
+        self.copies: tuple[str, ...] = ()
         # Requests per whole second over the last RATE_WINDOW_S seconds: bounded memory at any rate.
         self._per_second: dict[int, int] = {}
 
@@ -118,7 +119,7 @@ class RequestCounter(CustomLogger):
         # Called once per chat/completions/embeddings request after auth and before routing, so
         # requests that fail for lack of a replica are counted too: that demand must wake the pool.
         self.requests_total += 1
-        if not self.replicas:
+        if not self.copies:
             self.requests_without_replica_total += 1
         second: Final = int(time.time())
         self._per_second[second] = self._per_second.get(second, 0) + 1
@@ -140,7 +141,8 @@ class RequestCounter(CustomLogger):
             requests_total=self.requests_total,
             requests_without_replica_total=self.requests_without_replica_total,
             requests_last_60s=sum(self._per_second.values()),
-            replicas=self.replicas,
+            copies=self.copies,
+            replicas=self.copies,
         )
 
 
@@ -240,8 +242,8 @@ class ReplicaSync:
                     # the loop: then the proxy would silently stop following the pool for good.
                     logger.exception("berth replica sync: tick failed; retrying next interval")
                 # No replica routed (a pool at zero or waking): look 4× as often, since a held request
-                # waits for LiteLLM to learn of the first copy; with replicas, the configured interval.
-                await asyncio.sleep(self.settings.interval_s / (1 if self.counter.replicas else EMPTY_POLL_SPEEDUP))
+                # waits for LiteLLM to learn of the first copy; with copies, the configured interval.
+                await asyncio.sleep(self.settings.interval_s / (1 if self.counter.copies else EMPTY_POLL_SPEEDUP))
         finally:
             await self.routing.aclose()
             await self._client.aclose()
@@ -249,23 +251,23 @@ class ReplicaSync:
     async def tick(self, router: Router) -> None:
         listing: Final = await self._fetch_replicas()
         if listing is not None:
-            ready: Final = {replica.id: replica.url for replica in listing.replicas if replica.ready}
+            ready: Final = {copy.copy_id: copy.url for copy in listing.copies if copy.ready}
             self.routing.set_policy(listing.routing_policy)
             # Scraped before LiteLLM learns of it, so a new replica is eligible from its first request.
             await self.routing.follow(ready)
-            keys: Final = {replica.id: replica.api_key for replica in listing.replicas if replica.ready}
+            keys: Final = {copy.copy_id: copy.api_key for copy in listing.copies if copy.ready}
             added, removed = apply_replicas(router, self.settings, ready, keys)
             # Read back from the router, so the counters say what LiteLLM routes to, not what it was told.
             routed: Final = current_deployments(router, self.settings.model_name)
-            self.counter.replicas = tuple(
+            self.counter.copies = tuple(
                 sorted(identifier.removeprefix(DEPLOYMENT_ID_PREFIX) for identifier in routed)
             )
             if added or removed:
                 logger.info(
                     "berth replica sync: %s routes to %d replica(s) %s (+%d -%d)",
                     self.settings.model_name,
-                    len(self.counter.replicas),
-                    list(self.counter.replicas),
+                    len(self.counter.copies),
+                    list(self.counter.copies),
                     added,
                     removed,
                 )
@@ -274,14 +276,14 @@ class ReplicaSync:
         if self.settings.rate_url:
             await self._push_counters()
 
-    async def _fetch_replicas(self) -> ServiceReplicas | None:
+    async def _fetch_replicas(self) -> ServiceCopies | None:
         """The pool's replica list, or None when it cannot be read."""
         try:
             response: Final = await self._client.get(self.settings.replicas_url)
             response.raise_for_status()
-            listing: Final = ServiceReplicas.model_validate_json(response.content)
+            listing: Final = ServiceCopies.model_validate_json(response.content)
         except (httpx.HTTPError, ValidationError) as error:
-            # Keep serving the replicas last seen: a control-plane hiccup must not empty the pool.
+            # Keep serving the copies last seen: a control-plane hiccup must not empty the pool.
             if not self._failing:
                 logger.warning(
                     "berth replica sync: replica list unreadable (%s); keeping the last one", error

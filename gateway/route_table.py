@@ -7,7 +7,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
-from berth.contracts import RouteEntry, RouteReplica
+from berth.contracts import RouteCopy, RouteEntry
 from berth.kinds import REGISTRY, ProcessKind
 from berth.scopes import Scope, in_scope
 from berth.security import Identity
@@ -88,7 +88,7 @@ def build_route(item: RouteEntry, old: Route | None, known: dict[str, Replica],
     return Route(
         id=item.id, scope=Scope(item.scope), owner=item.owner, org=item.org,
         groups=frozenset(item.groups), service_url=item.service_url,
-        replicas=list(item.replicas),
+        replicas=list(item.copy_urls),
         counter=old.counter if old else itertools.count(),
         workflow_id=item.workflow_id, pool=pool,
         policy=old.policy if old is not None and keep_policy else routing.make_or_default(policy_name),
@@ -98,7 +98,7 @@ def build_route(item: RouteEntry, old: Route | None, known: dict[str, Replica],
     )
 
 
-def _replica(entry: RouteReplica, known: dict[str, Replica], previous: dict[str, Replica]) -> Replica:
+def _replica(entry: RouteCopy, known: dict[str, Replica], previous: dict[str, Replica]) -> Replica:
     replica = previous.get(entry.copy_id)
     if replica is None or replica.url != entry.url:
         replica = Replica(copy_id=entry.copy_id, url=entry.url)

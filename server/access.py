@@ -75,8 +75,9 @@ class WorkflowAccess:
         result["last_error"] = self.redact(result.get("last_error"))
         for event in result.get("events") or []:
             event["message"] = self.redact(event.get("message"))
-        for replica in result.get("replicas") or []:
-            replica["detail"] = self.redact(replica.get("detail"))
+        # Both names of the copies (`replicas` until this release): the answer carries the two.
+        for copy in [*(result.get("copies") or []), *(result.get("replicas") or [])]:
+            copy["detail"] = self.redact(copy.get("detail"))
         return result
 
 

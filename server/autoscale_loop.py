@@ -112,8 +112,8 @@ class Autoscaler:
         # Proxy=true: the rate measured at the pool's LiteLLM proxy; Proxy=false: at the endpoint proxy.
         fronted = bool(pool.annotations.get("proxy"))
         source = CountingCopies(self.meters.proxied if fronted else self.meters.front_door, self.copies)
-        decision = decide(policy, status.desired_replicas, source.load(pool.endpoint_id, now), memory, now)
-        if decision is None or decision[0] == status.desired_replicas:
+        decision = decide(policy, status.desired_copies, source.load(pool.endpoint_id, now), memory, now)
+        if decision is None or decision[0] == status.desired_copies:
             return
         if fronted and decision[0] > 0:
             decision = (decision[0], decision[1] + " (rate measured at the LiteLLM proxy)")

@@ -54,7 +54,9 @@ def endpoint_view(context: ServerContext, endpoint: EndpointRow, replicas: list[
         "model_id": endpoint.model_id,
         "ready": (bool(endpoint.service_url) and bool(ready)) if kinds.facts(endpoint.service).fronts_pool
         else bool(ready) or bool(endpoint.service_url),
-        "ready_replicas": len(ready), "replicas": mine if discoverable else [], "annotations": annotations,
+        "ready_copies": len(ready), "copies": mine if discoverable else [], "annotations": annotations,
+        # Their old names, for one release (berth.contracts.EndpointView).
+        "ready_replicas": len(ready), "replicas": mine if discoverable else [],
     }
 
 

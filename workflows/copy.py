@@ -12,10 +12,11 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from berth.contracts import FenceRequest, Placement, ReplicaRecord, ReserveRequest, ReserveResult
+    from berth.contracts import CopyRecord, FenceRequest, Placement, ReserveRequest, ReserveResult
     from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
     from workflows.authorized import require_authorized
     from workflows.payloads import (
+        CopyInfo,
         CopyInput,
         CopyResult,
         CopyStatus,
@@ -24,7 +25,6 @@ with workflow.unsafe.imports_passed_through():
         RankExit,
         RankSpec,
         ReadyCheck,
-        ReplicaInfo,
     )
     from workflows.supervised import MAX_ADOPTIONS, agent_went_silent, start_supervised
 
@@ -48,20 +48,20 @@ class CopyWorkflow:
         self._lost_nodes: set[str] = set()
         # Reports to the pool, sent in order by a task of their own (see `_tell_parent`).
         self._reports_aside = False
-        self._outbox: list[tuple[str, ReplicaInfo | Event | CopyResult]] = []
+        self._outbox: list[tuple[str, CopyInfo | Event | CopyResult]] = []
         self._sender: asyncio.Task[None] | None = None
 
     @workflow.query
-    def info(self) -> ReplicaInfo:
+    def info(self) -> CopyInfo:
         assert self.input is not None
-        return ReplicaInfo(copy_id=self.input.copy_id, status=self.status, url=self.url, nodes=self.nodes,
+        return CopyInfo(copy_id=self.input.copy_id, status=self.status, url=self.url, nodes=self.nodes,
                            detail=self.detail)
 
     async def _tell_parent(self, kind: str | None = None, message: str = "") -> None:
         assert self.input is not None
         parent = workflow.get_external_workflow_handle(self.input.parent_workflow_id)
         # State first: whoever sees the event (e.g. scheduling_blocked) then also sees the detail.
-        reports: list[tuple[str, ReplicaInfo | Event | CopyResult]] = [("copy_state", self.info())]
+        reports: list[tuple[str, CopyInfo | Event | CopyResult]] = [("copy_state", self.info())]
         if kind:
             reports.append(("copy_event", Event(at=workflow.now(), kind=kind, message=message,
                                                 copy_id=self.input.copy_id)))
@@ -71,7 +71,7 @@ class CopyWorkflow:
         for name, argument in reports:
             await parent.signal(name, argument)
 
-    def _send_aside(self, reports: list[tuple[str, ReplicaInfo | Event | CopyResult]]) -> None:
+    def _send_aside(self, reports: list[tuple[str, CopyInfo | Event | CopyResult]]) -> None:
         """Queue reports for the sender task. The run never awaits a signal itself: a cancel that reaches the
         copy in the workflow task that resolves a signal it awaits is dropped by the SDK (temporalio/sdk-python
         #620), and the copy would then never stop."""
@@ -199,7 +199,7 @@ class CopyWorkflow:
             if ready.done() and ready.exception() is None and not any(t.done() for t in ranks.values()):
                 await workflow.execute_activity(
                     "publish_replica",
-                    ReplicaRecord(workflow_id=input.workflow_id, endpoint_id=input.endpoint_id,
+                    CopyRecord(workflow_id=input.workflow_id, endpoint_id=input.endpoint_id,
                                   copy_id=input.copy_id, url=url),
                     task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
                 )

@@ -1,16 +1,24 @@
 """Payloads shared by client, workflows and activities (pydantic models, one module); the ones the REST
-API carries too live in the ground floor, berth/contracts.py."""
+API carries too live in the ground floor, berth/contracts (the pool's status parts are re-exported here)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from datetime import datetime
-from enum import Enum
 
 from pydantic import Field
 
 from berth.contracts import Payload
+
+# The pool's status parts, re-exported (`X as X`) so that workflows and activities name every payload here.
+from berth.contracts.workflows import CopyInfo as CopyInfo
+from berth.contracts.workflows import CopyStatus as CopyStatus
+from berth.contracts.workflows import DownloadProgress as DownloadProgress
+from berth.contracts.workflows import Event as Event
+from berth.contracts.workflows import Phase as Phase
+from berth.contracts.workflows import ServiceStatus as ServiceStatus
+from berth.contracts.workflows import WeightsResult as WeightsResult
 from catalog.definition import EngineSpec, WeightsJob, WorkflowDefinition
 
 
@@ -18,42 +26,6 @@ class Owner(Payload):
     user: str
     groups: tuple[str, ...] = ()
     org: str = ""
-
-
-class Phase(str, Enum):
-    """Where a service workflow is."""
-
-    DOWNLOADING = "downloading"  # weights job running
-    SCHEDULING = "scheduling"  # waiting for a placement for its copies
-    STARTING = "starting"  # ranks started, waiting for health
-    READY = "ready"  # at least one copy serves
-    SCALED_TO_ZERO = "scaled_to_zero"  # pool at zero by choice; a request wakes it
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-    FAILED = "failed"
-
-    @staticmethod
-    def terminal() -> frozenset[Phase]:
-        return frozenset({Phase.STOPPED, Phase.FAILED})
-
-
-class CopyStatus(str, Enum):
-    """Where one replica copy is."""
-
-    SCHEDULING = "scheduling"  # waiting for nodes
-    STARTING = "starting"  # ranks launched, not yet healthy
-    READY = "ready"  # published, serving
-    STOPPING = "stopping"
-    STOPPED = "stopped"  # stopped on request
-    FAILED = "failed"  # a rank ended; the copy was stopped as a unit
-    INTERRUPTED = "interrupted"  # its node agent went away cleanly (berth down); re-placed
-
-
-class Event(Payload):
-    at: datetime
-    kind: str
-    message: str
-    copy_id: str | None = None
 
 
 class CopyTimings(Payload):
@@ -201,53 +173,16 @@ class CopyResult(Payload):
     message: str = ""
 
 
-class ReplicaInfo(Payload):
-    copy_id: str
-    status: CopyStatus
-    url: str | None = None
-    nodes: tuple[str, ...] = ()
-    detail: str = ""
-
-
 class WeightsInput(Payload):
     workflow_id: str
     job: WeightsJob
     owner: str = Field("", description="Whose secrets HfTokenSecret resolves against")
 
 
-class WeightsResult(Payload):
-    model_dir: str
-    bytes_total: int = 0
-    bytes_transferred: int = 0
-    cache_hit: bool = False
-    dry_run: bool = False
-
-
-class DownloadProgress(Payload):
-    bytes_done: int
-    bytes_total: int
-    rate_bps: float = 0
-    eta_s: float | None = None
-    files_done: int = 0
-    files_total: int = 0
-
-
 class CleanupInput(Payload):
     workflow_id: str
     endpoint_id: str
     ephemeral_dir: str | None = None
-
-
-class ServiceStatus(Payload):
-    """The answer to the `status` query."""
-
-    workflow_id: str
-    phase: Phase
-    desired_replicas: int
-    replicas: tuple[ReplicaInfo, ...]
-    events: tuple[Event, ...]
-    last_error: str | None = None
-    weights: WeightsResult | None = None
 
 
 class ScaleRequest(Payload):
@@ -331,8 +266,6 @@ class LiveCheck(Payload):
     unauthorized_is_live: bool = False  # a password-protected server (OpenCode) answers 401 when up
 
 
-
-
 class FrontInput(Payload):
     """What FrontWorkflow runs: its pool's signed input (whose front process it keeps) and the pool's ID."""
 
@@ -358,7 +291,7 @@ class PoolCarry(Payload):
 
     phase: Phase
     events: tuple[Event, ...] = ()
-    copies: tuple[ReplicaInfo, ...] = ()
+    copies: tuple[CopyInfo, ...] = ()
     running: tuple[str, ...] = ()  # copy workflow IDs still running
     reported: tuple[CopyResult, ...] = ()  # ends that running copies reported to the run before
     draining: tuple[str, ...] = ()

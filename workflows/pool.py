@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.copy import CopyWorkflow
     from workflows.front_link import FrontLink
     from workflows.payloads import (
+        CopyInfo,
         CopyInput,
         CopyResult,
         CopyStatus,
@@ -22,7 +23,6 @@ with workflow.unsafe.imports_passed_through():
         DrainResult,
         Phase,
         PoolCarry,
-        ReplicaInfo,
         ServiceInput,
     )
     from workflows.pool_state import ServiceState
@@ -89,7 +89,7 @@ class PoolMixin(FrontLink):
         )
 
     async def _run_copy(self, copy: CopyInput) -> None:
-        self.state.copies[copy.copy_id] = ReplicaInfo(copy_id=copy.copy_id, status=CopyStatus.SCHEDULING)
+        self.state.copies[copy.copy_id] = CopyInfo(copy_id=copy.copy_id, status=CopyStatus.SCHEDULING)
         try:
             if self.new_shape:  # abandoned, not cancelled, when this run continues as new
                 handle = await workflow.start_child_workflow(

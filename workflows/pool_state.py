@@ -12,12 +12,12 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from workflows.healing import SAME_FAILURES_TO_FAIL, Pacing, Verdict, decide, failure_signature
     from workflows.payloads import (
+        CopyInfo,
         CopyResult,
         CopyStatus,
         Event,
         Phase,
         PoolCarry,
-        ReplicaInfo,
         ServiceInput,
         WeightsResult,
     )
@@ -29,7 +29,7 @@ MAX_EVENTS = 200
 class ServiceState:
     phase: Phase = Phase.DOWNLOADING
     events: list[Event] = field(default_factory=list)
-    copies: dict[str, ReplicaInfo] = field(default_factory=dict)
+    copies: dict[str, CopyInfo] = field(default_factory=dict)
     desired: int = 1
     next_copy: int = 0
     replaced_failures: int = 0

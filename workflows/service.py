@@ -16,12 +16,12 @@ with workflow.unsafe.imports_passed_through():
     from workflows.front_supervisor import fronted
     from workflows.payloads import (
         CleanupInput,
+        CopyInfo,
         CopyResult,
         CopyStatus,
         Event,
         FrontReport,
         Phase,
-        ReplicaInfo,
         ScaleRequest,
         ScaleResult,
         ServiceInput,
@@ -58,8 +58,8 @@ class ServiceWorkflow(PoolMixin):
     def status(self) -> ServiceStatus:
         assert self.input is not None
         return ServiceStatus(
-            workflow_id=self.input.workflow_id, phase=self.state.phase, desired_replicas=self.state.desired,
-            replicas=tuple(self.state.copies.values()), events=tuple(self.state.events),
+            workflow_id=self.input.workflow_id, phase=self.state.phase, desired_copies=self.state.desired,
+            copies=tuple(self.state.copies.values()), events=tuple(self.state.events),
             last_error=self.state.last_error, weights=self.state.weights,
         )
 
@@ -123,7 +123,7 @@ class ServiceWorkflow(PoolMixin):
         self.state.append(event)
 
     @workflow.signal
-    def copy_state(self, info: ReplicaInfo | None = None) -> None:
+    def copy_state(self, info: CopyInfo | None = None) -> None:
         if info is None:
             refuse_signal("copy_state")
             return

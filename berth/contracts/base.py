@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 # A JSON number read back as it was sent: a bare `float` field would turn the 80 an agent reported into
 # 80.0, and `-o json` would print other bytes than the API sent.
@@ -38,3 +39,39 @@ def wire(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [wire(item) for item in value]
     return value
+
+
+class Renamed(BaseModel):
+    """A model with fields renamed this release: each is declared `Field(validation_alias=AliasChoices(new,
+    old))`, is read under either name, and is emitted under both, the old name after the rest, while a
+    caller of the previous release may still read it (docs/architecture.md lists them). A field left out
+    (`exclude_unset`) stays out under both names."""
+
+    # No return annotation on purpose: pydantic would take it for the serialized schema, and /openapi.json
+    # would lose each model's fields.
+    @model_serializer(mode="wrap")
+    def _emit_old_names(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        data = handler(self)
+        if isinstance(data, dict):
+            for name, old in old_names(type(self)).items():
+                if name in data:
+                    data[old] = data[name]
+        return data
+
+
+@cache
+def old_names(model: type[BaseModel]) -> dict[str, str]:
+    """new field name → its old name, for the fields of `model` read under two names."""
+    renamed = {}
+    for name, field in model.model_fields.items():
+        alias = field.validation_alias
+        if isinstance(alias, AliasChoices) and len(alias.choices) == 2 and alias.choices[0] == name:
+            old = alias.choices[1]
+            if isinstance(old, str):
+                renamed[name] = old
+    return renamed
+
+
+def formerly(old: str, name: str, default: Any = ..., **kwargs: Any) -> Any:
+    """A field named `name`, called `old` until this release (see Renamed)."""
+    return Field(default, validation_alias=AliasChoices(name, old), **kwargs)

@@ -1,12 +1,14 @@
-"""Endpoint answers: an endpoint with its replicas and discovery annotations, a wake-up, an endpoint
+"""Endpoint answers: an endpoint with its copies and discovery annotations, a wake-up, an endpoint
 token, and the facts a client needs to call one."""
 
 from __future__ import annotations
 
-from berth.contracts.base import OpenResponse, Payload, Response
+from berth.contracts.base import OpenResponse, Payload, Renamed, Response, formerly
 
 
-class ReplicaView(Response):
+class CopyView(Response):
+    """One published copy of a pool."""
+
     copy_id: str
     url: str
     ready: bool
@@ -26,7 +28,10 @@ class EndpointAnnotations(OpenResponse):
     not_discoverable_reason: str | None = None
 
 
-class EndpointView(Response):
+class EndpointView(Response, Renamed):
+    """An endpoint with its copies. `ready_replicas` and `replicas` are the old names of `ready_copies` and
+    `copies` (deprecated; emitted too for one release)."""
+
     id: str
     workflow_id: str
     service: str
@@ -35,9 +40,14 @@ class EndpointView(Response):
     owner: str
     model_id: str | None = None
     ready: bool
-    ready_replicas: int
-    replicas: list[ReplicaView]  # only a discoverable (Proxy=false) pool's
+    ready_copies: int = formerly("ready_replicas", "ready_copies")
+    copies: list[CopyView] = formerly("replicas", "copies")  # only a discoverable (Proxy=false) pool's
     annotations: EndpointAnnotations
+
+    @property
+    def replicas(self) -> list[CopyView]:
+        """Deprecated: `copies`, for the readers not yet renamed."""
+        return self.copies
 
 
 class WakeResult(Response):

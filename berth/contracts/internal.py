@@ -1,5 +1,5 @@
-"""Internal answers (`/v1/internal/...`): tokens for Berth's own services, the replica keys a gateway
-reads, a pool's replica list for its LiteLLM sync hook, and the routing table the endpoint proxy reads.
+"""Internal answers (`/v1/internal/...`): tokens for Berth's own services, the copies' keys a gateway
+reads, a pool's copy list for its LiteLLM sync hook, and the routing table the endpoint proxy reads.
 
 The LiteLLM venv imports this module too (gateway.litellm_sync): pydantic and the standard library only."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from berth.contracts.base import OpenResponse, Payload, Response
+from berth.contracts.base import OpenResponse, Payload, Renamed, Response, formerly
 
 
 class Jwks(OpenResponse):
@@ -37,28 +37,30 @@ class ReplicaKeysList(Response):
     keys: dict[str, str] = Field(default_factory=dict, repr=False)
 
 
-class ServiceReplica(Response):
-    """One replica of a pool as its LiteLLM sync hook routes to it."""
+class ServiceCopy(Response, Renamed):
+    """One copy of a pool as its LiteLLM sync hook routes to it. `id` is the old name of `copy_id`
+    (deprecated; emitted too for one release: the hook of a pool started before reads it)."""
 
     # hide_input_in_errors: a malformed list must not put a copy's key into the warning it causes.
     model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
 
-    id: str
+    copy_id: str = formerly("id", "copy_id")
     url: str  # the copy's OpenAI base, with /v1
     ready: bool
     api_key: str = Field(default="", repr=False)  # the copy's vLLM key: never logged
 
 
-class ServiceReplicas(Response):
-    """The body of a pool's `/v1/internal/endpoints/{id}/replicas` (its sync hook's BERTH_REPLICAS_URL)."""
+class ServiceCopies(Response, Renamed):
+    """The body of a pool's `/v1/internal/endpoints/{id}/replicas` (its sync hook's BERTH_REPLICAS_URL).
+    `replicas` is the old name of `copies` (deprecated; emitted too for one release)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
 
-    replicas: list[ServiceReplica]
+    copies: list[ServiceCopy] = formerly("replicas", "copies")
     routing_policy: str = ""  # empty: gateway.routing's default
 
 
-class RouteReplica(Response):
+class RouteCopy(Response):
     """One published copy of a pool as the endpoint proxy routes to it (only this admin route carries
     its key)."""
 
@@ -69,9 +71,10 @@ class RouteReplica(Response):
     api_key: str = Field(default="", repr=False)
 
 
-class RouteEntry(Response):
-    """One endpoint in the proxy's routing table: who may call it, where its service or ready replicas
-    listen, and its pool as routing needs it."""
+class RouteEntry(Response, Renamed):
+    """One endpoint in the proxy's routing table: who may call it, where its service or ready copies
+    listen, and its pool as routing needs it. `replicas` is the old name of `copy_urls` (deprecated;
+    emitted too for one release)."""
 
     id: str
     scope: str
@@ -80,9 +83,9 @@ class RouteEntry(Response):
     groups: list[str] = []
     service: str = "vllm"
     service_url: str | None = None
-    replicas: list[str] = []  # the URLs of its ready, undrained copies
+    copy_urls: list[str] = formerly("replicas", "copy_urls", [])  # the URLs of its ready, undrained copies
     workflow_id: str = ""
-    pool: list[RouteReplica] = []
+    pool: list[RouteCopy] = []
     routing_policy: str | None = None
     wakeable: bool = False  # a pool with no copy may be woken by a request
     litellm_routed: list[str] | None = None  # behind LiteLLM: the copies it routes to (None: not yet told)
@@ -99,13 +102,14 @@ class Health(Response):
 
 
 # --- requests ------------------------------------------------------------------------------------------
-class RequestCounters(Payload):
-    """What the LiteLLM sync hook posts (gateway.litellm_sync.RequestSnapshot; other fields ignored)."""
+class RequestCounters(Payload, Renamed):
+    """What the LiteLLM sync hook posts (gateway.litellm_sync.RequestSnapshot; other fields ignored).
+    `replicas` is the old name of `copies` (deprecated; read too for one release)."""
 
     pid: int
     started_at: float
     requests_total: int
-    replicas: tuple[str, ...] = ()  # copy ids LiteLLM routes to now
+    copies: tuple[str, ...] = formerly("replicas", "copies", ())  # copy ids LiteLLM routes to now
 
 
 class TokenLapse(Payload):

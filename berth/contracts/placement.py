@@ -1,4 +1,4 @@
-"""Placement and replica payloads: the requests and records of the internal routes that node agents, the
+"""Placement and copy payloads: the requests and records of the internal routes that node agents, the
 control worker and the endpoint proxy call (reservations, fencing, holdings, published copies, service
 ports), in the one pydantic base every Temporal payload derives from (workflows/payloads.py)."""
 
@@ -60,13 +60,13 @@ class NodeHolding(Payload):
     ports: tuple[int, ...] = Field(default=(), max_length=4)
 
 
-class ReplicaReadiness(Payload):
+class CopyReadiness(Payload):
     """A published copy taken out of routing (its engine stopped answering) or back in (it answers again)."""
 
     ready: bool
 
 
-class ReplicaRecord(Payload):
+class CopyRecord(Payload):
     """What the store keeps about one serving copy (the endpoint proxy routes on these)."""
 
     workflow_id: str

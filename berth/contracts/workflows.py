@@ -1,16 +1,101 @@
 """Workflow answers: started, listed, described (with the pool's status), its definition, stopped, scaled,
-and its jobs' logs. The status parts mirror workflows/payloads.py on the wire (the ground floor may not
-import it); the workflow's own models stay the source of truth for what the status query returns."""
+and its jobs' logs; and the pool's status parts, defined here once: the service workflow's `status` query
+answers them over Temporal (workflows/payloads.py re-exports them) and `describe` carries them over REST,
+so their field names are wire names twice over (running workflows' histories hold them)."""
 
 from __future__ import annotations
 
+from datetime import datetime
+from enum import Enum
 from typing import Any
 
 from pydantic import Field
 
-from berth.contracts.base import Number, OpenResponse, Payload, Response
+from berth.contracts.base import Number, Payload, Renamed, Response, formerly
 
 
+# --- the pool's status (Temporal payloads, shown by `describe`) -----------------------------------------
+class Phase(str, Enum):
+    """Where a service workflow is."""
+
+    DOWNLOADING = "downloading"  # weights job running
+    SCHEDULING = "scheduling"  # waiting for a placement for its copies
+    STARTING = "starting"  # ranks started, waiting for health
+    READY = "ready"  # at least one copy serves
+    SCALED_TO_ZERO = "scaled_to_zero"  # pool at zero by choice; a request wakes it
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+    @staticmethod
+    def terminal() -> frozenset[Phase]:
+        return frozenset({Phase.STOPPED, Phase.FAILED})
+
+
+class CopyStatus(str, Enum):
+    """Where one copy is."""
+
+    SCHEDULING = "scheduling"  # waiting for nodes
+    STARTING = "starting"  # ranks launched, not yet healthy
+    READY = "ready"  # published, serving
+    STOPPING = "stopping"
+    STOPPED = "stopped"  # stopped on request
+    FAILED = "failed"  # a rank ended; the copy was stopped as a unit
+    INTERRUPTED = "interrupted"  # its node agent went away cleanly (berth down); re-placed
+
+
+class Event(Payload):
+    at: datetime  # as the workflow recorded it (ISO 8601 on the wire; the CLI shows it in local time)
+    kind: str
+    message: str
+    copy_id: str | None = None
+
+
+class CopyInfo(Payload):
+    """One copy of the pool as the pool knows it."""
+
+    copy_id: str
+    status: CopyStatus
+    url: str | None = None
+    nodes: tuple[str, ...] = ()
+    detail: str = ""
+
+
+class WeightsResult(Payload):
+    model_dir: str
+    bytes_total: int = 0
+    bytes_transferred: int = 0
+    cache_hit: bool = False
+    dry_run: bool = False
+
+
+class DownloadProgress(Payload):
+    """The weights download's heartbeat detail."""
+
+    bytes_done: int = 0
+    bytes_total: int = 0
+    # Number: a rate or ETA sent as 80 reads back as 80, so `-o json` prints the bytes the API sent.
+    rate_bps: Number = 0
+    eta_s: Number | None = None
+    files_done: int = 0
+    files_total: int = 0
+
+
+class ServiceStatus(Payload, Renamed):
+    """The answer to the `status` query. `desired_replicas` and `replicas` are the old names of
+    `desired_copies` and `copies` (deprecated; still read, and emitted, for one release: a worker of the
+    previous release answers with them)."""
+
+    workflow_id: str
+    phase: Phase
+    desired_copies: int = formerly("desired_replicas", "desired_copies")
+    copies: tuple[CopyInfo, ...] = formerly("replicas", "copies")
+    events: tuple[Event, ...]
+    last_error: str | None = None
+    weights: WeightsResult | None = None
+
+
+# --- REST answers ----------------------------------------------------------------------------------------
 class WorkflowStarted(Response):
     id: str
     endpoint_id: str
@@ -38,45 +123,10 @@ class WorkflowEndpoint(Response):
     token_lapses_at: float | None = None
 
 
-class DownloadProgress(OpenResponse):
-    """The weights download's last heartbeat (workflows.payloads.DownloadProgress)."""
-
-    bytes_done: int = 0
-    bytes_total: int = 0
-    rate_bps: Number = 0
-    eta_s: Number | None = None
-    files_done: int = 0
-    files_total: int = 0
-
-
-class CopyState(OpenResponse):
-    """One copy of the pool (workflows.payloads.ReplicaInfo)."""
-
-    copy_id: str
-    status: str
-    url: str | None = None
-    nodes: list[str] = []
-    detail: str = ""
-
-
-class WorkflowEvent(OpenResponse):
-    at: str  # ISO 8601, as the workflow recorded it (the CLI shows it in local time)
-    kind: str
-    message: str
-    copy_id: str | None = None
-
-
-class WeightsView(OpenResponse):
-    model_dir: str
-    bytes_total: int = 0
-    bytes_transferred: int = 0
-    cache_hit: bool = False
-    dry_run: bool = False
-
-
-class WorkflowDescription(Response):
+class WorkflowDescription(Response, Renamed):
     """`workflow describe`: the stored facts, Temporal's status, then the pool's status query answer (or
-    `phase: unknown` and a `note` when the query failed)."""
+    `phase: unknown` and a `note` when the query failed). `desired_replicas` and `replicas` are the old
+    names of `desired_copies` and `copies` (deprecated; emitted too for one release)."""
 
     id: str
     entry: str
@@ -87,11 +137,11 @@ class WorkflowDescription(Response):
     download: DownloadProgress | None = None
     workflow_id: str | None = None
     phase: str | None = None
-    desired_replicas: int | None = None
-    replicas: list[CopyState] | None = None
-    events: list[WorkflowEvent] | None = None
+    desired_copies: int | None = formerly("desired_replicas", "desired_copies", None)
+    copies: tuple[CopyInfo, ...] | None = formerly("replicas", "copies", None)
+    events: tuple[Event, ...] | None = None
     last_error: str | None = None
-    weights: WeightsView | None = None
+    weights: WeightsResult | None = None
     note: str | None = None
 
 
@@ -124,5 +174,7 @@ class WorkflowLogs(Response):
 
 
 # --- requests ------------------------------------------------------------------------------------------
-class WorkflowScaleRequest(Payload):
-    replicas: int
+class WorkflowScaleRequest(Payload, Renamed):
+    """`workflow scale --replicas N`: `copies` was `replicas` (deprecated; sent too for one release)."""
+
+    copies: int = formerly("replicas", "copies")

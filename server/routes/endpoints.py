@@ -58,13 +58,13 @@ async def wake_endpoint(endpoint_id: str, body: WakeRequest, endpoint: VisibleEn
         # Whether the pool was asleep tells the caller to hold the request (a copy is coming) or not
         # (copies are already wanted: starting, or waiting for capacity).
         status: ServiceStatus = await handle.query(ServiceWorkflow.status, rpc_timeout=timedelta(seconds=5))
-        if status.desired_replicas == 0:  # else a no-op for the workflow: spare its history the signal
+        if status.desired_copies == 0:  # else a no-op for the workflow: spare its history the signal
             await handle.signal(ServiceWorkflow.wake, body.reason or f"a request from {who.user}")
     except RPCError as error:
         raise NotFoundError(
             f"Workflow '{endpoint.workflow_id}' is not running ({error.message}).") from None
     return {"endpoint_id": endpoint_id, "workflow_id": endpoint.workflow_id,
-            "woken": status.desired_replicas == 0, "phase": status.phase.value}
+            "woken": status.desired_copies == 0, "phase": status.phase.value}
 
 
 @router.post("/v1/endpoints/{endpoint_id}/tokens", response_model=EndpointToken)

@@ -11,6 +11,8 @@ from fastapi import APIRouter, Depends
 from starlette.concurrency import run_in_threadpool
 
 from berth.contracts import (
+    CopyReadiness,
+    CopyRecord,
     EndpointService,
     FenceRequest,
     Jwks,
@@ -19,17 +21,16 @@ from berth.contracts import (
     OwnerTokenRequest,
     ReplicaKeysList,
     ReplicaKeysToken,
-    ReplicaReadiness,
-    ReplicaRecord,
     RequestCounters,
     ReserveRequest,
     ReserveResult,
     ResolvedSecret,
     ResolveRequest,
     RoutesTable,
+    ServiceCopies,
+    ServiceCopy,
     ServicePort,
     ServicePortRequest,
-    ServiceReplicas,
     ServiceToken,
     TokenLapse,
 )
@@ -138,14 +139,14 @@ async def reserve_service_port(request: ServicePortRequest, context: Context, _w
 
 # --- replicas: what copies publish --------------------------------------------------------------------
 @router.put("/v1/internal/replicas/{copy_id}", status_code=204)
-async def publish(copy_id: str, record: ReplicaRecord, context: Context, _who: Admin) -> None:
+async def publish(copy_id: str, record: CopyRecord, context: Context, _who: Admin) -> None:
     # A copy stopped meanwhile publishes nothing (Placements.publish); the late publish is not an error.
     await run_in_threadpool(context.store.placements.publish, record.workflow_id, record.endpoint_id, copy_id,
                             record.url, record.ready)
 
 
 @router.put("/v1/internal/replicas/{copy_id}/ready", status_code=204)
-async def replica_readiness(copy_id: str, body: ReplicaReadiness, context: Context, _who: Admin) -> None:
+async def replica_readiness(copy_id: str, body: CopyReadiness, context: Context, _who: Admin) -> None:
     await run_in_threadpool(context.store.set_replica_ready, copy_id, body.ready)
 
 
@@ -194,24 +195,25 @@ async def litellm_requests(endpoint_id: str, body: RequestCounters, context: Con
     """A Proxy=true pool's LiteLLM sync hook posts its request counters here: the rate that sizes
     the pool is the one measured at its LiteLLM proxy."""
     await run_in_threadpool(context.store.load.add_litellm, endpoint_id, body.pid, body.started_at,
-                            body.requests_total, body.replicas)
+                            body.requests_total, body.copies)
 
 
 @router.get("/v1/internal/endpoints/{endpoint_id}/replicas", dependencies=[ServiceOrAdmin],
-            response_model=ServiceReplicas)
-async def endpoint_replicas(endpoint_id: str, context: Context) -> dict[str, Any]:
-    """The pool's replicas, as the LiteLLM sync hook reads them. Accepts the endpoint's service
-    token or an administrator's API token."""
+            response_model=ServiceCopies)
+async def endpoint_replicas(endpoint_id: str, context: Context) -> ServiceCopies:
+    """The pool's copies, as the LiteLLM sync hook reads them (under their old names too, for one
+    release). Accepts the endpoint's service token or an administrator's API token."""
     rows = await run_in_threadpool(context.store.replicas, endpoint_id)
     try:
         annotations = (await run_in_threadpool(context.store.endpoint, endpoint_id)).annotations or {}
     except NotFoundError:
         annotations = {}  # the endpoint is gone; its replica list is empty as well
-    return {"replicas": [{"id": r.copy_id, "url": r.url.rstrip("/") + "/v1", "ready": r.ready and not r.draining,
-                          "api_key": context.replica_keys.for_copy(r.copy_id)}
-                         for r in sorted(rows, key=lambda r: r.copy_id)],
-            # LiteLLM's custom routing strategy (gateway.litellm_routing) routes by it.
-            "routing_policy": annotations.get("routing_policy") or "least_queue"}
+    return ServiceCopies(
+        copies=[ServiceCopy(copy_id=r.copy_id, url=r.url.rstrip("/") + "/v1", ready=r.ready and not r.draining,
+                            api_key=context.replica_keys.for_copy(r.copy_id))
+                for r in sorted(rows, key=lambda r: r.copy_id)],
+        # LiteLLM's custom routing strategy (gateway.litellm_routing) routes by it.
+        routing_policy=annotations.get("routing_policy") or "least_queue")
 
 
 @router.get("/v1/internal/routes", response_model=RoutesTable)
@@ -230,7 +232,7 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
             {**replica_view(replica), "api_key": context.replica_keys.for_copy(replica.copy_id)})
     return {"endpoints": [{
         "id": e.id, "scope": e.scope, "owner": e.owner, "org": e.org, "groups": e.groups,
-        "service": e.service, "service_url": e.service_url, "replicas": sorted(by_endpoint.get(e.id, [])),
+        "service": e.service, "service_url": e.service_url, "copy_urls": sorted(by_endpoint.get(e.id, [])),
         # The pool as routing needs it: every published copy with its state, the policy, and
         # whether a request may wake it (a pool with no copy, not a service).
         "workflow_id": e.workflow_id, "pool": sorted(pools.get(e.id, []), key=lambda r: r["copy_id"]),
@@ -238,4 +240,5 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
         "wakeable": bool((e.annotations or {}).get("pool")),
         # Behind LiteLLM: the copies it routes to (None until its sync hook first reported).
         "litellm_routed": routed.get(e.id) if facts(e.service).fronts_pool else None,
+        "replicas": sorted(by_endpoint.get(e.id, [])),  # copy_urls' old name, for one release
     } for e in endpoints]}

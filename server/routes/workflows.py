@@ -157,12 +157,12 @@ async def stop_workflow(workflow_id: str, context: Context,
 async def scale_workflow(workflow_id: str, body: WorkflowScaleRequest, context: Context,
                          access: Scaler) -> dict[str, Any]:
     who = access.who
-    if body.replicas < 0:
-        raise UserInputError(f"--replicas must be 0 or more, not {body.replicas}.")
+    if body.copies < 0:
+        raise UserInputError(f"--replicas must be 0 or more, not {body.copies}.")
     client = await context.temporal()
     try:
         result = await client.get_workflow_handle(workflow_id).execute_update(
-            ServiceWorkflow.scale, ScaleRequest(replicas=body.replicas, reason=f"by {who.user}"),
+            ServiceWorkflow.scale, ScaleRequest(replicas=body.copies, reason=f"by {who.user}"),
         )
     except WorkflowUpdateFailedError as error:
         cause = error.cause

@@ -53,7 +53,7 @@ async def test_request_bodies_are_the_json_they_were_and_answers_are_models() ->
         ("/v1/internal/secrets/resolve", {"ref": "secret://user/K", "user": "alice"}),
         ("/v1/internal/endpoints/ep-1/load", {"requests": 3}),
         ("/v1/endpoints/ep-1/wake", {"reason": "a request"}),
-        ("/v1/workflows/wf-1/scale", {"replicas": 2}),
+        ("/v1/workflows/wf-1/scale", {"copies": 2, "replicas": 2}),  # `replicas`: the old name, for one release
         ("/v1/internal/users/alice/tokens", {"endpoint_id": None, "ttl_s": 600}),
         ("/v1/internal/endpoints/ep-1/token-lapse", {"expires_at": 4.5}),
         ("/v1/users", {"name": "alice", "org": "acme", "groups": ["team-a"], "admin": False}),

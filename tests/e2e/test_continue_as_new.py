@@ -61,9 +61,9 @@ def test_a_serving_pool_continues_as_new_and_loses_no_request(stack: RunningStac
         "vLLM", f"Model=hf://{MODEL},GpusPerNode=1,Proxy=false,MinReplicas=2,MaxReplicas=2,Scope=user")
     endpoint = stack.endpoint(workflow_id)
     token = stack.token_for(endpoint["id"])
-    wait_for(lambda: sum(r["status"] == "ready" for r in stack.describe(workflow_id)["replicas"]) == 2, 120,
+    wait_for(lambda: sum(r["status"] == "ready" for r in stack.describe(workflow_id)["copies"]) == 2, 120,
              "two ready copies")
-    copies = sorted(r["copy_id"] for r in stack.describe(workflow_id)["replicas"])
+    copies = sorted(r["copy_id"] for r in stack.describe(workflow_id)["copies"])
     continued = threading.Event()
     answers: list[str] = []
 
@@ -91,8 +91,8 @@ def test_a_serving_pool_continues_as_new_and_loses_no_request(stack: RunningStac
     assert answers and set(answers) == {"200"}
     wait_for(lambda: "continued_as_new" in kinds(stack, workflow_id), 120, "the new run answering its status")
     status = stack.describe(workflow_id)
-    assert sorted(r["copy_id"] for r in status["replicas"]) == copies
-    assert all(r["status"] == "ready" for r in status["replicas"]) and status["phase"] == "ready"
+    assert sorted(r["copy_id"] for r in status["copies"]) == copies
+    assert all(r["status"] == "ready" for r in status["copies"]) and status["phase"] == "ready"
     assert kinds(stack, workflow_id)[0] == "submitted"  # the earlier runs' events were carried
     stack.cli("workflow", "stop", workflow_id)
     stack.wait_phase(workflow_id, {"stopped"}, 120)

@@ -111,7 +111,7 @@ class Cluster:
         workflow_id = self.stack.start_entry("vLLM", values)
         endpoint = self.stack.endpoint(workflow_id)
         self._endpoints[workflow_id] = {**endpoint, "token": self.stack.token_for(endpoint["id"], "8h")}
-        replicas = self.stack.describe(workflow_id)["replicas"]
+        replicas = self.stack.describe(workflow_id)["copies"]
         assert [r["status"] for r in replicas] == ["ready"]
         return workflow_id, replicas[0]["copy_id"]
 
@@ -159,7 +159,7 @@ def test_api_server_and_control_worker_restart_keep_copies_serving(cluster: Clus
     cluster.restart("api")
     cluster.restart("worker")
     info = stack.wait_phase(workflow_id, {"ready"}, timeout=60)  # "unknown" until the worker answers queries
-    assert info["phase"] == "ready" and [r["copy_id"] for r in info["replicas"]] == [copy_id]
+    assert info["phase"] == "ready" and [r["copy_id"] for r in info["copies"]] == [copy_id]
     assert cluster.chat(workflow_id) == 200
     # The restarted worker still owns the copy: a rank's death is handled as before.
     os.kill(int(rank_record(stack.state_dir, copy_id, 1)["pid"]), signal.SIGKILL)
@@ -188,7 +188,7 @@ def test_restarted_node_agent_readopts_its_live_ranks(cluster: Cluster) -> None:
     assert adopted == cluster.pids[node]
     assert rank_record(stack.state_dir, copy_id, 1)["pid"] == follower["pid"]
     info = stack.describe(workflow_id)
-    assert [(r["copy_id"], r["status"]) for r in info["replicas"]] == [(copy_id, "ready")]
+    assert [(r["copy_id"], r["status"]) for r in info["copies"]] == [(copy_id, "ready")]
     assert any(e["kind"] == "rank_unresponsive" and node in e["message"] for e in info["events"])
     # The adoption itself is one line in the workflow's events (sent as the restarted agent takes the rank).
     readopted = f"rank 1 of copy {copy_id} re-adopted by {node} after the agent restarted"
@@ -253,7 +253,7 @@ def test_node_agent_gone_for_good_loses_the_copy_as_a_unit_and_places_it_again(c
     )
     # The fence lifted, the copy placed again serves on both nodes.
     wait_for(
-        lambda: [r["status"] for r in stack.describe(workflow_id)["replicas"]] == ["ready"],
+        lambda: [r["status"] for r in stack.describe(workflow_id)["copies"]] == ["ready"],
         90,
         "the copy placed again to serve",
     )

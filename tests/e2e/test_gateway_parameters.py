@@ -58,7 +58,7 @@ def _chat(url: str, model: str, headers: dict[str, str]) -> httpx.Response:
 
 def _served(stack: RunningStack, workflow_id: str) -> list[float]:
     counts = []
-    for replica in sorted(stack.describe(workflow_id)["replicas"], key=lambda r: r["url"]):
+    for replica in sorted(stack.describe(workflow_id)["copies"], key=lambda r: r["url"]):
         text = httpx.get(replica["url"] + "/metrics", timeout=5).text
         counts.append(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                           if line.startswith("vllm:request_success_total")))

@@ -53,7 +53,7 @@ def test_second_start_waits_for_the_gpu_then_serves(one_gpu_stack: RunningStack)
         info = stack.describe(second)
     blocked = [e for e in info["events"] if e["kind"] == "scheduling_blocked"]
     assert blocked and "1 free GPU" in blocked[0]["message"]
-    assert "pending" in info["replicas"][0]["detail"]
+    assert "pending" in info["copies"][0]["detail"]
     stack.cli("workflow", "stop", first)
     stack.wait_phase(second, {"ready"}, timeout=60)
     endpoint = stack.endpoint(second)
@@ -116,7 +116,7 @@ def test_down_leaves_nothing_and_up_resumes(tmp_path: Path) -> None:
         info = stack.describe(workflow_id)
         while time.monotonic() < deadline and not (
             info.get("phase") == "ready" and any(e["kind"] == "copy_interrupted" for e in info["events"])
-            and any(r["status"] == "ready" and not r["copy_id"].endswith("copy-0") for r in info["replicas"])
+            and any(r["status"] == "ready" and not r["copy_id"].endswith("copy-0") for r in info["copies"])
         ):
             time.sleep(0.3)
             info = stack.describe(workflow_id)

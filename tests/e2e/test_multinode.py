@@ -54,7 +54,7 @@ def _chat(stack: RunningStack, workflow_id: str) -> httpx.Response:
 
 
 def _serving_copy(stack: RunningStack, workflow_id: str) -> dict[str, object]:
-    replicas = stack.describe(workflow_id)["replicas"]
+    replicas = stack.describe(workflow_id)["copies"]
     ready = [r for r in replicas if r["status"] == "ready"]
     assert len(ready) == 1, replicas
     return ready[0]  # type: ignore[no-any-return]
@@ -119,7 +119,7 @@ def test_replace_failed_copies_places_the_copy_again(stack: RunningStack) -> Non
 
     def replaced() -> bool:
         info = stack.describe(workflow_id)
-        return any(r["status"] == "ready" and r["copy_id"] != first for r in info["replicas"])
+        return any(r["status"] == "ready" and r["copy_id"] != first for r in info["copies"])
 
     wait_for(replaced, 60, "the replacement copy to serve")
     info = stack.describe(workflow_id)
@@ -153,18 +153,18 @@ def test_three_copies_on_two_free_nodes_one_waits_then_serves(stack: RunningStac
 
     def one_blocked() -> dict[str, object] | None:
         info = stack.describe(pool)
-        statuses = sorted(r["status"] for r in info["replicas"])
+        statuses = sorted(r["status"] for r in info["copies"])
         blocked = any(e["kind"] == "scheduling_blocked" for e in info["events"])
         return info if statuses == ["ready", "ready", "scheduling"] and blocked else None
 
     info = wait_for(one_blocked, 60, "two copies serving and one blocked")
-    pending = next(r for r in info["replicas"] if r["status"] == "scheduling")
+    pending = next(r for r in info["copies"] if r["status"] == "scheduling")
     assert pending["detail"].startswith("pending: waiting for 1 node(s) with 4 free GPU(s)")
     assert "pending: waiting" in stack.cli("workflow", "describe", pool).stdout
     started = time.monotonic()
     stack.cli("workflow", "stop", occupant)
     wait_for(
-        lambda: [r["status"] for r in stack.describe(pool)["replicas"]].count("ready") == 3,
+        lambda: [r["status"] for r in stack.describe(pool)["copies"]].count("ready") == 3,
         60,
         "the third copy to serve once a node freed",
     )

@@ -69,7 +69,7 @@ class Load:
 
 
 def ready_copies(stack: RunningStack, workflow_id: str) -> list[str]:
-    return [r["copy_id"] for r in stack.describe(workflow_id)["replicas"] if r["status"] == "ready"]
+    return [r["copy_id"] for r in stack.describe(workflow_id)["copies"] if r["status"] == "ready"]
 
 
 def replaced(stack: RunningStack, workflow_id: str, victim: str) -> list[str]:
@@ -80,7 +80,7 @@ def replaced(stack: RunningStack, workflow_id: str, victim: str) -> list[str]:
 
 def routing(stack: RunningStack, endpoint_id: str) -> dict[str, bool]:
     """Each published copy of the endpoint: whether proxies route to it."""
-    rows = stack.api("GET", f"/v1/endpoints/{endpoint_id}").json()["replicas"]
+    rows = stack.api("GET", f"/v1/endpoints/{endpoint_id}").json()["copies"]
     return {row["copy_id"]: row["ready"] and not row["draining"] for row in rows}
 
 

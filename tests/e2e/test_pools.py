@@ -44,7 +44,7 @@ def pool(stack: RunningStack) -> dict[str, str]:
 
 
 def ready_copies(stack: RunningStack, workflow_id: str) -> list[str]:
-    return [r["copy_id"] for r in stack.describe(workflow_id)["replicas"] if r["status"] == "ready"]
+    return [r["copy_id"] for r in stack.describe(workflow_id)["copies"] if r["status"] == "ready"]
 
 
 def scale_to_zero(stack: RunningStack, pool: dict[str, str]) -> None:
@@ -56,7 +56,7 @@ def scale_to_zero(stack: RunningStack, pool: dict[str, str]) -> None:
     proxy's refresh), so the proxy already holds every one of them as draining, never as a target."""
     stack.cli("workflow", "scale", pool["workflow_id"], "--replicas", "0")
     stack.wait_phase(pool["workflow_id"], {"scaled_to_zero"}, timeout=60)
-    wait_for(lambda: not stack.api("GET", f"/v1/endpoints/{pool['endpoint_id']}").json()["replicas"], 30,
+    wait_for(lambda: not stack.api("GET", f"/v1/endpoints/{pool['endpoint_id']}").json()["copies"], 30,
              "the endpoint to list no copy")
 
 
@@ -72,7 +72,7 @@ def test_manual_scale_up_publishes_annotated_replicas(stack: RunningStack, pool:
     wait_for(lambda: len(ready_copies(stack, pool["workflow_id"])) == 3, 60, "3 ready copies")
     print(f"scale 1 → 3: {time.monotonic() - started:.1f} s")
     row = stack.api("GET", f"/v1/endpoints/{pool['endpoint_id']}").json()
-    assert len(row["replicas"]) == 3 and all(r["ready"] and not r["draining"] for r in row["replicas"])
+    assert len(row["copies"]) == 3 and all(r["ready"] and not r["draining"] for r in row["copies"])
     assert row["annotations"] == {"model_id": MODEL, "workflow_id": pool["workflow_id"], "owner": "admin",
                                   "scope": "user", "ready": True, "discoverable": True,
                                   "routing_policy": "least_queue"}
@@ -106,7 +106,7 @@ def test_killed_replica_mid_load_fails_no_request(stack: RunningStack, pool: dic
 def test_scale_in_drains_then_stops(stack: RunningStack, pool: dict[str, str]) -> None:
     wait_for(lambda: len(ready_copies(stack, pool["workflow_id"])) >= 2, 60, "2 ready copies")
     stack.cli("workflow", "scale", pool["workflow_id"], "--replicas", "1")
-    wait_for(lambda: len(stack.describe(pool["workflow_id"])["replicas"]) == 1, 60, "1 copy")
+    wait_for(lambda: len(stack.describe(pool["workflow_id"])["copies"]) == 1, 60, "1 copy")
     events = stack.describe(pool["workflow_id"])["events"]
     kinds = [e["kind"] for e in events]
     assert "scale_down" in kinds and "copy_draining" in kinds and "copy_drained" in kinds
@@ -149,7 +149,7 @@ def test_load_scales_up_to_max_then_down_then_idle_to_zero(stack: RunningStack) 
     target = {"url": endpoint["url"], "token": stack.token_for(endpoint["id"])}
 
     def desired() -> int:
-        return int(stack.describe(workflow_id)["desired_replicas"])
+        return int(stack.describe(workflow_id)["desired_copies"])
 
     started = time.monotonic()
     with ThreadPoolExecutor(4) as executor:

@@ -92,7 +92,7 @@ def test_data_parallel_copy_across_two_cpu_nodes_fails_as_a_unit(cpu_stack: Runn
     reply = client.chat.completions.create(model=MODEL, max_tokens=16, temperature=0,
                                            messages=[{"role": "user", "content": SMOLLM2_QUESTION}])
     assert "Paris" in (reply.choices[0].message.content or "")
-    copy = stack.describe(workflow_id)["replicas"][0]
+    copy = stack.describe(workflow_id)["copies"][0]
     assert len(copy["nodes"]) == 2 and copy["nodes"][0] != copy["nodes"][1]
     rank1_log = stack.cli("workflow", "log", workflow_id, "vllm-rank-1").stdout
     assert "--headless" in rank1_log and "--data-parallel-start-rank 1" in rank1_log

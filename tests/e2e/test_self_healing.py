@@ -90,7 +90,7 @@ def test_crashed_components_restart_and_down_stops_everything(tmp_path: Path) ->
 
         # The node agent crashes, leaving its live rank and stale leftovers of earlier ranks: the restarted
         # agent prunes the leftovers and keeps what its workflow may still adopt; the copy serves on.
-        copy_id = stack.describe(workflow_id)["replicas"][0]["copy_id"]
+        copy_id = stack.describe(workflow_id)["copies"][0]["copy_id"]
         rank = rank_record(state, copy_id, 0)
         ranks = state / "nodes" / "node-1" / "ranks"
         stale_dir, stale_alias = ranks / "wf-old-copy-0-r0", _alias(ranks / "wf-old-copy-0-r0" / "tmp")

@@ -85,7 +85,7 @@ def test_gateway_traffic_keeps_a_scale_to_zero_pool_awake(stack: RunningStack) -
         assert chat() == 200
         time.sleep(1.5)  # the load's pace, a request every ~1.5 s: not a synchronization
     assert scale_downs()[before:] == [], "a pool busy through the gateway was judged idle"
-    assert stack.describe(pool)["desired_replicas"] == 1
+    assert stack.describe(pool)["desired_copies"] == 1
     stopped = time.monotonic()
     stack.wait_phase(pool, {"scaled_to_zero"}, timeout=40)
     assert time.monotonic() - stopped < 6 + 20, "idle, it should reach zero soon after ScaleToZeroAfter"

@@ -64,7 +64,7 @@ def test_temporal_crash_then_down_and_up_interrupts_copies_and_fails_nothing(sta
     for workflow_id, copies in workflows.items():
         info = wait_for(lambda w=workflow_id, c=copies: _serving_again(stack, w, set(), c), 120,
                         f"{workflow_id} to serve")
-        before[workflow_id] = {r["copy_id"] for r in info["replicas"]}
+        before[workflow_id] = {r["copy_id"] for r in info["copies"]}
         assert _chat(endpoints[workflow_id], tokens[workflow_id]) == 200
     temporal = next(c["pid"] for c in stack.info["children"] if c["name"] == "temporal")
     os.kill(temporal, signal.SIGKILL)  # a crash: nothing records what happens next

@@ -129,7 +129,10 @@ def test_bad_tokens_get_plain_401(sim_stack: RunningStack, served: dict[str, str
 def test_describe_get_and_log(sim_stack: RunningStack, served: dict[str, str]) -> None:
     info = sim_stack.describe(served["workflow_id"])
     assert info["phase"] == "ready"
-    assert [r["status"] for r in info["replicas"]] == ["ready"]
+    assert [r["status"] for r in info["copies"]] == ["ready"]
+    assert info["replicas"] == info["copies"]  # the old name, answered too for one release
+    shown = sim_stack.cli_json("workflow", "describe", served["workflow_id"])  # `-o json`: both names
+    assert shown["copies"] == shown["replicas"] and shown["desired_copies"] == shown["desired_replicas"]
     kinds = [e["kind"] for e in info["events"]]
     assert kinds[:2] == ["submitted", "downloading"] and "copy_ready" in kinds
     text = sim_stack.cli("workflow", "describe", served["workflow_id"]).stdout

@@ -665,14 +665,14 @@ async def test_request_counters_are_served_and_pushed(stack: Stack, client: http
     assert after["model"] == MODEL
     assert after["requests_total"] - before["requests_total"] == 3
     assert after["requests_last_60s"] >= 3
-    assert after["replicas"] == ["a"]
+    assert after["copies"] == after["replicas"] == ["a"]  # `replicas`: the old name, for one release
 
     # With no replica, the requests are still counted: that is the demand that wakes a pool at zero.
     await serve(stack, client)
     await client.post("/v1/chat/completions", headers=bearer(stack.master_key), json=CHAT)
     idle: Final = (await client.get("/berth/requests", headers=bearer(stack.master_key))).json()
     assert idle["requests_without_replica_total"] - after["requests_without_replica_total"] == 1
-    assert idle["replicas"] == []
+    assert idle["copies"] == []
 
     async def pushed() -> bool:
         reports: Final = stack.control.rate_reports

@@ -141,5 +141,8 @@ def test_error_lines_quoting_a_log_are_the_owners() -> None:
     outsider = WorkflowAccess(row=row, who=Identity("carol", ("ops",), "default"), endpoint=None)
     assert "s3cret" not in str(outsider.redact_status({**status, "events": [{"message": error}],
                                                        "replicas": [{"detail": error}]}))
+    # The copies under both their names (`replicas` is the old one), as the status query now answers them.
+    assert "s3cret" not in str(outsider.redact_status({**status, "events": [], "copies": [{"detail": error}],
+                                                       "replicas": [{"detail": error}]}))
     owner = WorkflowAccess(row=row, who=Identity("bob", ("default",), "default"), endpoint=None)
     assert "s3cret" in str(owner.redact_status(status))

@@ -159,7 +159,7 @@ def _calls(context: ServerContext) -> list[Call]:
          contracts.OwnerToken, "shape"),
         ("POST", "/v1/internal/users/alice/replica-keys-token", None, contracts.ReplicaKeysToken, "shape"),
         ("GET", "/v1/internal/replica-keys", None, contracts.ReplicaKeysList, "bytes"),
-        ("GET", "/v1/internal/endpoints/ep-proxied/replicas", None, contracts.ServiceReplicas, "bytes"),
+        ("GET", "/v1/internal/endpoints/ep-proxied/replicas", None, contracts.ServiceCopies, "bytes"),
         ("GET", "/v1/internal/routes", None, contracts.RoutesTable, "bytes"),
     ]
 
@@ -202,11 +202,11 @@ async def test_the_listings_show_what_the_seeded_store_holds(
     typed, _before, context = apis
     await typed.post("/v1/nodes/n0/heartbeat", json=_inventory("n0"))
     direct = contracts.EndpointView.model_validate((await typed.get("/v1/endpoints/ep-direct")).json())
-    assert [(r.copy_id, r.draining) for r in direct.replicas] == [("wf-ep-direct.copy-0", False),
-                                                                  ("wf-ep-direct.copy-1", True)]
-    assert direct.ready_replicas == 1 and direct.annotations.discoverable
+    assert [(r.copy_id, r.draining) for r in direct.copies] == [("wf-ep-direct.copy-0", False),
+                                                                ("wf-ep-direct.copy-1", True)]
+    assert direct.ready_copies == 1 and direct.annotations.discoverable
     proxied = contracts.EndpointView.model_validate((await typed.get("/v1/endpoints/ep-proxied")).json())
-    assert proxied.replicas == [] and proxied.annotations.not_discoverable_reason
+    assert proxied.copies == [] and proxied.annotations.not_discoverable_reason
     (node,) = TypeAdapter(list[contracts.NodeView]).validate_json((await typed.get("/v1/nodes")).content)
     assert [(g.index, g.simulated, g.uuid, g.allocated_to) for g in node.gpus] == [
         (0, True, "SIM-n0-0", None), (1, True, "SIM-n0-1", None)]
@@ -214,3 +214,24 @@ async def test_the_listings_show_what_the_seeded_store_holds(
     pool = {entry.id: entry for entry in table.endpoints}["ep-direct"].pool
     assert [r.api_key for r in pool] == [context.replica_keys.for_copy(r.copy_id) for r in pool]
     assert "sk-" not in repr(pool)  # a copy's key never reaches a log line
+
+
+async def test_renamed_fields_are_answered_under_their_old_names_too(
+        apis: tuple[httpx.AsyncClient, httpx.AsyncClient, ServerContext]) -> None:
+    """For one release a caller of the previous one (a running pool's LiteLLM sync hook, a script reading
+    `-o json`) still finds `replicas`, `ready_replicas` and a copy's `id`, with the same values."""
+    typed, _before, _context = apis
+    direct = (await typed.get("/v1/endpoints/ep-direct")).json()
+    assert direct["replicas"] == direct["copies"] and len(direct["copies"]) == 2
+    assert direct["ready_replicas"] == direct["ready_copies"] == 1
+    listing = (await typed.get("/v1/internal/endpoints/ep-proxied/replicas")).json()
+    assert listing["replicas"] == listing["copies"]
+    (entry,) = [e for e in (await typed.get("/v1/internal/routes")).json()["endpoints"] if e["id"] == "ep-direct"]
+    assert entry["replicas"] == entry["copy_urls"] == ["http://10.0.0.1:8000"]
+    read = contracts.ServiceCopies.model_validate(
+        {"replicas": [{"id": "wf-1.copy-0", "url": "http://a/v1", "ready": True}]})  # the previous release's body
+    assert [(c.copy_id, c.ready) for c in read.copies] == [("wf-1.copy-0", True)]
+    assert read.model_dump(mode="json")["copies"][0]["id"] == "wf-1.copy-0"
+    counters = contracts.RequestCounters.model_validate({"pid": 1, "started_at": 0.0, "requests_total": 3,
+                                                        "replicas": ["wf-1.copy-0"]})
+    assert counters.copies == ("wf-1.copy-0",)

@@ -1,8 +1,8 @@
-"""The workflow answers that need Temporal (describe, scale) are built from the workflow's own payloads
-(workflows/payloads.py); the ground floor's wire models mirror them. Pinned here against the real payloads:
-the answer as the route builds it passes through its model unchanged (FastAPI's `exclude_unset` encoding),
-and reads back in the CLI through `wire` to the same JSON, key order included. A field added to a payload
-and not to its mirror fails here."""
+"""The workflow answers that need Temporal (describe, scale) are built from the pool's status parts, which
+the ground floor defines once for both wires (Temporal's `status` query and REST's `describe`). Pinned here:
+the parts' JSON shape (running workflows' histories and the previous release's callers read it), and the
+answer as the route builds it passing through its model unchanged (FastAPI's `exclude_unset` encoding) and
+reading back in the CLI through `wire` to the same JSON, key order included."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from berth.api_client import ApiClient
 from berth.contracts import WorkflowDescription, WorkflowLogs, WorkflowScaled, wire
 from berth.errors import BerthError
 from workflows.payloads import (
+    CopyInfo,
     CopyStatus,
     DownloadProgress,
     Event,
     Phase,
-    ReplicaInfo,
     ScaleResult,
     ServiceStatus,
     WeightsResult,
@@ -51,10 +51,10 @@ def _described(status: dict[str, Any], download: dict[str, Any] | None) -> dict[
 def _status() -> ServiceStatus:
     at = datetime(2026, 12, 2, 7, 0, 1, 500000, tzinfo=UTC)
     return ServiceStatus(
-        workflow_id="wf-1", phase=Phase.READY, desired_replicas=2,
-        replicas=(ReplicaInfo(copy_id="wf-1.copy-0", status=CopyStatus.READY, url="http://10.0.0.1:8000",
+        workflow_id="wf-1", phase=Phase.READY, desired_copies=2,
+        copies=(CopyInfo(copy_id="wf-1.copy-0", status=CopyStatus.READY, url="http://10.0.0.1:8000",
                               nodes=("n0", "n1"), detail="serving"),
-                  ReplicaInfo(copy_id="wf-1.copy-1", status=CopyStatus.SCHEDULING)),
+                  CopyInfo(copy_id="wf-1.copy-1", status=CopyStatus.SCHEDULING)),
         events=(Event(at=at, kind="copy-ready", message="copy 0 ready", copy_id="wf-1.copy-0"),
                 Event(at=at, kind="scaled", message="desired 1 → 2")),
         last_error="copy 1: no node has 2 free GPUs",
@@ -69,8 +69,36 @@ def test_a_description_passes_its_model_unchanged(download: dict[str, Any] | Non
     assert _as_served(WorkflowDescription, answer) == json.dumps(answer)
     read = WorkflowDescription.model_validate_json(_as_served(WorkflowDescription, answer))
     assert json.dumps(wire(read)) == json.dumps(answer)
-    assert read.replicas is not None and read.replicas[0].nodes == ["n0", "n1"]
+    assert read.copies is not None and read.copies[0].nodes == ("n0", "n1")
     assert read.weights is not None and read.weights.cache_hit
+
+
+def test_the_status_parts_keep_their_json_shape() -> None:
+    """Field names, order and encodings: a recorded history and a caller of the previous release read these.
+    The old names of the renamed fields come last, with the same values."""
+    status = _status().model_dump(mode="json")
+    assert list(status) == ["workflow_id", "phase", "desired_copies", "copies", "events", "last_error", "weights",
+                            "desired_replicas", "replicas"]
+    assert status["desired_replicas"] == status["desired_copies"] == 2 and status["replicas"] == status["copies"]
+    assert status["phase"] == "ready"
+    assert status["copies"][0] == {"copy_id": "wf-1.copy-0", "status": "ready", "url": "http://10.0.0.1:8000",
+                                   "nodes": ["n0", "n1"], "detail": "serving"}
+    assert status["events"][0] == {"at": "2026-12-02T07:00:01.500000Z", "kind": "copy-ready",
+                                   "message": "copy 0 ready", "copy_id": "wf-1.copy-0"}
+    assert status["weights"] == {"model_dir": "/weights/qwen", "bytes_total": 1200, "bytes_transferred": 1200,
+                                 "cache_hit": True, "dry_run": False}
+    assert DownloadProgress(bytes_done=10, bytes_total=100, rate_bps=80).model_dump(mode="json") == {
+        "bytes_done": 10, "bytes_total": 100, "rate_bps": 80, "eta_s": None, "files_done": 0, "files_total": 0}
+
+
+def test_a_status_of_the_previous_release_reads_under_its_old_names() -> None:
+    """A worker not yet upgraded answers the query with `desired_replicas` and `replicas` only."""
+    old = _status().model_dump(mode="json")
+    del old["desired_copies"], old["copies"]
+    read = ServiceStatus.model_validate_json(json.dumps(old))
+    assert read == _status() and read.desired_copies == 2 and read.copies[1].status is CopyStatus.SCHEDULING
+    described = WorkflowDescription.model_validate(_described(old, None))
+    assert described.copies == _status().copies and described.desired_copies == 2
 
 
 def test_a_description_whose_status_query_failed_says_so_and_nothing_more() -> None:

@@ -85,7 +85,7 @@ def test_one_scaling_decision_per_pool_with_two_api_processes(two_apis: tuple[Ru
         while time.monotonic() < awake_until:
             for workflow_id in pools:
                 info = stack.describe(workflow_id)
-                assert info["desired_replicas"] == 1 and not _autoscaler_events(stack, workflow_id), info["events"]
+                assert info["desired_copies"] == 1 and not _autoscaler_events(stack, workflow_id), info["events"]
             time.sleep(0.5)  # sampling the pools while the load lasts, not synchronization
     finally:
         stop.set()

@@ -12,11 +12,11 @@ from typing import Any
 from temporalio import activity
 
 from berth.contracts import (
+    CopyRecord,
     EndpointService,
     FenceRequest,
     Placement,
     RankPlacement,
-    ReplicaRecord,
     ReserveRequest,
     ReserveResult,
     ServicePort,
@@ -67,7 +67,7 @@ class FakeCluster:
     crash_on_start: int | None = None  # every rank started exits at once with this status
     placements: dict[str, Placement] = field(default_factory=dict)
     ranks: dict[tuple[str, int], FakeRank] = field(default_factory=dict)
-    published: dict[str, ReplicaRecord] = field(default_factory=dict)
+    published: dict[str, CopyRecord] = field(default_factory=dict)
     calls: list[tuple[str, Any]] = field(default_factory=list)
     # The endpoint's front process (LiteLLM): each run_service is one "process"; `routes` is what the endpoint
     # routes to (set_endpoint_service), `front_exit` ends the running one as a crash would.
@@ -136,7 +136,7 @@ class FakeCluster:
         self._record("fence_placement", request)
 
     @activity.defn(name="publish_replica")
-    async def publish_replica(self, record: ReplicaRecord) -> None:
+    async def publish_replica(self, record: CopyRecord) -> None:
         self._record("publish_replica", record)
         if self.publish_gate is not None:  # a slow control plane: the publish lands when the test says
             await self.publish_gate.wait()

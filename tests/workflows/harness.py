@@ -101,7 +101,7 @@ class Harness:
         except AssertionError as error:  # say where it was instead
             last = await self.status(handle)
             raise AssertionError(f"{error}; it was {last.phase.value} with copies "
-                                 f"{[(c.copy_id, c.status.value) for c in last.replicas]}, events "
+                                 f"{[(c.copy_id, c.status.value) for c in last.copies]}, events "
                                  f"{[e.kind for e in last.events]}") from None
         return status
 
@@ -173,7 +173,7 @@ def node_ids(count: int) -> list[str]:
 
 
 def copy_ids(status: ServiceStatus, ready_only: bool = True) -> set[str]:
-    return {c.copy_id for c in status.replicas if not ready_only or c.status.value == "ready"}
+    return {c.copy_id for c in status.copies if not ready_only or c.status.value == "ready"}
 
 
 def event_kinds(status: ServiceStatus) -> list[str]:

@@ -24,7 +24,7 @@ async def test_stops_sent_while_copies_report_stop_every_copy(harness: Harness) 
         handles = [await harness.start(pool_definition(min_replicas=2, max_replicas=2)) for _ in range(POOLS)]
         for handle in handles:  # stop each the moment its copies are placed: their reports are in flight
             await harness.wait_status(handle, lambda s: any(c.status is not CopyStatus.SCHEDULING
-                                                            for c in s.replicas), "a placed copy")
+                                                            for c in s.copies), "a placed copy")
             await handle.signal(ServiceWorkflow.stop, StopRequest(by=OWNER.user))
         finals = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 60)
         assert all(final.phase is Phase.STOPPED for final in finals)

@@ -32,7 +32,7 @@ async def test_a_serving_pool_continues_as_new_with_its_copies_running_on(harnes
         # Carried: the events of the earlier run, the desired size; nothing placed or started twice.
         kinds = event_kinds(status)
         assert kinds[0] == "submitted" and kinds.count("copy_ready") == 2
-        assert status.desired_replicas == 2
+        assert status.desired_copies == 2
         assert sorted(r.copy_id for r in cluster.called("reserve_placement")) == [f"{wf}.copy-0", f"{wf}.copy-1"]
         assert len(cluster.called("run_rank")) == 2 and len(cluster.called("run_service")) == 1
         for copy_id in (f"{wf}.copy-0", f"{wf}.copy-1"):

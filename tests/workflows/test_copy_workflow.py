@@ -94,7 +94,7 @@ async def test_a_copy_with_no_room_waits_and_says_why(harness: Harness) -> None:
             "one copy ready, the other blocked")
         assert status.phase is Phase.READY  # one copy serves while the other waits for room
         # Whichever of the two reserved second waits.
-        (blocked,) = [c for c in status.replicas if c.status.value == "scheduling"]
+        (blocked,) = [c for c in status.copies if c.status.value == "scheduling"]
         assert blocked.detail == "pending: 1 nodes with a free GPU needed, 0 have one"
         event = next(e for e in status.events if e.kind == "scheduling_blocked")
         assert (event.copy_id, event.message) == (blocked.copy_id, "1 nodes with a free GPU needed, 0 have one")

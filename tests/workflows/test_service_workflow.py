@@ -30,10 +30,10 @@ async def test_a_pool_places_min_replicas_copies_and_reports_ready(harness: Harn
         assert status.phase is Phase.READY
         wf = handle.id
         assert copy_ids(status) == {f"{wf}.copy-0", f"{wf}.copy-1"}
-        assert status.desired_replicas == 2
+        assert status.desired_copies == 2
         # Each copy on a node of its own, published at its leader's address; the third node stays free.
         assert len({p.leader.node_id for p in cluster.placements.values()}) == 2
-        for copy in status.replicas:
+        for copy in status.copies:
             leader = cluster.placements[copy.copy_id].leader
             assert copy.url == f"http://127.0.0.1:{leader.port}" == cluster.published[copy.copy_id].url
             assert copy.nodes == (leader.node_id,)
@@ -51,7 +51,7 @@ async def test_stop_stops_every_copy_and_releases_every_placement(harness: Harne
         copies = set(cluster.placements)
         final = await harness.stop(handle)
         assert final.phase is Phase.STOPPED
-        assert final.replicas == ()
+        assert final.copies == ()
         assert event_kinds(final)[-1] == "stopped"
         assert all(rank.cancelled and not rank.running for rank in cluster.ranks.values())
         assert len(cluster.ranks) == 2
@@ -123,5 +123,5 @@ async def test_scaling_in_drains_the_newest_copy_and_releases_it(harness: Harnes
         assert set(cluster.placements) == {f"{wf}.copy-0"}
         assert all(rank.cancelled for rank in cluster.copy_ranks(f"{wf}.copy-1"))
         assert {"scale_up", "scale_down", "copy_draining", "copy_drained"} <= set(event_kinds(status))
-        assert status.desired_replicas == 1 and status.phase is Phase.READY
+        assert status.desired_copies == 1 and status.phase is Phase.READY
         await harness.stop(handle)
