@@ -29,7 +29,15 @@ from berth.contracts import (
     FenceRequest,
     GroupRequest,
     GroupView,
+    IssuedKey,
     Jwks,
+    KeyCreateRequest,
+    KeyRecord,
+    KeyReservation,
+    KeyReserveRequest,
+    KeyRotateRequest,
+    KeyVerdict,
+    KeyVerifyRequest,
     LoadReport,
     MemberRequest,
     MintedToken,
@@ -355,6 +363,31 @@ class ApiClient:
     async def revoke_all_tokens(self, user: str) -> RevokeResult:
         path = f"/v1/users/{_segment(user)}/tokens/revoke-all"
         return _one(RevokeResult, await self.request("POST", path))
+
+    # --- API keys ---------------------------------------------------------------------------------
+    async def create_key(self, request: KeyCreateRequest) -> IssuedKey:
+        return _one(IssuedKey, await self.request("POST", "/v1/keys", json=_body(request)))
+
+    async def keys(self) -> list[KeyRecord]:
+        return _many(KeyRecord, await self.request("GET", "/v1/keys"))
+
+    async def describe_key(self, key_id: str) -> KeyRecord:
+        return _one(KeyRecord, await self.request("GET", f"/v1/keys/{_segment(key_id)}"))
+
+    async def rotate_key(self, key_id: str, request: KeyRotateRequest) -> IssuedKey:
+        return _one(IssuedKey, await self.request("POST", f"/v1/keys/{_segment(key_id)}/rotate",
+                                                  json=_body(request)))
+
+    async def revoke_key(self, key_id: str) -> KeyRecord:
+        return _one(KeyRecord, await self.request("DELETE", f"/v1/keys/{_segment(key_id)}"))
+
+    async def verify_key(self, request: KeyVerifyRequest) -> KeyVerdict:
+        return _one(KeyVerdict, await self.request("POST", "/v1/internal/keys/verify", json=_body(request)))
+
+    async def reserve_key_requests(self, key_id: str, requests: int) -> KeyReservation:
+        body = _body(KeyReserveRequest(requests=requests))
+        return _one(KeyReservation, await self.request("POST", f"/v1/internal/keys/{_segment(key_id)}/reserve",
+                                                       json=body))
 
     async def whoami(self) -> UserView:
         return _one(UserView, await self.request("GET", "/v1/whoami"))

@@ -57,7 +57,7 @@ def _write_private(path: Path, data: bytes) -> None:
         os.unlink(staging)
 
 
-def _load_or_create_secret(path: Path) -> bytes:
+def load_or_create_secret(path: Path) -> bytes:
     """32 random bytes kept in a 0600 file of the state dir's keys (the first process to need it makes it)."""
     if not path.exists():
         try:
@@ -211,7 +211,7 @@ class Cipher:
 
     @classmethod
     def load_or_create(cls, keys_dir: Path, name: str = "data.key") -> Cipher:
-        return cls(_load_or_create_secret(keys_dir / name))
+        return cls(load_or_create_secret(keys_dir / name))
 
     def encrypt(self, plaintext: bytes, associated: bytes = b"") -> bytes:
         nonce = secrets.token_bytes(12)
@@ -242,7 +242,7 @@ class ReplicaKeys:
 
     @classmethod
     def load_or_create(cls, keys_dir: Path, name: str = "replica.key") -> ReplicaKeys:
-        return cls(_load_or_create_secret(keys_dir / name))
+        return cls(load_or_create_secret(keys_dir / name))
 
     def for_copy(self, copy_id: str) -> str:
         digest = hmac.new(self._secret, b"berth-replica-key\0" + copy_id.encode(), hashlib.sha256).digest()

@@ -121,6 +121,9 @@ class ClusterSettings(BaseModel):
     container_runtime: str = Field("", max_length=64, description="Container runtime for entries' Image "
                                    "parameter; none is supported by this version, so an Image other than the "
                                    "default is refused at submission (empty: engines run bare-metal)")
+    key_max_ttl: str = Field("90d", pattern=r"^\d{1,9}[smhdw]$", description="Longest lifetime of an API key "
+                             "(`berth key create --ttl`), e.g. 90d; an endpoint's `key_max_ttl` annotation "
+                             "may cap it further")
     restart_components: bool = Field(True, description="`berth up` starts a crashed component again (0.5 s "
                                      "back-off doubling to 30 s); false: it only reports the exit")
 
@@ -326,6 +329,13 @@ def database_url() -> str | None:
 def gateway_master_key() -> str | None:
     """`BERTH_GATEWAY_MASTER_KEY`: the key a model gateway's callers must send (its entry's MasterKeySecret)."""
     return os.environ.get("BERTH_GATEWAY_MASTER_KEY") or None
+
+
+def key_hmac_secret_file() -> Path | None:
+    """`BERTH_KEY_HMAC_SECRET_FILE`: the file holding the secret API keys are stored under (HMAC-SHA256);
+    None: the control plane generates one in the state dir's keys at first start."""
+    value = os.environ.get("BERTH_KEY_HMAC_SECRET_FILE")
+    return Path(value) if value else None
 
 
 def replica_keys_token() -> str | None:

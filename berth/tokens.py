@@ -28,18 +28,20 @@ def parse_duration(text: str) -> int:
     return int(match.group(1)) * UNITS[match.group(2)]
 
 
-def capped_lifetime(text: str, cap_s: int, what: str) -> int:
-    """A positive duration no longer than the cluster's cap for `what` tokens, or one clear refusal."""
+def capped_lifetime(text: str, cap_s: int, what: str, *, word: str = "Expiration", flag: str = "--expiration",
+                    capped_by: str = "this cluster") -> int:
+    """A positive duration no longer than the cap for `what` (e.g. "API tokens"), or one clear refusal
+    naming who set the cap and the option to change."""
     seconds = parse_duration(text)
     if seconds <= 0:
-        raise UserInputError(f"Expiration '{text.strip()}' must be longer than zero.")
+        raise UserInputError(f"{word} '{text.strip()}' must be longer than zero.")
     if seconds > cap_s:
-        raise UserInputError(f"Expiration {text.strip()} is longer than this cluster allows for {what} tokens "
-                             f"({_human(cap_s)}). Choose a shorter --expiration.")
+        raise UserInputError(f"{word} {text.strip()} is longer than {capped_by} allows for {what} "
+                             f"({human_duration(cap_s)}). Choose a shorter {flag}.")
     return seconds
 
 
-def _human(seconds: int) -> str:
+def human_duration(seconds: int) -> str:
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size and seconds % size == 0:
             return f"{seconds // size}{unit}"

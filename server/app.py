@@ -11,10 +11,12 @@ from pathlib import Path
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from berth.api_keys import KeyHasher
 from berth.errors import BerthError
 from berth.security import Cipher, ReplicaKeys, SigningKey, TokenVerifier
-from berth.settings import ClusterSettings, StateLayout, admin_user
+from berth.settings import ClusterSettings, StateLayout, admin_user, key_hmac_secret_file
 from server import request_limits, scheduler
+from server.api_keys import ApiKeys
 from server.context import ServerContext
 from server.routes import ROUTERS
 from server.store import Store
@@ -26,6 +28,8 @@ def build_context(state_dir: Path, temporal_address: str, database_url: str | No
     settings = ClusterSettings.load(state_dir)
     cipher = Cipher.load_or_create(state.keys)
     signing = SigningKey.load_or_create(state.keys)
+    # Before the store opens: a configured but unreadable or empty secret stops the start in one line.
+    hasher = KeyHasher.load(state.keys, key_hmac_secret_file())
     store = Store(database_url or f"sqlite:///{state.store_db}", cipher, settings.node_offline_after_s,
                   scheduler.Policy.make(settings.placement_policy))
     admin = admin_user()
@@ -34,7 +38,8 @@ def build_context(state_dir: Path, temporal_address: str, database_url: str | No
                          verifier=TokenVerifier.from_jwks(signing.jwks()), cipher=cipher,
                          temporal_address=temporal_address,
                          tokens=TokenRegistry(store, settings.token_revocation_refresh_s),
-                         replica_keys=ReplicaKeys.load_or_create(state.keys))
+                         replica_keys=ReplicaKeys.load_or_create(state.keys),
+                         api_keys=ApiKeys(store, hasher))
 
 
 async def _berth_error(_request: Request, error: BerthError) -> JSONResponse:

@@ -14,6 +14,7 @@ from berth.errors import UnavailableError
 from berth.security import Cipher, ReplicaKeys, SigningKey, TokenVerifier
 from berth.settings import ClusterSettings, StateLayout
 from berth.temporal import connect
+from server.api_keys import ApiKeys
 from server.store import Store
 from server.token_registry import TokenRegistry
 
@@ -29,6 +30,7 @@ class ServerContext:
     temporal_address: str
     tokens: TokenRegistry
     replica_keys: ReplicaKeys  # each copy's vLLM key, for Berth's own callers of copies only
+    api_keys: ApiKeys  # users' `bk_…` keys (issue 15)
     _temporal: Client | None = None
 
     async def temporal(self) -> Client:

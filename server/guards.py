@@ -1,6 +1,7 @@
 """Who may call a route, as FastAPI dependencies: a caller with an API token, an administrator, an
-endpoint's own service, an endpoint the caller is in scope of, a workflow they may read or own, and a
-gateway reading its owner's copies' keys. Each route names its guard; none repeats the rule."""
+endpoint's own service, an endpoint the caller is in scope of, a workflow they may read or own, a
+gateway reading its owner's copies' keys, and API keys one may create or manage. Each route names its
+guard; none repeats the rule."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Annotated
 from fastapi import Depends, Header
 from starlette.concurrency import run_in_threadpool
 
+from berth.contracts import KeyCreateRequest, KeyRecord
 from berth.errors import AuthenticationError, NotFoundError, PermissionDeniedError
 from berth.security import API_AUDIENCE, REPLICA_KEYS_AUDIENCE, Identity
 from server.access import WorkflowAccess, in_scope, workflow_access
@@ -124,3 +126,22 @@ async def replica_keys_owner(context: Context, authorization: str | None = Heade
                 "Only a gateway Berth runs, or an administrator, may read copies' keys.") from None
         return identity
     return Identity.from_claims(claims)
+
+
+async def creatable_key(body: KeyCreateRequest, context: Context, who: Caller) -> tuple[KeyCreateRequest, EndpointRow]:
+    """A key request for an endpoint the caller may call (in its scope, or an administrator): a key never
+    reaches further than its creator."""
+    endpoint = await run_in_threadpool(context.store.endpoint, body.endpoint_id)
+    if not who.admin and not in_scope(endpoint, who):
+        raise PermissionDeniedError(f"You are outside endpoint {endpoint.id}'s scope ({endpoint.scope}); "
+                                    "a key can only call what its creator may.")
+    return body, endpoint
+
+
+async def owned_key(key_id: str, context: Context, who: Caller) -> KeyRecord:
+    """The `{key_id}` of the path if the caller created it (or is an administrator); else 404."""
+    return await run_in_threadpool(context.api_keys.owned, who, key_id)
+
+
+CreatableKey = Annotated[tuple[KeyCreateRequest, EndpointRow], Depends(creatable_key)]
+OwnedKey = Annotated[KeyRecord, Depends(owned_key)]

@@ -213,3 +213,29 @@ class AuditChainRow(Base):
     latency_ms: Mapped[float] = mapped_column(Float)
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))
+
+
+class ApiKeyRow(Base):
+    """A Berth API key (`bk_<prefix>_<secret>`): found by its prefix, checked against `hash` (HMAC-SHA256
+    hex under the server secret, never the key); after a rotation the previous secret's hash works until
+    `previous_valid_until`. The creator's identity is copied in: the key speaks for them."""
+
+    __tablename__ = "api_keys"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    prefix: Mapped[str] = mapped_column(String(32), unique=True, index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    owner: Mapped[str] = mapped_column(String(128), index=True)
+    org: Mapped[str] = mapped_column(String(128))
+    groups: Mapped[list[str]] = mapped_column(JSON, default=list)
+    endpoint_id: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    hash: Mapped[str] = mapped_column(String(64))
+    previous_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    previous_valid_until: Mapped[float | None] = mapped_column(Float, nullable=True)
+    request_quota: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    requests_used: Mapped[int] = mapped_column(BigInteger, default=0)
+    tokens_per_minute: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_concurrent: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -25,7 +25,7 @@ async def user_token(name: str, body: TokenMintBody, context: Context, who: Call
     if name != who.user and not who.admin:
         raise PermissionDeniedError("Only administrators may mint API tokens for other users.")
     identity = await run_in_threadpool(context.store.identity, name)
-    ttl = capped_lifetime(body.expiration, context.settings.max_api_token_expiration_s, "API")
+    ttl = capped_lifetime(body.expiration, context.settings.max_api_token_expiration_s, "API tokens")
     token = context.signing.api_token(identity, ttl, TokenKind.USER.value, body.note)
     claims = context.verifier.verify(token, API_AUDIENCE)
     await run_in_threadpool(context.tokens.record, claims, TokenKind.USER.value, body.note, who.user)

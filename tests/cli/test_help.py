@@ -16,6 +16,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BEFORE: dict[str, str] = json.loads((Path(__file__).parent / "help_before_split.json").read_text())
+# Command groups added since the split, each by the change that needed it: pinned by their own tests, and
+# their one line in `berth --help` is the only change to the help recorded before.
+ADDED = ("berth key",)  # API keys (issue 15)
+
+
+def _before_additions(after: dict[str, str]) -> dict[str, str]:
+    """The help texts less the added commands, and `berth --help` less their lines."""
+    kept = {path: text for path, text in after.items() if not path.startswith(ADDED)}
+    names = tuple(f"│ {path.split()[1]} " for path in ADDED)
+    kept["berth"] = "".join(line for line in after["berth"].splitlines(keepends=True) if not line.startswith(names))
+    return kept
 
 
 def _env() -> dict[str, str]:
@@ -34,7 +45,7 @@ def _run(*argv: str) -> str:
 
 
 def test_every_command_prints_the_help_it_printed_before_the_split() -> None:
-    after: dict[str, str] = json.loads(_run("-m", "tests.cli.help_texts"))
+    after = _before_additions(json.loads(_run("-m", "tests.cli.help_texts")))
     assert list(after) == list(BEFORE)  # the same commands, listed in the same order
     changed = [path for path in BEFORE if after[path] != BEFORE[path]]
     assert not changed, f"help changed for {changed}; first:\n{after[changed[0]]}\nwas:\n{BEFORE[changed[0]]}"
@@ -44,4 +55,5 @@ def test_every_command_prints_the_help_it_printed_before_the_split() -> None:
                                   "berth node", "berth token revoke", "berth gateway"])
 def test_the_in_process_rendering_is_what_the_real_command_prints(path: str) -> None:
     # The test above renders every help in one process; this pins that rendering to the real thing.
-    assert _run("-m", "cli", *path.split()[1:], "--help") == BEFORE[path]
+    printed = _run("-m", "cli", *path.split()[1:], "--help")
+    assert (_before_additions({"berth": printed})["berth"] if path == "berth" else printed) == BEFORE[path]

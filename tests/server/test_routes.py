@@ -18,9 +18,13 @@ from server.app import build_context, create_app
 BEFORE = Path(__file__).with_name("routes_before_restructuring.json")
 # Routes added since, each by the change that needed it: the control worker's autoscaler reads the load
 # through the API (issue 14: the autoscaler left the API process).
-# The audit chain (issue 15): the proxy's batches, the listing and the verification.
+# Issue 15: the audit chain (the proxy's batches, the listing and the verification) and API keys (their
+# own resource, and the endpoint proxy's verify and reserve).
 ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("GET", "/v1/audit"),
-         ("GET", "/v1/audit/verify")}
+         ("GET", "/v1/audit/verify"),
+         ("POST", "/v1/keys"), ("GET", "/v1/keys"), ("GET", "/v1/keys/{key_id}"),
+         ("POST", "/v1/keys/{key_id}/rotate"), ("DELETE", "/v1/keys/{key_id}"),
+         ("POST", "/v1/internal/keys/verify"), ("POST", "/v1/internal/keys/{key_id}/reserve")}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema
 

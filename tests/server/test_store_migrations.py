@@ -14,9 +14,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
-from berth.contracts import ReserveRequest
-from berth.security import Cipher
+from berth.api_keys import KeyHasher
+from berth.contracts import KeyCreateRequest, ReserveRequest
+from berth.security import Cipher, Identity
 from server import schema
+from server.api_keys import ApiKeys
 from server.models import ApiTokenRow, Base, SecretRow, TokenCutoffRow
 from server.store import Store
 
@@ -79,6 +81,12 @@ def test_a_database_made_by_b048f25_upgrades_in_place(store_url: str, tmp_path: 
     assert placed.placement is not None and placed.placement.ranks[0].gpus == (1,)
     store.load.add_front_door("ep-old", 3)
     assert [r.requests for r in store.load.window()] == [3]
+    # API keys (revision 0003): issued, verified, and their quota reserved by the conditional UPDATE.
+    keys = ApiKeys(store, KeyHasher(b"a test secret"))
+    issued = keys.create(Identity("alice", ("team",), "default"),
+                         KeyCreateRequest(name="k", endpoint_id="ep-old", request_quota=2), 60)
+    assert keys.verify(issued.key, "ep-old", None).owner == "alice"
+    assert [keys.reserve(issued.record.id, 5).granted for _ in range(3)] == [1, 1, 0]
     # Opening it again changes nothing.
     assert schema.current_revision(_open(store_url, tmp_path).engine) == schema.head_revision()
 

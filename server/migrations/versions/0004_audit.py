@@ -2,11 +2,10 @@
 before) and the `audit` row of `store_locks`, which every appender updates first so that two API
 processes never fork the chain (server/audit.py).
 
-Its down_revision is 0002 on this branch; when the API keys' 0003_api_keys lands first, re-chain this
-revision after 0003 (down_revision = "0003") — the two touch different tables.
+It follows the API keys' 0003 (the two touch different tables).
 
 Revision ID: 0004
-Revises: 0002
+Revises: 0003
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0004"
-down_revision = "0002"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
