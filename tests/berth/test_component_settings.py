@@ -1,4 +1,4 @@
-"""berth/settings.py's component accessors: what `berth up` sets for each component process."""
+"""berth/settings/'s component accessors: what `berth up` sets for each component process."""
 
 from __future__ import annotations
 

@@ -288,138 +288,24 @@ class ServerTLS:
         return {"ssl_certfile": str(self.cert), "ssl_keyfile": str(self.key)}
 
 
-# --- What a component process is given -------------------------------------------------------------
-# `berth up` starts each component (`berth server`, `worker`, `node`, `proxy`, `gateway`, `hf-mirror`)
-# with these set; a multi-host operator sets them by hand (docs/operations.md).
-DEFAULT_TEMPORAL_ADDRESS = "127.0.0.1:7233"
-
-
-def _component_variable(name: str, default: str | None = None) -> str:
-    value = os.environ.get(name, default)
-    if value is None:
-        raise UserInputError(f"{name} is not set. `berth up` sets it; for a multi-host setup see docs/operations.md.")
-    return value
-
-
-def component_state_dir() -> Path:
-    """`BERTH_STATE_DIR`, required: the state dir a component works in."""
-    return Path(_component_variable("BERTH_STATE_DIR"))
-
-
-def component_api_url() -> str:
-    """`BERTH_API_URL`, required: the control plane a component calls."""
-    return _component_variable("BERTH_API_URL")
-
-
-def component_token() -> str:
-    """`BERTH_TOKEN`, required: the API token a component calls the control plane with."""
-    return _component_variable("BERTH_TOKEN")
-
-
-def temporal_address() -> str:
-    """`BERTH_TEMPORAL_ADDRESS`: the Temporal frontend (host:port) a component connects to."""
-    return _component_variable("BERTH_TEMPORAL_ADDRESS", DEFAULT_TEMPORAL_ADDRESS)
-
-
-def database_url() -> str | None:
-    """`BERTH_DATABASE_URL`: the control-plane store (SQLAlchemy URL); None: SQLite in the state dir."""
-    return os.environ.get("BERTH_DATABASE_URL")
-
-
-def gateway_master_key() -> str | None:
-    """`BERTH_GATEWAY_MASTER_KEY`: the key a model gateway's callers must send (its entry's MasterKeySecret)."""
-    return os.environ.get("BERTH_GATEWAY_MASTER_KEY") or None
-
-
-def key_hmac_secret_file() -> Path | None:
-    """`BERTH_KEY_HMAC_SECRET_FILE`: the file holding the secret API keys are stored under (HMAC-SHA256);
-    None: the control plane generates one in the state dir's keys at first start."""
-    value = os.environ.get("BERTH_KEY_HMAC_SECRET_FILE")
-    return Path(value) if value else None
-
-
-def replica_keys_token() -> str | None:
-    """`BERTH_REPLICA_KEYS_TOKEN`: the token a model gateway reads its copies' keys with."""
-    return os.environ.get("BERTH_REPLICA_KEYS_TOKEN")
-
-
-@dataclass(frozen=True)
-class ProxyHolding:
-    """How long the endpoint proxy holds a request for a pool with no routable copy, and how many may wait
-    per endpoint (None: the proxy's own defaults)."""
-
-    timeout_s: float | None
-    max_held: int | None
-
-    @classmethod
-    def from_env(cls) -> ProxyHolding:
-        timeout, most = os.environ.get("BERTH_PROXY_HOLD_TIMEOUT_S"), os.environ.get("BERTH_PROXY_MAX_HELD")
-        try:
-            return cls(timeout_s=float(timeout) if timeout else None, max_held=int(most) if most else None)
-        except ValueError:
-            raise SystemExit("BERTH_PROXY_HOLD_TIMEOUT_S must be a number of seconds and BERTH_PROXY_MAX_HELD "
-                             "a whole number") from None
-
-
-def state_dir_if_set() -> Path | None:
-    """BERTH_STATE_DIR when set (a proxy host may have none: then it signs no caller assertions)."""
-    value = os.environ.get("BERTH_STATE_DIR")
-    return Path(value) if value else None
-
-
-def vllm_bin_override() -> str | None:
-    """BERTH_VLLM_BIN: the `vllm` executable a node agent runs instead of its engine's default."""
-    return os.environ.get("BERTH_VLLM_BIN") or None
-
-
-def admin_user() -> str:
-    """BERTH_ADMIN_USER: the administrator the control plane creates and `berth up` signs its token for."""
-    return os.environ.get("BERTH_ADMIN_USER", "admin")
-
-
-def litellm_bin_override() -> str | None:
-    """BERTH_LITELLM_BIN: the `litellm` executable a node agent runs instead of the checkout's .venv-litellm."""
-    return os.environ.get("BERTH_LITELLM_BIN", "").strip() or None
-
-
-def opencode_bin_override() -> str | None:
-    """BERTH_OPENCODE_BIN: the `opencode` executable to run instead of the one `make opencode` installed."""
-    return os.environ.get("BERTH_OPENCODE_BIN") or None
-
-
-def litellm_assertion_settings() -> tuple[str, str]:
-    """Inside an endpoint's LiteLLM: where the caller-assertion keys are published (BERTH_JWKS_URL) and the
-    endpoint an assertion must be for (BERTH_ENDPOINT_ID); empty strings when assertions are off."""
-    return os.environ.get("BERTH_JWKS_URL", "").strip(), os.environ.get("BERTH_ENDPOINT_ID", "").strip()
-
-
-@dataclass(frozen=True)
-class LiteLLMHookSettings:
-    """Inside a pool's LiteLLM proxy: what Berth's sync hook reads from the environment its node agent gave
-    it (gateway/litellm_service.py writes these variables; nothing else sets them)."""
-
-    model_name: str
-    served_model_name: str
-    replicas_url: str
-    interval_s: float
-    rate_url: str
-    replicas_token: str  # reads this endpoint's copy list and nothing else; never logged
-    tls_ca: str  # the control plane's private CA file, "" for the system store only
-
-
-def litellm_hook_settings(environ: Mapping[str, str] = os.environ) -> LiteLLMHookSettings:
-    """BERTH_MODEL_NAME, BERTH_SERVED_MODEL_NAME, BERTH_REPLICAS_URL, BERTH_SYNC_INTERVAL_S, BERTH_RATE_URL,
-    BERTH_REPLICAS_TOKEN and BERTH_TLS_CA. Raises ValueError — which fails LiteLLM's start-up: better than
-    a proxy that never gains a copy — when the model or the copy list's URL is missing."""
-    model_name = environ.get("BERTH_MODEL_NAME", "").strip()
-    replicas_url = environ.get("BERTH_REPLICAS_URL", "").strip()
-    if not model_name or not replicas_url:
-        raise ValueError("gateway.litellm_sync needs BERTH_MODEL_NAME and BERTH_REPLICAS_URL")
-    interval_s = float(environ.get("BERTH_SYNC_INTERVAL_S", "1.0"))
-    if interval_s <= 0:
-        raise ValueError("BERTH_SYNC_INTERVAL_S must be positive")
-    return LiteLLMHookSettings(
-        model_name=model_name, served_model_name=environ.get("BERTH_SERVED_MODEL_NAME", "").strip() or model_name,
-        replicas_url=replicas_url, interval_s=interval_s, rate_url=environ.get("BERTH_RATE_URL", "").strip(),
-        replicas_token=environ.get("BERTH_REPLICAS_TOKEN", "").strip(), tls_ca=tls_ca_file(environ) or "")
-
+# The components' variables live in berth/settings/components.py (this module would pass 400 lines).
+from berth.settings.components import (  # noqa: E402, F401 — re-exported: berth.settings is the one import
+    DEFAULT_TEMPORAL_ADDRESS,
+    LiteLLMHookSettings,
+    ProxyHolding,
+    admin_user,
+    component_api_url,
+    component_state_dir,
+    component_token,
+    database_url,
+    gateway_master_key,
+    key_hmac_secret_file,
+    litellm_assertion_settings,
+    litellm_bin_override,
+    litellm_hook_settings,
+    opencode_bin_override,
+    replica_keys_token,
+    state_dir_if_set,
+    temporal_address,
+    vllm_bin_override,
+)
