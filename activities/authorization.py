@@ -11,7 +11,7 @@ from temporalio.exceptions import ApplicationError
 
 from berth.errors import AuthenticationError
 from berth.security import WORKFLOW_INPUT_AUDIENCE, TokenVerifier
-from workflows.payloads import CopyInput, FrontInput, ServiceInput
+from workflows.payloads import CopyInput, FrontInput, PoolInput
 
 UNAUTHORIZED = "UnauthorizedInput"
 SERVICE_WORKFLOW = "ServiceWorkflow"
@@ -30,7 +30,7 @@ class InputAuthority:
         self._task_queue = task_queue
 
     @activity.defn
-    async def verify_service_input(self, input: ServiceInput) -> None:
+    async def verify_service_input(self, input: PoolInput) -> None:
         """The grant must be the API's signature over exactly this input, for exactly this workflow ID."""
         if not input.grant:
             raise _refuse("the workflow input carries no signature from the Berth API")
@@ -47,7 +47,7 @@ class InputAuthority:
 
     @activity.defn
     async def verify_copy_parent(self, input: CopyInput) -> None:
-        """A copy runs only as the child of a ServiceWorkflow on this worker's queue (which checked its own
+        """A copy runs only as the child of a PoolWorkflow on this worker's queue (which checked its own
         grant): the parent is read from the Temporal server's record, not from the input."""
         info = activity.info()
         if info.workflow_id is None:
@@ -64,7 +64,7 @@ class InputAuthority:
 
     @activity.defn
     async def verify_front_parent(self, input: FrontInput) -> None:
-        """A front process runs only as the child of the ServiceWorkflow whose signed input it carries."""
+        """A front process runs only as the child of the PoolWorkflow whose signed input it carries."""
         info = activity.info()
         if info.workflow_id is None:
             raise _refuse("a front process's check runs only inside its workflow")

@@ -12,12 +12,12 @@ from temporalio import activity
 from berth.api_client import ApiClient
 from berth.contracts import (
     CopyRecord,
-    EndpointService,
+    EndpointFront,
     FenceRequest,
+    FrontPort,
+    FrontPortRequest,
     ReserveRequest,
     ReserveResult,
-    ServicePort,
-    ServicePortRequest,
 )
 from gateway.metrics import parse
 from workflows.payloads import CleanupInput, DrainInput, DrainResult
@@ -78,9 +78,9 @@ class ControlActivities:
         return DrainResult(drained=True, waited_s=time.monotonic() - started)
 
     @activity.defn(name="reserve_service_port")
-    async def reserve_service_port(self, request: ServicePortRequest) -> ServicePort:
+    async def reserve_service_port(self, request: FrontPortRequest) -> FrontPort:
         return await self.api.reserve_service_port(request)
 
     @activity.defn(name="set_endpoint_service")
-    async def set_endpoint_service(self, update: EndpointService) -> None:
+    async def set_endpoint_service(self, update: EndpointFront) -> None:
         await self.api.set_endpoint_service(update)

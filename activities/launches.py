@@ -12,21 +12,21 @@ from pathlib import Path
 from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 
+from activities.front_launch import FrontLaunch
 from activities.node_context import NodeContext
 from activities.opencode_launch import opencode_launch
-from activities.service_launch import ServiceLaunch
 from berth.api_client import ApiClient
 from berth.child_environment import BASE_VARIABLES, PYTHON_SETTINGS, inherit
 from berth.errors import BerthError
 from berth.kinds import ProcessKind, facts
 from berth.processes import berth_python
 from gateway.litellm_service import LiteLLMServiceSpec, prepare_launch
-from workflows.payloads import ServiceRun
+from workflows.payloads import FrontRun
 
-Launch = Callable[[ApiClient, NodeContext, ServiceRun, Path], Awaitable[ServiceLaunch]]
+Launch = Callable[[ApiClient, NodeContext, FrontRun, Path], Awaitable[FrontLaunch]]
 
 
-async def master_key(api: ApiClient, run: ServiceRun) -> str:
+async def master_key(api: ApiClient, run: FrontRun) -> str:
     """The front's key: its secret (MasterKeySecret or ApiKeySecret, resolved now, as its owner), or the
     literal or generated key its run carries."""
     if run.api_key_secret:
@@ -43,7 +43,7 @@ async def master_key(api: ApiClient, run: ServiceRun) -> str:
     return run.api_key
 
 
-async def litellm_launch(api: ApiClient, node: NodeContext, run: ServiceRun, workdir: Path) -> ServiceLaunch:
+async def litellm_launch(api: ApiClient, node: NodeContext, run: FrontRun, workdir: Path) -> FrontLaunch:
     """A pool's LiteLLM proxy: its config and sync hook, reaching the API as the endpoint's service."""
     token = await api.service_token(run.endpoint_id)
     base = api.base_url
@@ -62,11 +62,11 @@ async def litellm_launch(api: ApiClient, node: NodeContext, run: ServiceRun, wor
         host=run.address, port=run.port,
     )
     launch = await asyncio.to_thread(prepare_launch, spec, workdir)
-    return ServiceLaunch(argv=launch.argv, environment=launch.environment,
+    return FrontLaunch(argv=launch.argv, environment=launch.environment,
                          working_directory=launch.working_directory)
 
 
-async def gateway_launch(api: ApiClient, node: NodeContext, run: ServiceRun, workdir: Path) -> ServiceLaunch:
+async def gateway_launch(api: ApiClient, node: NodeContext, run: FrontRun, workdir: Path) -> FrontLaunch:
     """The discovering gateway polls the endpoints API as the workflow's owner."""
     token, _expires = await api.owner_token(run.owner)
     keys_token = await api.replica_keys_token(run.owner)  # the keys of the copies it discovers
@@ -81,10 +81,10 @@ async def gateway_launch(api: ApiClient, node: NodeContext, run: ServiceRun, wor
                 "PYTHONUNBUFFERED": "1"})
     argv = (*berth_python("cli"), "gateway", "--host", run.address, "--port", str(run.port),
             "--endpoint-id", run.endpoint_id, *_gateway_options(run.options))
-    return ServiceLaunch(argv=argv, environment=env, working_directory=workdir)
+    return FrontLaunch(argv=argv, environment=env, working_directory=workdir)
 
 
-async def _opencode(api: ApiClient, node: NodeContext, run: ServiceRun, workdir: Path) -> ServiceLaunch:
+async def _opencode(api: ApiClient, node: NodeContext, run: FrontRun, workdir: Path) -> FrontLaunch:
     # ApiKeySecret is the owner's LiteLLM key, sent beside (or instead of) a token.
     litellm_key = await master_key(api, run) if run.api_key_secret else None
     return await opencode_launch(api, node, run, workdir, litellm_key)

@@ -10,17 +10,17 @@ from pathlib import Path
 
 from temporalio.exceptions import ApplicationError
 
+from activities.front_launch import FrontLaunch
 from activities.node_context import NodeContext
-from activities.service_launch import ServiceLaunch
 from berth import opencode
 from berth.api_client import ApiClient
 from berth.child_environment import inherit
 from berth.errors import BerthError
 from berth.kinds import ProcessKind, facts
-from workflows.payloads import ServiceRun
+from workflows.payloads import FrontRun
 
 
-async def _candidates(api: ApiClient, run: ServiceRun) -> list[tuple[str, str | None, str | None]]:
+async def _candidates(api: ApiClient, run: FrontRun) -> list[tuple[str, str | None, str | None]]:
     """(URL, endpoint id on this cluster or None, its service): the pinned Endpoint, or else every
     gateway endpoint the owner may reach (seeds/001: "Left empty, the workflow registers every
     gateway endpoint its own identity can reach"). Model endpoints are reached by pinning one."""
@@ -55,8 +55,8 @@ class _Providers:
     key_used: bool = False  # the key travels to OpenCode's environment only when a provider sends it
 
 
-async def opencode_launch(api: ApiClient, node: NodeContext, run: ServiceRun, workdir: Path,
-                          litellm_key: str | None) -> ServiceLaunch:
+async def opencode_launch(api: ApiClient, node: NodeContext, run: FrontRun, workdir: Path,
+                          litellm_key: str | None) -> FrontLaunch:
     """`opencode serve` reaching the pinned endpoint, or every gateway endpoint the owner may reach,
     with a token minted for the owner (≤ 7 days), plus the owner's LiteLLM key from ApiKeySecret in
     `x-litellm-api-key` when one is named; with EndpointAuth=api-key, the key instead of a token."""
@@ -76,10 +76,10 @@ async def opencode_launch(api: ApiClient, node: NodeContext, run: ServiceRun, wo
     if api.ca_file:  # OpenCode (Bun) trusts the private CA of the https endpoint proxy only so
         env["NODE_EXTRA_CA_CERTS"] = api.ca_file
     env.update(command.env)
-    return ServiceLaunch(argv=tuple(command.argv), environment=env, working_directory=command.cwd)
+    return FrontLaunch(argv=tuple(command.argv), environment=env, working_directory=command.cwd)
 
 
-async def _providers(api: ApiClient, run: ServiceRun, candidates: list[tuple[str, str | None, str | None]],
+async def _providers(api: ApiClient, run: FrontRun, candidates: list[tuple[str, str | None, str | None]],
                      litellm_key: str | None) -> _Providers:
     """A provider for every candidate that answers its preflight (a pinned Endpoint must)."""
     options = run.options
@@ -122,7 +122,7 @@ async def _providers(api: ApiClient, run: ServiceRun, candidates: list[tuple[str
     return found
 
 
-def _show_server(node: NodeContext, run: ServiceRun, local_url: str, endpoints: list[str], expires: float,
+def _show_server(node: NodeContext, run: FrontRun, local_url: str, endpoints: list[str], expires: float,
                  api_key: bool) -> None:
     """The show-server job's log: where to attach, the password, the endpoints, when the token lapses."""
     show = node.state.workflow_logs(run.workflow_id) / "show-server" / "show-server.log"
@@ -135,7 +135,7 @@ def _show_server(node: NodeContext, run: ServiceRun, local_url: str, endpoints: 
         f"{_token_line(expires, api_key)}\n")
 
 
-def _workspace(node: NodeContext, run: ServiceRun) -> Path:
+def _workspace(node: NodeContext, run: FrontRun) -> Path:
     """OpenCode's workspace (/data/workspace in a container): on the persistent `Volume` when one is
     named, else on the workflow's ephemeral volume, deleted when the workflow stops."""
     state = node.state

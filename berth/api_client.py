@@ -17,13 +17,15 @@ from berth.contracts import (
     CopyReadiness,
     CopyRecord,
     EndpointClientFacts,
-    EndpointService,
+    EndpointFront,
     EndpointToken,
     EndpointTokenRequest,
     EndpointView,
     EntryDetail,
     EntrySummary,
     FenceRequest,
+    FrontPort,
+    FrontPortRequest,
     GroupRequest,
     GroupView,
     IssuedKey,
@@ -52,8 +54,6 @@ from berth.contracts import (
     SecretCreated,
     SecretRequest,
     SecretView,
-    ServicePort,
-    ServicePortRequest,
     ServiceToken,
     TokenLapse,
     UserRequest,
@@ -216,11 +216,11 @@ class ApiClient(ApiTransport):
     async def remove_endpoint(self, endpoint_id: str) -> None:
         await self.request("DELETE", f"/v1/internal/endpoints/{segment(endpoint_id)}")
 
-    async def reserve_service_port(self, request: ServicePortRequest) -> ServicePort:
+    async def reserve_service_port(self, request: FrontPortRequest) -> FrontPort:
         data = await self.request("POST", "/v1/internal/service-ports", json=request.model_dump(mode="json"))
-        return one(ServicePort, data)
+        return one(FrontPort, data)
 
-    async def set_endpoint_service(self, update: EndpointService) -> None:
+    async def set_endpoint_service(self, update: EndpointFront) -> None:
         await self.request("PUT", f"/v1/internal/endpoints/{segment(update.endpoint_id)}/service",
                            json=update.model_dump(mode="json"))
 

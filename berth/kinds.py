@@ -2,7 +2,7 @@
 rest of the house asks about it. Code asks `facts(kind).<fact>` instead of comparing kind strings.
 
 The facts are plain data (the ground floor does no I/O); the parts that act on them are keyed by the same
-kind in the room that owns the I/O: the launch in `activities/services.py` (`LAUNCHES`), the submission
+kind in the room that owns the I/O: the launch in `activities/fronts.py` (`LAUNCHES`), the submission
 checks in `server/kind_checks.py` (`CHECKS`). `tests/architecture/test_kinds.py` holds every room to the
 registry: a kind added here without its launch fails CI.
 

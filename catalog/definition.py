@@ -155,7 +155,7 @@ class ServiceSpec(Frozen):
 
 
 class WorkflowDefinition(Frozen):
-    """Everything the generic ServiceWorkflow needs; rendered from a catalog entry.
+    """Everything the generic PoolWorkflow needs; rendered from a catalog entry.
 
     Model entries fill `weights` and `replica` (and `service` is None); service entries (kind
     gateway / opencode) leave `weights` and `replica` None and describe their server in `service`,

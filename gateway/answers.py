@@ -41,7 +41,7 @@ async def plain(send: Send, status: int, body: bytes) -> None:
 
 async def upstream_failed(send: Send, route: Route, target: Replica) -> None:
     """No answer from upstream, nothing sent to the client. A Proxy=true endpoint's LiteLLM that refuses
-    or resets the connection is down and being started again (ServiceWorkflow's back-off): 503 with
+    or resets the connection is down and being started again (PoolWorkflow's back-off): 503 with
     Retry-After, as documented (docs/architecture.md), not a 502 that reads as a broken model."""
     if route.fronts_pool and target.copy_id == "service":
         await json_answer(send, 503, b'{"error":{"message":"The endpoint\'s LiteLLM proxy is not answering (it is '

@@ -14,9 +14,9 @@ from typing import Any
 
 from temporalio.worker import Worker
 
+from activities.fronts import FrontActivities
 from activities.node_context import NodeContext
 from activities.ranks import NodeActivities, prune_rank_dirs
-from activities.services import ServiceActivities
 from activities.supervision import Orphan, Supervisor
 from berth.api_client import ApiClient
 from berth.errors import BerthError
@@ -116,7 +116,7 @@ class NodeAgent:
         activities = NodeActivities(self.context, supervisor, secrets_api)
         reaper = asyncio.create_task(self.reap_orphans(
             orphans, marked, supervisor, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
-        services = ServiceActivities(self.context, supervisor, secrets_api)
+        services = FrontActivities(self.context, supervisor, secrets_api)
         functions = [activities.run_rank, activities.adopt_rank, activities.wait_ready,
                      activities.download_weights, activities.delete_ephemeral_volume,
                      services.run_service, services.adopt_service, services.wait_live]

@@ -33,8 +33,8 @@ from server.autoscaler import (
 )
 from server.copy_activity import CopyActivity, CopyTarget
 from server.load_reports import KEEP_S, AutoscaledPool, AutoscalerLease, AutoscalerView, LoadReport, Source
-from workflows.payloads import ScaleRequest, ServiceStatus
-from workflows.service import ServiceWorkflow
+from workflows.payloads import PoolStatus, ScaleRequest
+from workflows.pool_workflow import PoolWorkflow
 
 log = logging.getLogger("berth.autoscaler")
 AUTOSCALE_EVERY_S = 1.0
@@ -105,7 +105,7 @@ class Autoscaler:
 
     async def _scale(self, pool: AutoscaledPool, policy: PoolPolicy, now: float) -> None:
         handle = self.temporal.get_workflow_handle(pool.workflow_id)
-        status: ServiceStatus = await handle.query(ServiceWorkflow.status, rpc_timeout=timedelta(seconds=5))
+        status: PoolStatus = await handle.query(PoolWorkflow.status, rpc_timeout=timedelta(seconds=5))
         if status.phase.value != "ready":
             return  # starting copies are not idle, a pool at zero waits for a request, stopping is final
         memory = self.memories.setdefault(pool.endpoint_id, PoolMemory())
@@ -120,4 +120,4 @@ class Autoscaler:
         log.info("autoscaler: %s to %d copies: %s", pool.workflow_id, decision[0], decision[1])
         with contextlib.suppress(WorkflowUpdateFailedError):  # e.g. stopping meanwhile
             await handle.execute_update(
-                ServiceWorkflow.scale, ScaleRequest(replicas=decision[0], reason=decision[1], source="autoscaler"))
+                PoolWorkflow.scale, ScaleRequest(replicas=decision[0], reason=decision[1], source="autoscaler"))

@@ -1,4 +1,4 @@
-"""The control worker: runs ServiceWorkflow/CopyWorkflow, the control-side activities and the autoscaler's
+"""The control worker: runs PoolWorkflow/CopyWorkflow, the control-side activities and the autoscaler's
 loop (server/autoscale_loop.py: it reads the load every API replica recorded in the store)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from berth.temporal import connect
 from server.autoscale_loop import Autoscaler
 from workflows.copy import CopyWorkflow
 from workflows.front import FrontWorkflow
-from workflows.service import ServiceWorkflow
+from workflows.pool_workflow import PoolWorkflow
 
 
 async def run_worker(state_dir: Path, temporal_address: str, api_url: str, token: str,
@@ -31,7 +31,7 @@ async def run_worker(state_dir: Path, temporal_address: str, api_url: str, token
         # The public key only: this worker can check the API's grants but never mint one.
         authority = InputAuthority(TokenVerifier.from_jwks(await api.internal_keys_when_up()), task_queue)
         worker = Worker(
-            client, task_queue=task_queue, workflows=[ServiceWorkflow, CopyWorkflow, FrontWorkflow],
+            client, task_queue=task_queue, workflows=[PoolWorkflow, CopyWorkflow, FrontWorkflow],
             activities=[control.reserve_placement, control.release_placement, control.fence_placement,
                         control.publish_replica,
                         control.unpublish_replica, control.remove_endpoint, control.drain_replica,

@@ -1,1 +1,1 @@
-"""Temporal workflows: the generic ServiceWorkflow and one CopyWorkflow per replica copy (no I/O)."""
+"""Temporal workflows: the generic PoolWorkflow and one CopyWorkflow per replica copy (no I/O)."""

@@ -1,5 +1,5 @@
 """FrontWorkflow: keep one endpoint's front process (LiteLLM proxy, gateway, OpenCode) running beside its
-pool's CopyWorkflows, telling the pool (ServiceWorkflow) what it does, until the pool signals it to stop."""
+pool's CopyWorkflows, telling the pool (PoolWorkflow) what it does, until the pool signals it to stop."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.front_supervisor import FrontSupervisor
     from workflows.payloads import FrontInput, FrontReport, StopRequest
 
-REPORT_SIGNAL = "front_report"  # ServiceWorkflow's signal for a FrontReport
+REPORT_SIGNAL = "front_report"  # PoolWorkflow's signal for a FrontReport
 
 
 @workflow.defn

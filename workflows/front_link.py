@@ -1,4 +1,4 @@
-"""FrontLink: how a ServiceWorkflow keeps its endpoint's front process — a child FrontWorkflow (which survives
+"""FrontLink: how a PoolWorkflow keeps its endpoint's front process — a child FrontWorkflow (which survives
 the pool's continue-as-new), or inline, as histories recorded before the child existed replay it."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from temporalio.exceptions import ApplicationError, ChildWorkflowError, FailureE
 with workflow.unsafe.imports_passed_through():
     from workflows.front import FrontWorkflow
     from workflows.front_supervisor import FrontSupervisor, fronted
-    from workflows.payloads import FrontInput, FrontReport, Phase, ServiceInput, StopRequest
-    from workflows.pool_state import ServiceState
+    from workflows.payloads import FrontInput, FrontReport, Phase, PoolInput, StopRequest
+    from workflows.pool_state import PoolState
 
 # The front process is a child workflow, copies are abandoned (not cancelled) when a run closes, and the pool
 # continues as new; histories recorded before all three replay the old shape.
@@ -34,8 +34,8 @@ class _InlineHost:
 
 
 class FrontLink:
-    state: ServiceState
-    input: ServiceInput | None
+    state: PoolState
+    input: PoolInput | None
 
     def __init__(self) -> None:
         self.new_shape = False
@@ -67,7 +67,7 @@ class FrontLink:
     def front_failed(self) -> str | None:
         return self._inline.failed if self._inline is not None else self.front_error
 
-    def begin_front(self, input: ServiceInput) -> asyncio.Task[None] | None:
+    def begin_front(self, input: PoolInput) -> asyncio.Task[None] | None:
         """Start the front process (at once: its 6–12 s start overlaps the download and the ranks' start)."""
         self.new_shape = workflow.patched(PATCH)
         service_entry = input.definition.service is not None and input.definition.replica is None
@@ -87,7 +87,7 @@ class FrontLink:
         self.front_id, self.front_started = front_id, True
         return asyncio.create_task(workflow.wait_condition(lambda: self.front_ended))
 
-    async def _front_child(self, input: ServiceInput, front_id: str) -> None:
+    async def _front_child(self, input: PoolInput, front_id: str) -> None:
         handle = await workflow.start_child_workflow(
             FrontWorkflow.run, FrontInput(service=input, parent_workflow_id=workflow.info().workflow_id),
             id=front_id, parent_close_policy=workflow.ParentClosePolicy.ABANDON,

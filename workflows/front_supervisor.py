@@ -13,10 +13,10 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from berth.contracts import EndpointService, ServicePort, ServicePortRequest
+    from berth.contracts import EndpointFront, FrontPort, FrontPortRequest
     from berth.kinds import ProcessKind, facts
     from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
-    from workflows.payloads import FrontReport, LiveCheck, ServiceExit, ServiceInput, ServiceRun
+    from workflows.payloads import FrontExit, FrontReport, FrontRun, LiveCheck, PoolInput
     from workflows.supervised import MAX_ADOPTIONS, agent_went_silent, not_adopted, start_supervised
 
 SHORT = timedelta(seconds=60)
@@ -40,7 +40,7 @@ class FrontHost(Protocol):
 
 
 class FrontSupervisor:
-    def __init__(self, input: ServiceInput, host: FrontHost) -> None:
+    def __init__(self, input: PoolInput, host: FrontHost) -> None:
         self.input = input
         self.host = host
         self.failed: str | None = None  # a fatal configuration error: restarting cannot help
@@ -54,9 +54,9 @@ class FrontSupervisor:
         backoff = 1.0
         try:
             while not self.host.stopping():
-                port: ServicePort = await workflow.execute_activity(
-                    "reserve_service_port", ServicePortRequest(workflow_id=input.workflow_id, owner=owner),
-                    result_type=ServicePort, task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
+                port: FrontPort = await workflow.execute_activity(
+                    "reserve_service_port", FrontPortRequest(workflow_id=input.workflow_id, owner=owner),
+                    result_type=FrontPort, task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
                     retry_policy=CONTROL_RETRY,
                 )
                 run = front_run(input, port)
@@ -82,12 +82,12 @@ class FrontSupervisor:
                 retry_policy=CONTROL_RETRY,
             )
 
-    async def _life(self, run: ServiceRun, port: ServicePort) -> str:
+    async def _life(self, run: FrontRun, port: FrontPort) -> str:
         """One run of the process; returns why it ended (empty when stopped on request). The process
         outlives its node agent: when the agent goes silent, a restarted one is asked to adopt it, and
         the endpoint keeps routing to it meanwhile."""
         timings = self.input.timings
-        process = start_supervised("run_service", run, ServiceExit, port.node_id, timings, adopting=False)
+        process = start_supervised("run_service", run, FrontExit, port.node_id, timings, adopting=False)
         live = workflow.start_activity(
             "wait_live", live_check(run), result_type=float, task_queue=node_task_queue(port.node_id),
             start_to_close_timeout=timedelta(seconds=240),
@@ -126,7 +126,7 @@ class FrontSupervisor:
                     kind="service_unresponsive",
                     message=f"node agent of {port.node_id} stopped answering for {run.name}; the service keeps "
                     f"running and a restarted agent has {timings.rank_adopt_window_s:.0f} s to adopt it"))
-                process = start_supervised("adopt_service", run, ServiceExit, port.node_id, timings, adopting=True)
+                process = start_supervised("adopt_service", run, FrontExit, port.node_id, timings, adopting=True)
         finally:
             if routed:
                 await self._route(None)
@@ -138,7 +138,7 @@ class FrontSupervisor:
             return ""
         return self._why_ended(process, run, port)
 
-    def _why_ended(self, process: workflow.ActivityHandle[ServiceExit], run: ServiceRun, port: ServicePort) -> str:
+    def _why_ended(self, process: workflow.ActivityHandle[FrontExit], run: FrontRun, port: FrontPort) -> str:
         timings = self.input.timings
         try:
             result = process.result()
@@ -157,13 +157,13 @@ class FrontSupervisor:
     async def _route(self, url: str | None) -> None:
         await workflow.execute_activity(
             "set_endpoint_service",
-            EndpointService(endpoint_id=self.input.endpoint_id, service=front_name(self.input), url=url),
+            EndpointFront(endpoint_id=self.input.endpoint_id, service=front_name(self.input), url=url),
             task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT, retry_policy=CONTROL_RETRY,
         )
         await self.host.report(FrontReport(ready=url is not None))
 
 
-def front_run(input: ServiceInput, port: ServicePort) -> ServiceRun:
+def front_run(input: PoolInput, port: FrontPort) -> FrontRun:
     definition = input.definition
     common = {"workflow_id": input.workflow_id, "endpoint_id": input.endpoint_id, "owner": input.owner.user,
               "address": port.address, "port": port.port, "api_key_secret": definition.api_key_secret}
@@ -174,12 +174,12 @@ def front_run(input: ServiceInput, port: ServicePort) -> ServiceRun:
         # The gateway's master key when generated (MasterKeySecret is resolved on the node instead).
         master_key = definition.api_key if facts(definition.service.kind).generates_key and \
             not definition.api_key_secret else None
-        return ServiceRun(name=definition.service.kind, kind=definition.service.kind, options=options,
+        return FrontRun(name=definition.service.kind, kind=definition.service.kind, options=options,
                           password=str(definition.service.options.get("password") or "") or None,
                           endpoint_url=input.endpoint_url, api_key=master_key, **common)
     replica = definition.replica
     assert replica is not None
-    return ServiceRun(
+    return FrontRun(
         name=PROXY_SERVICE, kind=PROXY_SERVICE,
         options={"model_name": definition.model_id or replica.engine.served_model_name,
                  "served_model_name": replica.engine.served_model_name},
@@ -187,16 +187,16 @@ def front_run(input: ServiceInput, port: ServicePort) -> ServiceRun:
     )
 
 
-def fronted(input: ServiceInput) -> bool:
+def fronted(input: PoolInput) -> bool:
     """A replica pool with `Proxy=true`: its endpoint is a LiteLLM proxy in front of the pool."""
     return input.definition.front_kind is ProcessKind.LITELLM
 
 
-def front_name(input: ServiceInput) -> str:
+def front_name(input: PoolInput) -> str:
     kind = input.definition.front_kind
     return kind.value if kind is not None else PROXY_SERVICE
 
 
-def live_check(run: ServiceRun) -> LiveCheck:
+def live_check(run: FrontRun) -> LiveCheck:
     probe = facts(run.kind).probe
     return LiveCheck(url=run.url, path=probe.path, unauthorized_is_live=probe.unauthorized_is_live)

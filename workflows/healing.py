@@ -1,5 +1,5 @@
 """Replacement policy of a replica pool: after a copy failed, place it again (after a back-off), drop it,
-or fail the workflow. A pure decision (no Temporal), so ServiceWorkflow stays deterministic and the rules
+or fail the workflow. A pure decision (no Temporal), so PoolWorkflow stays deterministic and the rules
 are tested on their own."""
 
 from __future__ import annotations

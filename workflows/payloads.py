@@ -17,7 +17,7 @@ from berth.contracts.workflows import CopyStatus as CopyStatus
 from berth.contracts.workflows import DownloadProgress as DownloadProgress
 from berth.contracts.workflows import Event as Event
 from berth.contracts.workflows import Phase as Phase
-from berth.contracts.workflows import ServiceStatus as ServiceStatus
+from berth.contracts.workflows import PoolStatus as PoolStatus
 from berth.contracts.workflows import WeightsResult as WeightsResult
 from catalog.definition import EngineSpec, WeightsJob, WorkflowDefinition
 
@@ -45,7 +45,7 @@ class CopyTimings(Payload):
     continue_as_new_after_events: int = 0
 
 
-class ServiceInput(Payload):
+class PoolInput(Payload):
     workflow_id: str
     endpoint_id: str
     owner: Owner
@@ -212,7 +212,7 @@ class DrainResult(Payload):
     waited_s: float = 0.0
 
 
-class ServiceRun(Payload):
+class FrontRun(Payload):
     """A long-running service a node agent owns (the LiteLLM proxy now; the gateway and OpenCode later).
 
     The node builds argv, environment and config from `kind` and `options`; credentials are resolved on
@@ -237,7 +237,7 @@ class ServiceRun(Payload):
         return f"http://{self.address}:{self.port}"
 
 
-class ServiceExit(Payload):
+class FrontExit(Payload):
     name: str
     node_id: str
     exit_code: int | None = None
@@ -269,7 +269,7 @@ class LiveCheck(Payload):
 class FrontInput(Payload):
     """What FrontWorkflow runs: its pool's signed input (whose front process it keeps) and the pool's ID."""
 
-    service: ServiceInput
+    service: PoolInput
     parent_workflow_id: str
 
 
@@ -286,7 +286,7 @@ class FrontReport(Payload):
 
 
 class PoolCarry(Payload):
-    """A ServiceWorkflow's state across continue-as-new: its running copies and front child are re-attached
+    """A PoolWorkflow's state across continue-as-new: its running copies and front child are re-attached
     by ID (they were started with ParentClosePolicy.ABANDON, so the new run finds them still running)."""
 
     phase: Phase
@@ -310,4 +310,4 @@ class PoolCarry(Payload):
     continued: int = 0  # how many times this pool has continued as new
 
 
-ServiceInput.model_rebuild()
+PoolInput.model_rebuild()

@@ -1,4 +1,4 @@
-"""PoolMixin: ServiceWorkflow's pool of child CopyWorkflows — place up to the desired size, drain on scale-in,
+"""PoolMixin: PoolWorkflow's pool of child CopyWorkflows — place up to the desired size, drain on scale-in,
 heal failures, stop them all on stop — and its continue-as-new, which re-attaches the running copies by ID."""
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ with workflow.unsafe.imports_passed_through():
         DrainResult,
         Phase,
         PoolCarry,
-        ServiceInput,
+        PoolInput,
     )
-    from workflows.pool_state import ServiceState
+    from workflows.pool_state import PoolState
 
 Running = dict[str, asyncio.Task[None]]
 
@@ -33,8 +33,8 @@ Running = dict[str, asyncio.Task[None]]
 class PoolMixin(FrontLink):
     def __init__(self) -> None:
         super().__init__()
-        self.state = ServiceState()
-        self.input: ServiceInput | None = None
+        self.state = PoolState()
+        self.input: PoolInput | None = None
         self.reported: dict[str, CopyResult] = {}  # copies' last words (copy_finished)
         self._attached: set[str] = set()  # copies an earlier run started: their end arrives as copy_finished
         self._started: set[str] = set()  # copies whose child workflow this run has started
@@ -43,7 +43,7 @@ class PoolMixin(FrontLink):
     # --- continue-as-new --------------------------------------------------------------------------
     def resume(self, carry: PoolCarry) -> None:
         self.new_shape = True
-        self.state = ServiceState.carried(carry)
+        self.state = PoolState.carried(carry)
         self._attached = set(carry.running)
         self.reported = {r.copy_id: r for r in carry.reported}
         self._continued = carry.continued + 1
@@ -61,7 +61,7 @@ class PoolMixin(FrontLink):
             and all(c in self._started or c in self._attached for c in running) \
             and (self.front_id is None or self.front_started) and not self.state.stop_requested
 
-    async def _continue_as_new(self, input: ServiceInput, running: Running, model_dir: str) -> None:
+    async def _continue_as_new(self, input: PoolInput, running: Running, model_dir: str) -> None:
         await workflow.wait_condition(workflow.all_handlers_finished)
         if not self._may_continue(running):  # a copy ended, a drain or a stop began meanwhile: next time
             return
@@ -74,7 +74,7 @@ class PoolMixin(FrontLink):
         workflow.continue_as_new(input.model_copy(update={"carry": carry}))
 
     # --- the copies --------------------------------------------------------------------------------
-    def _copy_input(self, input: ServiceInput, model_dir: str) -> CopyInput:
+    def _copy_input(self, input: PoolInput, model_dir: str) -> CopyInput:
         replica = input.definition.replica
         assert replica is not None
         index = self.state.next_copy
@@ -124,7 +124,7 @@ class PoolMixin(FrontLink):
         self._update_phase()
 
     # --- the pool loop -------------------------------------------------------------------------------
-    async def hold_pool(self, input: ServiceInput, model_dir: str) -> None:
+    async def hold_pool(self, input: PoolInput, model_dir: str) -> None:
         running: Running = {c: asyncio.create_task(self._attached_copy(c)) for c in sorted(self._attached)}
         drains: list[asyncio.Task[None]] = []
         # Histories recorded before pools healed themselves never re-place with back-off.
@@ -161,7 +161,7 @@ class PoolMixin(FrontLink):
             if self._may_continue(running):
                 await self._continue_as_new(input, running, model_dir)
 
-    async def _handle_finished(self, input: ServiceInput, running: Running, healing: bool) -> None:
+    async def _handle_finished(self, input: PoolInput, running: Running, healing: bool) -> None:
         pool = input.definition.pool
         for copy_id, result in list(self.state.finished.items()):
             del self.state.finished[copy_id]

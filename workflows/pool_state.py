@@ -1,4 +1,4 @@
-"""ServiceState: everything a ServiceWorkflow knows about its pool, with the self-healing verdicts on it, and
+"""PoolState: everything a PoolWorkflow knows about its pool, with the self-healing verdicts on it, and
 its round trip through PoolCarry when the workflow continues as new."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
         Event,
         Phase,
         PoolCarry,
-        ServiceInput,
+        PoolInput,
         WeightsResult,
     )
 
@@ -26,7 +26,7 @@ MAX_EVENTS = 200
 
 
 @dataclass
-class ServiceState:
+class PoolState:
     phase: Phase = Phase.DOWNLOADING
     events: list[Event] = field(default_factory=list)
     copies: dict[str, CopyInfo] = field(default_factory=dict)
@@ -65,8 +65,8 @@ class ServiceState:
         )
 
     @staticmethod
-    def carried(carry: PoolCarry) -> ServiceState:
-        return ServiceState(
+    def carried(carry: PoolCarry) -> PoolState:
+        return PoolState(
             phase=carry.phase, events=list(carry.events), copies={c.copy_id: c for c in carry.copies},
             desired=carry.desired, next_copy=carry.next_copy, replaced_failures=carry.replaced_failures,
             failure_streak=list(carry.failure_streak), streak_replaced=carry.streak_replaced,
@@ -105,7 +105,7 @@ class ServiceState:
             return None
         return until - workflow.now()
 
-    def on_copy_failed(self, result: CopyResult, remaining: int, input: ServiceInput) -> None:
+    def on_copy_failed(self, result: CopyResult, remaining: int, input: PoolInput) -> None:
         """A self-healing pool: re-place a failed copy (bounded, with back-off) while the other copies serve;
         fail the workflow only when the model itself keeps failing or the pool is spent at its minimum."""
         if result.status is not CopyStatus.FAILED:

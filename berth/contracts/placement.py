@@ -76,20 +76,20 @@ class CopyRecord(Payload):
     ready: bool = True
 
 
-class ServicePortRequest(Payload):
+class FrontPortRequest(Payload):
     """One port on some node for a workflow's service (not a rank)."""
 
     workflow_id: str
     owner: str = Field(description="Who holds the port, e.g. '<workflow>.litellm'; released by this name")
 
 
-class ServicePort(Payload):
+class FrontPort(Payload):
     node_id: str
     address: str
     port: int
 
 
-class EndpointService(Payload):
+class EndpointFront(Payload):
     endpoint_id: str
     service: str
     url: str | None = None

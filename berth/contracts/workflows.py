@@ -81,7 +81,7 @@ class DownloadProgress(Payload):
     files_total: int = 0
 
 
-class ServiceStatus(Payload, Renamed):
+class PoolStatus(Payload, Renamed):
     """The answer to the `status` query. `desired_replicas` and `replicas` are the old names of
     `desired_copies` and `copies` (deprecated; still read, and emitted, for one release: a worker of the
     previous release answers with them)."""

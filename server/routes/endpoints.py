@@ -26,8 +26,8 @@ from server.access import in_scope
 from server.context import Context
 from server.guards import Caller, ReachableEndpoint, VisibleEndpoint
 from server.views import endpoint_url, endpoint_view
-from workflows.payloads import ServiceStatus
-from workflows.service import ServiceWorkflow
+from workflows.payloads import PoolStatus
+from workflows.pool_workflow import PoolWorkflow
 
 router = APIRouter()
 
@@ -57,9 +57,9 @@ async def wake_endpoint(endpoint_id: str, body: WakeRequest, endpoint: VisibleEn
     try:
         # Whether the pool was asleep tells the caller to hold the request (a copy is coming) or not
         # (copies are already wanted: starting, or waiting for capacity).
-        status: ServiceStatus = await handle.query(ServiceWorkflow.status, rpc_timeout=timedelta(seconds=5))
+        status: PoolStatus = await handle.query(PoolWorkflow.status, rpc_timeout=timedelta(seconds=5))
         if status.desired_copies == 0:  # else a no-op for the workflow: spare its history the signal
-            await handle.signal(ServiceWorkflow.wake, body.reason or f"a request from {who.user}")
+            await handle.signal(PoolWorkflow.wake, body.reason or f"a request from {who.user}")
     except RPCError as error:
         raise NotFoundError(
             f"Workflow '{endpoint.workflow_id}' is not running ({error.message}).") from None

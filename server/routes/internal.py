@@ -13,8 +13,10 @@ from starlette.concurrency import run_in_threadpool
 from berth.contracts import (
     CopyReadiness,
     CopyRecord,
-    EndpointService,
+    EndpointFront,
     FenceRequest,
+    FrontPort,
+    FrontPortRequest,
     Jwks,
     LoadReport,
     OwnerToken,
@@ -29,8 +31,6 @@ from berth.contracts import (
     RoutesTable,
     ServiceCopies,
     ServiceCopy,
-    ServicePort,
-    ServicePortRequest,
     ServiceToken,
     TokenLapse,
 )
@@ -131,10 +131,10 @@ async def fence(copy_id: str, request: FenceRequest, context: Context, _who: Adm
     await run_in_threadpool(context.store.placements.fence, copy_id, request.nodes)
 
 
-@router.post("/v1/internal/service-ports", response_model=ServicePort)
-async def reserve_service_port(request: ServicePortRequest, context: Context, _who: Admin) -> dict[str, Any]:
+@router.post("/v1/internal/service-ports", response_model=FrontPort)
+async def reserve_service_port(request: FrontPortRequest, context: Context, _who: Admin) -> dict[str, Any]:
     node, port = await run_in_threadpool(context.store.placements.reserve_service_port, request.owner)
-    return ServicePort(node_id=node.id, address=node.address, port=port).model_dump(mode="json")
+    return FrontPort(node_id=node.id, address=node.address, port=port).model_dump(mode="json")
 
 
 # --- replicas: what copies publish --------------------------------------------------------------------
@@ -179,7 +179,7 @@ async def remove_endpoint(endpoint_id: str, context: Context, _who: Admin) -> No
 
 
 @router.put("/v1/internal/endpoints/{endpoint_id}/service", status_code=204)
-async def set_endpoint_service(endpoint_id: str, update: EndpointService, context: Context, _who: Admin) -> None:
+async def set_endpoint_service(endpoint_id: str, update: EndpointFront, context: Context, _who: Admin) -> None:
     await run_in_threadpool(context.store.set_endpoint_service, endpoint_id, update.service, update.url)
 
 

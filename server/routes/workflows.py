@@ -35,12 +35,12 @@ from server.guards import Caller, ReadableWorkflow, owned_workflow
 from server.models import EndpointRow
 from server.submission import StartRequest, copy_timings, new_rows, prepare, with_generated_keys
 from server.views import endpoint_url, endpoint_view
-from workflows.payloads import Owner, ScaleRequest, ServiceInput, ServiceStatus, StopRequest
-from workflows.service import ServiceWorkflow
+from workflows.payloads import Owner, PoolInput, PoolStatus, ScaleRequest, StopRequest
+from workflows.pool_workflow import PoolWorkflow
 
 router = APIRouter()
 QUERY_TIMEOUT = timedelta(seconds=5)
-# How a closed ServiceWorkflow's Temporal status reads as its phase: it completes only once stopped.
+# How a closed PoolWorkflow's Temporal status reads as its phase: it completes only once stopped.
 _CLOSED_PHASES = {WorkflowExecutionStatus.COMPLETED: "stopped", WorkflowExecutionStatus.FAILED: "failed"}
 
 
@@ -61,13 +61,13 @@ async def start_workflow(body: StartRequest, context: Context, who: Caller) -> d
     await run_in_threadpool(context.store.add_workflow, row, definition.model_dump(mode="json"), endpoint)
     try:
         client = await context.temporal()
-        unsigned = ServiceInput(workflow_id=workflow_id, endpoint_id=endpoint_id,
+        unsigned = PoolInput(workflow_id=workflow_id, endpoint_id=endpoint_id,
                                 endpoint_url=endpoint_url(context, endpoint_id),
                                 owner=Owner(user=who.user, groups=who.groups, org=who.org),
                                 definition=definition, timings=copy_timings(context))
         # The control worker runs only an input the API signed (node agents hold no signing key).
         grant = context.signing.workflow_grant(who.user, workflow_id, unsigned.digest())
-        await client.start_workflow(ServiceWorkflow.run, unsigned.model_copy(update={"grant": grant}),
+        await client.start_workflow(PoolWorkflow.run, unsigned.model_copy(update={"grant": grant}),
                                     id=workflow_id, task_queue=CONTROL_TASK_QUEUE)
     except (RPCError, UnavailableError) as error:
         await run_in_threadpool(context.store.remove_endpoint, endpoint_id)
@@ -107,7 +107,7 @@ async def describe_workflow(workflow_id: str, access: ReadableWorkflow, context:
     except RPCError as error:
         raise NotFoundError(f"Temporal has no workflow '{workflow_id}' ({error.message}).") from None
     try:
-        status: ServiceStatus = await handle.query(ServiceWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+        status: PoolStatus = await handle.query(PoolWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
         result.update(status.model_dump(mode="json"))
     except (RPCError, Exception) as error:  # noqa: BLE001 — a query can fail many ways; say so
         result["phase"] = "unknown"
@@ -145,7 +145,7 @@ async def stop_workflow(workflow_id: str, context: Context,
                         access: Stopper) -> dict[str, Any]:
     client = await context.temporal()
     try:
-        await client.get_workflow_handle(workflow_id).signal(ServiceWorkflow.stop,
+        await client.get_workflow_handle(workflow_id).signal(PoolWorkflow.stop,
                                                              StopRequest(by=access.who.user))
     except RPCError as error:
         raise NotFoundError(f"Workflow '{workflow_id}' is not running ({error.message}).") from None
@@ -162,7 +162,7 @@ async def scale_workflow(workflow_id: str, body: WorkflowScaleRequest, context: 
     client = await context.temporal()
     try:
         result = await client.get_workflow_handle(workflow_id).execute_update(
-            ServiceWorkflow.scale, ScaleRequest(replicas=body.copies, reason=f"by {who.user}"),
+            PoolWorkflow.scale, ScaleRequest(replicas=body.copies, reason=f"by {who.user}"),
         )
     except WorkflowUpdateFailedError as error:
         cause = error.cause
@@ -212,7 +212,7 @@ async def _listed_state(client: Client, workflow_id: str, limit: asyncio.Semapho
         if status is not WorkflowExecutionStatus.RUNNING:
             return _temporal_status(status), _CLOSED_PHASES.get(status, _temporal_status(status))
         try:
-            answer: ServiceStatus = await handle.query(ServiceWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+            answer: PoolStatus = await handle.query(PoolWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
         except (RPCError, Exception):  # noqa: BLE001 — a query can fail many ways; the listing goes on
             return "running", "unknown"
         return "running", answer.phase.value

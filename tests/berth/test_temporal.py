@@ -18,7 +18,7 @@ from berth.settings import TemporalTLS
 from berth.temporal import UNENCRYPTED, data_converter, tls_config
 from catalog.entry import find_entry
 from catalog.render import render, resolve_values
-from workflows.payloads import Owner, ScaleRequest, ServiceInput
+from workflows.payloads import Owner, PoolInput, ScaleRequest
 
 
 def _converter(tmp_path: Path, name: str = "data.key"):  # type: ignore[no-untyped-def]
@@ -59,14 +59,14 @@ def test_the_servers_own_not_started_detail_passes_and_nothing_else_plain_does(t
         asyncio.run(converter.decode(made_by_server, [ScaleRequest]))
 
 
-def _input(workflow_id: str = "svc-1", user: str = "bob") -> ServiceInput:
+def _input(workflow_id: str = "svc-1", user: str = "bob") -> PoolInput:
     entry = find_entry("GPT-OSS 20B")
     definition = render(entry, resolve_values(entry, {}))
-    return ServiceInput(workflow_id=workflow_id, endpoint_id="ep-1", owner=Owner(user=user),
+    return PoolInput(workflow_id=workflow_id, endpoint_id="ep-1", owner=Owner(user=user),
                         definition=definition)
 
 
-def _verify(tmp_path: Path, input: ServiceInput, workflow_id: str = "svc-1") -> None:
+def _verify(tmp_path: Path, input: PoolInput, workflow_id: str = "svc-1") -> None:
     signing = SigningKey.load_or_create(tmp_path)
     authority = InputAuthority(TokenVerifier.from_jwks(signing.jwks()), "berth-control")
     environment = ActivityEnvironment()
@@ -74,14 +74,14 @@ def _verify(tmp_path: Path, input: ServiceInput, workflow_id: str = "svc-1") -> 
     asyncio.run(environment.run(authority.verify_service_input, input))
 
 
-def _signed(tmp_path: Path, input: ServiceInput) -> ServiceInput:
+def _signed(tmp_path: Path, input: PoolInput) -> PoolInput:
     grant = SigningKey.load_or_create(tmp_path).workflow_grant(input.owner.user, input.workflow_id, input.digest())
     return input.model_copy(update={"grant": grant})
 
 
 def test_a_signed_input_is_accepted_after_a_round_trip_through_json(tmp_path: Path) -> None:
     signed = _signed(tmp_path, _input())
-    _verify(tmp_path, ServiceInput.model_validate_json(signed.model_dump_json()))
+    _verify(tmp_path, PoolInput.model_validate_json(signed.model_dump_json()))
 
 
 @pytest.mark.parametrize("attack", ["unsigned", "tampered", "other workflow", "other key", "not a grant"])

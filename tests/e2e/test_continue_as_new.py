@@ -17,7 +17,7 @@ from berth.security import Cipher
 from berth.settings import StateLayout
 from berth.temporal import connect
 from tests.support import RunningStack, free_port_base, wait_for
-from workflows.service import ServiceWorkflow
+from workflows.pool_workflow import PoolWorkflow
 
 pytestmark = pytest.mark.timeout(600)
 MODEL = "Qwen/Qwen3-0.6B"
@@ -47,7 +47,7 @@ async def flood_until_continued(stack: RunningStack, workflow_id: str) -> int:
     first_run = (await handle.describe()).run_id
     sent = 0
     while sent < 40000:
-        await asyncio.gather(*(handle.signal(ServiceWorkflow.wake, "the continue-as-new test")
+        await asyncio.gather(*(handle.signal(PoolWorkflow.wake, "the continue-as-new test")
                                for _ in range(SIGNALS_AT_ONCE)))
         sent += SIGNALS_AT_ONCE
         if (await client.get_workflow_handle(workflow_id, run_id=first_run).describe()).status \

@@ -1,5 +1,5 @@
 """Issue 11, item 2: Temporal is no back door. Whoever reaches its port with a stock client (no Berth key)
-cannot start a ServiceWorkflow, nor stop, wake or scale someone's running one: the codec refuses what Berth
+cannot start a PoolWorkflow, nor stop, wake or scale someone's running one: the codec refuses what Berth
 did not encrypt. Whoever also holds the data key (a node agent) still cannot start one, nor a copy: the
 control worker runs only an input the API signed, and a copy only as a service workflow's child. The
 embedded dev server and its UI listen on loopback only; docker-compose.yml publishes neither."""
@@ -25,7 +25,7 @@ from catalog.entry import find_entry
 from catalog.render import render, resolve_values
 from tests.security.conftest import People
 from tests.support import RunningStack, gpus_held, wait_for
-from workflows.payloads import CopyInput, Owner, ServiceInput
+from workflows.payloads import CopyInput, Owner, PoolInput
 
 MODEL = "GPT-OSS 20B"
 ACTED = {EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED}
@@ -104,8 +104,8 @@ def test_the_data_key_alone_starts_no_service_or_copy(people: People, bobs_workf
         client = await _keyed_client(stack)
         real = await client.get_workflow_handle(bobs_workflow).fetch_history()
         [signed] = await client.data_converter.decode(
-            real.events[0].workflow_execution_started_event_attributes.input.payloads, [ServiceInput])
-        unsigned = ServiceInput.model_validate(_crafted_input("x"))
+            real.events[0].workflow_execution_started_event_attributes.input.payloads, [PoolInput])
+        unsigned = PoolInput.model_validate(_crafted_input("x"))
         suffix = uuid.uuid4().hex[:8]
         attempts = {
             "unsigned": ("ServiceWorkflow", f"evil-{suffix}",

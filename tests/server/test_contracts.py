@@ -127,7 +127,7 @@ def _calls(context: ServerContext) -> list[Call]:
         ("POST", "/v1/nodes/n0/heartbeat", _inventory("n0"), contracts.NodeState, "bytes"),
         ("POST", "/v1/internal/reservations", reserve, contracts.ReserveResult, "bytes"),
         ("POST", "/v1/internal/service-ports", {"workflow_id": "wf-ep-direct", "owner": "wf-ep-direct.litellm"},
-         contracts.ServicePort, "shape"),
+         contracts.FrontPort, "shape"),
         ("GET", "/v1/nodes", None, list[contracts.NodeView], "bytes"),
         ("POST", "/v1/nodes/n0/drain", None, contracts.NodeState, "bytes"),
         ("POST", "/v1/nodes/n0/undrain", None, contracts.NodeState, "bytes"),

@@ -23,8 +23,8 @@ from workflows.payloads import (
     DownloadProgress,
     Event,
     Phase,
+    PoolStatus,
     ScaleResult,
-    ServiceStatus,
     WeightsResult,
 )
 
@@ -48,9 +48,9 @@ def _described(status: dict[str, Any], download: dict[str, Any] | None) -> dict[
     return answer
 
 
-def _status() -> ServiceStatus:
+def _status() -> PoolStatus:
     at = datetime(2026, 12, 2, 7, 0, 1, 500000, tzinfo=UTC)
-    return ServiceStatus(
+    return PoolStatus(
         workflow_id="wf-1", phase=Phase.READY, desired_copies=2,
         copies=(CopyInfo(copy_id="wf-1.copy-0", status=CopyStatus.READY, url="http://10.0.0.1:8000",
                               nodes=("n0", "n1"), detail="serving"),
@@ -95,7 +95,7 @@ def test_a_status_of_the_previous_release_reads_under_its_old_names() -> None:
     """A worker not yet upgraded answers the query with `desired_replicas` and `replicas` only."""
     old = _status().model_dump(mode="json")
     del old["desired_copies"], old["copies"]
-    read = ServiceStatus.model_validate_json(json.dumps(old))
+    read = PoolStatus.model_validate_json(json.dumps(old))
     assert read == _status() and read.desired_copies == 2 and read.copies[1].status is CopyStatus.SCHEDULING
     described = WorkflowDescription.model_validate(_described(old, None))
     assert described.copies == _status().copies and described.desired_copies == 2

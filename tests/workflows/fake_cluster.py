@@ -13,26 +13,26 @@ from temporalio import activity
 
 from berth.contracts import (
     CopyRecord,
-    EndpointService,
+    EndpointFront,
     FenceRequest,
+    FrontPort,
+    FrontPortRequest,
     Placement,
     RankPlacement,
     ReserveRequest,
     ReserveResult,
-    ServicePort,
-    ServicePortRequest,
 )
 from berth.settings import node_task_queue
 from workflows.payloads import (
     CleanupInput,
     DrainInput,
     DrainResult,
+    FrontExit,
+    FrontRun,
     LiveCheck,
     RankExit,
     RankSpec,
     ReadyCheck,
-    ServiceExit,
-    ServiceRun,
 )
 
 # A node agent's heartbeat cadence while it owns a process (the SDK throttles what it sends to the server).
@@ -72,7 +72,7 @@ class FakeCluster:
     # The endpoint's front process (LiteLLM): each run_service is one "process"; `routes` is what the endpoint
     # routes to (set_endpoint_service), `front_exit` ends the running one as a crash would.
     routes: dict[str, str | None] = field(default_factory=dict)
-    front_exit: ServiceExit | None = None
+    front_exit: FrontExit | None = None
     fronts_running: int = 0
     front_goes_live: bool = True  # False: its liveness probe waits until the test sets it
     publish_gate: asyncio.Event | None = None  # set: publish_replica waits for it before it writes
@@ -160,12 +160,12 @@ class FakeCluster:
         self._record("remove_endpoint", request)
 
     @activity.defn(name="reserve_service_port")
-    async def reserve_service_port(self, request: ServicePortRequest) -> ServicePort:
+    async def reserve_service_port(self, request: FrontPortRequest) -> FrontPort:
         self._record("reserve_service_port", request)
-        return ServicePort(node_id=self.nodes[0].node_id, address="127.0.0.1", port=next(self._ports))
+        return FrontPort(node_id=self.nodes[0].node_id, address="127.0.0.1", port=next(self._ports))
 
     @activity.defn(name="set_endpoint_service")
-    async def set_endpoint_service(self, update: EndpointService) -> None:
+    async def set_endpoint_service(self, update: EndpointFront) -> None:
         self._record("set_endpoint_service", update)
         self.routes[update.endpoint_id] = update.url
 
@@ -175,10 +175,10 @@ class FakeCluster:
                 self.set_endpoint_service]
 
     def crash_front(self, exit_code: int = 1) -> None:
-        self.front_exit = ServiceExit(name="litellm", node_id=self.nodes[0].node_id, exit_code=exit_code)
+        self.front_exit = FrontExit(name="litellm", node_id=self.nodes[0].node_id, exit_code=exit_code)
 
     @activity.defn(name="run_service")
-    async def run_service(self, run: ServiceRun) -> ServiceExit:
+    async def run_service(self, run: FrontRun) -> FrontExit:
         """The front process: runs until `crash_front` or its workflow stops it."""
         self._record("run_service", run)
         self.fronts_running += 1

@@ -1,4 +1,4 @@
-"""Runs ServiceWorkflow and CopyWorkflow on a local Temporal dev server against a FakeCluster: the control
+"""Runs PoolWorkflow and CopyWorkflow on a local Temporal dev server against a FakeCluster: the control
 worker as server/worker.py builds it (same workflows, the real InputAuthority, the encrypting codec) with the
 placement and node activities mocked, and inputs signed as the API signs them."""
 
@@ -24,8 +24,8 @@ from catalog.definition import EngineSpec, PoolSpec, ReplicaSpec, WorkflowDefini
 from tests.workflows.fake_cluster import FakeCluster
 from workflows.copy import CopyWorkflow
 from workflows.front import FrontWorkflow
-from workflows.payloads import CopyTimings, Owner, ServiceInput, ServiceStatus, StopRequest
-from workflows.service import ServiceWorkflow
+from workflows.payloads import CopyTimings, Owner, PoolInput, PoolStatus, StopRequest
+from workflows.pool_workflow import PoolWorkflow
 
 WAIT_S = 30.0  # the longest any condition below takes on a loaded machine, several times over
 POLL_S = 0.1
@@ -67,16 +67,16 @@ class Harness:
     client: Client
     signing: SigningKey
     started: list[WorkflowHandle[Any, Any]] = field(default_factory=list)
-    inputs: dict[str, ServiceInput] = field(default_factory=dict)  # workflow id → what it was started with
+    inputs: dict[str, PoolInput] = field(default_factory=dict)  # workflow id → what it was started with
 
     async def start(self, definition: WorkflowDefinition, timings: CopyTimings = TIMINGS) -> WorkflowHandle[Any, Any]:
-        """Start a ServiceWorkflow as the API does: on the control queue, its input signed."""
+        """Start a PoolWorkflow as the API does: on the control queue, its input signed."""
         workflow_id = f"pool-{uuid.uuid4().hex[:8]}"
-        unsigned = ServiceInput(workflow_id=workflow_id, endpoint_id=f"ep-{uuid.uuid4().hex[:10]}", owner=OWNER,
+        unsigned = PoolInput(workflow_id=workflow_id, endpoint_id=f"ep-{uuid.uuid4().hex[:10]}", owner=OWNER,
                                 definition=definition, timings=timings)
         grant = self.signing.workflow_grant(OWNER.user, workflow_id, unsigned.digest())
         signed = unsigned.model_copy(update={"grant": grant})
-        handle = await self.client.start_workflow(ServiceWorkflow.run, signed, id=workflow_id,
+        handle = await self.client.start_workflow(PoolWorkflow.run, signed, id=workflow_id,
                                                   task_queue=CONTROL_TASK_QUEUE)
         self.inputs[workflow_id] = signed
         self.started.append(handle)
@@ -86,18 +86,18 @@ class Harness:
         """The workflow's current run: a pool that continued as new answers queries and signals there."""
         return self.client.get_workflow_handle(handle.id)
 
-    async def status(self, handle: WorkflowHandle[Any, Any]) -> ServiceStatus:
-        status: ServiceStatus = await self.latest(handle).query(ServiceWorkflow.status)
+    async def status(self, handle: WorkflowHandle[Any, Any]) -> PoolStatus:
+        status: PoolStatus = await self.latest(handle).query(PoolWorkflow.status)
         return status
 
-    async def wait_status(self, handle: WorkflowHandle[Any, Any], condition: Callable[[ServiceStatus], bool],
-                          what: str, timeout_s: float = WAIT_S) -> ServiceStatus:
-        async def met() -> ServiceStatus | None:
+    async def wait_status(self, handle: WorkflowHandle[Any, Any], condition: Callable[[PoolStatus], bool],
+                          what: str, timeout_s: float = WAIT_S) -> PoolStatus:
+        async def met() -> PoolStatus | None:
             status = await self.status(handle)
             return status if condition(status) else None
 
         try:
-            status: ServiceStatus = await eventually(met, what, timeout_s)
+            status: PoolStatus = await eventually(met, what, timeout_s)
         except AssertionError as error:  # say where it was instead
             last = await self.status(handle)
             raise AssertionError(f"{error}; it was {last.phase.value} with copies "
@@ -126,10 +126,10 @@ class Harness:
         for copy_id in copy_ids:
             await eventually(lambda copy_id=copy_id: quiet(copy_id), f"{copy_id}'s reports to its pool delivered")
 
-    async def stop(self, handle: WorkflowHandle[Any, Any], timeout_s: float = WAIT_S) -> ServiceStatus:
+    async def stop(self, handle: WorkflowHandle[Any, Any], timeout_s: float = WAIT_S) -> PoolStatus:
         await self.settled(copy_ids(await self.status(handle), ready_only=False))
-        await self.latest(handle).signal(ServiceWorkflow.stop, StopRequest(by=OWNER.user))
-        status: ServiceStatus = await asyncio.wait_for(handle.result(), timeout_s)
+        await self.latest(handle).signal(PoolWorkflow.stop, StopRequest(by=OWNER.user))
+        status: PoolStatus = await asyncio.wait_for(handle.result(), timeout_s)
         return status
 
     @contextlib.asynccontextmanager
@@ -137,7 +137,7 @@ class Harness:
         """The control worker and one worker per node, for the length of the block; whatever the test left
         running is terminated after it, so no workflow outlives its test."""
         authority = InputAuthority(TokenVerifier.from_jwks(self.signing.jwks()), CONTROL_TASK_QUEUE)
-        workflows = [ServiceWorkflow, CopyWorkflow, FrontWorkflow]
+        workflows = [PoolWorkflow, CopyWorkflow, FrontWorkflow]
         workers = [Worker(self.client, task_queue=CONTROL_TASK_QUEUE, workflows=workflows,
                           activities=[*cluster.control_activities(), authority.verify_service_input,
                                       authority.verify_copy_parent, authority.verify_front_parent])]
@@ -172,9 +172,9 @@ def node_ids(count: int) -> list[str]:
     return [f"n{index}-{run}" for index in range(count)]
 
 
-def copy_ids(status: ServiceStatus, ready_only: bool = True) -> set[str]:
+def copy_ids(status: PoolStatus, ready_only: bool = True) -> set[str]:
     return {c.copy_id for c in status.copies if not ready_only or c.status.value == "ready"}
 
 
-def event_kinds(status: ServiceStatus) -> list[str]:
+def event_kinds(status: PoolStatus) -> list[str]:
     return [event.kind for event in status.events]

@@ -18,7 +18,7 @@ from berth.settings import venv_bin
 from tests.workflows.fake_cluster import FakeCluster, FakeNode
 from tests.workflows.harness import TIMINGS, Harness, copy_ids, event_kinds, node_ids, pool_definition
 from workflows.payloads import ScaleRequest
-from workflows.service import ServiceWorkflow
+from workflows.pool_workflow import PoolWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 
@@ -31,10 +31,10 @@ async def _scenario(client: Client, keys: Path) -> dict[str, str]:
         handle = await harness.start(pool_definition(min_replicas=1, max_replicas=2, proxy=True), timings=timings)
         await harness.wait_status(handle, lambda s: len(copy_ids(s)) == 1 and "continued_as_new" in event_kinds(s)
                                   and "service_ready" in event_kinds(s), "a ready pool, continued as new")
-        await harness.latest(handle).execute_update(ServiceWorkflow.scale, ScaleRequest(replicas=2))
+        await harness.latest(handle).execute_update(PoolWorkflow.scale, ScaleRequest(replicas=2))
         status = await harness.wait_status(handle, lambda s: len(copy_ids(s)) == 2, "two copies")
         await harness.settled(copy_ids(status))
-        await harness.latest(handle).execute_update(ServiceWorkflow.scale, ScaleRequest(replicas=1))
+        await harness.latest(handle).execute_update(PoolWorkflow.scale, ScaleRequest(replicas=1))
         await harness.wait_status(handle, lambda s: len(copy_ids(s, ready_only=False)) == 1, "one copy")
         await harness.stop(handle)
         first = client.get_workflow_handle(handle.id, run_id=handle.result_run_id)

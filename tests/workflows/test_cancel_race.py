@@ -12,7 +12,7 @@ import pytest
 from tests.workflows.fake_cluster import FakeCluster, FakeNode
 from tests.workflows.harness import OWNER, Harness, copy_ids, eventually, node_ids, pool_definition
 from workflows.payloads import CopyStatus, Phase, ScaleRequest, StopRequest
-from workflows.service import ServiceWorkflow
+from workflows.pool_workflow import PoolWorkflow
 
 pytestmark = pytest.mark.timeout(180)
 POOLS = 3  # several at once, so that some cancel surely lands beside a report
@@ -25,7 +25,7 @@ async def test_stops_sent_while_copies_report_stop_every_copy(harness: Harness) 
         for handle in handles:  # stop each the moment its copies are placed: their reports are in flight
             await harness.wait_status(handle, lambda s: any(c.status is not CopyStatus.SCHEDULING
                                                             for c in s.copies), "a placed copy")
-            await handle.signal(ServiceWorkflow.stop, StopRequest(by=OWNER.user))
+            await handle.signal(PoolWorkflow.stop, StopRequest(by=OWNER.user))
         finals = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 60)
         assert all(final.phase is Phase.STOPPED for final in finals)
         assert cluster.placements == {} and cluster.published == {}
@@ -38,12 +38,12 @@ async def test_a_scale_in_sent_as_the_copy_reports_ready_drains_it(harness: Harn
         handle = await harness.start(pool_definition(min_replicas=1, max_replicas=2))
         wf = handle.id
         await harness.wait_status(handle, lambda s: len(copy_ids(s)) == 1, "one ready copy")
-        await handle.execute_update(ServiceWorkflow.scale, ScaleRequest(replicas=2))
+        await handle.execute_update(PoolWorkflow.scale, ScaleRequest(replicas=2))
         await harness.wait_status(handle, lambda s: f"{wf}.copy-1" in copy_ids(s), "copy-1 ready")
-        await handle.execute_update(ServiceWorkflow.scale, ScaleRequest(replicas=1))  # its copy_ready in flight
+        await handle.execute_update(PoolWorkflow.scale, ScaleRequest(replicas=1))  # its copy_ready in flight
         await harness.wait_status(handle, lambda s: copy_ids(s, ready_only=False) == {f"{wf}.copy-0"},
                                   "copy-1 scaled in")
-        await asyncio.wait_for(harness.latest(handle).signal(ServiceWorkflow.stop, StopRequest(by=OWNER.user)), 10)
+        await asyncio.wait_for(harness.latest(handle).signal(PoolWorkflow.stop, StopRequest(by=OWNER.user)), 10)
         final = await asyncio.wait_for(handle.result(), 60)
         assert final.phase is Phase.STOPPED and cluster.placements == {}
 
@@ -55,7 +55,7 @@ async def test_a_stop_that_lands_while_the_copy_publishes_leaves_no_record(harne
     async with harness.running(cluster):
         handle = await harness.start(pool_definition(min_replicas=1, max_replicas=1))
         await eventually(lambda: cluster.called("publish_replica"), "the copy's publish under way")
-        await handle.signal(ServiceWorkflow.stop, StopRequest(by=OWNER.user))
+        await handle.signal(PoolWorkflow.stop, StopRequest(by=OWNER.user))
         final = await asyncio.wait_for(handle.result(), 60)
         assert final.phase is Phase.STOPPED and cluster.placements == {}
         assert cluster.publish_gate is not None

@@ -1,4 +1,4 @@
-"""ServiceWorkflow continues as new (forced cheaply with `continue_as_new_after_events`) and carries its pool:
+"""PoolWorkflow continues as new (forced cheaply with `continue_as_new_after_events`) and carries its pool:
 the running copies and the front process are re-attached, never restarted; scaling, draining and stopping work
 on copies an earlier run started; events, desired size and budgets survive."""
 
@@ -10,7 +10,7 @@ from temporalio.client import WorkflowExecutionStatus
 from tests.workflows.fake_cluster import FakeCluster, FakeNode
 from tests.workflows.harness import TIMINGS, Harness, copy_ids, event_kinds, node_ids, pool_definition
 from workflows.payloads import Phase, ScaleRequest
-from workflows.service import ServiceWorkflow
+from workflows.pool_workflow import PoolWorkflow
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -41,13 +41,13 @@ async def test_a_serving_pool_continues_as_new_with_its_copies_running_on(harnes
 
         # The new run scales up with a fresh index; once a later run carries that copy too, scaling in drains it.
         continued = event_kinds(status).count("continued_as_new")
-        await harness.latest(handle).execute_update(ServiceWorkflow.scale, ScaleRequest(replicas=3, reason="test"))
+        await harness.latest(handle).execute_update(PoolWorkflow.scale, ScaleRequest(replicas=3, reason="test"))
         status = await harness.wait_status(
             handle, lambda s: len(copy_ids(s)) == 3 and event_kinds(s).count("continued_as_new") > continued,
             "a third copy, carried by a later run")
         assert f"{wf}.copy-2" in copy_ids(status)
         await harness.settled(copy_ids(status))
-        await harness.latest(handle).execute_update(ServiceWorkflow.scale, ScaleRequest(replicas=2))
+        await harness.latest(handle).execute_update(PoolWorkflow.scale, ScaleRequest(replicas=2))
         status = await harness.wait_status(handle, lambda s: len(copy_ids(s, ready_only=False)) == 2, "two copies")
         assert [d.copy_id for d in cluster.called("drain_replica")] == [f"{wf}.copy-2"]
         assert all(rank.cancelled for rank in cluster.copy_ranks(f"{wf}.copy-2"))

@@ -16,7 +16,7 @@ from temporalio.worker import Replayer
 
 from workflows.copy import CopyWorkflow
 from workflows.front import FrontWorkflow
-from workflows.service import ServiceWorkflow
+from workflows.pool_workflow import PoolWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 
@@ -31,7 +31,7 @@ async def test_recorded_histories_replay_on_the_current_code() -> None:
         for path in paths:
             yield WorkflowHistory.from_json(path.stem, path.read_text())
 
-    replayer = Replayer(workflows=[ServiceWorkflow, CopyWorkflow, FrontWorkflow],
+    replayer = Replayer(workflows=[PoolWorkflow, CopyWorkflow, FrontWorkflow],
                         data_converter=pydantic_data_converter)
     results = await replayer.replay_workflows(histories(), raise_on_replay_failure=False)
     assert results.replay_failures == {}

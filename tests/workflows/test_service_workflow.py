@@ -1,4 +1,4 @@
-"""ServiceWorkflow's pool on a real Temporal server with the placement and node activities mocked: it places
+"""PoolWorkflow's pool on a real Temporal server with the placement and node activities mocked: it places
 MinReplicas copies and reports ready, re-places a failed copy, fails on the same failure three times in a
 row, scales, and on stop stops every copy and releases every placement."""
 
@@ -11,7 +11,7 @@ from temporalio.exceptions import ApplicationError
 from tests.workflows.fake_cluster import FakeCluster, FakeNode
 from tests.workflows.harness import Harness, copy_ids, event_kinds, node_ids, pool_definition
 from workflows.payloads import Phase, ScaleRequest
-from workflows.service import ServiceWorkflow
+from workflows.pool_workflow import PoolWorkflow
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -112,11 +112,11 @@ async def test_scaling_in_drains_the_newest_copy_and_releases_it(harness: Harnes
         handle = await harness.start(pool_definition(min_replicas=1, max_replicas=2))
         wf = handle.id
         await harness.wait_status(handle, lambda s: len(copy_ids(s)) == 1, "one ready copy")
-        result = await handle.execute_update(ServiceWorkflow.scale, ScaleRequest(replicas=2, reason="test"))
+        result = await handle.execute_update(PoolWorkflow.scale, ScaleRequest(replicas=2, reason="test"))
         assert (result.previous, result.desired) == (1, 2)
         await harness.wait_status(handle, lambda s: len(copy_ids(s)) == 2, "a second ready copy")
         await harness.settled([f"{wf}.copy-1"])
-        await handle.execute_update(ServiceWorkflow.scale, ScaleRequest(replicas=1))
+        await handle.execute_update(PoolWorkflow.scale, ScaleRequest(replicas=1))
         status = await harness.wait_status(handle, lambda s: copy_ids(s, ready_only=False) == {f"{wf}.copy-0"},
                                            "copy-1 scaled in")
         assert [d.copy_id for d in cluster.called("drain_replica")] == [f"{wf}.copy-1"]

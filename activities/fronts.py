@@ -13,17 +13,17 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.front_launch import FrontLaunch
 from activities.launches import LAUNCHES
 from activities.node_context import NodeContext
-from activities.service_launch import ServiceLaunch
 from activities.supervision import SERVICE_PIDFILE, Supervisor
 from berth.api_client import ApiClient
 from berth.kinds import ProcessKind
 from berth.processes import remove_file, tail
-from workflows.payloads import LiveCheck, ServiceExit, ServiceRun
+from workflows.payloads import FrontExit, FrontRun, LiveCheck
 
 
-class ServiceActivities:
+class FrontActivities:
     """Front processes bound to one node agent (their secrets are resolved by the launches, on the node)."""
 
     def __init__(self, context: NodeContext, supervisor: Supervisor, api: ApiClient) -> None:
@@ -31,11 +31,11 @@ class ServiceActivities:
         self.supervisor = supervisor
         self.api = api
 
-    async def _launch(self, run: ServiceRun, workdir: Path) -> ServiceLaunch:
+    async def _launch(self, run: FrontRun, workdir: Path) -> FrontLaunch:
         return await LAUNCHES[ProcessKind(run.kind)](self.api, self.context, run, workdir)
 
     @activity.defn(name="run_service")
-    async def run_service(self, run: ServiceRun) -> ServiceExit:
+    async def run_service(self, run: FrontRun) -> FrontExit:
         """Own one service process from start to exit; heartbeat while it lives; SIGTERM then SIGKILL
         its process group on cancellation. Returns how it ended."""
         if run.kind not in LAUNCHES:
@@ -69,21 +69,21 @@ class ServiceActivities:
         finally:
             remove_file(pidfile)
         assert code is not None
-        return ServiceExit(name=run.name, node_id=context.node_id,
+        return FrontExit(name=run.name, node_id=context.node_id,
                            exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
                            log_tail=tail(log_path, 15))
 
     @activity.defn(name="adopt_service")
-    async def adopt_service(self, run: ServiceRun) -> ServiceExit:
+    async def adopt_service(self, run: FrontRun) -> FrontExit:
         """Take back a service whose previous agent died (see Supervisor.adopt): it keeps its pid and port."""
         adopted = await self.supervisor.adopt(self._workdir(run) / SERVICE_PIDFILE, run.name, self._log_path(run))
-        return ServiceExit(name=run.name, node_id=self.context.node_id, reason="lost" if adopted.lost else "exited",
+        return FrontExit(name=run.name, node_id=self.context.node_id, reason="lost" if adopted.lost else "exited",
                            note=adopted.note, log_tail=adopted.log_tail)
 
-    def _workdir(self, run: ServiceRun) -> Path:
+    def _workdir(self, run: FrontRun) -> Path:
         return self.context.node_dir / "services" / f"{run.workflow_id}.{run.name}"
 
-    def _log_path(self, run: ServiceRun) -> Path:
+    def _log_path(self, run: FrontRun) -> Path:
         return self.context.state.workflow_logs(run.workflow_id) / run.name / f"{run.name}.log"
 
     @activity.defn(name="wait_live")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 @dataclass(frozen=True)
-class ServiceLaunch:
+class FrontLaunch:
     """What to start: argv (no secret), environment (may hold secrets), working directory."""
 
     argv: tuple[str, ...]

@@ -1,6 +1,6 @@
-"""ServiceWorkflow: the one generic workflow every catalog entry runs — weights, then a pool of replica
-copies (child CopyWorkflows) behind the endpoint's front process (a child FrontWorkflow), until stopped or
-failed; it continues as new when its history grows long, its children running on."""
+"""PoolWorkflow (Temporal type name ServiceWorkflow): the one generic workflow every catalog entry runs —
+weights, then a pool of copies (child CopyWorkflows) behind the endpoint's front process (a child
+FrontWorkflow), until stopped or failed; it continues as new when its history grows long, its children running on."""
 
 from __future__ import annotations
 
@@ -22,16 +22,16 @@ with workflow.unsafe.imports_passed_through():
         Event,
         FrontReport,
         Phase,
+        PoolInput,
+        PoolStatus,
         ScaleRequest,
         ScaleResult,
-        ServiceInput,
-        ServiceStatus,
         StopRequest,
         WeightsInput,
         WeightsResult,
     )
     from workflows.pool import PoolMixin
-    from workflows.pool_state import ServiceState
+    from workflows.pool_state import PoolState
 
 DOWNLOAD_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=30), maximum_attempts=5,
@@ -41,10 +41,10 @@ DOWNLOAD_RETRY = RetryPolicy(
 SHORT = timedelta(seconds=60)
 
 
-@workflow.defn
-class ServiceWorkflow(PoolMixin):
+@workflow.defn(name="ServiceWorkflow")  # the type name running pools and their histories carry
+class PoolWorkflow(PoolMixin):
     @workflow.init
-    def __init__(self, input: ServiceInput) -> None:
+    def __init__(self, input: PoolInput) -> None:
         # The input (and a carried pool) before any handler runs: a continued run may take an update or a
         # signal in its first workflow task, before `run` starts.
         super().__init__()
@@ -55,9 +55,9 @@ class ServiceWorkflow(PoolMixin):
 
     # --- reads and writes from outside ---------------------------------------------------------
     @workflow.query
-    def status(self) -> ServiceStatus:
+    def status(self) -> PoolStatus:
         assert self.input is not None
-        return ServiceStatus(
+        return PoolStatus(
             workflow_id=self.input.workflow_id, phase=self.state.phase, desired_copies=self.state.desired,
             copies=tuple(self.state.copies.values()), events=tuple(self.state.events),
             last_error=self.state.last_error, weights=self.state.weights,
@@ -153,7 +153,7 @@ class ServiceWorkflow(PoolMixin):
 
     # --- the run --------------------------------------------------------------------------------
     @workflow.run
-    async def run(self, input: ServiceInput) -> ServiceStatus:
+    async def run(self, input: PoolInput) -> PoolStatus:
         # Only a run this workflow continued itself resumes a carried state (and was authorized then).
         carry, continued = input.carry, self.continued
         input = input.model_copy(update={"carry": None})  # what self.input holds
@@ -192,7 +192,7 @@ class ServiceWorkflow(PoolMixin):
         self.state.event("stopped", "every rank stopped, GPUs released, endpoint removed")
         return self.status()
 
-    async def _authorize(self, input: ServiceInput) -> None:
+    async def _authorize(self, input: PoolInput) -> None:
         try:
             await require_authorized("verify_service_input", input)
         except ApplicationError as error:
@@ -200,7 +200,7 @@ class ServiceWorkflow(PoolMixin):
             self.state.phase = Phase.FAILED
             raise
 
-    async def _download(self, input: ServiceInput) -> str:
+    async def _download(self, input: PoolInput) -> str:
         job = input.definition.weights
         assert job is not None
         self.state.phase = Phase.DOWNLOADING
@@ -253,7 +253,7 @@ class ServiceWorkflow(PoolMixin):
         else:
             state.phase = Phase.SCHEDULING
 
-    async def _cleanup(self, input: ServiceInput) -> None:
+    async def _cleanup(self, input: PoolInput) -> None:
         await workflow.execute_activity(
             "remove_endpoint", CleanupInput(workflow_id=input.workflow_id, endpoint_id=input.endpoint_id),
             task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
@@ -267,4 +267,4 @@ class ServiceWorkflow(PoolMixin):
             )
 
 
-__all__ = ["ServiceState", "ServiceWorkflow"]
+__all__ = ["PoolState", "PoolWorkflow"]
