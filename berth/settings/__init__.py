@@ -40,7 +40,7 @@ def venv_bin(name: str) -> Path:
 
 
 def repo_root() -> Path:
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]  # berth/settings/__init__.py → the checkout
 
 
 @dataclass(frozen=True)

@@ -23,3 +23,10 @@ def test_the_pattern_tells_a_read_from_a_write() -> None:
     assert READ.search('x = os.environ.get("BERTH_TOKEN", "")')
     assert READ.search('x = os.environ["BERTH_TOKEN"]')
     assert not READ.search('os.environ["BERTH_TOKEN"] = token')
+
+
+def test_repo_root_is_the_checkout() -> None:
+    """settings is a package now: the checkout is two folders above its __init__.py, not one."""
+    from berth.settings import repo_root
+
+    assert repo_root() == REPO and (repo_root() / "pyproject.toml").is_file()
