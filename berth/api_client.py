@@ -37,6 +37,10 @@ from berth.contracts import (
     KeyRotateRequest,
     KeyVerdict,
     KeyVerifyRequest,
+    LiteLLMDeletedKeys,
+    LiteLLMIssuedKey,
+    LiteLLMKeyCall,
+    LiteLLMKeyInfoAnswer,
     LoadReport,
     MemberRequest,
     MintedToken,
@@ -306,6 +310,23 @@ class ApiClient(ApiTransport):
         sent = body(KeyReserveRequest(requests=requests))
         return one(KeyReservation, await self.request("POST", f"/v1/internal/keys/{segment(key_id)}/reserve",
                                                        json=sent))
+
+    # --- LiteLLM's key contract, for the endpoint proxy (the client's credential in the body only) ---
+    async def litellm_generate_key(self, endpoint_id: str, call: LiteLLMKeyCall) -> LiteLLMIssuedKey:
+        return one(LiteLLMIssuedKey, await self._litellm_keys(endpoint_id, "generate", call))
+
+    async def litellm_key_info(self, endpoint_id: str, call: LiteLLMKeyCall) -> LiteLLMKeyInfoAnswer:
+        return one(LiteLLMKeyInfoAnswer, await self._litellm_keys(endpoint_id, "info", call))
+
+    async def litellm_delete_keys(self, endpoint_id: str, call: LiteLLMKeyCall) -> LiteLLMDeletedKeys:
+        return one(LiteLLMDeletedKeys, await self._litellm_keys(endpoint_id, "delete", call))
+
+    async def litellm_regenerate_key(self, endpoint_id: str, call: LiteLLMKeyCall) -> LiteLLMIssuedKey:
+        return one(LiteLLMIssuedKey, await self._litellm_keys(endpoint_id, "regenerate", call))
+
+    async def _litellm_keys(self, endpoint_id: str, action: str, call: LiteLLMKeyCall) -> Any:
+        path = f"/v1/internal/endpoints/{segment(endpoint_id)}/litellm-keys/{action}"
+        return await self.request("POST", path, json=call.model_dump(mode="json"))
 
     async def whoami(self) -> UserView:
         return one(UserView, await self.request("GET", "/v1/whoami"))

@@ -21,7 +21,7 @@ from berth.errors import AuthenticationError, BerthError
 from berth.failure_log import FailureLog
 from berth.scopes import Scope
 from berth.security import Identity, SigningKey, TokenVerifier, endpoint_audience
-from gateway import answers, litellm_replay, model_cards, second_try
+from gateway import answers, litellm_keys, litellm_replay, model_cards, second_try
 from gateway.answers import body_stream, deadline, header, json_answer, plain, upstream_failed
 from gateway.audit_writer import AuditedRequest, AuditWriter
 from gateway.credentials import COOKIE_NAME, find_token, strip_berth_credentials
@@ -187,6 +187,8 @@ class EndpointProxy:
         route = await self._route(endpoint_id)
         if route is None:
             await plain(send, 404, b"Unknown endpoint")
+            return
+        if await litellm_keys.serve(self, route, scope, receive, send, rest):  # LiteLLM's /key/* from Berth's keys
             return
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         token, from_authorization = find_token(headers)

@@ -42,7 +42,7 @@ class MasterKeyGate:
 
     async def refusal(self, headers: list[tuple[bytes, bytes]]) -> tuple[int, dict[str, Any]] | None:
         """None when the request may pass, else LiteLLM's (status, body)."""
-        key = _sent_key(headers, self._berth_tokens)
+        key = sent_key(headers, self._berth_tokens)
         if key:
             if hmac.compare_digest(key, self._master_key):
                 return None
@@ -78,7 +78,7 @@ class MasterKeyGate:
         return self._verifier
 
 
-def _sent_key(headers: list[tuple[bytes, bytes]], berth_tokens: TokenVerifier) -> bytes:
+def sent_key(headers: list[tuple[bytes, bytes]], berth_tokens: TokenVerifier) -> bytes:
     """The key a client sent, as LiteLLM extracts it ("Bearer " dropped); b"" when none."""
     found: dict[bytes, bytes] = {}
     for name, value in headers:

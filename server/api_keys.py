@@ -19,6 +19,7 @@ from server.store import Store
 
 LIST_LIMIT = 1000  # `berth key list` shows the newest this many
 DEFAULT_TTL_S = 30 * 86400  # no --ttl: 30 days, or the endpoint's cap when that is shorter
+MAX_OVERLAP_S = 7 * 24 * 3600  # a rotation leaves two secrets working; for days at most
 
 
 def ttl_cap_s(endpoint: EndpointRow, cluster_cap: str) -> tuple[int, str]:

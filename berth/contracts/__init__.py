@@ -72,6 +72,14 @@ from berth.contracts.keys import (
     KeyVerdict,
     KeyVerifyRequest,
 )
+from berth.contracts.litellm_keys import (
+    VIRTUAL_KEY_PREFIX,
+    LiteLLMDeletedKeys,
+    LiteLLMIssuedKey,
+    LiteLLMKeyCall,
+    LiteLLMKeyInfo,
+    LiteLLMKeyInfoAnswer,
+)
 from berth.contracts.nodes import (
     GpuView,
     NodeState,
@@ -159,6 +167,11 @@ __all__ = [
     "KeyRotateRequest",
     "KeyVerdict",
     "KeyVerifyRequest",
+    "LiteLLMDeletedKeys",
+    "LiteLLMIssuedKey",
+    "LiteLLMKeyCall",
+    "LiteLLMKeyInfo",
+    "LiteLLMKeyInfoAnswer",
     "LoadReport",
     "MAX_HOLDINGS",
     "MemberRequest",
@@ -199,6 +212,7 @@ __all__ = [
     "TokenLapse",
     "UserRequest",
     "UserView",
+    "VIRTUAL_KEY_PREFIX",
     "WakeRequest",
     "WakeResult",
     "WeightsResult",

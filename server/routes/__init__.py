@@ -4,9 +4,22 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from server.routes import audit, catalog, endpoints, health, identity, internal, keys, nodes, secrets, tokens, workflows
+from server.routes import (
+    audit,
+    catalog,
+    endpoints,
+    health,
+    identity,
+    internal,
+    keys,
+    litellm_keys,
+    nodes,
+    secrets,
+    tokens,
+    workflows,
+)
 
 ROUTERS: tuple[APIRouter, ...] = (
     tokens.router, health.router, catalog.router, workflows.router, endpoints.router, secrets.router,
-    identity.router, nodes.router, keys.router, internal.router, audit.router,
+    identity.router, nodes.router, keys.router, litellm_keys.router, internal.router, audit.router,
 )

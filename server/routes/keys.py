@@ -18,12 +18,11 @@ from berth.contracts import (
 )
 from berth.errors import UserInputError
 from berth.tokens import parse_duration
-from server.api_keys import key_lifetime_s
+from server.api_keys import MAX_OVERLAP_S, key_lifetime_s
 from server.context import Context
 from server.guards import Admin, Caller, CreatableKey, OwnedKey
 
 router = APIRouter()
-MAX_OVERLAP_S = 7 * 24 * 3600  # a rotation leaves two secrets working; for days at most
 
 
 @router.post("/v1/keys", status_code=201)

@@ -24,7 +24,10 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          ("GET", "/v1/audit/verify"),
          ("POST", "/v1/keys"), ("GET", "/v1/keys"), ("GET", "/v1/keys/{key_id}"),
          ("POST", "/v1/keys/{key_id}/rotate"), ("DELETE", "/v1/keys/{key_id}"),
-         ("POST", "/v1/internal/keys/verify"), ("POST", "/v1/internal/keys/{key_id}/reserve")}
+         ("POST", "/v1/internal/keys/verify"), ("POST", "/v1/internal/keys/{key_id}/reserve"),
+         # LiteLLM's key contract on LiteLLM-fronted endpoints, answered from Berth's keys for the proxy.
+         *(("POST", f"/v1/internal/endpoints/{{endpoint_id}}/litellm-keys/{action}")
+           for action in ("generate", "info", "delete", "regenerate"))}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema
 
