@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 from berth.scopes import Scope
 from gateway.route_table import Route
@@ -30,6 +31,31 @@ async def body_stream(first: bytes, receive: Receive) -> AsyncIterator[bytes]:
             yield chunk
         if not message.get("more_body"):
             return
+
+
+async def whole_body(receive: Receive, limit: int) -> bytes | None:
+    """The request body read whole, at most `limit` bytes (None: longer; what was read is dropped)."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        if chunk:
+            parts.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands out `body` once, whole, then what the client sends next (its disconnect)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> dict[str, Any]:
+        return pending.pop() if pending else await receive()
+    return replayed
 
 
 async def plain(send: Send, status: int, body: bytes) -> None:

@@ -1,15 +1,40 @@
 """Strip every Berth credential from a request before it leaves Berth for a model service: a model's
-owner runs that service, and a user's API token, another endpoint's token or the console cookie
-would let them act as the caller on the control plane (issue 11 item 6)."""
+owner runs that service, and a user's API token, another endpoint's token, a Berth API key or the console
+cookie would let them act as the caller on the control plane (issue 11 item 6); and find the caller's
+token or API key among the headers."""
 
 from __future__ import annotations
 
 import contextlib
 from http.cookies import CookieError, SimpleCookie
 
+from berth.api_keys import looks_like_key
 from berth.security import TokenVerifier
 
 COOKIE_NAME = "berth_token"
+# Where clients put an API key: OpenAI's SDKs and curl in Authorization, LiteLLM's in the other two.
+KEY_HEADERS = (b"authorization", b"x-api-key", b"x-litellm-api-key")
+# A Berth key minted through LiteLLM's /key/generate contract reads `sk-bk_…`: LiteLLM's clients expect sk-.
+LITELLM_FORM = "sk-bk_"
+
+
+def berth_key(credential: str) -> str | None:
+    """The Berth API key a credential holds, in its plain `bk_…` form; None when it holds none."""
+    if credential.startswith(LITELLM_FORM):
+        credential = credential[3:]
+    return credential if looks_like_key(credential) else None
+
+
+def find_key(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The Berth API key the caller presents (`bk_…` or `sk-bk_…`, bare or after `Bearer`) in the first
+    of Authorization, x-api-key, x-litellm-api-key that holds one."""
+    found: dict[bytes, str] = {}
+    for name, value in headers:
+        if name in KEY_HEADERS and name not in found:
+            key = berth_key(_credential(value))
+            if key is not None:
+                found[name] = key
+    return next((found[name] for name in KEY_HEADERS if name in found), None)
 
 
 def _credential(value: bytes) -> str:
@@ -25,22 +50,22 @@ def _without_berth_cookies(value: bytes, verifier: TokenVerifier) -> bytes | Non
     except CookieError:
         return None  # unparseable: it might hide one, and a model service has no use for Berth's cookies
     kept = [f"{name}={morsel.coded_value}" for name, morsel in jar.items()
-            if name != COOKIE_NAME and not verifier.issued(morsel.value)]
+            if name != COOKIE_NAME and not verifier.issued(morsel.value) and berth_key(morsel.value) is None]
     return "; ".join(kept).encode("latin-1") if kept else None
 
 
 def strip_berth_credentials(headers: list[tuple[bytes, bytes]],
                             verifier: TokenVerifier) -> list[tuple[bytes, bytes]]:
-    """`headers` without any value that is a Berth token, whatever its audience and header: keys go in
-    Authorization, x-api-key, x-litellm-api-key and more (LiteLLM reads six), so every header is
-    looked at. A service key (sk-…) and other cookies stay."""
+    """`headers` without any value that is a Berth token or API key, whatever its audience and header: keys
+    go in Authorization, x-api-key, x-litellm-api-key and more (LiteLLM reads six), so every header is
+    looked at. A service key (sk-… but not sk-bk_…) and other cookies stay."""
     kept: list[tuple[bytes, bytes]] = []
     for name, value in headers:
         if name == b"cookie":
             cookies = _without_berth_cookies(value, verifier)
             if cookies is not None:
                 kept.append((name, cookies))
-        elif verifier.issued(_credential(value)):
+        elif berth_key(credential := _credential(value)) is not None or verifier.issued(credential):
             continue
         else:
             kept.append((name, value))

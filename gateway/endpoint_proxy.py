@@ -1,7 +1,8 @@
-"""EndpointProxy: the single public entry — authenticate the caller, enforce the endpoint's scope,
-strip Berth credentials, tell the service who the caller is (a signed `x-berth-caller` assertion), and
-stream the request to the endpoint's service or one of its replicas; each request is recorded in the audit
-chain, off the hot path (gateway/audit_writer.py).
+"""EndpointProxy: the single public entry — authenticate the caller (an endpoint token, or an API key with
+its per-key limits: gateway/key_gate.py), enforce the endpoint's scope, strip Berth credentials, tell the
+service who the caller is (a signed `x-berth-caller` assertion), and stream the request to the endpoint's
+service or one of its replicas; each request is recorded in the audit chain, off the hot path
+(gateway/audit_writer.py), with the tokens its answer reports (gateway/usage.py).
 
 A bare ASGI app (no framework) on purpose: it is the hot path for every request.
 """
@@ -24,23 +25,20 @@ from berth.security import Identity, SigningKey, TokenVerifier, endpoint_audienc
 from gateway import answers, litellm_keys, litellm_replay, model_cards, second_try
 from gateway.answers import body_stream, deadline, header, json_answer, plain, upstream_failed
 from gateway.audit_writer import AuditedRequest, AuditWriter
-from gateway.credentials import COOKIE_NAME, find_token, strip_berth_credentials
+from gateway.credentials import COOKIE_NAME, find_key, find_token
 from gateway.hold import HELD_POLL_S, WAKE_EVERY_S, Holds
+from gateway.key_gate import KeyedRequest, KeyGate, KeyRefusal, KeySlot
 from gateway.metrics import MetricsScraper
 from gateway.route_table import Route, build_route
 from gateway.routing import Replica, ReplicaMetrics
-from gateway.upstream import HOP_BY_HOP, Receive, Send, UpstreamError, UpstreamPool, UpstreamResponse, relay
+from gateway.upstream import Receive, Send, UpstreamError, UpstreamPool, UpstreamResponse, relay
+from gateway.upstream_headers import CallerHeaders
+from gateway.upstream_headers import to_target as _to
+from gateway.usage import UsageMeter, charged_tokens
 
 log = logging.getLogger("berth.proxy")
 
-CALLER_HEADER = b"x-berth-caller"
-# A client's own x-berth-caller is always dropped: only this proxy may speak for a caller.
-STRIPPED_REQUEST = HOP_BY_HOP | {b"berth-authorization", CALLER_HEADER}
 STREAMED = re.compile(rb'"stream"\s*:\s*true')
-ASSERTION_TTL_S = 60.0
-# An assertion is reused this long (signing costs ~50 µs; the hot path signs at most twice a minute
-# per caller and endpoint), leaving it ≥ 30 s of life when it reaches the service.
-ASSERTION_REUSE_S = 30.0
 
 __all__ = ["COOKIE_NAME", "WAKE_EVERY_S", "EndpointProxy", "Route", "find_token"]  # what callers import here
 
@@ -50,8 +48,8 @@ class EndpointProxy:
                  refresh_s: float = 1.0, signer: SigningKey | None = None) -> None:
         self.api = api
         self.verifier = verifier
-        self.signer = signer  # None: no caller assertions (the service then wants a key)
-        self._assertions: dict[tuple[Identity, str], tuple[bytes, float]] = {}
+        self.caller_headers = CallerHeaders(verifier, signer)  # signer None: no caller assertions
+        self.keys = KeyGate(api)
         self.upstream = upstream or UpstreamPool()
         self.refresh_s = refresh_s
         self.routes: dict[str, Route] = {}
@@ -146,20 +144,6 @@ class EndpointProxy:
         self._verified[key] = (identity, float(claims["exp"]))
         return identity
 
-    def _assertion(self, identity: Identity, endpoint_id: str) -> bytes | None:
-        if self.signer is None:
-            return None
-        key = (identity, endpoint_id)
-        now = time.monotonic()
-        cached = self._assertions.get(key)
-        if cached is not None and cached[1] > now:
-            return cached[0]
-        token = self.signer.caller_assertion(identity, endpoint_id, ASSERTION_TTL_S).encode()
-        if len(self._assertions) > 10_000:
-            self._assertions.clear()
-        self._assertions[key] = (token, now + ASSERTION_REUSE_S)
-        return token
-
     # --- ASGI -------------------------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -177,13 +161,18 @@ class EndpointProxy:
             return
         endpoint_id, _, rest = path[len("/endpoints/"):].partition("/")
         audited = self.audit.request(endpoint_id)
+        meter = UsageMeter()  # the answer's usage: the audit row's tokens, a key's tokens per minute
         try:
-            await self._endpoint(scope, receive, audited.watch(send), endpoint_id, rest, audited)
+            await self._endpoint(scope, receive, meter.watch(audited.watch(send)), endpoint_id, rest, audited,
+                                 meter)
         finally:
+            usage = meter.usage()
+            if usage is not None:
+                audited.tokens_in, audited.tokens_out = usage.prompt, usage.completion
             audited.end()
 
     async def _endpoint(self, scope: dict[str, Any], receive: Receive, send: Send, endpoint_id: str, rest: str,
-                        audited: AuditedRequest) -> None:
+                        audited: AuditedRequest, meter: UsageMeter) -> None:
         route = await self._route(endpoint_id)
         if route is None:
             await plain(send, 404, b"Unknown endpoint")
@@ -191,15 +180,19 @@ class EndpointProxy:
         if await litellm_keys.serve(self, route, scope, receive, send, rest):  # LiteLLM's /key/* from Berth's keys
             return
         headers: list[tuple[bytes, bytes]] = scope["headers"]
-        token, from_authorization = find_token(headers)
-        identity: Identity | None = None
-        if token:
+        keyed: KeyedRequest | None = None
+        presented = find_key(headers)
+        if presented is not None:
             try:
-                identity = self._identity(token, endpoint_id)
-            except AuthenticationError:
-                identity = None
-        # A valid Berth token is consumed here even when it identifies nobody to the service.
-        strip_authorization = from_authorization and identity is not None
+                keyed = await self.keys.check(presented, endpoint_id, receive)
+            except KeyRefusal as refusal:
+                audited.key_id = refusal.key_id
+                await refusal.answer(send)
+                return
+            identity: Identity | None = keyed.identity
+            strip_authorization, receive, audited.key_id = True, keyed.receive, keyed.verdict.key_id
+        else:
+            identity, strip_authorization = self._token_identity(headers, endpoint_id)
         audited.user = identity.user if identity is not None else None  # a refusal names whom it refused
         if route.scope is Scope.PUBLIC:
             # Public: everyone passes; a token only identifies a caller of the endpoint's organization.
@@ -212,9 +205,35 @@ class EndpointProxy:
             if not route.admits(identity):
                 await plain(send, 403, answers.forbidden(endpoint_id, route).encode())
                 return
+        slot: KeySlot | None = None
+        try:
+            if keyed is not None:
+                slot = await self.keys.admit(keyed.verdict)  # after the scope: a refused caller spends no quota
+            await self._admitted(scope, receive, send, route, rest, headers, strip_authorization, identity, audited)
+        except KeyRefusal as refusal:
+            await refusal.answer(send)
+        finally:
+            if slot is not None:  # whatever ended it: the answer, a client gone mid-stream, an error
+                await slot.finish(charged_tokens(meter.usage(), keyed.body if keyed is not None else None))
+
+    def _token_identity(self, headers: list[tuple[bytes, bytes]], endpoint_id: str) -> tuple[Identity | None, bool]:
+        """The caller an endpoint token names (None: no valid one), and whether to strip Authorization: a
+        valid Berth token is consumed there even when it identifies nobody to the service."""
+        token, from_authorization = find_token(headers)
+        identity: Identity | None = None
+        if token:
+            try:
+                identity = self._identity(token, endpoint_id)
+            except AuthenticationError:
+                identity = None
+        return identity, from_authorization and identity is not None
+
+    async def _admitted(self, scope: dict[str, Any], receive: Receive, send: Send, route: Route, rest: str,
+                        headers: list[tuple[bytes, bytes]], strip_authorization: bool, identity: Identity | None,
+                        audited: AuditedRequest) -> None:
         audited.admit(identity.user if identity is not None else None)
         if route.wakeable:
-            self._arrivals[endpoint_id] = self._arrivals.get(endpoint_id, 0) + 1
+            self._arrivals[route.id] = self._arrivals.get(route.id, 0) + 1
         session_id = header(headers, b"x-session-id")
         target = route.target(session_id) or await self._when_none_routable(route, send, headers, session_id)
         if target is None:
@@ -251,7 +270,7 @@ class EndpointProxy:
                        target: Replica, rest: str, headers: list[tuple[bytes, bytes]],
                        strip_authorization: bool, session_id: str | None = None,
                        identity: Identity | None = None) -> None:
-        upstream_headers, renewed = self._upstream_headers(headers, strip_authorization, identity, route.id)
+        upstream_headers, renewed = self.caller_headers.build(headers, strip_authorization, identity, route.id)
         path = f"/{rest}"
         if scope.get("query_string"):
             path += "?" + scope["query_string"].decode("latin-1")
@@ -298,29 +317,6 @@ class EndpointProxy:
                 await relay(response, send, log, "upstream", target.url, receive)
         finally:
             target.in_flight -= 1
-
-    def _upstream_headers(self, headers: list[tuple[bytes, bytes]], strip_authorization: bool,
-                          identity: Identity | None, endpoint_id: str,
-                          ) -> tuple[list[tuple[bytes, bytes]], Callable[[], list[tuple[bytes, bytes]]]]:
-        """The headers sent upstream, and how to renew them for a later try. Every Berth credential goes,
-        whatever its audience: the service's owner must not receive one."""
-        upstream_headers = [
-            (name, value) for name, value in strip_berth_credentials(headers, self.verifier)
-            if name not in STRIPPED_REQUEST and not (strip_authorization and name == b"authorization")
-        ]
-        caller = self._assertion(identity, endpoint_id) if identity is not None else None
-        if caller is not None:
-            upstream_headers.append((CALLER_HEADER, caller))
-
-        def renewed() -> list[tuple[bytes, bytes]]:
-            """With an assertion signed now: a request held while LiteLLM restarts can outwait the one it
-            came with (60 s of life, reused for up to 30 s)."""
-            if caller is None or identity is None or self.signer is None:
-                return upstream_headers
-            fresh = self.signer.caller_assertion(identity, endpoint_id, ASSERTION_TTL_S).encode()
-            return [(name, fresh if name == CALLER_HEADER else value) for name, value in upstream_headers]
-
-        return upstream_headers, renewed
 
     async def _replay_lost(self, answer: litellm_replay.BufferedAnswer, route: Route, target: Replica, method: str,
                            path: str, renewed: Callable[[], list[tuple[bytes, bytes]]],
@@ -393,10 +389,3 @@ class EndpointProxy:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-
-def _to(target: Replica, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """A copy of a pool gets its own key as `Authorization`, in place of whatever the client sent; a
-    service (LiteLLM, the gateway, OpenCode) gets the headers as they are."""
-    if not target.api_key:
-        return headers
-    return [(name, value) for name, value in headers if name != b"authorization"] + target.authorization()

@@ -18,6 +18,7 @@ from berth.api_client import ApiClient
 from berth.errors import BerthError, PermissionDeniedError
 from berth.security import TokenVerifier
 from gateway import routing
+from gateway.answers import whole_body
 from gateway.credentials import strip_berth_credentials
 from gateway.gateway_auth import KEY_HEADERS, MasterKeyGate
 from gateway.litellm_contract import invalid_model, model_listing
@@ -210,7 +211,7 @@ class ModelGateway:
         """A POST to a ready copy of the pool serving its `model`, waking the pool when none is ready."""
         path: str = scope["path"]
         headers: list[tuple[bytes, bytes]] = scope["headers"]
-        body = await _read_body(receive)
+        body = await whole_body(receive, MAX_BODY)
         if body is None:
             await _json(send, 413, _error(f"Request body above {MAX_BODY} bytes.", 413))
             return
@@ -314,20 +315,6 @@ def _deadline(headers: list[tuple[bytes, bytes]], default: float) -> float:
             with contextlib.suppress(ValueError):
                 return max(0.0, min(default, float(value)))
     return default
-
-
-async def _read_body(receive: Receive) -> bytes | None:
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY:
-            return None
-        parts.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(parts)
 
 
 def _error(message: str, code: int) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import pytest
 
 from berth.processes import free_port
 from berth.security import Identity, SigningKey, TokenVerifier
-from gateway import endpoint_proxy
+from gateway import upstream_headers
 from gateway.endpoint_proxy import EndpointProxy
 from gateway.upstream import UpstreamPool
 from tests.gateway.test_endpoint_proxy_identity import FakeApi
@@ -187,7 +187,7 @@ def test_a_request_held_past_its_assertions_life_reaches_litellm_with_a_fresh_on
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The soak's 401: a request held 42 s while LiteLLM was restarted carried its (reused) caller assertion,
     expired by then; LiteLLM refused it. Each later try is sent with an assertion signed at that moment."""
-    monkeypatch.setattr(endpoint_proxy, "ASSERTION_TTL_S", 2.0)  # an assertion lives 2 s, the wait 3.5 s
+    monkeypatch.setattr(upstream_headers, "ASSERTION_TTL_S", 2.0)  # an assertion lives 2 s, the wait 3.5 s
     key = SigningKey.load_or_create(tmp_path)
     verifier = TokenVerifier.from_jwks(key.jwks())
     port = free_port()

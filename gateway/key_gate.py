@@ -1,0 +1,279 @@
+"""KeyGate: the endpoint proxy's check of a presented Berth API key (`bk_…`) and its per-key accounting.
+
+Verdicts come from the control plane (`POST /v1/internal/keys/verify`) and are cached for at most
+`verdict_ttl_s` (never past the secret's `valid_until`), so a revocation takes effect within seconds without
+a round trip per request; refusals are cached as briefly, so a flood of bad keys costs the API one call per
+key and window. The lifetime request quota is reserved from the API in batches (one at a time when few are
+left: a batch another proxy holds is not spent elsewhere) and handed out one per request here.
+
+Concurrency and tokens per minute are counted in this process's memory, behind `admit` and
+`KeySlot.finish`: the shared Limiter (gateway/limits.py, Redis counters) is to take them over there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from dataclasses import dataclass, field
+
+from berth.api_client import ApiClient
+from berth.api_keys import model_refusal
+from berth.contracts import KeyVerdict, KeyVerifyRequest
+from berth.errors import AuthenticationError, BerthError, NotFoundError, PermissionDeniedError
+from berth.security import Identity
+from gateway.answers import json_answer, replaying, whole_body
+from gateway.upstream import Receive, Send
+
+VERDICT_TTL_S = 5.0
+REFUSAL_TTL_S = 2.0
+MAX_CACHED = 10_000
+MAX_BATCH = 32
+WINDOW_S = 60.0
+# A keyed request whose body must be read here (its model, its max_tokens) may be this long: the body is
+# held in memory to be relayed intact after.
+MAX_READ_BODY = 1 << 20
+
+
+class KeyRefusal(Exception):
+    """Why a keyed request is refused, answered in OpenAI's error shape (`code` names the check or limit)."""
+
+    KINDS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+             413: "invalid_request_error", 429: "too_many_requests", 503: "service_unavailable"}
+
+    def __init__(self, status: int, code: str, message: str, retry_after_s: float | None = None,
+                 key_id: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.retry_after_s, self.key_id = retry_after_s, key_id
+
+    def again(self) -> KeyRefusal:
+        """A fresh copy of a cached refusal (one exception object raised many times grows its traceback)."""
+        return KeyRefusal(self.status, self.code, self.message, self.retry_after_s, self.key_id)
+
+    def body(self) -> bytes:
+        kind = self.KINDS.get(self.status, "invalid_request_error")
+        return json.dumps({"error": {"message": self.message, "type": kind, "param": None,
+                                     "code": self.code}}).encode()
+
+    async def answer(self, send: Send) -> None:
+        extra = [] if self.retry_after_s is None else [(b"retry-after", str(math.ceil(self.retry_after_s)).encode())]
+        await json_answer(send, self.status, self.body(), extra)
+
+
+def identity_of(verdict: KeyVerdict) -> Identity:
+    """Whom a key speaks for: checked against scopes and asserted to the service like a token's caller."""
+    return Identity(user=verdict.owner, groups=tuple(verdict.groups), org=verdict.org)
+
+
+def check_model(verdict: KeyVerdict, requested: str | None) -> None:
+    refusal = model_refusal(verdict.key_id, verdict.model, requested)
+    if refusal is not None:
+        raise KeyRefusal(403, "key_model", refusal, key_id=verdict.key_id)
+
+
+@dataclass(frozen=True)
+class KeyedRequest:
+    """A request whose key passed: its verdict, whom it speaks for, and its body when it was read here (then
+    `receive` hands it to the relay whole)."""
+
+    verdict: KeyVerdict
+    identity: Identity
+    body: bytes | None
+    receive: Receive
+
+
+def requested_model(body: bytes) -> str | None:
+    """The `model` a JSON body names (None: none, e.g. a listing); KeyRefusal 400 for a body not JSON."""
+    if not body.strip():
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise KeyRefusal(400, "key_model", "This API key is scoped to one model: send a JSON body naming "
+                         "its `model`.") from None
+    model = data.get("model") if isinstance(data, dict) else None
+    return model if isinstance(model, str) else None
+
+
+@dataclass
+class _Quota:
+    """Requests reserved from the API and not yet handed out; `left` is what the API had left after them."""
+
+    reserved: int = 0
+    left: int | None = None
+    exhausted_until: float = 0.0  # refused without asking the API again until then
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+@dataclass
+class _Window:
+    """Tokens charged to a key in the current one-minute window."""
+
+    started: float = 0.0
+    used: int = 0
+
+
+class KeySlot:
+    """One admitted keyed request: its concurrency slot until `finish`, which also charges its tokens."""
+
+    __slots__ = ("_done", "_gate", "key_id", "tokens_per_minute")
+
+    def __init__(self, gate: KeyGate, key_id: str, tokens_per_minute: int | None) -> None:
+        self._gate, self.key_id, self.tokens_per_minute = gate, key_id, tokens_per_minute
+        self._done = False
+
+    async def finish(self, tokens: int) -> None:
+        """Release the slot and charge `tokens`; a second call does nothing (every exit path may call it)."""
+        if self._done:
+            return
+        self._done = True
+        self._gate._release(self, tokens)
+
+
+class KeyGate:
+    def __init__(self, api: ApiClient, verdict_ttl_s: float = VERDICT_TTL_S, refusal_ttl_s: float = REFUSAL_TTL_S,
+                 max_cached: int = MAX_CACHED) -> None:
+        self.api = api
+        self.verdict_ttl_s, self.refusal_ttl_s, self.max_cached = verdict_ttl_s, refusal_ttl_s, max_cached
+        self._verdicts: dict[tuple[str, str], tuple[KeyVerdict | KeyRefusal, float]] = {}
+        self._quotas: dict[str, _Quota] = {}
+        self._in_flight: dict[str, int] = {}
+        self._windows: dict[str, _Window] = {}
+
+    # --- who the key speaks for ---------------------------------------------------------------------
+    async def verify(self, presented: str, endpoint_id: str) -> KeyVerdict:
+        """The key's verdict for `endpoint_id` (its model checked apart, by `check_model`); KeyRefusal: 401
+        unknown, revoked or expired; 403 for another endpoint; 503 the control plane cannot say."""
+        cache_key = (presented, endpoint_id)
+        now = time.time()
+        cached = self._verdicts.get(cache_key)
+        if cached is not None and cached[1] > now:
+            if isinstance(cached[0], KeyRefusal):
+                raise cached[0].again()
+            return cached[0]
+        try:
+            verdict = await self.api.verify_key(KeyVerifyRequest(key=presented, endpoint_id=endpoint_id, model=None))
+        except (AuthenticationError, NotFoundError) as error:
+            refusal = KeyRefusal(401, "invalid_api_key", str(error))
+            self._remember(cache_key, refusal, now + self.refusal_ttl_s)
+            raise refusal.again() from None
+        except PermissionDeniedError as error:
+            refusal = KeyRefusal(403, "key_endpoint", str(error))
+            self._remember(cache_key, refusal, now + self.refusal_ttl_s)
+            raise refusal.again() from None
+        except BerthError as error:  # unreachable or failing: fail closed, and ask again next time
+            raise KeyRefusal(503, "key_check_unavailable", f"The API key cannot be checked now ({error}); "
+                             "retry shortly.", retry_after_s=1) from None
+        until = now + self.verdict_ttl_s
+        if verdict.valid_until is not None:
+            until = min(until, verdict.valid_until)
+        self._remember(cache_key, verdict, until)
+        return verdict
+
+    async def check(self, presented: str, endpoint_id: str, receive: Receive) -> KeyedRequest:
+        """Verify the key for this endpoint, and for a model-scoped key the body's `model`. The body is read
+        (bounded) only when the key needs it: its model, or its `max_tokens` to charge a reply without usage."""
+        verdict = await self.verify(presented, endpoint_id)
+        body: bytes | None = None
+        if verdict.model is not None or verdict.limits.tokens_per_minute is not None:
+            body = await whole_body(receive, MAX_READ_BODY)
+            if body is None:
+                raise KeyRefusal(413, "request_too_large", f"The request body is over {MAX_READ_BODY} bytes.",
+                                 key_id=verdict.key_id)
+            receive = replaying(body, receive)
+            if verdict.model is not None:
+                check_model(verdict, requested_model(body))
+        return KeyedRequest(verdict, identity_of(verdict), body, receive)
+
+    def _remember(self, cache_key: tuple[str, str], answer: KeyVerdict | KeyRefusal, until: float) -> None:
+        if len(self._verdicts) >= self.max_cached:
+            now = time.time()
+            self._verdicts = {k: v for k, v in self._verdicts.items() if v[1] > now}
+            if len(self._verdicts) >= self.max_cached:
+                self._verdicts.clear()  # a flood of distinct live keys: start over rather than grow
+        self._verdicts[cache_key] = (answer, until)
+
+    # --- per-key limits -----------------------------------------------------------------------------
+    async def admit(self, verdict: KeyVerdict) -> KeySlot:
+        """Take a concurrency slot, check the minute's tokens, then spend one request of the quota (last,
+        so a request refused for another limit costs none); KeyRefusal 429 naming the limit, or 503."""
+        limits, key_id = verdict.limits, verdict.key_id
+        in_flight = self._in_flight.get(key_id, 0)
+        if limits.max_concurrent is not None and in_flight >= limits.max_concurrent:
+            raise KeyRefusal(429, "max_concurrent", f"API key {key_id} already has {in_flight} request(s) in "
+                             f"flight, its limit (max_concurrent {limits.max_concurrent}).", 1, key_id)
+        if limits.tokens_per_minute is not None:
+            window = self._window(key_id)
+            if window.used >= limits.tokens_per_minute:
+                retry = max(1.0, window.started + WINDOW_S - time.monotonic())
+                raise KeyRefusal(429, "tokens_per_minute", f"API key {key_id} used {window.used} tokens this "
+                                 f"minute, its limit (tokens_per_minute {limits.tokens_per_minute}).", retry, key_id)
+        slot = KeySlot(self, key_id, limits.tokens_per_minute)
+        self._in_flight[key_id] = in_flight + 1  # before the reservation's await: no second request slips in
+        try:
+            if limits.request_quota is not None:
+                await self._spend_one(verdict)
+        except BaseException:
+            await slot.finish(0)
+            raise
+        return slot
+
+    def in_flight(self, key_id: str) -> int:
+        return self._in_flight.get(key_id, 0)
+
+    def _window(self, key_id: str) -> _Window:
+        window = self._windows.get(key_id)
+        now = time.monotonic()
+        if window is None:
+            if len(self._windows) >= self.max_cached:
+                self._windows.clear()
+            window = self._windows[key_id] = _Window(now)
+        elif now - window.started >= WINDOW_S:
+            window.started, window.used = now, 0
+        return window
+
+    def _release(self, slot: KeySlot, tokens: int) -> None:
+        left = self._in_flight.get(slot.key_id, 1) - 1
+        if left > 0:
+            self._in_flight[slot.key_id] = left
+        else:
+            self._in_flight.pop(slot.key_id, None)
+        if slot.tokens_per_minute is not None:
+            self._window(slot.key_id).used += max(0, tokens)
+
+    async def _spend_one(self, verdict: KeyVerdict) -> None:
+        key_id, limits = verdict.key_id, verdict.limits
+        quota = self._quotas.get(key_id)
+        if quota is None:
+            if len(self._quotas) >= self.max_cached:
+                self._quotas = {k: q for k, q in self._quotas.items() if q.reserved}  # reserved ones are paid for
+            assert limits.request_quota is not None
+            quota = self._quotas[key_id] = _Quota(left=max(0, limits.request_quota - limits.requests_used))
+        if not quota.reserved:
+            async with quota.lock:  # one reservation in flight per key; the requests behind it share it
+                if not quota.reserved:
+                    await self._reserve(key_id, quota)
+        quota.reserved -= 1
+
+    async def _reserve(self, key_id: str, quota: _Quota) -> None:
+        if quota.exhausted_until > time.monotonic():
+            raise _exhausted(key_id)
+        # Adaptive: what this proxy holds is spent nowhere else, so take one at a time near the end.
+        batch = min(MAX_BATCH, max(1, (quota.left or 0) // 16))
+        try:
+            reservation = await self.api.reserve_key_requests(key_id, batch)
+        except BerthError as error:
+            raise KeyRefusal(503, "key_check_unavailable", f"API key {key_id}'s request quota cannot be checked "
+                             f"now ({error}); retry shortly.", 1, key_id) from None
+        quota.left = reservation.remaining
+        if reservation.granted <= 0:
+            quota.exhausted_until = time.monotonic() + self.verdict_ttl_s
+            raise _exhausted(key_id)
+        quota.reserved += reservation.granted
+
+
+def _exhausted(key_id: str) -> KeyRefusal:
+    return KeyRefusal(429, "request_quota", f"API key {key_id} has used its whole request quota; create a new "
+                      "key or ask for a larger quota.", key_id=key_id)
