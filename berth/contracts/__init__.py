@@ -72,6 +72,13 @@ from berth.contracts.keys import (
     KeyVerdict,
     KeyVerifyRequest,
 )
+from berth.contracts.limits import (
+    SCOPES,
+    LimitPolicy,
+    ScopeLimits,
+    endpoint_limits,
+    limit_policy_from,
+)
 from berth.contracts.nodes import (
     GpuView,
     NodeState,
@@ -159,6 +166,9 @@ __all__ = [
     "KeyRotateRequest",
     "KeyVerdict",
     "KeyVerifyRequest",
+    "LimitPolicy",
+    "limit_policy_from",
+    "endpoint_limits",
     "LoadReport",
     "MAX_HOLDINGS",
     "MemberRequest",
@@ -189,6 +199,8 @@ __all__ = [
     "RoutesTable",
     "SecretCreated",
     "SecretRequest",
+    "SCOPES",
+    "ScopeLimits",
     "SecretView",
     "ServiceCopies",
     "ServiceCopy",
