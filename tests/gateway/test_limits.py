@@ -326,3 +326,22 @@ def test_redis_url(monkeypatch: pytest.MonkeyPatch) -> None:
     assert redis_url() is None
     monkeypatch.setenv("BERTH_REDIS_URL", " redis://10.0.0.5:6379/0 ")
     assert redis_url() == "redis://10.0.0.5:6379/0"
+
+
+
+def test_a_route_keeps_its_override_object_while_unchanged() -> None:
+    """The limiter keeps a plan per override object: a refresh that brings the same override (an explicit
+    null included) keeps the object; a changed one replaces it."""
+    from berth.contracts import RouteEntry
+    from gateway.route_table import build_route
+
+    sent = {"limits": {"user": {"requests_per_minute": 5}, "max_tokens": None}}
+    entry = RouteEntry.model_validate({"id": "ep1", "scope": "user", "owner": "alice", "org": "acme", **sent})
+    route = build_route(entry, None, {}, {})
+    assert route.limits is not None and route.limits.set_by("max_tokens") and route.limits.max_tokens is None
+    again = build_route(RouteEntry.model_validate(entry.model_dump(by_alias=True, exclude_unset=True)), route, {}, {})
+    assert again.limits is route.limits
+    unset = entry.model_copy(update={"limits": endpoint_limits({"user": {"requests_per_minute": 5}})})
+    assert build_route(unset, route, {}, {}).limits is not route.limits  # max_tokens no longer turned off
+    bare = RouteEntry.model_validate({"id": "ep1", "scope": "user", "owner": "alice", "org": "acme"})
+    assert build_route(bare, route, {}, {}).limits is None and "limits" not in bare.model_dump(exclude_unset=True)
