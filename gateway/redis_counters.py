@@ -8,10 +8,12 @@ forever, and a release (ZREM of its ticket) can never release twice.
 Redis unreachable or failing: an admit is refused with a 503 (closed: never admitted uncounted), sent once
 with no retry (a retried script could count twice); a finish that cannot reach it is logged once per
 outage and dropped (its slots expire with the lease, its tokens go uncharged), never raised into the
-request path."""
+request path. A caller cancelled mid-admit (its client left) gets its slots given back once Redis answers;
+a finish runs to its end even when its caller is cancelled."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 
@@ -92,6 +94,7 @@ class RedisCounters:
         self._admit = self._redis.register_script(_ADMIT)  # EVALSHA; loaded again after Redis restarts
         self._finish = self._redis.register_script(_FINISH)
         self._finish_failing = False
+        self._background: set[asyncio.Future[None]] = set()  # releases of abandoned admits, kept referenced
 
     def _key(self, check: Check, now: float) -> str:
         if check.kind == IN_FLIGHT:
@@ -103,15 +106,35 @@ class RedisCounters:
         args: list[str | int] = [self._lease_ms, ticket]
         for check in checks:
             args += [check.kind, check.limit, 2 * check.window]
+        call = asyncio.ensure_future(self._admit(keys=keys, args=args))
         try:
-            answer = await self._admit(keys=keys, args=args)
+            answer = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            # The caller left (its client disconnected) with the script perhaps counted: once it answers,
+            # give back the slots it took, so a request no one holds a ticket for holds no slot.
+            releases = [check for check in checks if check.kind == IN_FLIGHT]
+            call.add_done_callback(lambda done: self._release_abandoned(done, releases, ticket, now))
+            raise
         except (RedisError, OSError) as error:
             raise Refused(503, "shared_counters", f"the shared limit counters (Redis) are unreachable "
                           f"({type(error).__name__}); retry shortly", 1) from None
         return int(answer) - 1
 
+    def _release_abandoned(self, done: asyncio.Future[object], releases: list[Check], ticket: str,
+                           now: float) -> None:
+        if done.cancelled() or done.exception() is not None or done.result() != 0 or not releases:
+            return
+        task = asyncio.ensure_future(self.finish((), releases, ticket, 0, now))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def finish(self, charges: Sequence[Check], releases: Sequence[Check], ticket: str, tokens: int,
                      now: float) -> None:
+        # Shielded: a finish in the `finally` of a request whose client left still reaches Redis.
+        await asyncio.shield(self._finish_now(charges, releases, ticket, tokens, now))
+
+    async def _finish_now(self, charges: Sequence[Check], releases: Sequence[Check], ticket: str, tokens: int,
+                          now: float) -> None:
         charged = [check for check in charges if check.kind == TOKENS]
         keys = [self._key(check, now) for check in charged] + [self._key(check, now) for check in releases]
         args: list[str | int] = [len(charged), tokens, *(2 * check.window for check in charged), ticket]

@@ -145,3 +145,64 @@ async def test_in_flight_slots_of_a_dead_proxy_expire_with_the_lease(redis_serve
             assert asyncio.get_running_loop().time() < deadline, "slots never expired"
             await asyncio.sleep(0.05)
     await counters.close()
+
+
+async def test_a_caller_cancelled_mid_admit_leaves_no_slot_held(redis_server: RedisServer) -> None:
+    """A client that disconnects while its admit is on the wire: the slot the script took is given back."""
+    counters = RedisCounters(redis_server.url)
+    limiter = Limiter(LimitPolicy(), counters)
+    script, gate, sent, counted = counters._admit, asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def held_on_the_wire(**kwargs: object) -> object:
+        sent.set()
+        await gate.wait()
+        answer = await script(**kwargs)  # type: ignore[arg-type]
+        counted.set()
+        return answer
+
+    counters._admit = held_on_the_wire  # type: ignore[assignment]
+    request = asyncio.create_task(limiter.admit(KEYED))
+    await asyncio.wait_for(sent.wait(), 5)
+    request.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    gate.set()  # the script runs and counts after its caller left
+    await asyncio.wait_for(counted.wait(), 5)
+    counters._admit = script  # type: ignore[assignment]
+    await _until_no_slot_held(counters)  # the abandoned slot is given back
+    tickets = [await limiter.admit(KEYED), await limiter.admit(KEYED)]  # both slots free
+    for ticket in tickets:
+        await ticket.finish(0)
+    await counters.close()
+
+
+async def test_a_finish_whose_caller_is_cancelled_still_reaches_redis(redis_server: RedisServer) -> None:
+    counters = RedisCounters(redis_server.url)
+    limiter = Limiter(LimitPolicy(), counters)
+    ticket = await limiter.admit(KEYED)
+    script, gate, started = counters._finish, asyncio.Event(), asyncio.Event()
+
+    async def slow_finish(**kwargs: object) -> object:
+        started.set()
+        await gate.wait()
+        return await script(**kwargs)  # type: ignore[arg-type]
+
+    counters._finish = slow_finish  # type: ignore[assignment]
+    finishing = asyncio.create_task(ticket.finish(5))
+    await asyncio.wait_for(started.wait(), 5)
+    finishing.cancel()  # the request's task is cancelled while its finish is on its way
+    with pytest.raises(asyncio.CancelledError):
+        await finishing
+    gate.set()
+    await _until_no_slot_held(counters)
+    await counters.close()
+
+
+async def _until_no_slot_held(counters: RedisCounters, timeout_s: float = 5.0) -> None:
+    """Wait (polling Redis: no event to wait on across processes) until key k1 holds no in-flight slot."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    for _ in iter(int, 1):
+        if not await counters._redis.zcard("berth:limits:concurrent:key:k1"):
+            return
+        assert asyncio.get_running_loop().time() < deadline, "a slot is still held"
+        await asyncio.sleep(0.01)
