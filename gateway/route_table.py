@@ -7,7 +7,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
-from berth.contracts import RouteCopy, RouteEntry
+from berth.contracts import LimitPolicy, RouteCopy, RouteEntry
 from berth.kinds import REGISTRY, ProcessKind
 from berth.scopes import Scope, in_scope
 from berth.security import Identity
@@ -31,6 +31,7 @@ class Route:
     wakeable: bool = False  # a replica pool (not a service): a request may wake it from zero
     service: str = ProcessKind.VLLM.value
     litellm_routed: frozenset[str] | None = None  # copies LiteLLM routes to; None: not reported yet
+    limits: LimitPolicy | None = None  # the endpoint's override of the cluster's limits (gateway/limits.py)
     # A front that stands in front of the pool (berth/kinds.py: LiteLLM): never routed around. A kind this
     # proxy does not know (a newer control plane) is taken as one: closed.
     fronts_pool: bool = field(init=False, default=True)
@@ -95,7 +96,16 @@ def build_route(item: RouteEntry, old: Route | None, known: dict[str, Replica],
         wakeable=item.wakeable,
         service=item.service or ProcessKind.VLLM.value,
         litellm_routed=None if item.litellm_routed is None else frozenset(item.litellm_routed),
+        # The same object while the override is unchanged: the limiter keeps its plan per override object.
+        limits=old.limits if old is not None and _same_limits(old.limits, item.limits) else item.limits,
     )
+
+
+def _same_limits(old: LimitPolicy | None, new: LimitPolicy | None) -> bool:
+    """Whether two overrides set the same limits: `==` alone would take an explicit null (off) for unset."""
+    if old is None or new is None:
+        return old is new
+    return old.model_dump(exclude_unset=True) == new.model_dump(exclude_unset=True)
 
 
 def _replica(entry: RouteCopy, known: dict[str, Replica], previous: dict[str, Replica]) -> Replica:

@@ -72,6 +72,13 @@ from berth.contracts.keys import (
     KeyVerdict,
     KeyVerifyRequest,
 )
+from berth.contracts.limits import (
+    SCOPES,
+    LimitPolicy,
+    ScopeLimits,
+    endpoint_limits,
+    limit_policy_from,
+)
 from berth.contracts.litellm_keys import (
     VIRTUAL_KEY_PREFIX,
     LiteLLMDeletedKeys,
@@ -172,6 +179,9 @@ __all__ = [
     "LiteLLMKeyCall",
     "LiteLLMKeyInfo",
     "LiteLLMKeyInfoAnswer",
+    "LimitPolicy",
+    "limit_policy_from",
+    "endpoint_limits",
     "LoadReport",
     "MAX_HOLDINGS",
     "MemberRequest",
@@ -202,6 +212,8 @@ __all__ = [
     "RoutesTable",
     "SecretCreated",
     "SecretRequest",
+    "SCOPES",
+    "ScopeLimits",
     "SecretView",
     "ServiceCopies",
     "ServiceCopy",

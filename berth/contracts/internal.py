@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import ConfigDict, Field
 
 from berth.contracts.base import OpenResponse, Payload, Renamed, Response, formerly
+from berth.contracts.limits import LimitPolicy
 
 
 class Jwks(OpenResponse):
@@ -89,6 +90,9 @@ class RouteEntry(Response, Renamed):
     routing_policy: str | None = None
     wakeable: bool = False  # a pool with no copy may be woken by a request
     litellm_routed: list[str] | None = None  # behind LiteLLM: the copies it routes to (None: not yet told)
+    # The endpoint's `limits` annotation: its override of the cluster's limits, the fields it sets only
+    # (sent only when there is one, so a table without overrides reads as before).
+    limits: LimitPolicy | None = None
 
 
 class RoutesTable(Response):

@@ -309,3 +309,8 @@ from berth.settings.components import (  # noqa: E402, F401 — re-exported: ber
     temporal_address,
     vllm_bin_override,
 )
+from berth.settings.limits import (  # noqa: E402, F401 — re-exported: berth.settings is the one import
+    limit_policy,
+    limits_file,
+    redis_url,
+)

@@ -4,6 +4,7 @@ save where a route names a narrower guard (an endpoint's service token, a gatewa
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Annotated, Any
 
@@ -33,8 +34,9 @@ from berth.contracts import (
     ServiceCopy,
     ServiceToken,
     TokenLapse,
+    endpoint_limits,
 )
-from berth.errors import NotFoundError
+from berth.errors import NotFoundError, UserInputError
 from berth.kinds import facts
 from berth.security import API_AUDIENCE, Identity
 from berth.tokens import TokenKind
@@ -46,6 +48,7 @@ from server.replica_keys import REPLICA_KEYS_TOKEN_TTL_S, discoverable
 from server.secrets import Secrets
 from server.views import replica_view
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 ServiceOrAdmin = Depends(service_or_admin)
 # A LiteLLM service reads its pool's replica list with this token for as long as it runs; it reaches
@@ -216,7 +219,8 @@ async def endpoint_replicas(endpoint_id: str, context: Context) -> ServiceCopies
         routing_policy=annotations.get("routing_policy") or "least_queue")
 
 
-@router.get("/v1/internal/routes", response_model=RoutesTable)
+# exclude_unset: an endpoint without a `limits` override is sent without the field, as before it existed.
+@router.get("/v1/internal/routes", response_model=RoutesTable, response_model_exclude_unset=True)
 async def routes(context: Context, _who: Admin) -> dict[str, Any]:
     endpoints = await run_in_threadpool(context.store.endpoints)
     routed = await run_in_threadpool(context.store.load.litellm_routed)
@@ -241,4 +245,19 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
         # Behind LiteLLM: the copies it routes to (None until its sync hook first reported).
         "litellm_routed": routed.get(e.id) if facts(e.service).fronts_pool else None,
         "replicas": sorted(by_endpoint.get(e.id, [])),  # copy_urls' old name, for one release
+        **_limits(e.id, e.annotations or {}),
     } for e in endpoints]}
+
+
+def _limits(endpoint_id: str, annotations: dict[str, Any]) -> dict[str, Any]:
+    """The endpoint's `limits` override as the routes table sends it: the fields it sets, or nothing. An
+    invalid one is logged and left out (the cluster's limits apply) rather than failing every proxy's
+    table."""
+    if annotations.get("limits") is None:
+        return {}
+    try:
+        override = endpoint_limits(annotations["limits"])
+    except UserInputError as error:
+        log.warning("endpoint %s: %s The cluster's limits apply to it.", endpoint_id, error)
+        return {}
+    return {"limits": override.model_dump(mode="json", by_alias=True, exclude_unset=True)} if override else {}
