@@ -18,19 +18,22 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from berth.api_client import ApiClient
-from berth.errors import AuthenticationError, BerthError
+from berth.errors import BerthError
 from berth.failure_log import FailureLog
 from berth.scopes import Scope
-from berth.security import Identity, SigningKey, TokenVerifier, endpoint_audience
+from berth.security import Identity, SigningKey, TokenVerifier
 from gateway import answers, litellm_keys, litellm_replay, model_cards, second_try
+from gateway.admission import Admission, limiter_from_settings, refuse
 from gateway.answers import body_stream, deadline, header, json_answer, plain, upstream_failed
 from gateway.audit_writer import AuditedRequest, AuditWriter
 from gateway.credentials import COOKIE_NAME, find_key, find_token
 from gateway.hold import HELD_POLL_S, WAKE_EVERY_S, Holds
-from gateway.key_gate import KeyedRequest, KeyGate, KeyRefusal, KeySlot
+from gateway.key_gate import KeyedRequest, KeyGate, KeyRefusal
+from gateway.limits import Limiter, Refused, Ticket
 from gateway.metrics import MetricsScraper
 from gateway.route_table import Route, build_route
 from gateway.routing import Replica, ReplicaMetrics
+from gateway.token_identity import TokenIdentities
 from gateway.upstream import Receive, Send, UpstreamError, UpstreamPool, UpstreamResponse, relay
 from gateway.upstream_headers import CallerHeaders
 from gateway.upstream_headers import to_target as _to
@@ -45,18 +48,19 @@ __all__ = ["COOKIE_NAME", "WAKE_EVERY_S", "EndpointProxy", "Route", "find_token"
 
 class EndpointProxy:
     def __init__(self, api: ApiClient, verifier: TokenVerifier, upstream: UpstreamPool | None = None,
-                 refresh_s: float = 1.0, signer: SigningKey | None = None) -> None:
+                 refresh_s: float = 1.0, signer: SigningKey | None = None, limiter: Limiter | None = None) -> None:
         self.api = api
         self.verifier = verifier
         self.caller_headers = CallerHeaders(verifier, signer)  # signer None: no caller assertions
         self.keys = KeyGate(api)
+        self.admission = Admission(limiter or limiter_from_settings())  # the cluster's limits, BERTH_LIMITS_FILE
         self.upstream = upstream or UpstreamPool()
         self.refresh_s = refresh_s
         self.routes: dict[str, Route] = {}
         self._last_refresh = 0.0
         self._refresh_lock = asyncio.Lock()
         self._refresher: asyncio.Task[None] | None = None
-        self._verified: dict[tuple[str, str], tuple[Identity, float]] = {}
+        self.tokens = TokenIdentities(verifier)
         # Load figures outlive routing-table refreshes: keyed by copy id (a copy's URL never changes).
         self._replicas: dict[str, Replica] = {}
         # Requests admitted per pool endpoint since the last report: the autoscaler's rate and idle clock.
@@ -131,19 +135,6 @@ class EndpointProxy:
             route = self.routes.get(endpoint_id)
         return route
 
-    def _identity(self, token: str, endpoint_id: str) -> Identity:
-        key = (token, endpoint_id)
-        cached = self._verified.get(key)
-        now = time.time()
-        if cached is not None and cached[1] > now:
-            return cached[0]
-        claims = self.verifier.verify(token, endpoint_audience(endpoint_id))
-        identity = Identity.from_claims(claims)
-        if len(self._verified) > 10_000:
-            self._verified.clear()
-        self._verified[key] = (identity, float(claims["exp"]))
-        return identity
-
     # --- ASGI -------------------------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -192,7 +183,7 @@ class EndpointProxy:
             identity: Identity | None = keyed.identity
             strip_authorization, receive, audited.key_id = True, keyed.receive, keyed.verdict.key_id
         else:
-            identity, strip_authorization = self._token_identity(headers, endpoint_id)
+            identity, strip_authorization = self.tokens.of(headers, endpoint_id)
         audited.user = identity.user if identity is not None else None  # a refusal names whom it refused
         if route.scope is Scope.PUBLIC:
             # Public: everyone passes; a token only identifies a caller of the endpoint's organization.
@@ -205,28 +196,24 @@ class EndpointProxy:
             if not route.admits(identity):
                 await plain(send, 403, answers.forbidden(endpoint_id, route).encode())
                 return
-        slot: KeySlot | None = None
+        ticket: Ticket | None = None
+        body = keyed.body if keyed is not None else None
         try:
+            # After the scope check (a refused caller counts nowhere); the key's quota last (a request the
+            # limits refuse spends none of it).
+            admitted = await self.admission.admit(route, headers, identity, keyed.verdict if keyed else None,
+                                                  body, receive)
+            ticket, receive, body = admitted.ticket, admitted.receive, admitted.body
             if keyed is not None:
-                slot = await self.keys.admit(keyed.verdict)  # after the scope: a refused caller spends no quota
+                await self.keys.spend(keyed.verdict)
             await self._admitted(scope, receive, send, route, rest, headers, strip_authorization, identity, audited)
         except KeyRefusal as refusal:
             await refusal.answer(send)
+        except Refused as refused:
+            await refuse(refused, send)
         finally:
-            if slot is not None:  # whatever ended it: the answer, a client gone mid-stream, an error
-                await slot.finish(charged_tokens(meter.usage(), keyed.body if keyed is not None else None))
-
-    def _token_identity(self, headers: list[tuple[bytes, bytes]], endpoint_id: str) -> tuple[Identity | None, bool]:
-        """The caller an endpoint token names (None: no valid one), and whether to strip Authorization: a
-        valid Berth token is consumed there even when it identifies nobody to the service."""
-        token, from_authorization = find_token(headers)
-        identity: Identity | None = None
-        if token:
-            try:
-                identity = self._identity(token, endpoint_id)
-            except AuthenticationError:
-                identity = None
-        return identity, from_authorization and identity is not None
+            if ticket is not None:  # whatever ended it: the answer, a client gone mid-stream, an error
+                await ticket.finish(charged_tokens(meter.usage(), body))
 
     async def _admitted(self, scope: dict[str, Any], receive: Receive, send: Send, route: Route, rest: str,
                         headers: list[tuple[bytes, bytes]], strip_authorization: bool, identity: Identity | None,
@@ -384,6 +371,7 @@ class EndpointProxy:
                     self._reporter.cancel()
                 await self.scraper.aclose()
                 await self.audit.aclose()  # what waits is posted before the API client closes
+                await self.admission.aclose()
                 await self.upstream.aclose()
                 await self.api.aclose()
                 await send({"type": "lifespan.shutdown.complete"})

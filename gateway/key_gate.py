@@ -6,8 +6,8 @@ a round trip per request; refusals are cached as briefly, so a flood of bad keys
 key and window. The lifetime request quota is reserved from the API in batches (one at a time when few are
 left: a batch another proxy holds is not spent elsewhere) and handed out one per request here.
 
-Concurrency and tokens per minute are counted in this process's memory, behind `admit` and
-`KeySlot.finish`: the shared Limiter (gateway/limits.py, Redis counters) is to take them over there.
+A key's tokens per minute and concurrency are counted by the Limiter (gateway/limits.py), in memory or
+shared through Redis, with every other limit (gateway/admission.py passes them on).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ VERDICT_TTL_S = 5.0
 REFUSAL_TTL_S = 2.0
 MAX_CACHED = 10_000
 MAX_BATCH = 32
-WINDOW_S = 60.0
 # A keyed request whose body must be read here (its model, its max_tokens) may be this long: the body is
 # held in memory to be relayed intact after.
 MAX_READ_BODY = 1 << 20
@@ -107,31 +106,6 @@ class _Quota:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
-@dataclass
-class _Window:
-    """Tokens charged to a key in the current one-minute window."""
-
-    started: float = 0.0
-    used: int = 0
-
-
-class KeySlot:
-    """One admitted keyed request: its concurrency slot until `finish`, which also charges its tokens."""
-
-    __slots__ = ("_done", "_gate", "key_id", "tokens_per_minute")
-
-    def __init__(self, gate: KeyGate, key_id: str, tokens_per_minute: int | None) -> None:
-        self._gate, self.key_id, self.tokens_per_minute = gate, key_id, tokens_per_minute
-        self._done = False
-
-    async def finish(self, tokens: int) -> None:
-        """Release the slot and charge `tokens`; a second call does nothing (every exit path may call it)."""
-        if self._done:
-            return
-        self._done = True
-        self._gate._release(self, tokens)
-
-
 class KeyGate:
     def __init__(self, api: ApiClient, verdict_ttl_s: float = VERDICT_TTL_S, refusal_ttl_s: float = REFUSAL_TTL_S,
                  max_cached: int = MAX_CACHED) -> None:
@@ -139,8 +113,6 @@ class KeyGate:
         self.verdict_ttl_s, self.refusal_ttl_s, self.max_cached = verdict_ttl_s, refusal_ttl_s, max_cached
         self._verdicts: dict[tuple[str, str], tuple[KeyVerdict | KeyRefusal, float]] = {}
         self._quotas: dict[str, _Quota] = {}
-        self._in_flight: dict[str, int] = {}
-        self._windows: dict[str, _Window] = {}
 
     # --- who the key speaks for ---------------------------------------------------------------------
     async def verify(self, presented: str, endpoint_id: str) -> KeyVerdict:
@@ -195,53 +167,12 @@ class KeyGate:
                 self._verdicts.clear()  # a flood of distinct live keys: start over rather than grow
         self._verdicts[cache_key] = (answer, until)
 
-    # --- per-key limits -----------------------------------------------------------------------------
-    async def admit(self, verdict: KeyVerdict) -> KeySlot:
-        """Take a concurrency slot, check the minute's tokens, then spend one request of the quota (last,
-        so a request refused for another limit costs none); KeyRefusal 429 naming the limit, or 503."""
-        limits, key_id = verdict.limits, verdict.key_id
-        in_flight = self._in_flight.get(key_id, 0)
-        if limits.max_concurrent is not None and in_flight >= limits.max_concurrent:
-            raise KeyRefusal(429, "max_concurrent", f"API key {key_id} already has {in_flight} request(s) in "
-                             f"flight, its limit (max_concurrent {limits.max_concurrent}).", 1, key_id)
-        if limits.tokens_per_minute is not None:
-            window = self._window(key_id)
-            if window.used >= limits.tokens_per_minute:
-                retry = max(1.0, window.started + WINDOW_S - time.monotonic())
-                raise KeyRefusal(429, "tokens_per_minute", f"API key {key_id} used {window.used} tokens this "
-                                 f"minute, its limit (tokens_per_minute {limits.tokens_per_minute}).", retry, key_id)
-        slot = KeySlot(self, key_id, limits.tokens_per_minute)
-        self._in_flight[key_id] = in_flight + 1  # before the reservation's await: no second request slips in
-        try:
-            if limits.request_quota is not None:
-                await self._spend_one(verdict)
-        except BaseException:
-            await slot.finish(0)
-            raise
-        return slot
-
-    def in_flight(self, key_id: str) -> int:
-        return self._in_flight.get(key_id, 0)
-
-    def _window(self, key_id: str) -> _Window:
-        window = self._windows.get(key_id)
-        now = time.monotonic()
-        if window is None:
-            if len(self._windows) >= self.max_cached:
-                self._windows.clear()
-            window = self._windows[key_id] = _Window(now)
-        elif now - window.started >= WINDOW_S:
-            window.started, window.used = now, 0
-        return window
-
-    def _release(self, slot: KeySlot, tokens: int) -> None:
-        left = self._in_flight.get(slot.key_id, 1) - 1
-        if left > 0:
-            self._in_flight[slot.key_id] = left
-        else:
-            self._in_flight.pop(slot.key_id, None)
-        if slot.tokens_per_minute is not None:
-            self._window(slot.key_id).used += max(0, tokens)
+    # --- the lifetime request quota -------------------------------------------------------------------
+    async def spend(self, verdict: KeyVerdict) -> None:
+        """Spend one request of the key's lifetime quota (called after every other check, so a request
+        refused for another limit costs none); KeyRefusal 429 `request_quota`, or 503."""
+        if verdict.limits.request_quota is not None:
+            await self._spend_one(verdict)
 
     async def _spend_one(self, verdict: KeyVerdict) -> None:
         key_id, limits = verdict.key_id, verdict.limits

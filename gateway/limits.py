@@ -120,8 +120,9 @@ def _plan(policy: LimitPolicy, override: LimitPolicy | None) -> _Plan:
         if limit is not None:
             own = override is not None and override.set_by(budget)
             counted.append(_Counted(scope, TOKENS, limit, DAY, "daily_tokens", own))
+    # The body is parsed for the sizes, and for the `model` it names when a model scope counts.
     needs_body = (merged.max_prompt_tokens is not None or merged.max_tokens is not None
-                  or bool(merged.context_check))
+                  or bool(merged.context_check) or merged.model.any_set())
     scopes = tuple((scope, tuple(item for item in counted if item.scope == scope))
                    for scope in dict.fromkeys(item.scope for item in counted))
     return _Plan(merged, scopes, needs_body)
@@ -277,7 +278,7 @@ def _checks(plan: _Plan, asked: Asked) -> list[Check]:
         if own is None:
             tokens, concurrent = asked.key_tokens_per_minute, asked.key_max_concurrent
             own = ((Check(f"tokens_per_minute:key:{asked.key_id}", TOKENS, tokens),) if tokens is not None else ()) \
-                + ((Check(f"concurrent:key:{asked.key_id}", IN_FLIGHT, concurrent, 0),) if concurrent is not None
+                + ((Check(f"max_concurrent:key:{asked.key_id}", IN_FLIGHT, concurrent, 0),) if concurrent is not None
                    else ())
             plan.cache[cache_key] = own
         checks += own
@@ -296,7 +297,8 @@ def _label(key: str) -> str:
 
 
 _WHAT = {"requests_per_minute": "requests per minute", "tokens_per_minute": "tokens per minute",
-         "concurrent": "concurrent requests", "daily_tokens": "tokens per day"}
+         "concurrent": "concurrent requests", "daily_tokens": "tokens per day",
+         "max_concurrent": "concurrent requests"}  # the key's own (`berth key create --max-concurrent`)
 
 
 def _refusal(check: Check, now: float) -> Refused:

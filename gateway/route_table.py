@@ -32,6 +32,7 @@ class Route:
     service: str = ProcessKind.VLLM.value
     litellm_routed: frozenset[str] | None = None  # copies LiteLLM routes to; None: not reported yet
     limits: LimitPolicy | None = None  # the endpoint's override of the cluster's limits (gateway/limits.py)
+    max_context: int | None = None  # the copies' MaxContextSize (the limits' context check); None: not known
     # A front that stands in front of the pool (berth/kinds.py: LiteLLM): never routed around. A kind this
     # proxy does not know (a newer control plane) is taken as one: closed.
     fronts_pool: bool = field(init=False, default=True)
@@ -98,6 +99,7 @@ def build_route(item: RouteEntry, old: Route | None, known: dict[str, Replica],
         litellm_routed=None if item.litellm_routed is None else frozenset(item.litellm_routed),
         # The same object while the override is unchanged: the limiter keeps its plan per override object.
         limits=old.limits if old is not None and _same_limits(old.limits, item.limits) else item.limits,
+        max_context=item.max_context,
     )
 
 

@@ -92,7 +92,8 @@ def pool_facts(definition: WorkflowDefinition) -> dict[str, Any]:
             "min_replicas": pool.min_replicas, "max_replicas": pool.max_replicas,
             "target_requests_per_s": pool.target_requests_per_s,
             "scale_down_delay_s": pool.scale_down_delay_s,
-            "scale_to_zero_after_s": pool.scale_to_zero_after_s}
+            "scale_to_zero_after_s": pool.scale_to_zero_after_s,
+            "max_context": definition.replica.engine.max_model_len}
 
 
 def copy_timings(context: ServerContext) -> CopyTimings:

@@ -93,6 +93,7 @@ class RouteEntry(Response, Renamed):
     # The endpoint's `limits` annotation: its override of the cluster's limits, the fields it sets only
     # (sent only when there is one, so a table without overrides reads as before).
     limits: LimitPolicy | None = None
+    max_context: int | None = None  # the pool's MaxContextSize (sent only when known)
 
 
 class RoutesTable(Response):

@@ -246,7 +246,14 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
         "litellm_routed": routed.get(e.id) if facts(e.service).fronts_pool else None,
         "replicas": sorted(by_endpoint.get(e.id, [])),  # copy_urls' old name, for one release
         **_limits(e.id, e.annotations or {}),
+        **_max_context(e.annotations or {}),
     } for e in endpoints]}
+
+
+def _max_context(annotations: dict[str, Any]) -> dict[str, Any]:
+    """The pool's MaxContextSize, for the limits' context check; nothing for an endpoint without one."""
+    value = annotations.get("max_context")
+    return {"max_context": value} if isinstance(value, int) and not isinstance(value, bool) else {}
 
 
 def _limits(endpoint_id: str, annotations: dict[str, Any]) -> dict[str, Any]:

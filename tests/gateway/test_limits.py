@@ -146,7 +146,7 @@ async def test_key_limits_from_its_verdict() -> None:
     ticket = await lim.admit(asked)
     with pytest.raises(Refused, match="API key k1") as refused:
         await lim.admit(asked)
-    assert refused.value.limit == "concurrent"
+    assert refused.value.limit == "max_concurrent"
     await ticket.finish(50)
     with pytest.raises(Refused) as refused:
         await lim.admit(asked)

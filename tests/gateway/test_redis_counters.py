@@ -46,7 +46,7 @@ async def test_a_third_concurrent_request_is_refused_whichever_proxy(two_proxies
     for proxy in (one, two):
         with pytest.raises(Refused) as refused:
             await proxy.admit(KEYED)
-        assert (refused.value.status, refused.value.limit) == (429, "concurrent")
+        assert (refused.value.status, refused.value.limit) == (429, "max_concurrent")
         assert "API key k1" in refused.value.message
     await first.finish(10)
     await first.finish(10)  # idempotent: releases one slot, charges once
@@ -116,7 +116,7 @@ async def test_redis_down_fails_closed_and_nothing_is_counted_twice(
     first, second = await limiter.admit(KEYED), await limiter.admit(KEYED)  # the refused ones left no slot
     with pytest.raises(Refused) as refused:
         await limiter.admit(KEYED)
-    assert refused.value.limit == "concurrent"  # and none was counted twice
+    assert refused.value.limit == "max_concurrent"  # and none was counted twice
     await first.finish(0)
     await second.finish(0)
     await held.finish(0)  # finished already: releases nothing now that Redis is back
@@ -126,7 +126,7 @@ async def test_redis_down_fails_closed_and_nothing_is_counted_twice(
 
 async def _admitted_before(limiter: Limiter) -> Ticket:
     """A ticket for a request admitted before the outage, finished during it (its finish can't reach Redis)."""
-    return Ticket(limiter.counters, (), (Check("concurrent:key:k1", IN_FLIGHT, 2, 0),), "before-outage")
+    return Ticket(limiter.counters, (), (Check("max_concurrent:key:k1", IN_FLIGHT, 2, 0),), "before-outage")
 
 
 async def test_in_flight_slots_of_a_dead_proxy_expire_with_the_lease(redis_server: RedisServer) -> None:
@@ -202,7 +202,7 @@ async def _until_no_slot_held(counters: RedisCounters, timeout_s: float = 5.0) -
     """Wait (polling Redis: no event to wait on across processes) until key k1 holds no in-flight slot."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     for _ in iter(int, 1):
-        if not await counters._redis.zcard("berth:limits:concurrent:key:k1"):
+        if not await counters._redis.zcard("berth:limits:max_concurrent:key:k1"):
             return
         assert asyncio.get_running_loop().time() < deadline, "a slot is still held"
         await asyncio.sleep(0.01)

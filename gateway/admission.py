@@ -1,0 +1,148 @@
+"""Admission: the limits step of the endpoint proxy for a caller it has already authenticated — read what
+the request asks once (its headers; its JSON body only when a set limit needs the prompt or `max_tokens`),
+admit it under the cluster's LimitPolicy and the endpoint's override (gateway/limits.py), and hand back
+the Ticket whose `finish` charges the answer's tokens and frees its concurrency slots.
+
+One Limiter per proxy: counters in its memory, or shared with the other proxies through Redis when
+`BERTH_REDIS_URL` is set (keyed and unkeyed requests alike fail closed, 503, when Redis cannot be reached).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from berth.contracts import KeyVerdict
+from berth.security import Identity
+from berth.settings import limit_policy, redis_url
+from gateway.answers import header, replaying, whole_body
+from gateway.counters import Counters, MemoryCounters
+from gateway.limits import Asked, Limiter, Refused, Ticket
+from gateway.redis_counters import RedisCounters
+from gateway.route_table import Route
+from gateway.upstream import Receive, Send
+
+# x-project-id and x-session-id are counted per value: a member's name is bounded like any other.
+MAX_MEMBER = 128
+# With the body limit turned off, a body read here for the prompt's size is still held in memory: bounded.
+MAX_READ_BODY = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """An admitted request: its ticket, the `receive` to relay it from (its body replayed when it was read
+    here), and that body (None: not read)."""
+
+    ticket: Ticket
+    receive: Receive
+    body: bytes | None
+
+
+def limiter_from_settings() -> Limiter:
+    """The cluster's limits (`BERTH_LIMITS_FILE`) counted in memory, or in Redis (`BERTH_REDIS_URL`)."""
+    url = redis_url()
+    counters: Counters = RedisCounters(url) if url else MemoryCounters()
+    return Limiter(limit_policy(), counters)
+
+
+async def refuse(refused: Refused, send: Send) -> None:
+    body = refused.body()
+    await send({"type": "http.response.start", "status": refused.status,
+                "headers": [*refused.headers(), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Admission:
+    def __init__(self, limiter: Limiter) -> None:
+        self.limiter = limiter
+
+    async def aclose(self) -> None:
+        close = getattr(self.limiter.counters, "close", None)  # Redis: its connection pool
+        if close is not None:
+            await close()
+
+    async def admit(self, route: Route, headers: list[tuple[bytes, bytes]], identity: Identity | None,
+                    verdict: KeyVerdict | None, body: bytes | None, receive: Receive) -> Admitted:
+        """Admit the request (Refused: 429 a limit, 413 a size, 400 a bad header, 503 counters down).
+        `body`: the request body when the key check read it already."""
+        limiter, override = self.limiter, route.limits
+        size = header(headers, b"content-length")
+        if size is not None and size.isdigit():
+            limiter.check_body(int(size), override)  # refused before a byte of it is read
+        if body is None and limiter.needs_body(override):
+            limit = limiter.body_limit(override) or MAX_READ_BODY
+            body = await whole_body(receive, limit)
+            if body is None:
+                raise Refused(413, "body_limit_bytes", f"request body is over the limit of {limit} bytes")
+            receive = replaying(body, receive)
+        elif body is not None:
+            limiter.check_body(len(body), override)
+        prompt_chars, max_tokens = _asks(body) if body is not None else (0, None)
+        asked = Asked(
+            endpoint_id=route.id, model=_model(body, verdict), user=identity.user if identity else None,
+            org=identity.org if identity else None, groups=tuple(identity.groups) if identity else (),
+            project=_member(header(headers, b"x-project-id")), session=_member(header(headers, b"x-session-id")),
+            key_id=verdict.key_id if verdict else None,
+            key_tokens_per_minute=verdict.limits.tokens_per_minute if verdict else None,
+            key_max_concurrent=verdict.limits.max_concurrent if verdict else None,
+            prompt_chars=prompt_chars, max_tokens=max_tokens,
+            priority=header(headers, b"x-request-priority") or "normal", max_context=route.max_context)
+        depths = [copy.queue for copy in route.pool if copy.ready and not copy.draining]
+        return Admitted(await limiter.admit(asked, override, depths), receive, body)
+
+
+def _member(value: str | None) -> str | None:
+    return value[:MAX_MEMBER] if value else None
+
+
+def _model(body: bytes | None, verdict: KeyVerdict | None) -> str | None:
+    """The model the request names: the key's when it holds one (the key check compared them), else the
+    body's when it was read."""
+    if verdict is not None and verdict.model is not None:
+        return verdict.model
+    if body is None:
+        return None
+    data = _json(body)
+    model = data.get("model")
+    return model[:256] if isinstance(model, str) else None
+
+
+def _json(body: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(body) if body.strip() else {}
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _asks(body: bytes) -> tuple[int, int | None]:
+    """The prompt's characters (every message's text, or `prompt`) and `max_tokens` of an OpenAI body;
+    (0, None) for a body that is not one (the service answers it)."""
+    data = _json(body)
+    chars = 0
+    messages = data.get("messages")
+    if isinstance(messages, list):
+        for message in messages:
+            content = message.get("content") if isinstance(message, dict) else None
+            chars += _text_length(content)
+    chars += _text_length(data.get("prompt"))
+    wanted = data.get("max_tokens", data.get("max_completion_tokens"))
+    max_tokens = wanted if isinstance(wanted, int) and not isinstance(wanted, bool) and wanted >= 0 else None
+    return chars, max_tokens
+
+
+def _text_length(content: Any) -> int:
+    """Characters of a message's content: a string, or a list of parts (`{"type": "text", "text": …}`) or of
+    strings (a completion's `prompt` list)."""
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        total = 0
+        for part in content:
+            if isinstance(part, str):
+                total += len(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                total += len(part["text"])
+        return total
+    return 0
