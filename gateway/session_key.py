@@ -1,7 +1,9 @@
 """The session a request keeps its copy by (`routing.affinity`): its `x-session-id`, or — when it sends
 none and there is a choice of copy to make — a hash of its prompt's first 64 characters, so that requests
-that start alike meet vLLM's prefix cache on the same copy. The prompt is never logged or kept: only its
-hash leaves this module, and the body is parsed only when more than one copy is eligible."""
+that start alike meet vLLM's prefix cache on the same copy. That one is a `routing.PromptKey`: it picks
+only among the copies the routing policy finds equally good (all of them, idle; round_robin: its turn),
+so load-aware routing stays. The prompt is never logged or kept: only its hash leaves this module, and
+the body is parsed only when more than one copy is eligible."""
 
 from __future__ import annotations
 
@@ -19,8 +21,8 @@ Headers = list[tuple[bytes, bytes]]
 PROMPT_PREFIX_CHARS = 64
 
 
-def of_prompt(request: Any) -> str | None:
-    """`prompt:<hash>` of the first 64 characters of the last user message's content (chat) or of `prompt`
+def of_prompt(request: Any) -> routing.PromptKey | None:
+    """The PromptKey (a hash) of the first 64 characters of the last user message's content (chat) or of `prompt`
     (completions) of a parsed JSON body; None when it has neither."""
     if not isinstance(request, dict):
         return None
@@ -33,7 +35,7 @@ def of_prompt(request: Any) -> str | None:
     if not text:
         return None
     digest = hashlib.blake2b(text[:PROMPT_PREFIX_CHARS].encode("utf-8", "replace"), digest_size=16).hexdigest()
-    return f"prompt:{digest}"
+    return routing.PromptKey(f"prompt:{digest}")
 
 
 def _last_user_text(messages: Any) -> str | None:

@@ -1,5 +1,6 @@
-"""Session affinity (issue 15): `x-session-id`, or the first 64 characters of the prompt when it is absent,
-keeps a request on one copy among the eligible ones; different sessions spread. Through the real endpoint
+"""Session affinity (issue 15): `x-session-id`, or the first 64 characters of the prompt when it is absent
+(among the copies the policy ranks equally good: all idle ones here), keeps a request on one copy among
+the eligible ones; different sessions spread. Through the real endpoint
 proxy under uvicorn in front of three loopback copies, and through the model gateway in process. The
 prompt never reaches a log line."""
 
