@@ -9,13 +9,14 @@ One Limiter per proxy: counters in its memory, or shared with the other proxies 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
 
-from berth.contracts import KeyVerdict
+from berth.contracts import KeyVerdict, LimitPolicy
 from berth.security import Identity
-from berth.settings import limit_policy, redis_url
+from berth.settings import ProxyLimits, limit_policy, redis_url
 from gateway.answers import header, replaying, whole_body
 from gateway.counters import Counters, MemoryCounters
 from gateway.limits import Asked, Limiter, Refused, Ticket
@@ -56,6 +57,20 @@ async def refuse(refused: Refused, send: Send) -> None:
 class Admission:
     def __init__(self, limiter: Limiter) -> None:
         self.limiter = limiter
+        self._exchange_limits: dict[int, tuple[ProxyLimits, LimitPolicy | None, ProxyLimits]] = {}
+
+    def exchange_limits(self, base: ProxyLimits, override: LimitPolicy | None) -> ProxyLimits:
+        """The deadlines' limits for a request (gateway/deadlines.py) with the body limit of the LimitPolicy
+        (the cluster's, or the endpoint's override): one body limit, set in one place."""
+        cached = self._exchange_limits.get(id(override))
+        if cached is not None and cached[0] is base and cached[1] is override:
+            return cached[2]
+        limit = self.limiter.body_limit(override) or MAX_READ_BODY  # off: still bounded
+        limits = base if limit == base.body_limit_bytes else dataclasses.replace(base, body_limit_bytes=limit)
+        if len(self._exchange_limits) > 1024:
+            self._exchange_limits.clear()
+        self._exchange_limits[id(override)] = (base, override, limits)  # both kept alive: their ids stay theirs
+        return limits
 
     async def aclose(self) -> None:
         close = getattr(self.limiter.counters, "close", None)  # Redis: its connection pool

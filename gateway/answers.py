@@ -3,11 +3,11 @@ them as such) and the small request helpers it shares with its hold and replay c
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 from berth.scopes import Scope
+from gateway import deadlines
 from gateway.route_table import Route
 from gateway.routing import Replica
 from gateway.upstream import Receive, Send
@@ -87,11 +87,7 @@ async def json_answer(send: Send, status: int, body: bytes, extra: list[tuple[by
 
 def deadline(longest_s: float, headers: list[tuple[bytes, bytes]]) -> float:
     """How long a request may be held: `longest_s`, or less when the client says `x-request-timeout`."""
-    asked = header(headers, b"x-request-timeout")
-    if asked:
-        with contextlib.suppress(ValueError):
-            return max(0.0, min(longest_s, float(asked)))
-    return longest_s
+    return deadlines.held_for(longest_s, headers)
 
 
 def header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:

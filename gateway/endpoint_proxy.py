@@ -22,11 +22,12 @@ from berth.errors import BerthError
 from berth.failure_log import FailureLog
 from berth.scopes import Scope
 from berth.security import Identity, SigningKey, TokenVerifier
-from gateway import answers, litellm_keys, litellm_replay, model_cards, second_try
+from gateway import answers, litellm_keys, litellm_replay, model_cards, second_try, session_key
 from gateway.admission import Admission, limiter_from_settings, refuse
-from gateway.answers import body_stream, deadline, header, json_answer, plain, upstream_failed
+from gateway.answers import body_stream, deadline, json_answer, plain, upstream_failed
 from gateway.audit_writer import AuditedRequest, AuditWriter
 from gateway.credentials import COOKIE_NAME, find_key, find_token
+from gateway.deadlines import ProxyLimits, admit
 from gateway.hold import HELD_POLL_S, WAKE_EVERY_S, Holds
 from gateway.key_gate import KeyedRequest, KeyGate, KeyRefusal
 from gateway.limits import Limiter, Refused, Ticket
@@ -73,6 +74,7 @@ class EndpointProxy:
         self.scraper = MetricsScraper(self._scrape_targets)
         # ATTEMPT, then SUCCESS or FAILED, per endpoint request; posted in batches by a background task.
         self.audit = AuditWriter(lambda records: self.api.append_audit(records))
+        self.limits = ProxyLimits()  # body size, upstream deadline, stream idle (gateway/deadlines.py)
 
     @property
     def hold_timeout_s(self) -> float:
@@ -219,15 +221,18 @@ class EndpointProxy:
                         headers: list[tuple[bytes, bytes]], strip_authorization: bool, identity: Identity | None,
                         audited: AuditedRequest) -> None:
         audited.admit(identity.user if identity is not None else None)
+        limits = self.admission.exchange_limits(self.limits, route.limits)  # its body limit: the LimitPolicy's
+        if (exchange := await admit(limits, route.service, route.id, headers, receive, send)) is None:
+            return  # answered: 400 (x-request-timeout outside 1-300 s) or 413 (a Content-Length over the limit)
         if route.wakeable:
             self._arrivals[route.id] = self._arrivals.get(route.id, 0) + 1
-        session_id = header(headers, b"x-session-id")
+        session_id = await session_key.of_request(route, headers, exchange)  # x-session-id or the prompt's hash
         target = route.target(session_id) or await self._when_none_routable(route, send, headers, session_id)
         if target is None:
             return  # answered: 503 (nothing to wait for, or the deadline passed) or 429 (too many waiting)
         audited.copy_id = target.copy_id
-        await self._forward(scope, receive, send, route, target, rest, headers, strip_authorization, session_id,
-                            identity)
+        await exchange.run(self._forward(scope, exchange.receive, exchange.send, route, target, rest, headers,
+                                         strip_authorization, session_id, identity))
 
     async def _when_none_routable(self, route: Route, send: Send, headers: list[tuple[bytes, bytes]],
                                   session_id: str | None) -> Replica | None:

@@ -16,9 +16,10 @@ from typing import Any
 
 from berth.api_client import ApiClient
 from berth.errors import BerthError, PermissionDeniedError
+from berth.kinds import ProcessKind
 from berth.security import TokenVerifier
-from gateway import routing
-from gateway.answers import whole_body
+from berth.settings import ProxyLimits, limit_policy
+from gateway import deadlines, routing, session_key
 from gateway.credentials import strip_berth_credentials
 from gateway.gateway_auth import KEY_HEADERS, MasterKeyGate
 from gateway.litellm_contract import invalid_model, model_listing
@@ -29,7 +30,6 @@ log = logging.getLogger("berth.gateway")
 
 # Credentials meant for Berth or for this gateway (its master key) never go on to the model servers.
 STRIPPED = HOP_BY_HOP | {b"berth-authorization", b"x-berth-caller", b"cookie", *KEY_HEADERS}
-MAX_BODY = 32 * 1024 * 1024
 HOLD_DEADLINE_S = 120.0
 # While a request waits on a pool it woke, discovery runs this often whatever DiscoveryInterval says:
 # a long interval must not outlast the hold deadline (the documents: a woken pool succeeds on retry).
@@ -50,7 +50,8 @@ class Pool:
 class ModelGateway:
     def __init__(self, api: ApiClient, upstream: UpstreamPool | None = None, refresh_s: float = 2.0,
                  hold_deadline_s: float = HOLD_DEADLINE_S, keys_api: ApiClient | None = None,
-                 routing_policy: str | None = None, gate: MasterKeyGate | None = None) -> None:
+                 routing_policy: str | None = None, gate: MasterKeyGate | None = None,
+                 limits: ProxyLimits | None = None) -> None:
         self.api = api
         # The catalog entry's RoutingPolicy picks among a model's copies; unset, each pool's own policy.
         self.routing_policy = routing_policy
@@ -64,6 +65,7 @@ class ModelGateway:
         self.upstream = upstream or UpstreamPool()
         self.refresh_s = refresh_s
         self.hold_deadline_s = hold_deadline_s
+        self.limits = limits or ProxyLimits()  # body size, upstream deadline, stream idle (gateway/deadlines.py)
         # No keys: a Berth token is recognised by its issuer, enough to strip it from any header.
         self._berth_tokens = TokenVerifier()
         self.pools: dict[str, Pool] = {}
@@ -211,22 +213,35 @@ class ModelGateway:
         """A POST to a ready copy of the pool serving its `model`, waking the pool when none is ready."""
         path: str = scope["path"]
         headers: list[tuple[bytes, bytes]] = scope["headers"]
-        body = await whole_body(receive, MAX_BODY)
+        exchange = await deadlines.admit(self.limits, ProcessKind.VLLM, "the model gateway", headers, receive, send)
+        if exchange is None:
+            return  # answered: 400 (x-request-timeout outside 1-300 s) or 413 (a Content-Length over the limit)
+        body = await exchange.whole_body()
         if body is None:
-            await _json(send, 413, _error(f"Request body above {MAX_BODY} bytes.", 413))
-            return
-        model = _model_of(body)
-        if model is None:
+            if exchange.over:
+                await exchange.refuse_body()
+            return  # or the client left
+        request = session_key.parsed(body)
+        model = request.get("model") if isinstance(request, dict) else None
+        if not isinstance(model, str) or not model:
             await _json(send, 400, _error('The request names no "model".', 400))
             return
         session = next((v.decode("latin-1") for k, v in headers if k == b"x-session-id"), None)
+        if session is None and self._eligible(model) > 1:
+            session = session_key.of_prompt(request)  # a hash: the prompt itself goes nowhere
         choice = self.pick(model, session)
         if choice is None:
-            choice = await self._wake_and_wait(model, session, _deadline(headers, self.hold_deadline_s))
+            choice = await self._wake_and_wait(model, session, deadlines.held_for(self.hold_deadline_s, headers))
         if choice is None:
             await self._refuse_unserved(send, path, model)
             return
-        await self._forward(scope, receive, send, body, *choice)
+        await exchange.run(self._forward(scope, exchange.receive, exchange.send, body, *choice))
+
+    def _eligible(self, model: str) -> int:
+        """How many copies a request for `model` may go to now."""
+        now = time.monotonic()
+        return sum(len(routing.eligible(list(p.replicas.values()), now)) for p in self.pools.values()
+                   if p.model_id == model)
 
     async def _refuse_unserved(self, send: Send, path: str, model: str) -> None:
         if not any(p.model_id == model for p in self.pools.values()):
@@ -301,22 +316,6 @@ class ModelGateway:
                 return
 
 
-def _model_of(body: bytes) -> str | None:
-    try:
-        model = json.loads(body).get("model")
-    except (ValueError, AttributeError):
-        return None
-    return model if isinstance(model, str) and model else None
-
-
-def _deadline(headers: list[tuple[bytes, bytes]], default: float) -> float:
-    for name, value in headers:
-        if name == b"x-request-timeout":
-            with contextlib.suppress(ValueError):
-                return max(0.0, min(default, float(value)))
-    return default
-
-
 def _error(message: str, code: int) -> dict[str, Any]:
     return {"error": {"message": message, "type": "invalid_request_error", "code": code}}
 
@@ -341,6 +340,7 @@ def run_gateway(api_url: str, token: str, host: str, port: int, keys_token: str 
     keys_api = ApiClient(api_url, keys_token) if keys_token else None
     api = ApiClient(api_url, token)
     gate = MasterKeyGate(master_key, endpoint_id or "", api.jwks) if master_key else None
-    gateway = ModelGateway(api, keys_api=keys_api, refresh_s=refresh_s, routing_policy=routing_policy, gate=gate)
+    gateway = ModelGateway(api, keys_api=keys_api, refresh_s=refresh_s, routing_policy=routing_policy, gate=gate,
+                           limits=ProxyLimits.from_env(body_limit_bytes=limit_policy().body_limit_bytes))
     uvicorn.run(gateway, host=host, port=port, log_level="warning",
                 access_log=False, loop="uvloop", http="httptools", lifespan="on")

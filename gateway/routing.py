@@ -6,9 +6,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 log = logging.getLogger("berth.routing")
 
@@ -63,10 +63,27 @@ def eligible(replicas: Sequence[Replica], now: float, fresh_for_s: float = FRESH
     return [r for r in replicas if r.ready and not r.draining and r.metrics.fresh(now, fresh_for_s)]
 
 
+class PromptKey(str):
+    """A session the proxy derived from the start of a request's prompt (gateway/session_key.py), not one the
+    client asked for with `x-session-id`: it keeps the request on one copy only among those the policy finds
+    equally good, so that a prompt meets its prefix cache without taking load-aware routing away."""
+
+    __slots__ = ()
+
+
 class Policy(Protocol):
     name: str
 
     def choose(self, candidates: Sequence[Replica]) -> Replica: ...
+
+    def best(self, candidates: Sequence[Replica]) -> Sequence[Replica]:
+        """The candidates this policy finds equally good (a PromptKey picks among them)."""
+        ...
+
+
+def _tied(candidates: Sequence[Replica], rank: Callable[[Replica], Any]) -> list[Replica]:
+    lowest = min(rank(r) for r in candidates)
+    return [r for r in candidates if rank(r) == lowest]
 
 
 class RoundRobin:
@@ -79,6 +96,9 @@ class RoundRobin:
 
     def choose(self, candidates: Sequence[Replica]) -> Replica:
         return candidates[next(self._counter) % len(candidates)]
+
+    def best(self, candidates: Sequence[Replica]) -> Sequence[Replica]:
+        return [self.choose(candidates)]  # each in turn, whatever the prompt
 
 
 class LeastQueue:
@@ -95,6 +115,9 @@ class LeastQueue:
         rotated = list(candidates[offset:]) + list(candidates[:offset])
         return min(rotated, key=lambda r: r.queue)
 
+    def best(self, candidates: Sequence[Replica]) -> Sequence[Replica]:
+        return _tied(candidates, lambda r: r.queue)
+
 
 class LowestTtft:
     """Lowest recent time to first token; replicas not yet measured count as the best seen, ties go to
@@ -103,10 +126,16 @@ class LowestTtft:
     name = "lowest_ttft"
 
     def choose(self, candidates: Sequence[Replica]) -> Replica:
+        return min(candidates, key=self._rank(candidates))
+
+    def best(self, candidates: Sequence[Replica]) -> Sequence[Replica]:
+        return _tied(candidates, self._rank(candidates))
+
+    @staticmethod
+    def _rank(candidates: Sequence[Replica]) -> Callable[[Replica], tuple[float, float]]:
         known = [r.metrics.recent_ttft_s for r in candidates if r.metrics.recent_ttft_s is not None]
         best = min(known, default=0.0)
-        return min(candidates, key=lambda r: (r.metrics.recent_ttft_s if r.metrics.recent_ttft_s is not None
-                                              else best, r.queue))
+        return lambda r: (r.metrics.recent_ttft_s if r.metrics.recent_ttft_s is not None else best, r.queue)
 
 
 class MostFreeKv:
@@ -118,7 +147,14 @@ class MostFreeKv:
         # The usage is up to one scrape old: compared exactly, the copy that looked emptiest takes every
         # request until the next scrape (measured: p99 3× round_robin's at light load). In 10 % steps,
         # near-equal copies tie and the live queue (with this router's in-flight requests) decides.
-        return min(candidates, key=lambda r: (round(r.metrics.kv_cache_usage * 10), r.queue))
+        return min(candidates, key=self._rank)
+
+    def best(self, candidates: Sequence[Replica]) -> Sequence[Replica]:
+        return _tied(candidates, self._rank)
+
+    @staticmethod
+    def _rank(replica: Replica) -> tuple[int, float]:
+        return round(replica.metrics.kv_cache_usage * 10), replica.queue
 
 
 POLICIES: dict[str, type[RoundRobin] | type[LeastQueue] | type[LowestTtft] | type[MostFreeKv]] = {
@@ -161,6 +197,8 @@ def choose(policy: Policy, replicas: Sequence[Replica], now: float, session_id: 
     candidates = [r for r in eligible(replicas, now, fresh_for_s) if r.copy_id not in exclude]
     if not candidates:
         return None
+    if isinstance(session_id, PromptKey):
+        return affinity(policy.best(candidates), session_id)
     if session_id:
         return affinity(candidates, session_id)
     return policy.choose(candidates)

@@ -10,7 +10,7 @@ import uvicorn
 from berth.api_client import ApiClient
 from berth.errors import BerthError
 from berth.security import SigningKey, TokenVerifier
-from berth.settings import ProxyHolding, ServerTLS, StateLayout, state_dir_if_set
+from berth.settings import ProxyHolding, ProxyLimits, ServerTLS, StateLayout, state_dir_if_set
 from gateway.endpoint_proxy import EndpointProxy
 
 
@@ -38,6 +38,7 @@ def run_endpoint_proxy(api_url: str, token: str, host: str, port: int, fd: int |
     holding = ProxyHolding.from_env()
     app.holds.timeout_s = holding.timeout_s or app.holds.timeout_s
     app.holds.max_held = holding.max_held or app.holds.max_held
+    app.limits = ProxyLimits.from_env()  # BERTH_UPSTREAM_DEADLINE_S, BERTH_STREAM_IDLE_S; body limit: the LimitPolicy
     tls = ServerTLS.from_env()
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, loop="uvloop",
                             http="httptools", lifespan="on", **(tls.uvicorn_options() if tls else {}))

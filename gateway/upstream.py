@@ -224,6 +224,11 @@ class UpstreamPool:
                 if attempt == 0 and reused and error.sent_nothing and not streamed:
                     continue
                 raise
+            except BaseException:
+                # Cancelled (the request's deadline, gateway/deadlines.py) or its body's source failed (over
+                # the body limit): the upstream holds half a request, so the connection is never reused.
+                connection.close()
+                raise
         raise AssertionError("unreachable")
 
     async def _exchange(self, key: tuple[str, int], connection: _Connection, method: str, head: bytes,

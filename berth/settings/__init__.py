@@ -291,8 +291,10 @@ class ServerTLS:
 # The components' variables live in berth/settings/components.py (this module would pass 400 lines).
 from berth.settings.components import (  # noqa: E402, F401 — re-exported: berth.settings is the one import
     DEFAULT_TEMPORAL_ADDRESS,
+    REQUEST_TIMEOUT_RANGE_S,
     LiteLLMHookSettings,
     ProxyHolding,
+    ProxyLimits,
     admin_user,
     component_api_url,
     component_state_dir,

@@ -84,6 +84,43 @@ class ProxyHolding:
                              "a whole number") from None
 
 
+# What a client may ask with `x-request-timeout` (seconds): anything outside is refused with a 400.
+REQUEST_TIMEOUT_RANGE_S = (1.0, 300.0)
+
+
+@dataclass(frozen=True)
+class ProxyLimits:
+    """What both proxies (the endpoint proxy and the model gateway) allow one request: the body's size
+    (the LimitPolicy's `body_limit_bytes`, BERTH_LIMITS_FILE: one body limit, set in one place; the endpoint
+    proxy applies each endpoint's override per request), the whole upstream exchange, connect to last byte
+    (`BERTH_UPSTREAM_DEADLINE_S`; a client may ask for 1-300 s with `x-request-timeout`), and the longest
+    silence between two chunks of a streamed answer (`BERTH_STREAM_IDLE_S`)."""
+
+    body_limit_bytes: int = 1024 * 1024
+    upstream_deadline_s: float = 120.0
+    stream_idle_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.body_limit_bytes < 1 or not self.upstream_deadline_s > 0 or not self.stream_idle_s > 0:
+            raise UserInputError("body_limit_bytes, BERTH_UPSTREAM_DEADLINE_S and BERTH_STREAM_IDLE_S must be "
+                                 "positive")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ, body_limit_bytes: int | None = None) -> ProxyLimits:
+        """The defaults, each clock replaced by its variable when set; `body_limit_bytes`: the LimitPolicy's."""
+        deadline, idle = (environ.get(name, "").strip() for name in ("BERTH_UPSTREAM_DEADLINE_S",
+                                                                      "BERTH_STREAM_IDLE_S"))
+        defaults = cls()
+        try:
+            values = (body_limit_bytes or defaults.body_limit_bytes,
+                      float(deadline) if deadline else defaults.upstream_deadline_s,
+                      float(idle) if idle else defaults.stream_idle_s)
+        except ValueError:
+            raise UserInputError("BERTH_UPSTREAM_DEADLINE_S and BERTH_STREAM_IDLE_S must be numbers of "
+                                 "seconds") from None
+        return cls(*values)
+
+
 def state_dir_if_set() -> Path | None:
     """BERTH_STATE_DIR when set (a proxy host may have none: then it signs no caller assertions)."""
     value = os.environ.get("BERTH_STATE_DIR")

@@ -39,3 +39,12 @@ def test_optional_variables_default(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
     assert settings.temporal_address() == "127.0.0.1:7233"
     assert (settings.database_url(), settings.gateway_master_key(), settings.replica_keys_token()) == (None,) * 3
+
+
+def test_the_limits_come_from_the_environment() -> None:
+    assert settings.ProxyLimits.from_env({}) == settings.ProxyLimits(1024 * 1024, 120.0, 60.0)
+    assert settings.ProxyLimits.from_env({"BERTH_UPSTREAM_DEADLINE_S": "30", "BERTH_STREAM_IDLE_S": "5"},
+                                         body_limit_bytes=2048) == settings.ProxyLimits(2048, 30.0, 5.0)
+    for bad in ({"BERTH_UPSTREAM_DEADLINE_S": "2m"}, {"BERTH_STREAM_IDLE_S": "0"}):
+        with pytest.raises(UserInputError):
+            settings.ProxyLimits.from_env(bad)

@@ -99,3 +99,18 @@ def test_session_affinity_is_sticky_and_moves_only_when_its_replica_leaves() -> 
 def test_unknown_policy_names_the_valid_ones() -> None:
     with pytest.raises(ValueError, match="least_queue, lowest_ttft, most_free_kv, round_robin"):
         routing.make("fastest")
+
+
+def test_a_prompt_key_keeps_its_copy_only_among_the_equally_good() -> None:
+    """A PromptKey (the proxy's hash of a prompt's start) is affinity among the copies the policy ranks
+    best: idle copies all tie, so a prompt stays on one; a busier copy is left; round robin keeps its turns."""
+    pool = [replica(name) for name in "abc"]
+    key = routing.PromptKey("prompt:1")
+    home = pick("least_queue", pool, key)
+    assert all(pick(name, pool, key) == home for name in ("least_queue", "lowest_ttft", "most_free_kv")
+               for _ in range(5))
+    assert len({pick("least_queue", pool, routing.PromptKey(f"prompt:{n}")) for n in range(30)}) > 1
+    next(r for r in pool if r.copy_id == home).in_flight = 4
+    assert pick("least_queue", pool, key) != home  # load-aware routing stays
+    policy = routing.make("round_robin")
+    assert [routing.choose(policy, pool, NOW, key).copy_id for _ in range(3)] == ["a", "b", "c"]  # type: ignore[union-attr]
