@@ -82,10 +82,12 @@ class Admission:
         """Admit the request (Refused: 429 a limit, 413 a size, 400 a bad header, 503 counters down).
         `body`: the request body when the key check read it already."""
         limiter, override = self.limiter, route.limits
-        size = header(headers, b"content-length")
-        if size is not None and size.isdigit():
-            limiter.check_body(int(size), override)  # refused before a byte of it is read
+        # The body limit itself is the deadlines' (gateway/deadlines.py: declared, or counted as it streams);
+        # here only a body read whole for a limit's sake is bounded by it.
         if body is None and limiter.needs_body(override):
+            size = header(headers, b"content-length")
+            if size is not None and size.isdigit():
+                limiter.check_body(int(size), override)  # refused before a byte of it is read
             limit = limiter.body_limit(override) or MAX_READ_BODY
             body = await whole_body(receive, limit)
             if body is None:
