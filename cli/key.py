@@ -43,7 +43,7 @@ def key_create(name: Annotated[str, typer.Argument(help="A name for the key (wha
                ttl: Annotated[str | None, typer.Option(help="Lifetime, like 30d or 12h (default 30d, at most "
                                                        "the endpoint's cap)")] = None,
                request_quota: Annotated[int | None, typer.Option(help="Requests it may make in its life")] = None,
-               tokens_per_minute: Annotated[int | None, typer.Option(help="Tokens per minute (recorded)")] = None,
+               tokens_per_minute: Annotated[int | None, typer.Option(help="Tokens per minute (answers' usage)")] = None,
                max_concurrent: Annotated[int | None, typer.Option(help="Requests it may have in flight")] = None,
                output: OutputOption = Format.TABLE) -> None:
     """Create an API key for an endpoint you may call; it speaks for you. Shown once."""
