@@ -105,7 +105,9 @@ class Admission:
             key_max_concurrent=verdict.limits.max_concurrent if verdict else None,
             prompt_chars=prompt_chars, max_tokens=max_tokens,
             priority=header(headers, b"x-request-priority") or "normal", max_context=route.max_context)
-        depths = [copy.queue for copy in route.pool if copy.ready and not copy.draining]
+        # Load shedding reads each ready copy's queue: the requests its engine has waiting (vLLM's
+        # num_requests_waiting, scraped every 2 s), not the ones it is running.
+        depths = [copy.metrics.waiting for copy in route.pool if copy.ready and not copy.draining]
         return Admitted(await limiter.admit(asked, override, depths), receive, body)
 
 

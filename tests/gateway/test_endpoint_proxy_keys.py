@@ -44,6 +44,7 @@ class Copy:
 
     heads: list[bytes] = field(default_factory=list)
     held: int = 0  # streams held open now
+    metrics: bytes = b""  # what its /metrics says (the proxy scrapes it for routing and load shedding)
 
     def completions(self) -> list[bytes]:
         """The heads of what clients sent (not the proxy's own /metrics scrapes)."""
@@ -58,9 +59,9 @@ class Copy:
         self.heads.append(head)
         body = await _read_body(reader, head)
         try:
-            if not head.startswith(b"POST"):  # the proxy's /metrics scrape: nothing to report
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 0\r\n"
-                             b"connection: close\r\n\r\n")
+            if not head.startswith(b"POST"):  # the proxy's /metrics scrape
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: "
+                             + str(len(self.metrics)).encode() + b"\r\nconnection: close\r\n\r\n" + self.metrics)
             elif json.loads(body).get("stream"):
                 await self._stream(reader, writer, body)
             else:

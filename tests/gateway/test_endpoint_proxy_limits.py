@@ -34,6 +34,7 @@ from tests.gateway.redis_server import RedisServer
 from tests.gateway.test_endpoint_proxy_keys import ADMIN, ALICE, Copy, _error, _true, _until
 
 pytestmark = pytest.mark.timeout(90)
+BUSY = b'vllm:num_requests_waiting{model_name="m"} 10\n'  # 10 requests waiting on the copy
 HELD = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hold-me"}]}
 
 
@@ -68,11 +69,11 @@ def _publish(context: ServerContext, url: str, annotations: dict[str, Any]) -> N
 
 
 @contextlib.asynccontextmanager
-async def _proxies(tmp_path: Path, limiters: list[Limiter], annotations: dict[str, Any] | None = None
-                   ) -> AsyncIterator[Proxies]:
+async def _proxies(tmp_path: Path, limiters: list[Limiter], annotations: dict[str, Any] | None = None,
+                   copy: Copy | None = None) -> AsyncIterator[Proxies]:
     """One API and store, one copy, and one endpoint proxy per limiter, each under its own uvicorn."""
     context = build_context(tmp_path, "127.0.0.1:1")  # nothing here reaches Temporal
-    copy = Copy()
+    copy = copy or Copy()
     server = await asyncio.start_server(copy.serve, "127.0.0.1", 0)
     _publish(context, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", annotations or {})
     app = create_app(context)
@@ -153,6 +154,23 @@ async def test_the_context_check_uses_the_pools_max_context(tmp_path: Path) -> N
         assert (await stack.chat(token, max_tokens=32)).status_code == 200  # ~1 + 32 ≤ 64
         over = await stack.chat(token, max_tokens=32, messages=[{"role": "user", "content": "w" * 200}])
         assert over.status_code == 413 and _error(over)["code"] == "context"
+
+
+@pytest.mark.parametrize(("threshold", "admitted"), [(4, set()), (8, {"high"}), (12, {"normal", "high"}),
+                                                     (24, {"low", "normal", "high"})])
+async def test_load_shedding_by_priority(tmp_path: Path, threshold: int, admitted: set[str]) -> None:
+    """10 waiting on the only copy: shed at ½×, 1×, 2× the threshold for low, normal, high."""
+    async with _proxies(tmp_path, [_memory({"shed_queue_depth": threshold})], copy=Copy(metrics=BUSY)) as stack:
+        token = stack.token()
+        passed = set()
+        for priority in ("low", "normal", "high"):
+            answer = await stack.chat(token, headers={"x-request-priority": priority})
+            if answer.status_code == 200:
+                passed.add(priority)
+            else:
+                assert answer.status_code == 429 and _error(answer)["code"] == "shed_queue_depth"
+                assert answer.headers["retry-after"] == "1"
+        assert passed == admitted
 
 
 @pytest.mark.redis
