@@ -20,7 +20,7 @@ from stack.driver import RunningStack, free_port_base
 Target = tuple[str, dict[str, str], "ssl.SSLContext | bool"]  # URL, headers, what the client trusts
 
 # A key's own limits, set like the cluster's: high enough never to refuse, low enough to be counted.
-KEY_LIMITS = {"request_quota": 10**9, "tokens_per_minute": 10**12, "max_concurrent": 10**6}
+KEY_LIMITS: dict[str, int | None] = {"request_quota": 10**9, "tokens_per_minute": 10**12, "max_concurrent": 10**6}
 
 
 @dataclass
@@ -30,6 +30,7 @@ class LimitedStack:
     stack: RunningStack
     direct: Target
     keyed: Target
+    keyed_no_quota: Target  # the same key limits but the lifetime request quota (what its reservations cost)
 
     @property
     def proxy_pid(self) -> int:
@@ -58,18 +59,29 @@ def start_limited(state_dir: Path, env: dict[str, str], limits_file: Path, redis
         workflow_id = stack.start_entry("GPT-OSS 20B", "Proxy=false")
         copy = stack.describe(workflow_id)["replicas"][0]
         endpoint = stack.endpoint(workflow_id)
-        created = stack.api("POST", "/v1/keys", json={"name": "bench", "endpoint_id": endpoint["id"], **KEY_LIMITS})
-        created.raise_for_status()
+        keys = [_create_key(stack, endpoint["id"], name, limits) for name, limits in
+                (("bench", KEY_LIMITS), ("bench-no-quota", {**KEY_LIMITS, "request_quota": None}))]
     except BaseException:
         stack.stop()
         raise
-    # x-project-id and x-session-id: without them a request is not counted in those two scopes.
-    keyed_headers = {"Authorization": f"Bearer {created.json()['key']}", "x-project-id": "bench",
-                     "x-session-id": "bench-session"}
+    url = endpoint["url"] + "/v1/chat/completions"
     return LimitedStack(stack=stack,
                         direct=(copy["url"] + "/v1/chat/completions",
                                 {"Authorization": f"Bearer {stack.replica_key(copy['copy_id'])}"}, True),
-                        keyed=(endpoint["url"] + "/v1/chat/completions", keyed_headers, stack.verify))
+                        keyed=(url, _keyed_headers(keys[0]), stack.verify),
+                        keyed_no_quota=(url, _keyed_headers(keys[1]), stack.verify))
+
+
+def _create_key(stack: RunningStack, endpoint_id: str, name: str, limits: dict[str, int | None]) -> str:
+    """A key of the stack's user (the endpoint's owner) through the API, `POST /v1/keys`: its plaintext."""
+    created = stack.api("POST", "/v1/keys", json={"name": name, "endpoint_id": endpoint_id, **limits})
+    created.raise_for_status()
+    return str(created.json()["key"])
+
+
+def _keyed_headers(key: str) -> dict[str, str]:
+    # x-project-id and x-session-id: without them a request is not counted in those two scopes.
+    return {"Authorization": f"Bearer {key}", "x-project-id": "bench", "x-session-id": "bench-session"}
 
 
 @dataclass
@@ -122,8 +134,10 @@ def latency_targets(run: LimitedRun) -> dict[str, Target]:
 
 
 def added_p50s(kept: dict[str, dict[str, float]]) -> dict[str, float]:
-    """What each keyed proxy adds to the p50 of a direct call to its own copy."""
-    out = {"memory": kept["keyed_memory"]["p50"] - kept["direct_limited"]["p50"]}
+    """What each keyed proxy adds to the p50 of a direct call to its own copy; and the keyed, limited proxy's
+    p50 less the plain one's (another stack: their copies' own p50s differ by run noise too)."""
+    out = {"memory": kept["keyed_memory"]["p50"] - kept["direct_limited"]["p50"],
+           "memory_over_plain_proxy": kept["keyed_memory"]["p50"] - kept["proxy"]["p50"]}
     if "keyed_redis" in kept:
         out["redis"] = kept["keyed_redis"]["p50"] - kept["direct_redis"]["p50"]
     return out

@@ -216,6 +216,7 @@ def _keyed_figures(run: LimitedRun, kept: dict[str, dict[str, float]]) -> dict[s
     return {"latency_ms_concurrency_1": {name: kept[name] for name in kept if name not in ("direct", "proxy")},
             "added_p50_ms": added_p50s(kept), "redis_counters": run.redis_note,
             "rps_concurrency_32": asyncio.run(rps(url, headers)),
+            "rps_concurrency_32_key_without_request_quota": asyncio.run(rps(*run.memory.keyed_no_quota[:2])),
             "rps_concurrency_32_httpx_load_generator": asyncio.run(throughput(url, headers, 32, 6)),
             "cpu_ms_per_streamed_chunk": cpu_per_chunk_ms, "streamed_chunks": chunks}
 
