@@ -55,7 +55,7 @@ async def _redis(url: str, rounds: int) -> dict[str, Any]:
         await counters.close()
 
 
-def _start_redis(root: str) -> tuple[subprocess.Popen[bytes], str] | None:
+def start_redis(root: str) -> tuple[subprocess.Popen[bytes], str] | None:
     binary = shutil.which("redis-server")
     if binary is None:
         return None
@@ -84,7 +84,7 @@ def main() -> None:
     result: dict[str, Any] = {"checks_per_admit": 7 * 3 + 4, "memory": asyncio.run(_per_admit(MemoryCounters(),
                                                                                            args.rounds))}
     with tempfile.TemporaryDirectory(prefix="berth-bench-redis-") as root:
-        started = None if args.redis_url else _start_redis(root)
+        started = None if args.redis_url else start_redis(root)
         url = args.redis_url or (started[1] if started else None)
         try:
             result["redis"] = asyncio.run(_redis(url, max(1, args.rounds // 10))) if url else "no redis-server"

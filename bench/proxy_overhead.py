@@ -1,7 +1,11 @@
 """Endpoint proxy vs direct to the simulator vs stock LiteLLM (one worker), same run, loopback.
 
-Targets (issue 2): added p50 at concurrency 1 ≤ 1 ms; req/s at concurrency 32 (non-streamed)
-≥ 5× stock LiteLLM's; proxy CPU per streamed chunk ≤ 0.05 ms. Prints JSON.
+Issue 2's figures (top level): the proxy with an endpoint token and the default limits. Issue 15's
+(`keyed_limited`, what `targets` applies to): the proxy with a Berth API key and every limit of LimitPolicy set
+(bench/proxy_limits.py), counters in memory: added p50 at concurrency 1 ≤ 0.5 ms, req/s at concurrency 32
+(non-streamed, wrk when installed) ≥ 10× stock LiteLLM's, proxy CPU per streamed chunk ≤ 0.02 ms; beside it
+the added p50 with counters in Redis (a third stack), every p50 taken in the same interleaved rounds; and
+`audit_writer`: the audit records' cost per request on the proxy's path (bench/audit_writer.py). Prints JSON.
 `--tls` (issue 13): a short run instead, a plain and a `berth up --tls` stack side by side: what https adds
 to the proxy's p50 (kept-alive connection, as an SDK uses; and a new connection's handshake).
 """
@@ -13,17 +17,25 @@ import json
 import os
 import re
 import shutil
-import ssl
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
 
 from bench.common import cpu_seconds, emit, summary
+from bench.proxy_limits import (
+    LimitedRun,
+    Target,
+    added_p50s,
+    audit_cost,
+    latency_targets,
+    start_limited_run,
+)
 from berth.processes import free_port, stop_group_sync, wait_http_sync
 from stack.driver import RunningStack, free_port_base, litellm_bin
 
@@ -112,9 +124,6 @@ def start_litellm(replica: str, workdir: Path, replica_key: str) -> tuple[subpro
     return process, f"http://127.0.0.1:{port}"
 
 
-Target = tuple[str, dict[str, str], "ssl.SSLContext | bool"]  # URL, headers, what the client trusts
-
-
 async def interleaved(targets: dict[str, Target], rounds: int, fresh: bool = False) -> dict[str, list[float]]:
     """One request to each target per round, in turn, so that the load of a shared machine weighs on
     every target alike; `fresh`: each request on a new connection (TCP + TLS handshake in the figure)."""
@@ -173,60 +182,92 @@ def tls_overhead() -> None:
             stack.stop()
 
 
+STACK_ENV = {"BERTH_SIM_TOKENS_PER_SECOND": "0", "BERTH_SIM_REPLY": LONG_REPLY, "BERTH_SIM_MAX_NUM_SEQS": "256"}
+TARGETS = {"added_p50_ms": 0.5, "proxy_vs_litellm_rps": 10.0, "cpu_ms_per_chunk": 0.02}  # issue 15's
+
+
+def _cpu_per_chunk(pid: int, target: Target) -> tuple[float, int]:
+    """A process's CPU per streamed chunk over 20 streamed answers through `target`: (ms, chunks)."""
+    before = cpu_seconds(pid)
+    chunks = asyncio.run(stream_chunks(target[0], target[1], 20))
+    return (cpu_seconds(pid) - before) * 1000 / max(chunks, 1), chunks
+
+
+def _plain_figures(stack: RunningStack, direct: Target, proxied: Target,
+                   kept: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Issue 2's figures: the proxy with an endpoint token and the default limits (the body limit alone)."""
+    proxy_pid = next(c["pid"] for c in stack.info["children"] if c["name"] == "proxy")
+    cpu_per_chunk_ms, chunks = _cpu_per_chunk(proxy_pid, proxied)
+    return {"latency_ms_concurrency_1": {"direct": kept["direct"], "proxy": kept["proxy"]},
+            "added_p50_ms": kept["proxy"]["p50"] - kept["direct"]["p50"],
+            "rps_concurrency_32": {"proxy": asyncio.run(rps(proxied[0], proxied[1])),
+                                   "direct": asyncio.run(rps(direct[0], direct[1]))},
+            "proxy_cpu_ms_per_streamed_chunk": cpu_per_chunk_ms, "streamed_chunks": chunks,
+            "rps_concurrency_32_httpx_load_generator": {
+                "direct": asyncio.run(throughput(direct[0], direct[1], 32, 6)),
+                "proxy": asyncio.run(throughput(proxied[0], proxied[1], 32, 6))}}
+
+
+def _keyed_figures(run: LimitedRun, kept: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Issue 15's figures: through the proxy with a key and every limit set, counters in memory (and the
+    p50 with counters in Redis, taken in the same interleaved rounds)."""
+    cpu_per_chunk_ms, chunks = _cpu_per_chunk(run.memory.proxy_pid, run.memory.keyed)
+    url, headers, _ = run.memory.keyed
+    return {"latency_ms_concurrency_1": {name: kept[name] for name in kept if name not in ("direct", "proxy")},
+            "added_p50_ms": added_p50s(kept), "redis_counters": run.redis_note,
+            "rps_concurrency_32": asyncio.run(rps(url, headers)),
+            "rps_concurrency_32_key_without_request_quota": asyncio.run(rps(*run.memory.keyed_no_quota[:2])),
+            "rps_concurrency_32_httpx_load_generator": asyncio.run(throughput(url, headers, 32, 6)),
+            "cpu_ms_per_streamed_chunk": cpu_per_chunk_ms, "streamed_chunks": chunks}
+
+
+def _litellm_figures(direct: Target, workdir: Path, result: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """Stock LiteLLM in front of the same copy: its req/s and CPU per chunk, and the proxies' ratios to it."""
+    replica = direct[0].removesuffix("/v1/chat/completions")
+    litellm, litellm_url = start_litellm(replica, workdir, direct[1]["Authorization"].removeprefix("Bearer "))
+    target: Target = (litellm_url + "/v1/chat/completions", {"Authorization": "Bearer sk-bench-master"}, True)
+    litellm_rps = asyncio.run(rps(target[0], target[1]))
+    before = cpu_seconds(litellm.pid)
+    litellm_chunks = asyncio.run(stream_chunks(target[0], target[1], 5))
+    result["litellm_cpu_ms_per_streamed_chunk"] = (cpu_seconds(litellm.pid) - before) * 1000 / max(litellm_chunks, 1)
+    result["rps_concurrency_32"]["litellm"] = litellm_rps
+    result["proxy_vs_litellm_rps"] = result["rps_concurrency_32"]["proxy"] / litellm_rps
+    result["keyed_limited"]["proxy_vs_litellm_rps"] = result["keyed_limited"]["rps_concurrency_32"] / litellm_rps
+    httpx_rps = result["rps_concurrency_32_httpx_load_generator"]
+    httpx_rps["litellm"] = asyncio.run(throughput(target[0], target[1], 32, 6))
+    httpx_rps["proxy_vs_litellm"] = httpx_rps["proxy"] / httpx_rps["litellm"]
+    return litellm
+
+
 def main() -> None:
     if "--tls" in sys.argv[1:]:
         tls_overhead()
         return
     workdir = Path(tempfile.mkdtemp(prefix="berth-bench-proxy-"))
     stack = RunningStack(state_dir=workdir / "state", port_base=free_port_base(), nodes=1, simulate_gpus="1x80GB",
-                         extra_env={"BERTH_SIM_TOKENS_PER_SECOND": "0", "BERTH_SIM_REPLY": LONG_REPLY,
-                                    "BERTH_SIM_MAX_NUM_SEQS": "256"}).start()
-    litellm = None
+                         extra_env=STACK_ENV).start()
+    litellm, run = None, None
     try:
+        run = start_limited_run(workdir, STACK_ENV)
         # Proxy=false: this bench measures the endpoint proxy alone (bench/litellm_overhead.py: the full path).
-        workflow_id = stack.start_entry("GPT-OSS 20B", "Proxy=false")
-        copy = stack.describe(workflow_id)["replicas"][0]
-        replica, replica_key = copy["url"], stack.replica_key(copy["copy_id"])
-        direct_auth = {"Authorization": f"Bearer {replica_key}"}  # every copy wants its own key
-        endpoint = stack.endpoint(workflow_id)
-        auth = {"Authorization": f"Bearer {stack.token_for(endpoint['id'])}"}
-        direct_url, proxy_url = replica + "/v1/chat/completions", endpoint["url"] + "/v1/chat/completions"
-        direct = asyncio.run(latencies(direct_url, direct_auth, 300))
-        proxied = asyncio.run(latencies(proxy_url, auth, 300))
-        added_p50 = summary(proxied)["p50"] - summary(direct)["p50"]
-        proxy_pid = next(c["pid"] for c in stack.info["children"] if c["name"] == "proxy")
-        before = cpu_seconds(proxy_pid)
-        chunks = asyncio.run(stream_chunks(proxy_url, auth, 20))
-        cpu_per_chunk_ms = (cpu_seconds(proxy_pid) - before) * 1000 / max(chunks, 1)
-        proxy_rps = asyncio.run(rps(proxy_url, auth))
-        direct_rps = asyncio.run(rps(direct_url, direct_auth))
-        httpx_rps = {"direct": asyncio.run(throughput(direct_url, direct_auth, 32, 6)),
-                     "proxy": asyncio.run(throughput(proxy_url, auth, 32, 6))}
-        result: dict[str, object] = {
-            "latency_ms_concurrency_1": {"direct": summary(direct), "proxy": summary(proxied)},
-            "added_p50_ms": added_p50,
-            "rps_concurrency_32": {"direct": direct_rps, "proxy": proxy_rps},
-            "proxy_cpu_ms_per_streamed_chunk": cpu_per_chunk_ms, "streamed_chunks": chunks,
-        }
+        direct, proxied = _endpoint_target(stack)
+        rounds = asyncio.run(interleaved({"direct": direct, "proxy": proxied, **latency_targets(run)}, 500))
+        kept = {name: summary(values) for name, values in rounds.items()}
+        run.stop_redis()  # its p50 is taken: the throughput runs have the machine to the two other stacks
+        result = _plain_figures(stack, direct, proxied, kept)
+        result["keyed_limited"] = _keyed_figures(run, kept)
+        result["rps_concurrency_32"]["keyed"] = result["keyed_limited"]["rps_concurrency_32"]
         if litellm_bin():
-            litellm, litellm_url = start_litellm(replica, workdir, replica_key)
-            litellm_headers = {"Authorization": "Bearer sk-bench-master"}
-            litellm_rps = asyncio.run(rps(litellm_url + "/v1/chat/completions", litellm_headers))
-            before = cpu_seconds(litellm.pid)
-            litellm_chunks = asyncio.run(stream_chunks(litellm_url + "/v1/chat/completions", litellm_headers, 5))
-            litellm_cpu = cpu_seconds(litellm.pid) - before
-            result["litellm_cpu_ms_per_streamed_chunk"] = litellm_cpu * 1000 / max(litellm_chunks, 1)
-            result["rps_concurrency_32"]["litellm"] = litellm_rps  # type: ignore[index]
-            result["proxy_vs_litellm_rps"] = proxy_rps / litellm_rps
-            httpx_rps["litellm"] = asyncio.run(throughput(litellm_url + "/v1/chat/completions", litellm_headers, 32, 6))
-            httpx_rps["proxy_vs_litellm"] = httpx_rps["proxy"] / httpx_rps["litellm"]
-        result["rps_concurrency_32_httpx_load_generator"] = httpx_rps
+            litellm = _litellm_figures(direct, workdir, result)
+        result["audit_writer"] = audit_cost()
         result["load_generator"] = "wrk" if shutil.which("wrk") else "httpx"
-        result["targets"] = {"added_p50_ms": 1.0, "proxy_vs_litellm_rps": 5.0, "cpu_ms_per_chunk": 0.05}
+        result["targets"] = {**TARGETS, "apply_to": "keyed_limited"}
         emit("proxy_overhead", result)
     finally:
         if litellm is not None:
             stop_group_sync(litellm.pid, 10)
+        if run is not None:
+            run.stop()
         stack.stop()
 
 
