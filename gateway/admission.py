@@ -95,9 +95,10 @@ class Admission:
             receive = replaying(body, receive)
         elif body is not None:
             limiter.check_body(len(body), override)
-        prompt_chars, max_tokens = _asks(body) if body is not None else (0, None)
+        data = _json(body) if body is not None else {}  # parsed once, for every limit that reads it
+        prompt_chars, max_tokens = _asks(data)
         asked = Asked(
-            endpoint_id=route.id, model=_model(body, verdict), user=identity.user if identity else None,
+            endpoint_id=route.id, model=_model(data, verdict), user=identity.user if identity else None,
             org=identity.org if identity else None, groups=tuple(identity.groups) if identity else (),
             project=_member(header(headers, b"x-project-id")), session=_member(header(headers, b"x-session-id")),
             key_id=verdict.key_id if verdict else None,
@@ -115,14 +116,11 @@ def _member(value: str | None) -> str | None:
     return value[:MAX_MEMBER] if value else None
 
 
-def _model(body: bytes | None, verdict: KeyVerdict | None) -> str | None:
+def _model(data: dict[str, Any], verdict: KeyVerdict | None) -> str | None:
     """The model the request names: the key's when it holds one (the key check compared them), else the
     body's when it was read."""
     if verdict is not None and verdict.model is not None:
         return verdict.model
-    if body is None:
-        return None
-    data = _json(body)
     model = data.get("model")
     return model[:256] if isinstance(model, str) else None
 
@@ -135,10 +133,9 @@ def _json(body: bytes) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _asks(body: bytes) -> tuple[int, int | None]:
+def _asks(data: dict[str, Any]) -> tuple[int, int | None]:
     """The prompt's characters (every message's text, or `prompt`) and `max_tokens` of an OpenAI body;
     (0, None) for a body that is not one (the service answers it)."""
-    data = _json(body)
     chars = 0
     messages = data.get("messages")
     if isinstance(messages, list):

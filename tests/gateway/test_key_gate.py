@@ -1,9 +1,10 @@
 """KeyGate against a counting stand-in for the API: verdicts and refusals are cached briefly (a flood of bad
 keys asks the API once), never past `valid_until`; the request quota is reserved in batches (one at a time
-near its end); the API unreachable fails closed with a 503; a slot is released once however often finished."""
+near its end), ahead of need for a busy key; the API unreachable fails closed with a 503."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -92,3 +93,27 @@ async def test_the_api_unreachable_fails_closed_and_is_asked_again_next_time() -
             await gate.verify("bk_good", "ep-a")
         assert refused.value.status == 503
     assert api.verified == 2
+
+
+class SlowApi(CountingApi):
+    """Each reservation takes 50 ms, as a busy control plane's might."""
+
+    async def reserve_key_requests(self, key_id: str, requests: int) -> KeyReservation:
+        await asyncio.sleep(0.05)  # the API's own latency, simulated: not a wait for a condition
+        return await super().reserve_key_requests(key_id, requests)
+
+
+async def test_a_busy_key_reserves_ahead_so_its_requests_do_not_wait_on_the_api() -> None:
+    api = SlowApi(quota=100_000)
+    gate = KeyGate(api)  # type: ignore[arg-type]
+    verdict = await gate.verify("bk_good", "ep-a")
+    waited = 0
+    for _ in range(1000):
+        started = time.monotonic()
+        await gate.spend(verdict)
+        waited += time.monotonic() - started > 0.04
+        await asyncio.sleep(0.001)  # requests arriving at ~1000/s (pacing the load, not waiting on anything)
+    # The first request waits; while the batches grow (32, 64, 128, ...) a few may outrun the refill.
+    assert waited <= 4, f"{waited} requests waited on a reservation"
+    assert max(api.reservations) > 32  # spent within a second: the batches grew
+    assert max(api.reservations) <= 512
