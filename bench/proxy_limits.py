@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.audit_writer import bench_enqueue
-from bench.limits_admit import POLICY, start_redis
+from bench.limits_admit import POLICY
 from stack.driver import RunningStack, free_port_base
 
 Target = tuple[str, dict[str, str], "ssl.SSLContext | bool"]  # URL, headers, what the client trusts
@@ -31,6 +30,7 @@ class LimitedStack:
     direct: Target
     keyed: Target
     keyed_no_quota: Target  # the same key limits but the lifetime request quota (what its reservations cost)
+    token: Target  # an endpoint token through the same limits: what the key itself adds, beside it
 
     @property
     def proxy_pid(self) -> int:
@@ -69,7 +69,8 @@ def start_limited(state_dir: Path, env: dict[str, str], limits_file: Path, redis
                         direct=(copy["url"] + "/v1/chat/completions",
                                 {"Authorization": f"Bearer {stack.replica_key(copy['copy_id'])}"}, True),
                         keyed=(url, _keyed_headers(keys[0]), stack.verify),
-                        keyed_no_quota=(url, _keyed_headers(keys[1]), stack.verify))
+                        keyed_no_quota=(url, _keyed_headers(keys[1]), stack.verify),
+                        token=(url, _keyed_headers(stack.token_for(endpoint["id"])), stack.verify))
 
 
 def _create_key(stack: RunningStack, endpoint_id: str, name: str, limits: dict[str, int | None]) -> str:
@@ -82,65 +83,6 @@ def _create_key(stack: RunningStack, endpoint_id: str, name: str, limits: dict[s
 def _keyed_headers(key: str) -> dict[str, str]:
     # x-project-id and x-session-id: without them a request is not counted in those two scopes.
     return {"Authorization": f"Bearer {key}", "x-project-id": "bench", "x-session-id": "bench-session"}
-
-
-@dataclass
-class LimitedRun:
-    """The run's limited stacks (in memory, through Redis) and the redis-server they share; stop() stops all."""
-
-    memory: LimitedStack
-    redis: LimitedStack | None
-    redis_process: subprocess.Popen[bytes] | None
-    redis_note: str
-
-    def stop_redis(self) -> None:
-        """The Redis stack and its server, once its latencies are taken: it should not weigh on the rest."""
-        if self.redis is not None:
-            self.redis.stack.stop()
-            self.redis = None
-        if self.redis_process is not None:
-            self.redis_process.kill()
-            self.redis_process.wait(timeout=10)
-            self.redis_process = None
-
-    def stop(self) -> None:
-        self.stop_redis()
-        self.memory.stack.stop()
-
-
-def start_limited_run(workdir: Path, env: dict[str, str]) -> LimitedRun:
-    """Two limited stacks side by side (not one restarted: their latencies are taken interleaved), the same
-    limits file, one with in-memory counters and one with BERTH_REDIS_URL on a redis-server of its own."""
-    limits_file = write_limits_file(workdir / "limits")
-    memory = start_limited(workdir / "limited-memory", env, limits_file, None)
-    started = start_redis(str(workdir))
-    if started is None:
-        return LimitedRun(memory, None, None, "no redis-server on PATH: the Redis figures are missing")
-    try:
-        redis = start_limited(workdir / "limited-redis", env, limits_file, started[1])
-    except BaseException:
-        started[0].kill()
-        memory.stack.stop()
-        raise
-    return LimitedRun(memory, redis, started[0], f"a second stack, BERTH_REDIS_URL={started[1]}")
-
-
-def latency_targets(run: LimitedRun) -> dict[str, Target]:
-    """The limited stacks' targets for `interleaved()`: direct to each copy and through each keyed proxy."""
-    targets = {"direct_limited": run.memory.direct, "keyed_memory": run.memory.keyed}
-    if run.redis is not None:
-        targets |= {"direct_redis": run.redis.direct, "keyed_redis": run.redis.keyed}
-    return targets
-
-
-def added_p50s(kept: dict[str, dict[str, float]]) -> dict[str, float]:
-    """What each keyed proxy adds to the p50 of a direct call to its own copy; and the keyed, limited proxy's
-    p50 less the plain one's (another stack: their copies' own p50s differ by run noise too)."""
-    out = {"memory": kept["keyed_memory"]["p50"] - kept["direct_limited"]["p50"],
-           "memory_over_plain_proxy": kept["keyed_memory"]["p50"] - kept["proxy"]["p50"]}
-    if "keyed_redis" in kept:
-        out["redis"] = kept["keyed_redis"]["p50"] - kept["direct_redis"]["p50"]
-    return out
 
 
 def audit_cost() -> dict[str, Any]:

@@ -28,14 +28,8 @@ import httpx
 import yaml
 
 from bench.common import cpu_seconds, emit, summary
-from bench.proxy_limits import (
-    LimitedRun,
-    Target,
-    added_p50s,
-    audit_cost,
-    latency_targets,
-    start_limited_run,
-)
+from bench.limits_admit import start_redis
+from bench.proxy_limits import LimitedStack, Target, audit_cost, start_limited, write_limits_file
 from berth.processes import free_port, stop_group_sync, wait_http_sync
 from stack.driver import RunningStack, free_port_base, litellm_bin
 
@@ -208,21 +202,21 @@ def _plain_figures(stack: RunningStack, direct: Target, proxied: Target,
                 "proxy": asyncio.run(throughput(proxied[0], proxied[1], 32, 6))}}
 
 
-def _keyed_figures(run: LimitedRun, kept: dict[str, dict[str, float]]) -> dict[str, Any]:
-    """Issue 15's figures: through the proxy with a key and every limit set, counters in memory (and the
-    p50 with counters in Redis, taken in the same interleaved rounds)."""
-    cpu_per_chunk_ms, chunks = _cpu_per_chunk(run.memory.proxy_pid, run.memory.keyed)
-    url, headers, _ = run.memory.keyed
-    return {"latency_ms_concurrency_1": {name: kept[name] for name in kept if name not in ("direct", "proxy")},
-            "added_p50_ms": added_p50s(kept), "redis_counters": run.redis_note,
+def _keyed_figures(limited: LimitedStack, kept: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Issue 15's figures: through the proxy with a key and every limit set, counters in memory."""
+    cpu_per_chunk_ms, chunks = _cpu_per_chunk(limited.proxy_pid, limited.keyed)
+    url, headers, _ = limited.keyed
+    return {"latency_ms_concurrency_1": kept,
+            "added_p50_ms": kept["keyed"]["p50"] - kept["direct"]["p50"],
+            "added_p50_ms_token_same_limits": kept["token"]["p50"] - kept["direct"]["p50"],
             "rps_concurrency_32": asyncio.run(rps(url, headers)),
-            "rps_concurrency_32_key_without_request_quota": asyncio.run(rps(*run.memory.keyed_no_quota[:2])),
+            "rps_concurrency_32_key_without_request_quota": asyncio.run(rps(*limited.keyed_no_quota[:2])),
             "rps_concurrency_32_httpx_load_generator": asyncio.run(throughput(url, headers, 32, 6)),
             "cpu_ms_per_streamed_chunk": cpu_per_chunk_ms, "streamed_chunks": chunks}
 
 
 def _litellm_figures(direct: Target, workdir: Path, result: dict[str, Any]) -> subprocess.Popen[bytes]:
-    """Stock LiteLLM in front of the same copy: its req/s and CPU per chunk, and the proxies' ratios to it."""
+    """Stock LiteLLM in front of the same copy: its req/s and CPU per chunk, and the plain proxy's ratio."""
     replica = direct[0].removesuffix("/v1/chat/completions")
     litellm, litellm_url = start_litellm(replica, workdir, direct[1]["Authorization"].removeprefix("Bearer "))
     target: Target = (litellm_url + "/v1/chat/completions", {"Authorization": "Bearer sk-bench-master"}, True)
@@ -232,11 +226,45 @@ def _litellm_figures(direct: Target, workdir: Path, result: dict[str, Any]) -> s
     result["litellm_cpu_ms_per_streamed_chunk"] = (cpu_seconds(litellm.pid) - before) * 1000 / max(litellm_chunks, 1)
     result["rps_concurrency_32"]["litellm"] = litellm_rps
     result["proxy_vs_litellm_rps"] = result["rps_concurrency_32"]["proxy"] / litellm_rps
-    result["keyed_limited"]["proxy_vs_litellm_rps"] = result["keyed_limited"]["rps_concurrency_32"] / litellm_rps
     httpx_rps = result["rps_concurrency_32_httpx_load_generator"]
     httpx_rps["litellm"] = asyncio.run(throughput(target[0], target[1], 32, 6))
     httpx_rps["proxy_vs_litellm"] = httpx_rps["proxy"] / httpx_rps["litellm"]
     return litellm
+
+
+def _plain_phase(workdir: Path) -> dict[str, Any]:
+    """Issue 2's figures on a stack of their own (and stock LiteLLM's, in front of its copy)."""
+    stack = RunningStack(state_dir=workdir / "state", port_base=free_port_base(), nodes=1, simulate_gpus="1x80GB",
+                         extra_env=STACK_ENV).start()
+    litellm = None
+    try:
+        # Proxy=false: this bench measures the endpoint proxy alone (bench/litellm_overhead.py: the full path).
+        direct, proxied = _endpoint_target(stack)
+        rounds = asyncio.run(interleaved({"direct": direct, "proxy": proxied}, 400))
+        result = _plain_figures(stack, direct, proxied, {name: summary(v) for name, v in rounds.items()})
+        if litellm_bin():
+            litellm = _litellm_figures(direct, workdir, result)
+        return result
+    finally:
+        if litellm is not None:
+            stop_group_sync(litellm.pid, 10)
+        stack.stop()
+
+
+def _keyed_phase(workdir: Path, limits_file: Path, redis_url: str | None) -> dict[str, Any]:
+    """A stack with every limit set (counters in memory, or in Redis), alone on the machine: direct, a token
+    and a key through its proxy, interleaved; the throughput and CPU figures only for memory counters."""
+    name = "redis" if redis_url else "memory"
+    limited = start_limited(workdir / f"limited-{name}", STACK_ENV, limits_file, redis_url)
+    try:
+        rounds = asyncio.run(interleaved({"direct": limited.direct, "token": limited.token,
+                                          "keyed": limited.keyed}, 400))
+        kept = {target: summary(values) for target, values in rounds.items()}
+        if redis_url:
+            return {"latency_ms_concurrency_1": kept, "added_p50_ms": kept["keyed"]["p50"] - kept["direct"]["p50"]}
+        return _keyed_figures(limited, kept)
+    finally:
+        limited.stack.stop()
 
 
 def main() -> None:
@@ -244,31 +272,26 @@ def main() -> None:
         tls_overhead()
         return
     workdir = Path(tempfile.mkdtemp(prefix="berth-bench-proxy-"))
-    stack = RunningStack(state_dir=workdir / "state", port_base=free_port_base(), nodes=1, simulate_gpus="1x80GB",
-                         extra_env=STACK_ENV).start()
-    litellm, run = None, None
-    try:
-        run = start_limited_run(workdir, STACK_ENV)
-        # Proxy=false: this bench measures the endpoint proxy alone (bench/litellm_overhead.py: the full path).
-        direct, proxied = _endpoint_target(stack)
-        rounds = asyncio.run(interleaved({"direct": direct, "proxy": proxied, **latency_targets(run)}, 500))
-        kept = {name: summary(values) for name, values in rounds.items()}
-        run.stop_redis()  # its p50 is taken: the throughput runs have the machine to the two other stacks
-        result = _plain_figures(stack, direct, proxied, kept)
-        result["keyed_limited"] = _keyed_figures(run, kept)
-        result["rps_concurrency_32"]["keyed"] = result["keyed_limited"]["rps_concurrency_32"]
-        if litellm_bin():
-            litellm = _litellm_figures(direct, workdir, result)
-        result["audit_writer"] = audit_cost()
-        result["load_generator"] = "wrk" if shutil.which("wrk") else "httpx"
-        result["targets"] = {**TARGETS, "apply_to": "keyed_limited"}
-        emit("proxy_overhead", result)
-    finally:
-        if litellm is not None:
-            stop_group_sync(litellm.pid, 10)
-        if run is not None:
-            run.stop()
-        stack.stop()
+    # One stack at a time (three side by side on two cores took ~0.5 ms from every proxy's figure).
+    result = _plain_phase(workdir)
+    limits_file = write_limits_file(workdir / "limits")
+    keyed = result["keyed_limited"] = _keyed_phase(workdir, limits_file, None)
+    result["rps_concurrency_32"]["keyed"] = keyed["rps_concurrency_32"]
+    if "litellm" in result["rps_concurrency_32"]:
+        keyed["proxy_vs_litellm_rps"] = keyed["rps_concurrency_32"] / result["rps_concurrency_32"]["litellm"]
+    redis = start_redis(str(workdir))
+    if redis is None:
+        keyed["redis_counters"] = "no redis-server on PATH: the Redis figures are missing"
+    else:
+        try:
+            keyed["redis_counters"] = _keyed_phase(workdir, limits_file, redis[1])
+        finally:
+            redis[0].kill()
+            redis[0].wait(timeout=10)
+    result["audit_writer"] = audit_cost()
+    result["load_generator"] = "wrk" if shutil.which("wrk") else "httpx"
+    result["targets"] = {**TARGETS, "apply_to": "keyed_limited"}
+    emit("proxy_overhead", result)
 
 
 if __name__ == "__main__":
