@@ -18,6 +18,7 @@ from berth.contracts import (
     CopyRecord,
     EndpointClientFacts,
     EndpointFront,
+    EndpointPolicy,
     EndpointToken,
     EndpointTokenRequest,
     EndpointView,
@@ -128,6 +129,19 @@ class ApiClient(ApiTransport):
     async def endpoint_client_config(self, endpoint_id: str) -> EndpointClientFacts:
         data = await self.request("GET", f"/v1/endpoints/{segment(endpoint_id)}/client-config")
         return one(EndpointClientFacts, data)
+
+    # --- an endpoint's policy (its limits override and API-key TTL cap) ----------------------------
+    async def endpoint_policy(self, endpoint_id: str) -> EndpointPolicy:
+        return one(EndpointPolicy, await self.request("GET", f"/v1/endpoints/{segment(endpoint_id)}/policy"))
+
+    async def set_endpoint_policy(self, endpoint_id: str, policy: EndpointPolicy) -> EndpointPolicy:
+        # By alias: the limits' `global` scope is `global_` in Python.
+        data = await self.request("PUT", f"/v1/endpoints/{segment(endpoint_id)}/policy",
+                                  json=policy.model_dump(mode="json", by_alias=True, exclude_unset=True))
+        return one(EndpointPolicy, data)
+
+    async def clear_endpoint_policy(self, endpoint_id: str) -> EndpointPolicy:
+        return one(EndpointPolicy, await self.request("DELETE", f"/v1/endpoints/{segment(endpoint_id)}/policy"))
 
     async def nodes(self) -> list[NodeView]:
         return many(NodeView, await self.request("GET", "/v1/nodes"))

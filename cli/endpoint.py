@@ -1,5 +1,5 @@
-"""`berth endpoint …` (and `berth workflow endpoints …`): list endpoints, mint endpoint tokens, and write a
-ready OpenCode config for one."""
+"""`berth endpoint …` (and `berth workflow endpoints …`): list endpoints, mint endpoint tokens, write a
+ready OpenCode config for one; `berth endpoint policy` (cli/endpoint_policy.py) sets an endpoint's policy."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import typer
 from berth.api_client import ApiClient
 from berth.contracts import EndpointClientFacts
 from berth.errors import BerthError
+from cli import endpoint_policy
 from cli.common import Format, OutputOption, answer, call, emit_json, errors, fail, listing
 
 endpoints_app = typer.Typer(help="Workflow endpoints.", no_args_is_help=True)
@@ -91,3 +92,6 @@ def endpoint_opencode_config(
     if facts.url.startswith("https://"):
         errors.print("If the cluster uses a private CA (`berth ca-cert` prints it), OpenCode must trust it: "
                      "export NODE_EXTRA_CA_CERTS=/path/to/cluster-ca.pem", highlight=False, soft_wrap=True)
+
+
+app.add_typer(endpoint_policy.app, name="policy")

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from berth.api_keys import KeyHasher
 from berth.errors import BerthError
 from berth.security import Cipher, ReplicaKeys, SigningKey, TokenVerifier
-from berth.settings import ClusterSettings, StateLayout, admin_user, key_hmac_secret_file
+from berth.settings import ClusterSettings, StateLayout, admin_user, key_hmac_secret_file, limit_policy
 from server import request_limits, scheduler
 from server.api_keys import ApiKeys
 from server.context import ServerContext
@@ -26,6 +26,7 @@ from server.token_registry import TokenRegistry
 def build_context(state_dir: Path, temporal_address: str, database_url: str | None = None) -> ServerContext:
     state = StateLayout(state_dir)
     settings = ClusterSettings.load(state_dir)
+    limits = limit_policy()  # a configured but invalid file stops the start in one line, as in the proxies
     cipher = Cipher.load_or_create(state.keys)
     signing = SigningKey.load_or_create(state.keys)
     # Before the store opens: a configured but unreadable or empty secret stops the start in one line.
@@ -39,7 +40,7 @@ def build_context(state_dir: Path, temporal_address: str, database_url: str | No
                          temporal_address=temporal_address,
                          tokens=TokenRegistry(store, settings.token_revocation_refresh_s),
                          replica_keys=ReplicaKeys.load_or_create(state.keys),
-                         api_keys=ApiKeys(store, hasher))
+                         api_keys=ApiKeys(store, hasher), limits=limits)
 
 
 async def _berth_error(_request: Request, error: BerthError) -> JSONResponse:

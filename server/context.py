@@ -4,12 +4,13 @@ go to the store (server/load_reports.py), so any number of API replicas serve al
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
 from temporalio.client import Client
 
+from berth.contracts import LimitPolicy
 from berth.errors import UnavailableError
 from berth.security import Cipher, ReplicaKeys, SigningKey, TokenVerifier
 from berth.settings import ClusterSettings, StateLayout
@@ -31,6 +32,9 @@ class ServerContext:
     tokens: TokenRegistry
     replica_keys: ReplicaKeys  # each copy's vLLM key, for Berth's own callers of copies only
     api_keys: ApiKeys  # users' `bk_…` keys (issue 15)
+    # The cluster's limits (BERTH_LIMITS_FILE, read once at start, as the proxies read it): what an
+    # endpoint's owner may only tighten with its policy.
+    limits: LimitPolicy = field(default_factory=LimitPolicy)
     _temporal: Client | None = None
 
     async def temporal(self) -> Client:

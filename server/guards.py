@@ -1,5 +1,5 @@
 """Who may call a route, as FastAPI dependencies: a caller with an API token, an administrator, an
-endpoint's own service, an endpoint the caller is in scope of, a workflow they may read or own, a
+endpoint's own service, an endpoint the caller is in scope of or owns, a workflow they may read or own, a
 gateway reading its owner's copies' keys, and API keys one may create or manage. Each route names its
 guard; none repeats the rule."""
 
@@ -88,6 +88,18 @@ async def reachable_endpoint(endpoint_id: str, context: Context, who: Caller) ->
 
 VisibleEndpoint = Annotated[EndpointRow, Depends(visible_endpoint)]
 ReachableEndpoint = Annotated[EndpointRow, Depends(reachable_endpoint)]
+
+
+async def owned_endpoint(endpoint: VisibleEndpoint, who: Caller) -> EndpointRow:
+    """The `{endpoint_id}` of the path if the caller owns it (or is an administrator); in its scope but
+    not its owner: 403 naming the owner; outside its scope: 404, as VisibleEndpoint."""
+    if not who.admin and who.user != endpoint.owner:
+        raise PermissionDeniedError(f"Only the owner of endpoint {endpoint.id} ({endpoint.owner}) or an "
+                                    "administrator may change it.")
+    return endpoint
+
+
+OwnedEndpoint = Annotated[EndpointRow, Depends(owned_endpoint)]
 
 
 async def readable_workflow(workflow_id: str, context: Context, who: Caller) -> WorkflowAccess:

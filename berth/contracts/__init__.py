@@ -27,6 +27,7 @@ from berth.contracts.catalog import (
     MemoryRow,
     ParameterView,
 )
+from berth.contracts.endpoint_policy import EndpointPolicy
 from berth.contracts.endpoints import (
     CopyView,
     EndpointAnnotations,
@@ -152,6 +153,7 @@ __all__ = [
     "DownloadProgress",
     "EndpointAnnotations",
     "EndpointClientFacts",
+    "EndpointPolicy",
     "EndpointFront",
     "EndpointToken",
     "EndpointTokenRequest",

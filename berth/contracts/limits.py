@@ -96,6 +96,27 @@ class LimitPolicy(_Strict):
             return False
         return limit is None or limit in self.scope(name).model_fields_set
 
+    def loosening(self, override: LimitPolicy) -> str | None:
+        """How `override` would loosen this (cluster) policy, in one line naming the field and this policy's
+        value; None: it only tightens. A counted limit this policy sets cannot be overridden at all: the
+        override's count, per endpoint, would replace the count across every endpoint (gateway/limits.py),
+        so an endpoint would escape the cluster's shared count even with a lower number."""
+        for scope in SCOPES:
+            limits = self.scope(scope)
+            for name in ("requests_per_minute", "tokens_per_minute", "concurrent"):
+                if getattr(limits, name) is not None and override.set_by(scope, name):
+                    return _counted_refusal(f"{scope}.{name}", getattr(limits, name))
+        for name in ("daily_tokens_per_user", "daily_tokens_per_key"):
+            if getattr(self, name) is not None and override.set_by(name):
+                return _counted_refusal(name, getattr(self, name))
+        for name in ("body_limit_bytes", "max_prompt_tokens", "max_tokens", "shed_queue_depth"):
+            mine, theirs = getattr(self, name), getattr(override, name)
+            if mine is not None and override.set_by(name) and (theirs is None or theirs > mine):
+                return f"{name}: {_shown(theirs)} is looser than the cluster's {mine}; at most {mine} (or unset)."
+        if self.context_check and override.set_by("context_check") and not override.context_check:
+            return "context_check: the cluster turns it on; an endpoint cannot turn it off."
+        return None
+
 
 def limit_policy_from(data: object, where: str) -> LimitPolicy:
     """`data` (a mapping read from a file or an annotation) as a LimitPolicy, or a one-line error naming
@@ -117,3 +138,12 @@ def endpoint_limits(annotation: object) -> LimitPolicy | None:
     if annotation is None:
         return None
     return limit_policy_from(annotation, "the endpoint's `limits` annotation")
+
+
+def _counted_refusal(name: str, value: object) -> str:
+    return (f"{name}: the cluster counts it across every endpoint ({value}); an endpoint's own count would "
+            "replace that count, so only an administrator may override it.")
+
+
+def _shown(value: object) -> str:
+    return "null (off)" if value is None else str(value)

@@ -314,5 +314,6 @@ from berth.settings.components import (  # noqa: E402, F401 — re-exported: ber
 from berth.settings.limits import (  # noqa: E402, F401 — re-exported: berth.settings is the one import
     limit_policy,
     limits_file,
+    read_limit_policy,
     redis_url,
 )

@@ -26,7 +26,12 @@ def limit_policy() -> LimitPolicy:
     path = limits_file()
     if path is None:
         return LimitPolicy()
-    where = f"BERTH_LIMITS_FILE {path}"
+    return read_limit_policy(path, f"BERTH_LIMITS_FILE {path}")
+
+
+def read_limit_policy(path: Path, where: str) -> LimitPolicy:
+    """The LimitPolicy in a JSON (`.json`) or YAML file, with the fields it sets; a file that cannot be
+    read, parsed or validated is a one-line error naming `where`."""
     try:
         text = path.read_text()
     except OSError as error:

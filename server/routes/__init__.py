@@ -7,6 +7,7 @@ from fastapi import APIRouter
 from server.routes import (
     audit,
     catalog,
+    endpoint_policy,
     endpoints,
     health,
     identity,
@@ -20,6 +21,6 @@ from server.routes import (
 )
 
 ROUTERS: tuple[APIRouter, ...] = (
-    tokens.router, health.router, catalog.router, workflows.router, endpoints.router, secrets.router,
-    identity.router, nodes.router, keys.router, litellm_keys.router, internal.router, audit.router,
+    tokens.router, health.router, catalog.router, workflows.router, endpoints.router, endpoint_policy.router,
+    secrets.router, identity.router, nodes.router, keys.router, litellm_keys.router, internal.router, audit.router,
 )

@@ -4,25 +4,23 @@ filters (`--since 1h` or an ISO time), and `verify` exiting 1 naming the first r
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-import uvicorn
 from sqlalchemy import update
 from typer.testing import CliRunner
 
 from berth.contracts import AuditPhase, AuditRecord
-from berth.processes import free_port
 from berth.security import Identity
 from cli.audit import since_time
 from cli.main import app
-from server.app import build_context, create_app
+from server.app import build_context
 from server.context import ServerContext
 from server.models import AuditChainRow
+from tests.cli.loopback_api import serve_api
 
 ADMIN = Identity(user="admin", groups=("default",), org="default", admin=True)
 
@@ -30,28 +28,14 @@ ADMIN = Identity(user="admin", groups=("default",), org="default", admin=True)
 @pytest.fixture
 def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServerContext]:
     context = build_context(tmp_path / "state", "127.0.0.1:1")  # the audit routes never reach Temporal
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(context), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="audit-api", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the API did not start within 10 s"
-        time.sleep(0.02)
-    monkeypatch.setenv("BERTH_CONFIG", str(tmp_path / "client.json"))
-    monkeypatch.setenv("BERTH_API_URL", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("BERTH_TOKEN", context.signing.api_token(ADMIN))
     now = time.time()
     for n, (at, endpoint) in enumerate([(now - 7200, "ep-old"), (now - 60, "ep-1"), (now - 30, "ep-2")]):
         context.store.audit.append_batch([
             AuditRecord(at=at, phase=AuditPhase.ATTEMPT, request_id=f"r{n}", user="alice", endpoint_id=endpoint),
             AuditRecord(at=at + 0.1, phase=AuditPhase.FAILED, request_id=f"r{n}", status=502, user="alice",
                         endpoint_id=endpoint, latency_ms=100.0)])
-    try:
+    with serve_api(context, context.signing.api_token(ADMIN), tmp_path, monkeypatch):
         yield context
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def _run(*argv: str) -> tuple[int, str]:

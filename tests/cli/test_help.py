@@ -18,14 +18,18 @@ REPO = Path(__file__).resolve().parents[2]
 BEFORE: dict[str, str] = json.loads((Path(__file__).parent / "help_before_split.json").read_text())
 # Command groups added since the split, each by the change that needed it: pinned by their own tests, and
 # their one line in `berth --help` is the only change to the help recorded before.
-ADDED = ("berth key",)  # API keys (issue 15)
+ADDED = ("berth key",  # API keys (issue 15)
+         "berth endpoint policy")  # an endpoint's limits override and key TTL cap (issue 15)
 
 
 def _before_additions(after: dict[str, str]) -> dict[str, str]:
-    """The help texts less the added commands, and `berth --help` less their lines."""
+    """The help texts less the added commands, and their parents' help less their lines."""
     kept = {path: text for path, text in after.items() if not path.startswith(ADDED)}
-    names = tuple(f"│ {path.split()[1]} " for path in ADDED)
-    kept["berth"] = "".join(line for line in after["berth"].splitlines(keepends=True) if not line.startswith(names))
+    for added in ADDED:
+        parent, name = added.rsplit(" ", 1)
+        if parent in kept:
+            kept[parent] = "".join(line for line in kept[parent].splitlines(keepends=True)
+                                   if not line.startswith(f"│ {name} "))
     return kept
 
 

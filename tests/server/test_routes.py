@@ -27,7 +27,9 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          ("POST", "/v1/internal/keys/verify"), ("POST", "/v1/internal/keys/{key_id}/reserve"),
          # LiteLLM's key contract on LiteLLM-fronted endpoints, answered from Berth's keys for the proxy.
          *(("POST", f"/v1/internal/endpoints/{{endpoint_id}}/litellm-keys/{action}")
-           for action in ("generate", "info", "delete", "regenerate"))}
+           for action in ("generate", "info", "delete", "regenerate")),
+         # An endpoint's policy: its limits override and API-key TTL cap (`berth endpoint policy`).
+         *((method, "/v1/endpoints/{endpoint_id}/policy") for method in ("GET", "PUT", "DELETE"))}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema
 
