@@ -77,3 +77,23 @@ async def test_a_full_queue_drops_the_oldest_counted_and_logged(caplog: pytest.L
     await writer.aclose()  # stopping posts what waits
     assert api.posted()[0] == f"{ids[3]}:ATTEMPT" and len(api.posted()) == 10
     assert {r.phase for batch in api.batches for r in batch} == {AuditPhase.ATTEMPT, AuditPhase.FAILED}
+
+
+class SlowApi(FlakyApi):
+    async def post(self, records: list[AuditRecord]) -> None:
+        await asyncio.sleep(0.02)  # the API's own time per post, simulated: not a wait for a condition
+        await super().post(records)
+
+
+async def test_under_steady_load_records_go_in_few_batches_not_a_post_every_few_records() -> None:
+    api = SlowApi()
+    writer = AuditWriter(api.post, batch_size=200, every_s=0.5)
+    writer.start()
+    ids: list[str] = []
+    for _ in range(500):  # ~1000 requests a second for half a second, two records each
+        ids += _requests(writer, 1)
+        await asyncio.sleep(0.001)  # pacing the load
+    await writer.aclose()
+    assert len(api.posted()) == 2 * len(ids)  # nothing lost
+    # One round per 0.5 s and one per full batch of 200: a handful, where draining until empty made ~25.
+    assert len(api.batches) <= 10, [len(batch) for batch in api.batches]
