@@ -119,31 +119,45 @@ class KeyGate:
         self.verdict_ttl_s, self.refusal_ttl_s, self.max_cached = verdict_ttl_s, refusal_ttl_s, max_cached
         self._verdicts: dict[tuple[str, str], tuple[KeyVerdict | KeyRefusal, float]] = {}
         self._quotas: dict[str, _Quota] = {}
+        self._asking: dict[tuple[str, str], asyncio.Future[KeyVerdict | KeyRefusal]] = {}
 
     # --- who the key speaks for ---------------------------------------------------------------------
     async def verify(self, presented: str, endpoint_id: str) -> KeyVerdict:
         """The key's verdict for `endpoint_id` (its model checked apart, by `check_model`); KeyRefusal: 401
         unknown, revoked or expired; 403 for another endpoint; 503 the control plane cannot say."""
         cache_key = (presented, endpoint_id)
-        now = time.time()
         cached = self._verdicts.get(cache_key)
-        if cached is not None and cached[1] > now:
+        if cached is not None and cached[1] > time.time():
             if isinstance(cached[0], KeyRefusal):
                 raise cached[0].again()
             return cached[0]
+        # One question to the API per key at a time: when a busy key's verdict expires, its requests in
+        # flight (32 at concurrency 32) wait for one answer instead of each asking.
+        asking = self._asking.get(cache_key)
+        if asking is None:
+            asking = self._asking[cache_key] = asyncio.ensure_future(self._ask(presented, endpoint_id, cache_key))
+            asking.add_done_callback(lambda _: self._asking.pop(cache_key, None))
+        answer = await asyncio.shield(asking)
+        if isinstance(answer, KeyRefusal):
+            raise answer.again()
+        return answer
+
+    async def _ask(self, presented: str, endpoint_id: str, cache_key: tuple[str, str]) -> KeyVerdict | KeyRefusal:
+        """The API's verdict on the key, remembered; a refusal is returned (raised by each waiter), not raised."""
+        now = time.time()
         try:
             verdict = await self.api.verify_key(KeyVerifyRequest(key=presented, endpoint_id=endpoint_id, model=None))
         except (AuthenticationError, NotFoundError) as error:
             refusal = KeyRefusal(401, "invalid_api_key", str(error))
             self._remember(cache_key, refusal, now + self.refusal_ttl_s)
-            raise refusal.again() from None
+            return refusal
         except PermissionDeniedError as error:
             refusal = KeyRefusal(403, "key_endpoint", str(error))
             self._remember(cache_key, refusal, now + self.refusal_ttl_s)
-            raise refusal.again() from None
+            return refusal
         except BerthError as error:  # unreachable or failing: fail closed, and ask again next time
-            raise KeyRefusal(503, "key_check_unavailable", f"The API key cannot be checked now ({error}); "
-                             "retry shortly.", retry_after_s=1) from None
+            return KeyRefusal(503, "key_check_unavailable", f"The API key cannot be checked now ({error}); "
+                              "retry shortly.", retry_after_s=1)
         until = now + self.verdict_ttl_s
         if verdict.valid_until is not None:
             until = min(until, verdict.valid_until)

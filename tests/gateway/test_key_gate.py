@@ -117,3 +117,18 @@ async def test_a_busy_key_reserves_ahead_so_its_requests_do_not_wait_on_the_api(
     assert waited <= 4, f"{waited} requests waited on a reservation"
     assert max(api.reservations) > 32  # spent within a second: the batches grew
     assert max(api.reservations) <= 512
+
+
+class SlowVerifyApi(CountingApi):
+    async def verify_key(self, request: KeyVerifyRequest) -> KeyVerdict:
+        await asyncio.sleep(0.05)  # the API's own latency, simulated
+        return await super().verify_key(request)
+
+
+async def test_a_busy_keys_requests_ask_the_api_once_when_its_verdict_expires() -> None:
+    api = SlowVerifyApi()
+    gate = KeyGate(api)  # type: ignore[arg-type]
+    verdicts = await asyncio.gather(*(gate.verify("bk_good", "ep-a") for _ in range(32)))
+    assert api.verified == 1 and {v.key_id for v in verdicts} == {"key-1"}
+    refused = await asyncio.gather(*(gate.verify("bk_bad", "ep-a") for _ in range(8)), return_exceptions=True)
+    assert api.verified == 2 and all(isinstance(r, KeyRefusal) and r.status == 401 for r in refused)
