@@ -4,7 +4,8 @@ Issue 2's figures (top level): the proxy with an endpoint token and the default 
 (`keyed_limited`, what `targets` applies to): the proxy with a Berth API key and every limit of LimitPolicy set
 (bench/proxy_limits.py), counters in memory: added p50 at concurrency 1 ≤ 0.5 ms, req/s at concurrency 32
 (non-streamed, wrk when installed) ≥ 10× stock LiteLLM's, proxy CPU per streamed chunk ≤ 0.02 ms; beside it
-the added p50 with counters in Redis (a third stack), every p50 taken in the same interleaved rounds; and
+the added p50 with counters in Redis. One stack at a time (plain, limited in memory, limited in Redis), each
+alone on the machine; on each, direct, a token and the key interleaved round by round; and
 `audit_writer`: the audit records' cost per request on the proxy's path (bench/audit_writer.py). Prints JSON.
 `--tls` (issue 13): a short run instead, a plain and a `berth up --tls` stack side by side: what https adds
 to the proxy's p50 (kept-alive connection, as an SDK uses; and a new connection's handshake).
