@@ -20,9 +20,11 @@ from gateway.upstream import HOP_BY_HOP, Send, UpstreamError, UpstreamResponse
 # LiteLLM's words for "the deployment's connection failed" (openai's APIConnectionError, httpx's
 # RemoteProtocolError when the copy died mid-reply), as it writes them into its error body.
 # "All connection attempts failed" / "Connection refused": LiteLLM still routed to a copy already gone.
+# "Exception - " then nothing (the JSON's escaped newline, or its end): a connection-level error with no text
+# (httpx's ReadError when the dying copy reset the connection); an error the model answered has its text.
 LOST_WITH_COPY = re.compile(rb"APIConnectionError|Connection error|Server disconnected|RemoteProtocolError|"
                             rb"peer closed connection|Connection reset|All connection attempts failed|"
-                            rb"Connection refused")
+                            rb'Connection refused|Exception - (?:\\n|")')
 REPLAYED_STATUSES = frozenset({500, 502, 503})
 MAX_ERROR_BODY = 16 * 1024  # an error answer is small; a bigger 5xx body is relayed, never buffered whole
 # How long to wait for LiteLLM's routed copies to change before sending again anyway (the API learns of a

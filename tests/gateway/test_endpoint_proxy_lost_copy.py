@@ -24,6 +24,10 @@ pytestmark = pytest.mark.timeout(60)
 
 LOST = (b'{"error":{"message":"litellm.APIConnectionError: Hosted_vllmException - Connection error.",'
         b'"type":null,"param":null,"code":"500"}}')
+# httpx's ReadError on a reset connection has no text: LiteLLM's message then ends at the exception's name.
+LOST_SILENTLY = (b'{"error":{"message":"litellm.InternalServerError: InternalServerError: Hosted_vllmException - '
+                 b'\\n\\nLiteLLM: model group \'m\' failed with the error above. No fallback was attempted.",'
+                 b'"type":null,"param":null,"code":"500"}}')
 MODEL_ERROR = b'{"error":{"message":"litellm.InternalServerError: the model raised","type":null,"code":"500"}}'
 
 
@@ -135,14 +139,16 @@ def test_a_pool_never_seen_serving_gets_litellms_own_answer(verifier: TokenVerif
     assert asyncio.run(main()) == (400, [1])
 
 
-def test_a_completion_lost_with_a_dying_copy_is_sent_again_once_the_copies_changed(verifier: TokenVerifier) -> None:
+@pytest.mark.parametrize("lost", [LOST, LOST_SILENTLY], ids=["connection-error", "no-text"])
+def test_a_completion_lost_with_a_dying_copy_is_sent_again_once_the_copies_changed(verifier: TokenVerifier,
+                                                                                 lost: bytes) -> None:
     async def main() -> tuple[int, bytes, list[int]]:
         api: PoolApi
 
         def answers(n: int) -> bytes:
             if n == 1:
                 api.copies = {"c2": True}  # c1 died with the request; c2 serves (the API learns it now)
-                return _answer(500, LOST)
+                return _answer(500, lost)
             return _answer(200, b'{"ok":true}')
 
         server, seen = await _litellm(answers)
