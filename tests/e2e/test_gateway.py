@@ -69,9 +69,9 @@ def _discovery(url: str) -> dict[str, Any]:
     return discovery
 
 
-def _chat(url: str, model: str, timeout: float = 30) -> httpx.Response:
+def _chat(url: str, model: str, timeout: float = 30, prompt: str = "hi") -> httpx.Response:
     return httpx.post(url + "/v1/chat/completions", timeout=timeout,
-                      json={"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+                      json={"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": prompt}]})
 
 
 def _served(stack: RunningStack, workflow_id: str) -> float:
@@ -120,9 +120,12 @@ def test_follows_scaling_and_wakes_a_pool_at_zero(world: dict[str, object]) -> N
                     .splitlines() if line.startswith("vllm:request_success_total"))
                 for r in stack.describe(bob)["replicas"]]
 
+    looks = iter(range(10_000))
+
     def both_copies_serve() -> bool:
         # Each look sends one more request: the gateway finds the new copy at its next discovery and scrape.
-        assert _chat(url, "Qwen/Qwen3-0.6B").status_code == 200
+        # A new prompt each time: between idle copies the same prompt keeps its copy (prefix-cache affinity).
+        assert _chat(url, "Qwen/Qwen3-0.6B", prompt=f"hi {next(looks)}").status_code == 200
         return all(count > 0 for count in served())
 
     wait_for(both_copies_serve, 30, "the gateway to send traffic to bob's new copy")
