@@ -17,7 +17,7 @@ from typing import Any
 from berth.contracts import KeyVerdict, LimitPolicy
 from berth.security import Identity
 from berth.settings import ProxyLimits, limit_policy, redis_url
-from gateway.answers import header, replaying, whole_body
+from gateway.answers import header, json_answer, replaying, whole_body
 from gateway.counters import Counters, MemoryCounters
 from gateway.limits import Asked, Limiter, Refused, Ticket
 from gateway.redis_counters import RedisCounters
@@ -48,10 +48,8 @@ def limiter_from_settings() -> Limiter:
 
 
 async def refuse(refused: Refused, send: Send) -> None:
-    body = refused.body()
-    await send({"type": "http.response.start", "status": refused.status,
-                "headers": [*refused.headers(), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+    retry = [] if refused.retry_after_s is None else [(b"retry-after", str(refused.retry_after_s).encode())]
+    await json_answer(send, refused.status, refused.body(), retry)
 
 
 class Admission:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import time
@@ -27,6 +26,7 @@ from typing import Any
 
 from berth.kinds import REGISTRY
 from berth.settings import REQUEST_TIMEOUT_RANGE_S, ProxyLimits
+from gateway.openai_errors import error_body
 from gateway.upstream import EVENT_ENDS, Receive, Send
 
 log = logging.getLogger("berth.limits")
@@ -259,19 +259,14 @@ class Exchange:
         # Blank lines first when the cut falls inside an event: the error must be an event of its own.
         last = self._last.get("body", b"")
         separator = b"" if not last or last.endswith(EVENT_ENDS) else b"\n\n"
-        event = b"data: " + _error_body("timeout_error", None, code, message) + b"\n\n"
+        event = b"data: " + error_body(message, "timeout_error", code) + b"\n\n"
         with contextlib.suppress(TimeoutError, OSError):
             async with asyncio.timeout(LAST_EVENT_WAIT_S):
                 await self._send({"type": "http.response.body", "body": separator + event, "more_body": True})
 
 
-def _error_body(kind: str, param: str | None, code: str, message: str) -> bytes:
-    return json.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}},
-                      separators=(",", ":")).encode()
-
-
 async def _answer(send: Send, status: int, kind: str, param: str | None, code: str, message: str) -> None:
-    body = _error_body(kind, param, code, message)
+    body = error_body(message, kind, code, param)
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

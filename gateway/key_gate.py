@@ -24,6 +24,7 @@ from berth.contracts import KeyVerdict, KeyVerifyRequest
 from berth.errors import AuthenticationError, BerthError, NotFoundError, PermissionDeniedError
 from berth.security import Identity
 from gateway.answers import json_answer, replaying, whole_body
+from gateway.openai_errors import error_body
 from gateway.upstream import Receive, Send
 
 VERDICT_TTL_S = 5.0
@@ -55,9 +56,7 @@ class KeyRefusal(Exception):
         return KeyRefusal(self.status, self.code, self.message, self.retry_after_s, self.key_id)
 
     def body(self) -> bytes:
-        kind = self.KINDS.get(self.status, "invalid_request_error")
-        return json.dumps({"error": {"message": self.message, "type": kind, "param": None,
-                                     "code": self.code}}).encode()
+        return error_body(self.message, self.KINDS.get(self.status, "invalid_request_error"), self.code)
 
     async def answer(self, send: Send) -> None:
         extra = [] if self.retry_after_s is None else [(b"retry-after", str(math.ceil(self.retry_after_s)).encode())]

@@ -8,7 +8,6 @@ The proxy reads a request once into an `Asked`; nothing here parses HTTP."""
 from __future__ import annotations
 
 import itertools
-import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 
 from berth.contracts.limits import SCOPES, LimitPolicy
 from gateway.counters import DAY, IN_FLIGHT, MINUTE, REQUESTS, TOKENS, Check, Counters, window_left
+from gateway.openai_errors import error_body
 
 PRIORITIES = {"low": 0.5, "normal": 1.0, "high": 2.0}  # x-request-priority: the shedding threshold's factor
 
@@ -58,9 +58,7 @@ class Refused(Exception):
 
     def body(self) -> bytes:
         """An OpenAI-style error body; `code` is the limit's name."""
-        error = {"message": self.message, "type": _ERROR_TYPES.get(self.status, "invalid_request_error"),
-                 "param": None, "code": self.limit}
-        return json.dumps({"error": error}).encode()
+        return error_body(self.message, _ERROR_TYPES.get(self.status, "invalid_request_error"), self.limit)
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         if self.retry_after_s is None:
