@@ -126,6 +126,16 @@ class ClusterSettings(BaseModel):
                              "may cap it further")
     restart_components: bool = Field(True, description="`berth up` starts a crashed component again (0.5 s "
                                      "back-off doubling to 30 s); false: it only reports the exit")
+    # The model registry (issue 16): where pre-staged weights may be registered from, how many files a
+    # model may have, the managed cache's budget, and the key model signatures are checked under.
+    model_dirs: str = Field("", max_length=4096, description="Directories (os.pathsep-separated) a model "
+                            "may be registered from as a pre-staged path; empty: none")
+    model_max_files: int = Field(10_000, ge=1, le=1_000_000, description="Most files a model may have "
+                                 "(Scanning refuses more)")
+    model_cache_bytes: int = Field(0, ge=0, description="The managed model cache's budget for `berth model "
+                                   "cache evict` with no --budget-bytes (0: no budget)")
+    model_signing_secret: str = Field("", max_length=300, description="secret://…/NAME holding the key "
+                                      "model signatures are HMAC-SHA256s under; empty: a signed model fails")
 
     @classmethod
     def load(cls, state_dir: Path) -> ClusterSettings:
@@ -188,6 +198,12 @@ class StateLayout:
 
     def workflow_logs(self, workflow_id: str) -> Path:
         return self.logs / "workflows" / workflow_id
+
+    @property
+    def models(self) -> Path:
+        """The managed model cache: sha256/<digest>/ (materialized), partial/ (resumable downloads),
+        manifests/<digest>.txt, locks/."""
+        return self.root / "models"
 
     def ephemeral_volume(self, workflow_id: str) -> Path:
         return self.volumes / "ephemeral" / workflow_id
