@@ -3,6 +3,7 @@ heartbeat progress, and turn download errors into Temporal failures with the rig
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from berth.api_client import ApiClient
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
+DIGEST_MAX_FILES = 100_000  # a snapshot the download accepted is hashed whole
 
 
 def model_dir_for(context: NodeContext, request: WeightsInput) -> Path:
@@ -90,4 +92,19 @@ async def download_into_volume(context: NodeContext, request: WeightsInput,
     except WeightsError as error:
         raise ApplicationError(str(error), type=error.error_type, non_retryable=error.non_retryable) from None
     return WeightsResult(model_dir=result.local_dir, bytes_total=result.bytes_total,
-                         bytes_transferred=result.bytes_downloaded, cache_hit=result.cache_hit)
+                         bytes_transferred=result.bytes_downloaded, cache_hit=result.cache_hit,
+                         digest=await _digest(Path(result.local_dir)), model=f"hf://{job.repo}@{result.commit}")
+
+
+async def _digest(root: Path) -> str:
+    """Which bytes the workflow serves: the digest of the snapshot's files (huggingface_hub's own
+    bookkeeping under .cache/ left out), hashed in threads while the activity keeps heartbeating."""
+    from berth.model_digest import digest_of, manifest_of
+
+    hashing = asyncio.ensure_future(asyncio.to_thread(manifest_of, root, DIGEST_MAX_FILES))
+    while True:
+        finished, _ = await asyncio.wait({hashing}, timeout=5)
+        if finished:
+            break
+        activity.heartbeat()
+    return digest_of(e for e in hashing.result() if not e.path.startswith(".cache/"))

@@ -166,6 +166,9 @@ class WorkflowDefinition(Frozen):
     name: str
     model_id: str | None = Field(None, description="The id /v1/models lists, e.g. openai/gpt-oss-20b")
     weights: WeightsJob | None = None
+    # A registered model (`Model=model://NAME`): materialized by its model job into the managed cache and
+    # served from there; `weights` is then None (the API fills this at submission, never the template).
+    model_ref: str | None = Field(None, max_length=200, pattern=r"^model://[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     replica: ReplicaSpec | None = None
     # Spelled out so mypy (no pydantic plugin here) sees every field given.
     pool: PoolSpec = Field(

@@ -63,6 +63,8 @@ def _describe(info: WorkflowDescription) -> None:
         w = info.weights
         console.print(f"  Weights: {w.model_dir}" + (" (cache hit)" if w.cache_hit else "")
                       + (" (dry run)" if w.dry_run else ""), highlight=False)
+        if w.digest or w.model:
+            console.print(f"  Model: {w.model or '-'}, digest sha256:{w.digest or '-'}", highlight=False)
     if info.copies:
         table(wire(info.copies), [("copy_id", "COPY"), ("status", "STATUS"), ("nodes", "NODES"), ("url", "URL"),
                                     ("detail", "DETAIL")], title=f"Replicas (desired {info.desired_copies})")

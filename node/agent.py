@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from dataclasses import dataclass
 from datetime import timedelta
@@ -15,6 +16,7 @@ from typing import Any
 from temporalio.worker import Worker
 
 from activities.fronts import FrontActivities
+from activities.model_jobs import ModelJobActivities
 from activities.node_context import NodeContext
 from activities.ranks import NodeActivities, prune_rank_dirs
 from activities.supervision import Orphan, Supervisor
@@ -74,6 +76,7 @@ class NodeAgent:
         return {"address": self.config.address, "engine": self.engine, "gpus": self.gpus,
                 "gpu_source": self.gpu_note, **host_facts(), "labels": self.config.labels or {},
                 "taints": list(self.config.taints), "volumes": volumes, "port_start": self.config.port_start,
+                "models": _cached_digests(self.state.models),
                 # Every live rank's GPUs and ports, orphans' included, from the first heartbeat on: a
                 # restarted agent never reports as free what a process it has not stopped yet holds.
                 "held": [holding.model_dump(mode="json") for holding in supervisor.holdings()]}
@@ -117,9 +120,12 @@ class NodeAgent:
         reaper = asyncio.create_task(self.reap_orphans(
             orphans, marked, supervisor, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
         services = FrontActivities(self.context, supervisor, secrets_api)
+        models = ModelJobActivities(self.context, secrets_api, settings)
         functions = [activities.run_rank, activities.adopt_rank, activities.wait_ready,
                      activities.download_weights, activities.delete_ephemeral_volume,
-                     services.run_service, services.adopt_service, services.wait_live]
+                     services.run_service, services.adopt_service, services.wait_live,
+                     models.resolve_model, models.download_model, models.check_model, models.verify_model,
+                     models.evict_model_cache]
         # Generous graceful shutdown: ranks get SIGTERM then SIGKILL and report it before we exit.
         # Cancellation reaches an activity only through a heartbeat, so heartbeats must not be
         # throttled for long: a stopped copy's ranks get SIGTERM within about a second.
@@ -158,3 +164,11 @@ def run_agent(config: AgentConfig) -> None:
         await NodeAgent(config).run(stop)
 
     asyncio.run(main())
+
+
+def _cached_digests(models: Path) -> list[str]:
+    """The digests this node's model cache holds (its sha256/ directory's entries): placement's cache hits."""
+    try:
+        return sorted(entry.name for entry in os.scandir(models / "sha256") if entry.is_dir() and len(entry.name) == 64)
+    except OSError:
+        return []

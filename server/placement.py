@@ -64,13 +64,13 @@ class Placements:
             busy.setdefault(node_id, set()).add(gpu_index)
         views = []
         columns = select(NodeRow.id, NodeRow.last_heartbeat, NodeRow.gpus, NodeRow.taints, NodeRow.volumes,
-                         NodeRow.draining)
-        for node_id, last_heartbeat, gpus, taints, volumes, draining in s.execute(columns):
+                         NodeRow.draining, NodeRow.models)
+        for node_id, last_heartbeat, gpus, taints, volumes, draining, models in s.execute(columns):
             views.append(scheduler.NodeView(
                 id=node_id, ready=now - last_heartbeat <= self.node_offline_after_s,
                 gpus=tuple(scheduler.GpuView(int(g["index"]), float(g["memory_gb"])) for g in gpus),
                 busy_gpus=frozenset(busy.get(node_id, ())), taints=tuple(taints or ()),
-                volumes=frozenset(volumes or ()), draining=bool(draining),
+                volumes=frozenset(volumes or ()), draining=bool(draining), models=frozenset(models or ()),
             ))
         return views
 
@@ -85,7 +85,8 @@ class Placements:
             if existing is not None:  # an activity retry after a lost reply: same answer
                 return ReserveResult(placement=Placement.model_validate(existing.placement))
             demand = scheduler.Demand(nodes=request.nodes, gpus_per_node=request.gpus_per_node,
-                                      gpu_memory_gb=request.gpu_memory_gb, prefer_volume=request.prefer_volume)
+                                      gpu_memory_gb=request.gpu_memory_gb, prefer_volume=request.prefer_volume,
+                                      prefer_model=request.prefer_model)
             decision = scheduler.place(demand, self._views(s, time.time()), self.policy)
             if decision.blocked_reason is not None:
                 return ReserveResult(blocked_reason=decision.blocked_reason)

@@ -41,6 +41,7 @@ class NodeView:
     busy_gpus: frozenset[int] = frozenset()
     taints: tuple[str, ...] = ()
     volumes: frozenset[str] = frozenset()
+    models: frozenset[str] = frozenset()  # digests in the node's model cache
     draining: bool = False  # keeps its copies, takes no new ones
 
     def free_gpus(self, min_memory_gb: float) -> list[int]:
@@ -67,6 +68,7 @@ class Demand:
     gpu_memory_gb: float = 0  # need per GPU before utilization headroom
     utilization: float = 0.9
     prefer_volume: str | None = None
+    prefer_model: str | None = None
 
     @property
     def min_gpu_memory_gb(self) -> float:
@@ -96,8 +98,10 @@ def rejection_reason(demand: Demand, nodes: list[NodeView], max_nodes_per_copy: 
 
 
 def _score(node: NodeView, free: int, demand: Demand, policy: Policy) -> tuple[int, int, str]:
-    """Sort key, smallest first: model already on the node's volume, then pack or spread, then id."""
-    on_volume = 0 if demand.prefer_volume and demand.prefer_volume in node.volumes else 1
+    """Sort key, smallest first: model already on the node (its volume, or its digest in the node's model
+    cache: the cache-hit score), then pack or spread, then id."""
+    on_volume = 0 if ((demand.prefer_volume and demand.prefer_volume in node.volumes)
+                      or (demand.prefer_model and demand.prefer_model in node.models)) else 1
     fill = free if policy is Policy.PACK else -free
     return (on_volume, fill, node.id)
 

@@ -8,6 +8,7 @@ Synchronous SQLAlchemy; the API calls it from a thread pool. The schema is migra
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,6 +43,17 @@ def make_engine(url: str) -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+DIGEST = re.compile(r"[0-9a-f]{64}")
+MAX_REPORTED_DIGESTS = 10_000
+
+
+def cached_digests(reported: object) -> list[str]:
+    """The model digests a node reports its cache holds: 64-hex strings only, a bounded number."""
+    if not isinstance(reported, list):
+        return []
+    return [d for d in reported[:MAX_REPORTED_DIGESTS] if isinstance(d, str) and DIGEST.fullmatch(d)]
 
 
 class Store:
@@ -238,6 +250,7 @@ class Store:
             row.labels = inventory.get("labels", {})
             row.taints = inventory.get("taints", [])
             row.volumes = inventory.get("volumes", [])
+            row.models = cached_digests(inventory.get("models"))
             row.last_heartbeat = now
             row.port_start, row.port_end = port_start, port_start + NODE_PORTS
             if held is not None:

@@ -12,6 +12,7 @@ from temporalio.worker import Worker
 
 from activities.authorization import InputAuthority
 from activities.control import ControlActivities
+from activities.model_reports import ModelReportActivities
 from berth.api_client import ApiClient
 from berth.security import Cipher, TokenVerifier
 from berth.settings import CONTROL_TASK_QUEUE, StateLayout
@@ -19,6 +20,7 @@ from berth.temporal import connect
 from server.autoscale_loop import Autoscaler
 from workflows.copy import CopyWorkflow
 from workflows.front import FrontWorkflow
+from workflows.model_job import ModelCacheWorkflow, ModelJobWorkflow
 from workflows.pool_workflow import PoolWorkflow
 
 
@@ -28,16 +30,19 @@ async def run_worker(state_dir: Path, temporal_address: str, api_url: str, token
     client = await connect(temporal_address, cipher)
     async with ApiClient(api_url, token) as api:
         control = ControlActivities(api)
+        models = ModelReportActivities(api)
         # The public key only: this worker can check the API's grants but never mint one.
         authority = InputAuthority(TokenVerifier.from_jwks(await api.internal_keys_when_up()), task_queue)
         worker = Worker(
-            client, task_queue=task_queue, workflows=[PoolWorkflow, CopyWorkflow, FrontWorkflow],
+            client, task_queue=task_queue, workflows=[PoolWorkflow, CopyWorkflow, FrontWorkflow, ModelJobWorkflow,
+                                                      ModelCacheWorkflow],
             activities=[control.reserve_placement, control.release_placement, control.fence_placement,
                         control.publish_replica,
                         control.unpublish_replica, control.remove_endpoint, control.drain_replica,
                         control.reserve_service_port, control.set_endpoint_service,
                         authority.verify_service_input, authority.verify_copy_parent,
-                        authority.verify_front_parent],
+                        authority.verify_front_parent, models.load_model_job, models.report_model_state,
+                        models.use_model, models.release_models],
         )
         async with worker:
             autoscaler = asyncio.create_task(Autoscaler(api, client).run_forever())

@@ -82,6 +82,7 @@ class CopyInput(Payload):
     gpu_memory_gb: float
     model_dir: str
     volume: str | None = None
+    model_digest: str | None = None  # a registered model's bytes: placement prefers nodes that hold them
     parent_workflow_id: str
     # Unused by the workflows: the pool's budgets (ReplaceFailedCopies spent, the failure streak) live in
     # PoolCarry, which is what continue-as-new carries; a copy is never restarted by it.

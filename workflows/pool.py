@@ -85,6 +85,7 @@ class PoolMixin(FrontLink):
             copy_id=f"{input.workflow_id}.copy-{index}", copy_index=index, engine=replica.engine,
             nodes=replica.nodes, gpus_per_node=replica.gpus_per_node, gpu_memory_gb=replica.gpu_memory_gb,
             model_dir=model_dir, volume=weights.volume if weights else None,
+            model_digest=self.state.weights.digest if self.state.weights and input.definition.model_ref else None,
             parent_workflow_id=workflow.info().workflow_id, timings=input.timings,
         )
 

@@ -30,7 +30,9 @@ with workflow.unsafe.imports_passed_through():
         WeightsInput,
         WeightsResult,
     )
+    from workflows.model_payloads import ModelUpdate
     from workflows.pool import PoolMixin
+    from workflows.pool_model import ModelMixin
     from workflows.pool_state import PoolState
 
 DOWNLOAD_RETRY = RetryPolicy(
@@ -42,12 +44,13 @@ SHORT = timedelta(seconds=60)
 
 
 @workflow.defn(name="ServiceWorkflow")  # the type name running pools and their histories carry
-class PoolWorkflow(PoolMixin):
+class PoolWorkflow(PoolMixin, ModelMixin):
     @workflow.init
     def __init__(self, input: PoolInput) -> None:
         # The input (and a carried pool) before any handler runs: a continued run may take an update or a
         # signal in its first workflow task, before `run` starts.
         super().__init__()
+        self.model_news: ModelUpdate | None = None
         self.input = input.model_copy(update={"carry": None})
         self.continued = input.carry is not None and workflow.info().continued_run_id is not None
         if input.carry is not None and self.continued:
@@ -145,6 +148,14 @@ class PoolWorkflow(PoolMixin):
         self.reported[result.copy_id] = result
 
     @workflow.signal
+    def model_update(self, update: ModelUpdate | None = None) -> None:
+        """A step of the model job this pool waits for (workflows/pool_model.py)."""
+        if update is None:
+            refuse_signal("model_update")
+            return
+        self.take_model_update(update)
+
+    @workflow.signal
     def front_report(self, report: FrontReport | None = None) -> None:
         if report is None:
             refuse_signal("front_report")
@@ -168,6 +179,8 @@ class PoolWorkflow(PoolMixin):
         try:
             if definition.weights is not None and not self.state.stop_requested and not continued:
                 model_dir = await self._download(input)
+            if definition.model_ref and not self.state.stop_requested and not continued:
+                model_dir = await self.acquire_model(input)
             if definition.replica is not None and not self.state.stop_requested:
                 if not continued:
                     self.state.desired = max(definition.pool.min_replicas, 1)
@@ -258,6 +271,10 @@ class PoolWorkflow(PoolMixin):
             "remove_endpoint", CleanupInput(workflow_id=input.workflow_id, endpoint_id=input.endpoint_id),
             task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
         )
+        # The registry's uses of this workflow (model:// and hf:// registered on first use) end with it, so
+        # eviction may take their bytes; histories from before the registry have none to end.
+        if input.definition.model_ref or (input.definition.weights is not None and workflow.patched("model-registry")):
+            await self.release_model(input)
         weights, service = input.definition.weights, input.definition.service
         if (weights is not None and not weights.volume) or (
                 service is not None and input.definition.replica is None and not service.volume):

@@ -34,6 +34,7 @@ class ReserveRequest(Payload):
     gpus_per_node: int
     gpu_memory_gb: float = 0
     prefer_volume: str | None = None
+    prefer_model: str | None = None  # a model digest: nodes whose cache holds it come first
 
 
 class ReserveResult(Payload):

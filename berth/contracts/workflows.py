@@ -67,6 +67,11 @@ class WeightsResult(Payload):
     bytes_transferred: int = 0
     cache_hit: bool = False
     dry_run: bool = False
+    # Which bytes the workflow serves (issue 16): the SHA-256 of their sorted manifest, and the registered
+    # model they came from (model://NAME; an hf:// model is registered on first use). None: not known
+    # (a dry run, or a workflow started before Berth recorded it).
+    digest: str | None = None
+    model: str | None = None
 
 
 class DownloadProgress(Payload):
