@@ -30,21 +30,15 @@ from urllib.parse import quote
 
 import httpx
 
-from activities.errors import (
-    GatedModelError,
-    HubRequestError,
-    HubUnavailableError,
-    VolumeFullError,
-    WeightsError,
-)
+from activities.errors import GatedModelError, HubRequestError, HubUnavailableError, VolumeFullError, WeightsError
 from activities.model_resolve import RemoteFile, Resolved
 from berth.contracts.model_registry import ModelProgress
 
 logger = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[ModelProgress], None]
-# Writes and hashes leave the event loop in pieces this big: a thread hop per MiB costs nothing next to
-# hashing it, and hashlib releases the GIL, so files hash in parallel.
+# Writes and hashes leave the event loop in pieces this big: a thread hop per 4 MiB costs nothing next to
+# hashing them, and hashlib releases the GIL, so files hash in parallel (bench/model_fetch.py: 1.47x plain).
 WRITE_CHUNK = 4 * 1024 * 1024
 READ_CHUNK = 8 * 1024 * 1024
 RATE_WINDOW_SECONDS = 5.0
@@ -118,6 +112,12 @@ class _Sink:
         self.handle.write(data)
         self.feed(data)
 
+    def restart(self) -> None:
+        """Drop every byte held: the file starts again from zero."""
+        self.handle.seek(0)
+        self.handle.truncate(0)
+        self.reset()
+
     def hash_existing(self) -> None:
         """Hash what the handle already holds, from its start (a resumed `.part`, a complete file)."""
         self.handle.seek(0)
@@ -185,9 +185,8 @@ async def fetch(
         await asyncio.to_thread(check_free_disk, staging_dir, resolved.size_bytes - present)
         counters = _Counters(bytes_total=resolved.size_bytes, files_total=len(resolved.files))
         ticker = asyncio.ensure_future(_tick(counters, progress_cb, progress_interval))
-        headers = {"Accept-Encoding": "identity"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        # The token goes in this header only (httpx drops it on a redirect to another host, e.g. a CDN).
+        headers = {"Accept-Encoding": "identity", **({"Authorization": f"Bearer {token}"} if token else {})}
         base = f"{endpoint.rstrip('/')}/{repo}/resolve/{resolved.commit}/"
         limits = httpx.Limits(max_connections=max_workers, max_keepalive_connections=max_workers)
         timeout = httpx.Timeout(30.0, read=120.0, pool=None)
@@ -283,7 +282,7 @@ async def _fetch_file(
     try:
         sink = _Sink(handle, with_blob_id=file.sha256 is None and file.blob_id is not None, size=file.size)
         if (await asyncio.to_thread(_size_or_none, target) or 0) > file.size:
-            await asyncio.to_thread(_truncate, handle)  # longer than the file can be: start over
+            await asyncio.to_thread(sink.restart)  # longer than the file can be: start over
         await asyncio.to_thread(sink.hash_existing)
         counters.bytes_done += sink.length
         if sink.length < file.size:
@@ -297,6 +296,7 @@ async def _fetch_file(
     finally:
         handle.close()
     if not complete:
+        # No fsync: a crash that loses these pages leaves a file the next attempt's hash refuses.
         await asyncio.to_thread(os.replace, part, final)
     return file.size, sink.sha256.hexdigest(), checked
 
@@ -310,7 +310,9 @@ def _size_or_none(path: Path) -> int | None:
 
 def _verify(file: RemoteFile, sink: _Sink) -> bool:
     """True when a published checksum matched, False when none was published; raises on a mismatch."""
-    if sink.length != file.size:
+    if sink.length < file.size:  # the body ended early: keep the `.part`, the next attempt resumes it
+        raise HubUnavailableError(f"{file.path}: the endpoint sent {sink.length} of {file.size} bytes")
+    if sink.length > file.size:
         raise ChecksumMismatchError(f"{file.path}: {sink.length} bytes received, the listing says {file.size}")
     if file.sha256 is not None:
         if sink.sha256.hexdigest() != file.sha256:
@@ -357,13 +359,7 @@ async def _download(client: httpx.AsyncClient, url: str, file: RemoteFile, sink:
 
 async def _restart(sink: _Sink, counters: _Counters) -> None:
     counters.bytes_done -= sink.length
-    await asyncio.to_thread(_truncate, sink.handle)
-    sink.reset()
-
-
-def _truncate(handle: BinaryIO) -> None:
-    handle.seek(0)
-    handle.truncate(0)
+    await asyncio.to_thread(sink.restart)
 
 
 def _raise_for_status(response: httpx.Response, file: RemoteFile) -> None:
@@ -375,7 +371,7 @@ def _raise_for_status(response: httpx.Response, file: RemoteFile) -> None:
         raise GatedModelError(f"Access to {where} refused: check the token in HfTokenSecret")
     if status == 429 or status >= 500:
         raise HubUnavailableError(f"{where}: retry later")
-    raise HubRequestError(f"{where}")
+    raise HubRequestError(where)
 
 
 async def _stream_body(response: httpx.Response, sink: _Sink, counters: _Counters, file: RemoteFile) -> None:
