@@ -28,13 +28,14 @@ import pytest_asyncio
 from activities import model_fetch
 from activities.errors import HubUnavailableError, ModelNotFoundError, RevisionNotFoundError, VolumeFullError
 from activities.model_fetch import ChecksumMismatchError, check_free_disk, fetch
-from activities.model_resolve import Resolved, _safe_relative, resolve
+from activities.model_resolve import RemoteFile, Resolved, _safe_relative, resolve
 from berth.contracts.model_registry import ModelProgress
 from berth.hf_mirror import MirrorConfig, publish_repo, run_mirror
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TINY = "acme/tiny-fetch"
 BIG = "acme/big-fetch"
+LFS = "acme/lfs-fetch"
 MB = 1024 * 1024
 SECRET = "hf_SECRETtoken0123456789"
 
@@ -108,6 +109,8 @@ async def mirror(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Mirr
     }
     for repo_id, content in files.items():
         await asyncio.to_thread(publish_repo, root / "mirrors", repo_id, content)
+    files[LFS] = {"config.json": b"{}\n", "weights.safetensors": os.urandom(2 * MB + 5)}
+    await asyncio.to_thread(publish_lfs_repo, root / "mirrors", LFS, files[LFS], "weights.safetensors")
     config = MirrorConfig(mirrors_dir=root / "mirrors", state_dir=root / "olah")
     async with run_mirror(config) as endpoint:
         proxy = RangeProxy(endpoint)
@@ -117,6 +120,17 @@ async def mirror(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Mirr
         finally:
             proxy.server.shutdown()
             proxy.server.server_close()
+
+
+def publish_lfs_repo(mirrors_dir: Path, repo_id: str, files: dict[str, bytes], lfs_name: str) -> None:
+    """Publish `files` with `lfs_name` as a git-lfs pointer and its object where olah looks for it."""
+    content = files[lfs_name]
+    oid = sha256(content)
+    pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {len(content)}\n"
+    publish_repo(mirrors_dir, repo_id, {**files, lfs_name: pointer.encode()})
+    obj = mirrors_dir / "models" / repo_id / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
+    obj.parent.mkdir(parents=True)
+    obj.write_bytes(content)
 
 
 def sha256(data: bytes) -> str:
@@ -145,6 +159,21 @@ async def test_resolve_lists_files_with_their_git_blob_ids(mirror: Mirror) -> No
         assert file.blob_id == hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
     only = await asyncio.to_thread(resolve, mirror.endpoint, TINY, "main", None, ["*.json", "sub/*"], ["sub/*"])
     assert [file.path for file in only.files] == ["config.json"]
+
+
+async def test_lfs_files_are_verified_by_their_sha256(mirror: Mirror, tmp_path: Path) -> None:
+    plan = await resolved(mirror, LFS)
+    content = mirror.files[LFS]["weights.safetensors"]
+    weights = next(file for file in plan.files if file.path == "weights.safetensors")
+    assert (weights.size, weights.sha256, weights.blob_id) == (len(content), sha256(content), None)
+    result = await fetch(plan, mirror.endpoint, LFS, tmp_path / "s", None)
+    assert result.verified and result.files["weights.safetensors"] == (len(content), sha256(content))
+    await asyncio.to_thread(assert_staged, tmp_path / "s", mirror.files[LFS])
+
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "weights.safetensors.part").write_bytes(b"Y" + content[1:MB])
+    with pytest.raises(ChecksumMismatchError, match="weights.safetensors: SHA-256 .* != published"):
+        await fetch(plan, mirror.ranged, LFS, tmp_path / "t", None)
 
 
 async def test_resolve_maps_unknown_repository_and_revision(mirror: Mirror) -> None:
@@ -281,6 +310,23 @@ async def test_token_is_sent_but_never_in_errors_or_logs(
         await asyncio.to_thread(resolve, mirror.endpoint, "acme/absent", "main", SECRET)
     assert SECRET not in str(missing.value)
     assert SECRET not in caplog.text
+
+
+async def test_a_file_without_a_published_checksum_is_reported_unverified(tmp_path: Path) -> None:
+    body = b"no checksum for me"
+
+    async def streamed() -> AsyncIterator[bytes]:  # a real stream: bytes content would arrive pre-read
+        yield body
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.url.raw_path == b"/acme/x/resolve/" + b"c" * 40 + b"/dir/a%20b.txt"
+        return httpx.Response(200, content=streamed())
+
+    plan = Resolved(commit="c" * 40, files=[RemoteFile("dir/a b.txt", len(body))], size_bytes=len(body))
+    result = await fetch(plan, "http://hub.invalid", "acme/x", tmp_path / "s", None,
+                         transport=httpx.MockTransport(handler))
+    assert not result.verified and result.unverified_files == ["dir/a b.txt"]
+    assert (tmp_path / "s" / "dir" / "a b.txt").read_bytes() == body
 
 
 FETCH_SCRIPT = """
