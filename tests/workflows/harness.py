@@ -19,11 +19,13 @@ from temporalio.worker import Worker
 
 from activities.authorization import InputAuthority
 from berth.security import SigningKey, TokenVerifier
-from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
+from berth.settings import CONTROL_TASK_QUEUE, NODES_TASK_QUEUE, node_task_queue
 from catalog.definition import EngineSpec, PoolSpec, ReplicaSpec, WorkflowDefinition
 from tests.workflows.fake_cluster import FakeCluster
+from tests.workflows.fake_models import FakeModels
 from workflows.copy import CopyWorkflow
 from workflows.front import FrontWorkflow
+from workflows.model_job import ModelCacheWorkflow, ModelJobWorkflow
 from workflows.payloads import CopyTimings, Owner, PoolInput, PoolStatus, StopRequest
 from workflows.pool_workflow import PoolWorkflow
 
@@ -133,16 +135,21 @@ class Harness:
         return status
 
     @contextlib.asynccontextmanager
-    async def running(self, cluster: FakeCluster) -> AsyncIterator[Harness]:
+    async def running(self, cluster: FakeCluster, models: FakeModels | None = None) -> AsyncIterator[Harness]:
         """The control worker and one worker per node, for the length of the block; whatever the test left
-        running is terminated after it, so no workflow outlives its test."""
+        running is terminated after it, so no workflow outlives its test. With `models`, the model jobs too
+        (their node activities on the shared nodes queue and on `models.node_id`'s own)."""
         authority = InputAuthority(TokenVerifier.from_jwks(self.signing.jwks()), CONTROL_TASK_QUEUE)
-        workflows = [PoolWorkflow, CopyWorkflow, FrontWorkflow]
+        workflows = [PoolWorkflow, CopyWorkflow, FrontWorkflow, ModelJobWorkflow, ModelCacheWorkflow]
+        extra = models.control_activities() if models else []
         workers = [Worker(self.client, task_queue=CONTROL_TASK_QUEUE, workflows=workflows,
                           activities=[*cluster.control_activities(), authority.verify_service_input,
-                                      authority.verify_copy_parent, authority.verify_front_parent])]
+                                      authority.verify_copy_parent, authority.verify_front_parent, *extra])]
         workers += [Worker(self.client, task_queue=node_task_queue(node.node_id), activities=cluster.node_activities(),
                            max_concurrent_activities=node.slots) for node in cluster.nodes]
+        if models is not None:
+            workers += [Worker(self.client, task_queue=queue, activities=models.node_activities())
+                        for queue in (NODES_TASK_QUEUE, node_task_queue(models.node_id))]
         async with contextlib.AsyncExitStack() as stack:
             for worker in workers:
                 await stack.enter_async_context(worker)
