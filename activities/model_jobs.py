@@ -95,7 +95,7 @@ class ModelJobActivities:
     def _staged(self, spec: ModelJobSpec) -> Path:
         try:
             return staged_path(spec.path or "", allowed_model_dirs(self.settings.model_dirs))
-        except ValueError as error:
+        except (ValueError, BerthError) as error:
             raise _fail(str(error), "ModelSource") from None
 
     def _resolve_hf(self, spec: ModelJobSpec, token: str | None, revision: str) -> object:

@@ -5,7 +5,6 @@ at the registry covers a signal that raced the job's end."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
@@ -66,7 +65,7 @@ class ModelMixin:
             try:
                 await workflow.wait_condition(lambda: self.model_news is not None or self.state.stop_requested,
                                               timeout=LOOK_AGAIN)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             if self.state.stop_requested:
                 return ""

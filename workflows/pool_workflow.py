@@ -14,6 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from berth.settings import CONTROL_TASK_QUEUE, NODES_TASK_QUEUE
     from workflows.authorized import refuse_signal, require_authorized
     from workflows.front_supervisor import fronted
+    from workflows.model_payloads import ModelUpdate
     from workflows.payloads import (
         CleanupInput,
         CopyInfo,
@@ -30,7 +31,6 @@ with workflow.unsafe.imports_passed_through():
         WeightsInput,
         WeightsResult,
     )
-    from workflows.model_payloads import ModelUpdate
     from workflows.pool import PoolMixin
     from workflows.pool_model import ModelMixin
     from workflows.pool_state import PoolState

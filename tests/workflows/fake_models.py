@@ -66,7 +66,8 @@ class FakeModels:
     async def start_job(self, waiter: str | None = None) -> str:
         """As the API's use route: record a job unless one works, then signal-with-start it."""
         if self.job_id is None or self.state not in ModelState.working():
-            self.job_id = uuid.uuid4().hex[:10]
+            # Recorded as working at once, as the registry does: a second use joins this job.
+            self.job_id, self.state = uuid.uuid4().hex[:10], ModelState.RESOLVING
         job = ModelJobInput(model_id=self.spec.model_id, job_id=self.job_id)
         kwargs: dict[str, Any] = {"start_signal": "add_waiter", "start_signal_args": [waiter]} if waiter else {}
         await self.client.start_workflow("ModelJobWorkflow", job, id=job_workflow_id(self.job_id),

@@ -3,7 +3,8 @@ the upgrade (`workflow.patched("pool-self-healing")`). Recorded on a simulated s
 with ReplaceFailedCopies=1 whose crashed copy was replaced, then stopped; one with the old default of 0,
 failed at its minimum by one crash. Payloads decrypted, generated API keys removed. And the shape after
 `front-child-and-continue-as-new` (tests/workflows/record_histories.py): a Proxy=true pool's run that continued
-as new, its last run (scaled up and in, stopped), its FrontWorkflow and a copy that outlived a continue-as-new."""
+as new, its last run (scaled up and in, stopped), its FrontWorkflow and a copy that outlived a continue-as-new.
+And model jobs (tests/workflows/record_model_histories.py): a pool that waited for `model://smol`, and its job."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from temporalio.worker import Replayer
 
 from workflows.copy import CopyWorkflow
 from workflows.front import FrontWorkflow
+from workflows.model_job import ModelCacheWorkflow, ModelJobWorkflow
 from workflows.pool_workflow import PoolWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -23,7 +25,7 @@ HISTORIES = Path(__file__).parent / "histories"
 
 async def test_recorded_histories_replay_on_the_current_code() -> None:
     paths = sorted(HISTORIES.glob("*.json"))
-    assert len(paths) == 11
+    assert len(paths) == 13
     assert {"ServiceWorkflow-7-continued", "ServiceWorkflow-8-after-continue", "FrontWorkflow-9"} <= {
         path.stem for path in paths}
 
@@ -31,7 +33,7 @@ async def test_recorded_histories_replay_on_the_current_code() -> None:
         for path in paths:
             yield WorkflowHistory.from_json(path.stem, path.read_text())
 
-    replayer = Replayer(workflows=[PoolWorkflow, CopyWorkflow, FrontWorkflow],
+    replayer = Replayer(workflows=[PoolWorkflow, CopyWorkflow, FrontWorkflow, ModelJobWorkflow, ModelCacheWorkflow],
                         data_converter=pydantic_data_converter)
     results = await replayer.replay_workflows(histories(), raise_on_replay_failure=False)
     assert results.replay_failures == {}
