@@ -34,8 +34,9 @@ async def _scenario(client: Client, keys: Path) -> dict[str, str]:
         await harness.wait_status(handle, lambda s: s.phase is Phase.READY, "the pool to serve")
         await harness.stop(handle)
         assert models.job_id is not None
+        job = client.get_workflow_handle(job_workflow_id(models.job_id))
         files = {"ServiceWorkflow-12-model": await handle.fetch_history(),
-                 "ModelJobWorkflow-11": await client.get_workflow_handle(job_workflow_id(models.job_id)).fetch_history()}
+                 "ModelJobWorkflow-11": await job.fetch_history()}
     return {name: history.to_json() for name, history in files.items()}
 
 
