@@ -25,6 +25,7 @@ from berth.model_digest import ManifestEntry, compare, digest_of, manifest_of, m
 from berth.model_paths import ModelCache, allowed_model_dirs, evict_plan, place_digest, remove_digest, staged_path
 from berth.model_scan import ModelScanError, check_signature, scan
 from berth.settings import ClusterSettings
+from berth.settings.components import admin_user
 from workflows.model_payloads import (
     CheckedModel,
     CheckInput,
@@ -80,16 +81,17 @@ class ModelJobActivities:
         return str(json.loads(value)["token"])
 
     async def _signing_key(self) -> bytes | None:
+        """The cluster's model signing key: the secret `model_signing_secret` names, as its administrator
+        holds it (a `value` secret, or JSON {"key": …}); None when the cluster names none."""
         ref = self.settings.model_signing_secret
         if not ref:
             return None
-        owner = ref.split("/")[3] if ref.count("/") >= 3 else ""
-        value = await self._secret(ref, owner, "", "model_signing_secret")
+        value = await self._secret(ref, admin_user(), "", "model_signing_secret")
         try:
             parsed = json.loads(value)
-            key = parsed.get("key", "") if isinstance(parsed, dict) else str(parsed)
         except ValueError:
-            key = value
+            parsed = value
+        key = parsed.get("key", "") if isinstance(parsed, dict) else value
         return str(key).encode() or None
 
     def _staged(self, spec: ModelJobSpec) -> Path:
