@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from berth.api_transport import ApiTransport, body, many, one, segment
+from berth.api_models import ModelsApi
+from berth.api_transport import body, many, one, segment
 from berth.contracts import (
     AuditAppended,
     AuditBatch,
@@ -80,8 +81,9 @@ from berth.errors import (
 from berth.tokens import RevokeResult, TokenMintBody, TokenRecord
 
 
-class ApiClient(ApiTransport):
-    """One method per route, each returning the model its route declares."""
+class ApiClient(ModelsApi):
+    """One method per route, each returning the model its route declares (the model registry's in
+    berth/api_models.py)."""
 
     # --- catalog and workflows --------------------------------------------------------------------
     async def catalog(self, category: str | None = None, tag: str | None = None) -> list[EntrySummary]:

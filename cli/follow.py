@@ -1,12 +1,12 @@
-"""Following a workflow until it is ready or ends (`berth workflow watch`, `catalog start --watch`), and the
-small renderings the workflow commands share."""
+"""Following a workflow until it is ready or ends (`berth workflow watch`, `catalog start --watch`), a model
+until its job ends (`berth model status --watch`), and the small renderings the workflow commands share."""
 
 from __future__ import annotations
 
 import time
 from datetime import datetime
 
-from berth.contracts import WorkflowEndpoint
+from berth.contracts import ModelRecord, ModelState, WorkflowEndpoint
 from cli.common import call, console, fail
 
 
@@ -49,6 +49,52 @@ def watch(workflow_id: str, timeout_s: float = 3600) -> None:
             time.sleep(0.5)
         raise fail(f"workflow {workflow_id} was not ready within {timeout_s:.0f} s; it keeps going — "
                    f"follow it with `berth workflow describe {workflow_id}`.")
+    finally:
+        if progress is not None:
+            progress.stop()
+
+
+def watch_model(name: str, timeout_s: float = 3600, quiet: bool = False) -> ModelRecord:
+    """Follow a model's job: each state as it comes, a progress line (bytes, the node's rate and ETA) while
+    it downloads; the Ready record, or exit 1 with the job's message when it fails. `quiet`: print nothing."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    state: ModelState | None = None
+    progress: Progress | None = None
+    task = None
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            record = call(lambda api: api.model_status(name))
+            if record.state != state and not quiet:
+                state = record.state
+                console.print(f"[bold]{state.value}[/]", highlight=False)
+            done = record.progress
+            if done and done.bytes_total and record.state is ModelState.DOWNLOADING and not quiet:
+                if progress is None:
+                    progress = Progress("  downloading", BarColumn(), DownloadColumn(),
+                                        TextColumn("{task.fields[rate]}, ETA {task.fields[eta]}"),
+                                        console=console, transient=True)
+                    progress.start()
+                    task = progress.add_task("weights", total=done.bytes_total, rate="-", eta="-")
+                assert task is not None
+                eta = f"{done.eta_s:.0f} s" if done.eta_s is not None else "-"
+                progress.update(task, completed=done.bytes_done, total=done.bytes_total,
+                                rate=f"{done.rate_bps / 1e6:.1f} MB/s", eta=eta)
+            elif progress is not None and record.state is not ModelState.DOWNLOADING:
+                progress.stop()
+                progress = None
+            if record.state is ModelState.READY:
+                if not quiet:
+                    console.print(f"[bold green]Ready.[/] {record.name}: digest {record.digest}", highlight=False)
+                return record
+            if record.state is ModelState.FAILED:
+                raise fail(f"model {record.name} failed: {record.message or 'see berth model describe'}")
+            if record.state is ModelState.REGISTERED and record.job_id is None:
+                raise fail(f"model {record.name} has no job; start one with `berth model materialize {name}`.")
+            time.sleep(0.5)
+        raise fail(f"model {name} was not Ready within {timeout_s:.0f} s; its job keeps going — follow it "
+                   f"with `berth model status {name} --watch`.")
     finally:
         if progress is not None:
             progress.stop()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import audit, catalog, components, endpoint, identity, key, node, secret, stack, tokens, workflow
+from cli import audit, catalog, components, endpoint, identity, key, model, node, secret, stack, tokens, workflow
 
 app = typer.Typer(help="Berth: serve LLMs on GPU clusters from a catalog.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
@@ -22,6 +22,7 @@ app.add_typer(identity.group_app, name="group")
 app.add_typer(tokens.app, name="token")
 app.add_typer(audit.app, name="audit")
 app.add_typer(key.app, name="key")
+app.add_typer(model.app, name="model")
 
 
 def main() -> None:

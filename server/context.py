@@ -4,13 +4,14 @@ go to the store (server/load_reports.py), so any number of API replicas serve al
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
 from temporalio.client import Client
 
-from berth.contracts import LimitPolicy
+from berth.contracts import EvictRequest, EvictResult, LimitPolicy, ModelRecord
 from berth.errors import UnavailableError
 from berth.security import Cipher, ReplicaKeys, SigningKey, TokenVerifier
 from berth.settings import ClusterSettings, StateLayout
@@ -18,6 +19,13 @@ from berth.temporal import connect
 from server.api_keys import ApiKeys
 from server.store import Store
 from server.token_registry import TokenRegistry
+
+# Where the model routes hand work to the model jobs (issue 16): start the job `job_id` of `kind`
+# (materialize | verify) for the model, or join it when it runs already (the starter is idempotent per
+# job_id); and evict the managed cache down to a budget. None: this control plane runs no model jobs, and
+# those routes answer 503.
+ModelJobStarter = Callable[["ServerContext", ModelRecord, str, str], Awaitable[None]]
+ModelCacheEvictor = Callable[["ServerContext", EvictRequest], Awaitable[EvictResult]]
 
 
 @dataclass
@@ -35,6 +43,8 @@ class ServerContext:
     # The cluster's limits (BERTH_LIMITS_FILE, read once at start, as the proxies read it): what an
     # endpoint's owner may only tighten with its policy.
     limits: LimitPolicy = field(default_factory=LimitPolicy)
+    model_jobs: ModelJobStarter | None = None
+    model_cache_evict: ModelCacheEvictor | None = None
     _temporal: Client | None = None
 
     async def temporal(self) -> Client:

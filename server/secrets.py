@@ -29,14 +29,15 @@ def parse_reference(ref: str) -> tuple[str, str]:
     return match.group(1), match.group(2)
 
 
-def _owner_key(scope: str, who: Identity, group: str | None = None) -> str:
+def owner_key(scope: str, who: Identity, group: str | None = None, what: str = "secret") -> str:
+    """The user, group or organization a name of `scope` belongs to (secrets' and models' alike)."""
     if scope == "user":
         return who.user
     if scope == "organization":
         return who.org
     if group is None:
         if not who.groups:
-            raise PermissionDeniedError("You belong to no group, so you cannot use a group secret.")
+            raise PermissionDeniedError(f"You belong to no group, so you cannot use a group {what}.")
         group = who.groups[0]
     if group not in who.groups:
         raise PermissionDeniedError(f"You are not a member of group '{group}'.")
@@ -75,7 +76,7 @@ class Secrets:
 
     def create(self, who: Identity, ref: str, kind: str, value: str, group: str | None = None) -> dict[str, Any]:
         scope, name = parse_reference(ref)
-        owner = _owner_key(scope, who, group)
+        owner = owner_key(scope, who, group)
         validate_value(kind, value)
         key = f"{scope}/{owner}/{name}"
         with self.store.session() as s:
@@ -101,7 +102,7 @@ class Secrets:
 
     def delete(self, who: Identity, ref: str) -> None:
         scope, name = parse_reference(ref)
-        key = f"{scope}/{_owner_key(scope, who)}/{name}"
+        key = f"{scope}/{owner_key(scope, who)}/{name}"
         with self.store.session() as s:
             row = s.get(SecretRow, key)
             if row is None:

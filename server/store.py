@@ -250,7 +250,8 @@ class Store:
             row.labels = inventory.get("labels", {})
             row.taints = inventory.get("taints", [])
             row.volumes = inventory.get("volumes", [])
-            row.models = cached_digests(inventory.get("models"))
+            if "models" in inventory:  # an agent from before the model registry reports none: kept None
+                row.models = cached_digests(inventory["models"])
             row.last_heartbeat = now
             row.port_start, row.port_end = port_start, port_start + NODE_PORTS
             if held is not None:

@@ -189,3 +189,24 @@ class ModelUseAnswer(Response):
     model: ModelRecord
     model_dir: str | None = None  # the digest's directory when Ready
     job_id: str | None = None
+
+
+class ModelJobSpec(Response):
+    """GET /v1/internal/models/{id}: what a model job needs besides the record: the signature to check (not
+    a secret, but never shown to users) and the reference of the token a gated repository is fetched with
+    (resolved on the node that downloads, never here)."""
+
+    model: ModelRecord
+    signature: str | None = None
+    hf_token_secret: str | None = None
+    job_kind: str | None = None  # materialize | verify, of the current job
+
+
+class ModelRelease(Payload):
+    """POST /v1/internal/models/release: a workflow that serves its model no longer (it ended)."""
+
+    workflow_id: str = Field(min_length=1, max_length=128)
+
+
+class ModelReleased(Response):
+    released: int  # how many of its models' uses were removed

@@ -14,6 +14,8 @@ from server.routes import (
     internal,
     keys,
     litellm_keys,
+    model_reports,
+    models,
     nodes,
     secrets,
     tokens,
@@ -23,4 +25,5 @@ from server.routes import (
 ROUTERS: tuple[APIRouter, ...] = (
     tokens.router, health.router, catalog.router, workflows.router, endpoints.router, endpoint_policy.router,
     secrets.router, identity.router, nodes.router, keys.router, litellm_keys.router, internal.router, audit.router,
+    models.router, model_reports.router,
 )

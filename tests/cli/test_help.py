@@ -19,7 +19,8 @@ BEFORE: dict[str, str] = json.loads((Path(__file__).parent / "help_before_split.
 # Command groups added since the split, each by the change that needed it: pinned by their own tests, and
 # their one line in `berth --help` is the only change to the help recorded before.
 ADDED = ("berth key",  # API keys (issue 15)
-         "berth endpoint policy")  # an endpoint's limits override and key TTL cap (issue 15)
+         "berth endpoint policy",  # an endpoint's limits override and key TTL cap (issue 15)
+         "berth model")  # the model registry (issue 16)
 
 
 def _before_additions(after: dict[str, str]) -> dict[str, str]:

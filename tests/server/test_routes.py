@@ -29,7 +29,15 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          *(("POST", f"/v1/internal/endpoints/{{endpoint_id}}/litellm-keys/{action}")
            for action in ("generate", "info", "delete", "regenerate")),
          # An endpoint's policy: its limits override and API-key TTL cap (`berth endpoint policy`).
-         *((method, "/v1/endpoints/{endpoint_id}/policy") for method in ("GET", "PUT", "DELETE"))}
+         *((method, "/v1/endpoints/{endpoint_id}/policy") for method in ("GET", "PUT", "DELETE")),
+         # Issue 16: the model registry, its jobs and cache, and what model jobs and workflows report.
+         ("POST", "/v1/models"), ("GET", "/v1/models"), ("GET", "/v1/models/{name}"),
+         ("DELETE", "/v1/models/{name}"), ("GET", "/v1/models/{name}/status"),
+         ("POST", "/v1/models/{name}/materialize"), ("POST", "/v1/models/{name}/verify"),
+         ("GET", "/v1/model-jobs"), ("POST", "/v1/models/cache/evict"),
+         ("GET", "/v1/internal/models/{model_id}"), ("PUT", "/v1/internal/models/{model_id}/state"),
+         ("PUT", "/v1/internal/models/{model_id}/progress"), ("POST", "/v1/internal/models/use"),
+         ("POST", "/v1/internal/models/release")}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema
 
