@@ -32,7 +32,7 @@ from workflows.model_payloads import (
     DownloadedModel,
     DownloadInput,
     EvictInput,
-    ModelJobSpec,
+    JobModel,
     ResolvedModel,
     ResolveInput,
     VerifiedModel,
@@ -74,7 +74,7 @@ class ModelJobActivities:
             raise _fail(f"{what} {ref} is a '{found}' secret; it must be of type {kind}", "SecretError")
         return value
 
-    async def _hf_token(self, spec: ModelJobSpec) -> str | None:
+    async def _hf_token(self, spec: JobModel) -> str | None:
         if not spec.hf_token_secret:
             return None
         value = await self._secret(spec.hf_token_secret, spec.owner, "hf", "HfTokenSecret")
@@ -94,18 +94,18 @@ class ModelJobActivities:
         key = parsed.get("key", "") if isinstance(parsed, dict) else value
         return str(key).encode() or None
 
-    def _staged(self, spec: ModelJobSpec) -> Path:
+    def _staged(self, spec: JobModel) -> Path:
         try:
             return staged_path(spec.path or "", allowed_model_dirs(self.settings.model_dirs))
         except (ValueError, BerthError) as error:
             raise _fail(str(error), "ModelSource") from None
 
-    def _resolve_hf(self, spec: ModelJobSpec, token: str | None, revision: str) -> object:
+    def _resolve_hf(self, spec: JobModel, token: str | None, revision: str) -> object:
         from activities.model_resolve import resolve
 
         return resolve(self._endpoint(), spec.repo or "", revision, token)
 
-    async def _resolve(self, spec: ModelJobSpec, revision: str) -> object:
+    async def _resolve(self, spec: JobModel, revision: str) -> object:
         from activities.errors import WeightsError
 
         token = await self._hf_token(spec)
@@ -120,7 +120,7 @@ class ModelJobActivities:
         spec = request.spec
         if spec.source_kind == "path":
             path = await asyncio.to_thread(self._staged, spec)
-            entries = await asyncio.to_thread(_listing, path, spec.max_files)
+            entries = await asyncio.to_thread(_listing, path, self.settings.model_max_files)
             return ResolvedModel(commit="path", size_bytes=sum(e[1] for e in entries), files=len(entries),
                                  staged_path=str(path))
         resolved = await self._resolve(spec, spec.revision or "main")
@@ -162,7 +162,7 @@ class ModelJobActivities:
     async def _hash_staged(self, request: DownloadInput) -> DownloadedModel:
         """A pre-staged directory: hashed where it is (never copied into the cache, never evicted)."""
         path = await asyncio.to_thread(self._staged, request.spec)
-        entries = await asyncio.to_thread(manifest_of, path, request.spec.max_files)
+        entries = await asyncio.to_thread(manifest_of, path, self.settings.model_max_files)
         digest = digest_of(entries)
         await asyncio.to_thread(_write_text, self.cache.manifest_path(digest), manifest_text(entries))
         return DownloadedModel(node_id=self.context.node_id, staging=str(path), digest=digest,
@@ -180,7 +180,7 @@ class ModelJobActivities:
             manifest_file = _manifest_beside(staging)
         entries = read_manifest(await asyncio.to_thread(manifest_file.read_text))
         try:
-            report = scan(entries, spec.max_files, spec.format.value)
+            report = scan(entries, self.settings.model_max_files, spec.format.value)
             check_signature(downloaded.digest, spec.signature, await self._signing_key())
         except (ModelScanError, ValueError) as error:
             raise _fail(f"model {spec.name}: {error}", "ModelScan") from None
@@ -208,7 +208,7 @@ class ModelJobActivities:
         expected = read_manifest(await asyncio.to_thread(manifest_file.read_text))
         beat = asyncio.ensure_future(_heartbeat_forever())
         try:
-            actual = await asyncio.to_thread(manifest_of, root, spec.max_files)
+            actual = await asyncio.to_thread(manifest_of, root, self.settings.model_max_files)
         finally:
             beat.cancel()
         problems = compare(expected, actual)
@@ -222,7 +222,9 @@ class ModelJobActivities:
     async def evict_model_cache(self, request: EvictInput) -> EvictResult:
         cached = await asyncio.to_thread(self.cache.cached_digests)
         before = sum(size for size, _mtime in cached.values())
-        evict, kept = evict_plan(cached, set(request.referenced), request.budget_bytes)
+        # Oldest first by the later of the bytes' arrival and the registry's last use.
+        aged = {d: (size, max(mtime, request.last_used.get(d, 0.0))) for d, (size, mtime) in cached.items()}
+        evict, kept = evict_plan(aged, set(request.referenced), request.budget_bytes)
         evicted = []
         for digest in evict:
             await asyncio.to_thread(remove_digest, self.cache, digest)

@@ -9,7 +9,7 @@ from temporalio.exceptions import ApplicationError
 from berth.api_client import ApiClient
 from berth.contracts import ModelStateReport, ModelUse, ModelUseAnswer
 from berth.errors import BerthError, NotFoundError, PermissionDeniedError, UserInputError
-from workflows.model_payloads import ModelJobSpec, ModelStep, UseInput
+from workflows.model_payloads import JobModel, ModelStep, UseInput
 
 
 class ModelReportActivities:
@@ -17,11 +17,17 @@ class ModelReportActivities:
         self.api = api
 
     @activity.defn(name="load_model_job")
-    async def load_model_job(self, model_id: str) -> ModelJobSpec:
+    async def load_model_job(self, model_id: str) -> JobModel:
         try:
-            return await self.api.model_job_spec(model_id)
+            spec = await self.api.model_job_spec(model_id)
         except NotFoundError as error:
             raise ApplicationError(str(error), type="ModelSource", non_retryable=True) from None
+        model = spec.model
+        return JobModel(model_id=model.id, name=model.name, owner=model.owner,
+                        source_kind="path" if model.path else "hf", repo=model.repo, revision=model.revision,
+                        path=model.path, require_checksum=model.require_checksum, signature=spec.signature,
+                        format=model.format, hf_token_secret=spec.hf_token_secret, commit=model.commit,
+                        digest=model.digest)
 
     @activity.defn(name="report_model_state")
     async def report_model_state(self, step: ModelStep) -> None:

@@ -18,6 +18,7 @@ from berth.settings import ClusterSettings, StateLayout, admin_user, key_hmac_se
 from server import request_limits, scheduler
 from server.api_keys import ApiKeys
 from server.context import ServerContext
+from server.model_jobs import evict_model_cache, start_model_job
 from server.routes import ROUTERS
 from server.store import Store
 from server.token_registry import TokenRegistry
@@ -40,7 +41,9 @@ def build_context(state_dir: Path, temporal_address: str, database_url: str | No
                          temporal_address=temporal_address,
                          tokens=TokenRegistry(store, settings.token_revocation_refresh_s),
                          replica_keys=ReplicaKeys.load_or_create(state.keys),
-                         api_keys=ApiKeys(store, hasher), limits=limits)
+                         api_keys=ApiKeys(store, hasher), limits=limits,
+                         # Model jobs run in Temporal workflows (server/model_jobs.py); the routes only record.
+                         model_jobs=start_model_job, model_cache_evict=evict_model_cache)
 
 
 async def _berth_error(_request: Request, error: BerthError) -> JSONResponse:

@@ -24,7 +24,8 @@ from server.token_registry import TokenRegistry
 # (materialize | verify) for the model, or join it when it runs already (the starter is idempotent per
 # job_id); and evict the managed cache down to a budget. None: this control plane runs no model jobs, and
 # those routes answer 503.
-ModelJobStarter = Callable[["ServerContext", ModelRecord, str, str], Awaitable[None]]
+# (context, record, kind, job id, waiter): a waiter is a workflow to tell each step of the job.
+ModelJobStarter = Callable[["ServerContext", ModelRecord, str, str, str | None], Awaitable[None]]
 ModelCacheEvictor = Callable[["ServerContext", EvictRequest], Awaitable[EvictResult]]
 
 

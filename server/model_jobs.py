@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from starlette.concurrency import run_in_threadpool
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
-from berth.contracts import EvictResult, ModelRecord
+from berth.contracts import EvictRequest, EvictResult, ModelRecord
 from berth.settings import CONTROL_TASK_QUEUE
 from server.context import ServerContext
+from server.model_usage import ModelUsage
 from workflows.model_payloads import EvictInput, ModelJobInput
 
 EVICT_TIMEOUT = timedelta(minutes=10)
@@ -45,12 +49,36 @@ async def start_model_job(context: ServerContext, record: ModelRecord, kind: str
         pass  # it finished meanwhile: the registry holds its outcome, which the caller reads again
 
 
-async def evict_model_cache(context: ServerContext, budget_bytes: int, referenced: list[str],
-                            names: dict[str, list[str]]) -> EvictResult:
-    """Run one eviction on a node and answer what it removed (the cache lives on the nodes)."""
+async def evict_model_cache(context: ServerContext, request: EvictRequest) -> EvictResult:
+    """Run one eviction on a node (the cache lives on the nodes) and mark the models whose bytes went back
+    to Registered. Kept: every digest a running workflow serves; uses left by a workflow that ended
+    without letting go (terminated) are dropped first, so they keep nothing."""
+    usage = ModelUsage(context.store)
+    await _drop_ended_uses(context, usage)
+    entries = await run_in_threadpool(usage.cached_digests)
+    budget = request.budget_bytes if request.budget_bytes is not None else context.settings.model_cache_bytes
+    job = EvictInput(budget_bytes=budget, referenced=[e.digest for e in entries if e.referenced],
+                     names={e.digest: e.models for e in entries},
+                     last_used={e.digest: e.last_used_at for e in entries if e.last_used_at is not None})
     client = await context.temporal()
     result: EvictResult = await client.execute_workflow(
-        "ModelCacheWorkflow", EvictInput(budget_bytes=budget_bytes, referenced=referenced, names=names),
-        id="model-cache-evict", task_queue=CONTROL_TASK_QUEUE, result_type=EvictResult,
+        "ModelCacheWorkflow", job, id="model-cache-evict", task_queue=CONTROL_TASK_QUEUE, result_type=EvictResult,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING, execution_timeout=EVICT_TIMEOUT)
+    for evicted in result.evicted:
+        await run_in_threadpool(usage.mark_evicted, evicted.digest)
     return result
+
+
+async def _drop_ended_uses(context: ServerContext, usage: ModelUsage) -> None:
+    client = await context.temporal()
+    for workflow_id in await run_in_threadpool(usage.using_workflows):
+        try:
+            description = await client.get_workflow_handle(workflow_id).describe()
+        except RPCError as error:
+            if error.status is not RPCStatusCode.NOT_FOUND:
+                raise
+            running = False
+        else:
+            running = description.status is WorkflowExecutionStatus.RUNNING
+        if not running:
+            await run_in_threadpool(usage.release, workflow_id)

@@ -199,6 +199,11 @@ class ModelUsage:
                                         referenced=any(r.id in used for r in group)))
         return sorted(entries, key=lambda e: (e.last_used_at or 0.0, e.digest))
 
+    def using_workflows(self) -> list[str]:
+        """Every workflow that holds a use of a model now."""
+        with self.store.session() as s:
+            return sorted(set(s.scalars(select(ModelUseRow.workflow_id)).all()))
+
     def referenced_digests(self) -> set[str]:
         return {entry.digest for entry in self.cached_digests() if entry.referenced}
 

@@ -23,8 +23,8 @@ with workflow.unsafe.imports_passed_through():
         DownloadedModel,
         DownloadInput,
         EvictInput,
+        JobModel,
         ModelJobInput,
-        ModelJobSpec,
         ModelStep,
         ModelUpdate,
         ResolvedModel,
@@ -67,8 +67,8 @@ class ModelJobWorkflow:
 
     @workflow.run
     async def run(self, input: ModelJobInput) -> ModelUpdate:
-        spec: ModelJobSpec = await workflow.execute_activity(
-            "load_model_job", input.model_id, result_type=ModelJobSpec, task_queue=CONTROL_TASK_QUEUE,
+        spec: JobModel = await workflow.execute_activity(
+            "load_model_job", input.model_id, result_type=JobModel, task_queue=CONTROL_TASK_QUEUE,
             start_to_close_timeout=SHORT, retry_policy=REPORT_RETRY)
         try:
             if input.kind == "verify":
@@ -84,7 +84,7 @@ class ModelJobWorkflow:
         await self._tell_waiters()
         return update
 
-    async def _materialize(self, input: ModelJobInput, spec: ModelJobSpec) -> ModelUpdate:
+    async def _materialize(self, input: ModelJobInput, spec: JobModel) -> ModelUpdate:
         job = input.job_id
         await self._step(input, spec, ModelStep(model_id=spec.model_id, job_id=job, state=ModelState.RESOLVING))
         resolved: ResolvedModel = await workflow.execute_activity(
@@ -116,7 +116,7 @@ class ModelJobWorkflow:
             size_bytes=checked.size_bytes, files=checked.files, safetensors_files=checked.safetensors_files,
             verified=downloaded.verified), model_dir=checked.model_dir)
 
-    async def _verify(self, input: ModelJobInput, spec: ModelJobSpec) -> ModelUpdate:
+    async def _verify(self, input: ModelJobInput, spec: JobModel) -> ModelUpdate:
         await self._step(input, spec, ModelStep(model_id=spec.model_id, job_id=input.job_id,
                                                 state=ModelState.VERIFYING))
         result: VerifiedModel = await workflow.execute_activity(
@@ -131,7 +131,7 @@ class ModelJobWorkflow:
         return await self._step(input, spec, ModelStep(model_id=spec.model_id, job_id=input.job_id,
                                                        state=ModelState.READY, digest=result.digest))
 
-    async def _step(self, input: ModelJobInput, spec: ModelJobSpec, step: ModelStep,
+    async def _step(self, input: ModelJobInput, spec: JobModel, step: ModelStep,
                     model_dir: str | None = None) -> ModelUpdate:
         """Write the step to the registry, then tell the waiters (the registry is what they re-read)."""
         await workflow.execute_activity("report_model_state", step, task_queue=CONTROL_TASK_QUEUE,

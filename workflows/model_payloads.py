@@ -20,9 +20,9 @@ class ModelJobInput(Payload):
     kind: JobKind = "materialize"
 
 
-class ModelJobSpec(Payload):
-    """What a job needs of its model, read from the registry when the job starts (a restarted job reads it
-    again: the record is the truth, not the history). `hf_token_secret` is a reference; the node resolves it."""
+class JobModel(Payload):
+    """The model as its job sees it: read from the registry (berth.contracts.ModelJobSpec) when the job
+    starts, flattened for the activities. `hf_token_secret` is a reference; the node resolves it."""
 
     model_id: str
     name: str
@@ -35,7 +35,6 @@ class ModelJobSpec(Payload):
     signature: str | None = None
     format: ModelFormat = ModelFormat.SAFETENSORS
     hf_token_secret: str | None = None
-    max_files: int = 10_000
     commit: str | None = None  # as an earlier job resolved it
     digest: str | None = None  # as an earlier job materialized it
 
@@ -58,7 +57,7 @@ class ModelStep(Payload):
 
 class ResolveInput(Payload):
     job_id: str
-    spec: ModelJobSpec
+    spec: JobModel
 
 
 class ResolvedModel(Payload):
@@ -70,7 +69,7 @@ class ResolvedModel(Payload):
 
 class DownloadInput(Payload):
     job_id: str
-    spec: ModelJobSpec
+    spec: JobModel
     resolved: ResolvedModel
 
 
@@ -91,7 +90,7 @@ class DownloadedModel(Payload):
 
 class CheckInput(Payload):
     job_id: str
-    spec: ModelJobSpec
+    spec: JobModel
     downloaded: DownloadedModel
 
 
@@ -105,7 +104,7 @@ class CheckedModel(Payload):
 
 class VerifyInput(Payload):
     job_id: str
-    spec: ModelJobSpec
+    spec: JobModel
 
 
 class VerifiedModel(Payload):
@@ -129,6 +128,7 @@ class EvictInput(Payload):
     budget_bytes: int
     referenced: list[str] = Field(default_factory=list)  # digests a running workflow serves
     names: dict[str, list[str]] = Field(default_factory=dict)  # digest → the models that name it
+    last_used: dict[str, float] = Field(default_factory=dict)  # digest → when a workflow last took it
 
 
 class UseInput(Payload):

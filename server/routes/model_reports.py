@@ -52,11 +52,12 @@ async def use_model(body: ModelUse, context: Context, _who: Admin) -> ModelUseAn
     usage = ModelUsage(context.store, registry(context))
     model = await run_in_threadpool(usage.use, owner, body.ref, body.workflow_id)
     if model.state is ModelState.READY and model.digest:
-        directory = StateLayout(context.state.root).models / "sha256" / model.digest
-        return ModelUseAnswer(model=model, model_dir=str(directory), job_id=model.job_id)
+        # A pre-staged model is served where it lies; a downloaded one from the cache, by digest.
+        directory = model.path or str(StateLayout(context.state.root).models / "sha256" / model.digest)
+        return ModelUseAnswer(model=model, model_dir=directory, job_id=model.job_id)
     if model.state is ModelState.FAILED:
         return ModelUseAnswer(model=model, job_id=model.job_id)
-    model, _joined = await start_or_join(context, model.id, "materialize")
+    model, _joined = await start_or_join(context, model.id, "materialize", waiter=body.workflow_id)
     return ModelUseAnswer(model=model, job_id=model.job_id)
 
 

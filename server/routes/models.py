@@ -31,7 +31,8 @@ def registry(context: ServerContext) -> ModelRegistry:
     return ModelRegistry(context.store, context.settings.model_dirs)
 
 
-async def start_or_join(context: ServerContext, model_id: str, kind: str) -> tuple[ModelRecord, bool]:
+async def start_or_join(context: ServerContext, model_id: str, kind: str,
+                        waiter: str | None = None) -> tuple[ModelRecord, bool]:
     """Record a `kind` job for the model (or join the running one) and hand it to the model jobs; a job
     that cannot be started is recorded Failed with why, so the next request records a fresh one."""
     starter = context.model_jobs
@@ -42,7 +43,7 @@ async def start_or_join(context: ServerContext, model_id: str, kind: str) -> tup
     record, joined = await run_in_threadpool(usage.record_job, model_id, kind)
     assert record.job_id is not None  # record_job set or found one
     try:
-        await starter(context, record, kind, record.job_id)
+        await starter(context, record, kind, record.job_id, waiter)
     except Exception as error:
         report = ModelStateReport.model_validate({"job_id": record.job_id, "state": ModelState.FAILED,
                                                   "message": f"The model job could not be started: {error}"[:2000]})

@@ -27,7 +27,8 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServerCo
     context = build_context(tmp_path / "state", "127.0.0.1:1")  # the model routes never reach Temporal
     alice = context.store.ensure_user("alice", org="default", groups=["default"])
 
-    async def start(_context: ServerContext, _record: ModelRecord, _kind: str, _job_id: str) -> None:
+    async def start(_context: ServerContext, _record: ModelRecord, _kind: str, _job_id: str,
+                    _waiter: str | None = None) -> None:
         return None
 
     context.model_jobs = start

@@ -29,7 +29,8 @@ class RecordingStarter:
     started: list[tuple[str, str, str]] = field(default_factory=list)
     error: Exception | None = None
 
-    async def __call__(self, _context: ServerContext, record: ModelRecord, kind: str, job_id: str) -> None:
+    async def __call__(self, _context: ServerContext, record: ModelRecord, kind: str, job_id: str,
+                       _waiter: str | None = None) -> None:
         self.started.append((record.name, kind, job_id))
         if self.error is not None:
             raise self.error

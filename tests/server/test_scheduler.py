@@ -77,6 +77,16 @@ def test_pack_spread_volume_and_deterministic_ties() -> None:
         Policy.make("random")
 
 
+def test_a_node_whose_cache_holds_the_digest_comes_first() -> None:
+    digest = "ab" * 32
+    nodes = [node("c"), node("b", busy={0, 1}), node("a"), replace(node("d", busy={0}), models=frozenset({digest}))]
+    demand = Demand(nodes=1, gpus_per_node=1, prefer_model=digest)
+    assert place(demand, nodes, Policy.SPREAD).ranks == [("d", [1])]  # the cache hit beats spreading
+    assert place(demand, nodes, Policy.PACK).ranks == [("d", [1])]
+    other = Demand(nodes=1, gpus_per_node=1, prefer_model="cd" * 32)
+    assert place(other, nodes, Policy.PACK).ranks == [("b", [2])]  # no node holds it: plain packing
+
+
 def test_blocked_versus_rejected() -> None:
     nodes = [node("a", busy={0, 1, 2, 3}), node("b"), node("c")]
     three = Demand(nodes=3, gpus_per_node=4)

@@ -23,8 +23,8 @@ from workflows.model_payloads import (
     DownloadedModel,
     DownloadInput,
     EvictInput,
+    JobModel,
     ModelJobInput,
-    ModelJobSpec,
     ModelStep,
     ResolvedModel,
     ResolveInput,
@@ -41,7 +41,7 @@ COMMIT = "c0" * 20
 class FakeModels:
     client: Client
     node_id: str
-    spec: ModelJobSpec = field(default_factory=lambda: ModelJobSpec(
+    spec: JobModel = field(default_factory=lambda: JobModel(
         model_id="m-1", name="smol", owner="alice", source_kind="hf", repo="org/smol", revision="main"))
     state: ModelState = ModelState.REGISTERED
     message: str | None = None
@@ -76,7 +76,7 @@ class FakeModels:
 
     # --- control side -------------------------------------------------------------------------------
     @activity.defn(name="load_model_job")
-    async def load_model_job(self, model_id: str) -> ModelJobSpec:
+    async def load_model_job(self, model_id: str) -> JobModel:
         self._record("load_model_job", model_id)
         return self.spec
 
