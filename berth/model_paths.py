@@ -117,7 +117,8 @@ def staged_path(text: str, allowed_dirs: list[Path]) -> Path:
     """A pre-staged model directory, canonical (symlinks resolved), and inside an allowed model dir after
     resolving: a '../' or a symlink that leads out is refused."""
     if not allowed_dirs:
-        raise ModelPathError("no model dir is allowed on this cluster (model_dirs)")
+        raise ModelPathError("no model dir is allowed on this cluster; an administrator lists them in "
+                             "model_dirs (BERTH_MODEL_DIRS)")
     if not os.path.isabs(text):
         raise ModelPathError(f"'{shown(text)}' is not an absolute path")
     allowed = [Path(os.path.realpath(directory)) for directory in allowed_dirs]
@@ -127,7 +128,8 @@ def staged_path(text: str, allowed_dirs: list[Path]) -> Path:
     except (OSError, RuntimeError):  # missing, unreadable, or a symlink loop
         raise ModelPathError(f"'{shown(text)}' does not exist or cannot be resolved") from None
     if not any(resolved.is_relative_to(directory) for directory in allowed):
-        raise ModelPathError(f"'{shown(text)}' is outside the allowed model dirs ({listed})")
+        raise ModelPathError(f"'{shown(text)}' is outside the allowed model dirs ({listed}) once '..' and "
+                             "symlinks are resolved; stage the model under one of them")
     if not resolved.is_dir():
         raise ModelPathError(f"'{shown(text)}' is not a directory")
     return resolved

@@ -8,19 +8,17 @@ and uses are server/model_usage.py."""
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import time
-from collections.abc import Iterable
-from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from berth.contracts import ModelCreate, ModelFormat, ModelProgress, ModelRecord, ModelScope, ModelState
-from berth.errors import ConflictError, NotFoundError, PermissionDeniedError, UserInputError
+from berth.errors import ConflictError, NotFoundError, PermissionDeniedError
+from berth.model_paths import allowed_model_dirs, staged_path
 from berth.security import Identity
 from catalog.entry import parse_hf_uri
 from server.models import ModelRow, ModelUseRow, NodeRow
@@ -28,30 +26,6 @@ from server.secrets import owner_key, parse_reference
 from server.store import Store
 
 MODEL_REF = re.compile(r"^model://([A-Za-z0-9][A-Za-z0-9._-]{0,127})$")
-
-
-def allowed_model_dirs(text: str) -> list[Path]:
-    """BERTH_MODEL_DIRS (os.pathsep-separated) as directories; empty: none."""
-    return [Path(part) for part in text.split(os.pathsep) if part.strip()]
-
-
-def _staged_path(text: str, allowed_dirs: Iterable[Path]) -> Path:
-    """The canonical directory a pre-staged source names, refused unless it stays under an allowed model
-    dir once `..` and every symlink are resolved (a link pointing outside is an escape like `../`)."""
-    # replaced by berth.model_paths.staged_path at merge
-    allowed = [Path(os.path.realpath(directory)) for directory in allowed_dirs]
-    if not allowed:
-        raise UserInputError(f"'{text[:200]}' is a path, but this cluster allows no model directories; an "
-                             "administrator sets BERTH_MODEL_DIRS (or model_dirs in cluster.json).")
-    if not os.path.isabs(text):
-        raise UserInputError(f"A model source is hf://org/name[@revision] or an absolute path, not '{text[:200]}'.")
-    real = Path(os.path.realpath(text))
-    if not any(real == root or real.is_relative_to(root) for root in allowed):
-        raise PermissionDeniedError(f"'{text[:200]}' resolves to {real}, outside the allowed model directories "
-                                    f"({', '.join(str(root) for root in allowed)}).")
-    if not real.is_dir():
-        raise UserInputError(f"'{text[:200]}' is not a directory of model files.")
-    return real
 
 
 def resolution_order(who: Identity) -> list[tuple[str, str]]:
@@ -97,7 +71,7 @@ class ModelRegistry:
             repo, revision = parse_hf_uri(body.source, "--source")
             source = f"hf://{repo}" + (f"@{revision}" if revision else "")
         else:
-            path = str(_staged_path(body.source, self.model_dirs))
+            path = str(staged_path(body.source, self.model_dirs))
             source = path
         if body.hf_token_secret is not None:
             parse_reference(body.hf_token_secret)

@@ -19,6 +19,7 @@ from catalog.images import refuse_image
 from catalog.render import render, resolve_values
 from server.capacity import check_capacity
 from server.kind_checks import check_kind
+from server.model_refs import registered_model, served_from_registry
 from server.models import EndpointRow, WorkflowRow
 from server.secrets import Secrets, check_references
 from workflows.payloads import CopyTimings
@@ -36,8 +37,9 @@ def prepare(context: ServerContext, body: StartRequest, who: Identity) -> tuple[
     """A submission's entry and its rendered definition, once its values, secret references and capacity
     are checked. CPU work that reads the store: call it off the event loop."""
     entry = find_entry(body.entry)
-    values = resolve_values(entry, body.values)
-    definition = render(entry, values)
+    given, model = registered_model(context, body.values, who)
+    values = resolve_values(entry, given)
+    definition = served_from_registry(render(entry, values), model)
     if definition.replica is not None:
         refuse_code_flags("ExtraArgs", definition.replica.engine.extra_args, context.settings.allow_trust_remote_code)
     refuse_image(entry, values, context.settings.container_runtime)

@@ -32,6 +32,7 @@ from berth.settings import CONTROL_TASK_QUEUE
 from server.access import WorkflowAccess
 from server.context import Context, ServerContext
 from server.guards import Caller, ReadableWorkflow, owned_workflow
+from server.model_refs import register_first_use
 from server.models import EndpointRow
 from server.submission import StartRequest, copy_timings, new_rows, prepare, with_generated_keys
 from server.views import endpoint_url, endpoint_view
@@ -59,6 +60,7 @@ async def start_workflow(body: StartRequest, context: Context, who: Caller) -> d
     row, endpoint = new_rows(entry, definition, who)
     workflow_id, endpoint_id = row.id, endpoint.id
     await run_in_threadpool(context.store.add_workflow, row, definition.model_dump(mode="json"), endpoint)
+    await run_in_threadpool(register_first_use, context, definition, who, workflow_id)
     try:
         client = await context.temporal()
         unsigned = PoolInput(workflow_id=workflow_id, endpoint_id=endpoint_id,

@@ -13,12 +13,10 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import namedtuple
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -31,6 +29,7 @@ from activities.model_fetch import ChecksumMismatchError, check_free_disk, fetch
 from activities.model_resolve import RemoteFile, Resolved, _safe_relative, resolve
 from berth.contracts.model_registry import ModelProgress
 from berth.hf_mirror import MirrorConfig, publish_repo, run_mirror
+from tests.hf_range_proxy import RangeProxy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TINY = "acme/tiny-fetch"
@@ -46,53 +45,6 @@ class Mirror:
     ranged: str  # the counting, range-honouring proxy in front of it
     proxy: RangeProxy
     files: dict[str, dict[str, bytes]]
-
-
-class RangeProxy:
-    """Forwards to olah; answers a `Range: bytes=N-` on /resolve/ with 206 and counts the body bytes sent."""
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream = upstream
-        self.served = 0
-        self.lock = threading.Lock()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:  # noqa: N802 - the http.server naming
-                proxy.answer(self)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def answer(self, handler: BaseHTTPRequestHandler) -> None:
-        upstream = httpx.get(self.upstream + handler.path, timeout=60)
-        body = upstream.content
-        wanted = handler.headers.get("Range", "")
-        start = int(wanted.removeprefix("bytes=").split("-")[0]) if wanted.startswith("bytes=") else 0
-        if start >= len(body) and start:
-            handler.send_response(416)
-            handler.send_header("Content-Length", "0")
-            handler.end_headers()
-            return
-        handler.send_response(206 if start else upstream.status_code)
-        if start:
-            handler.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-        handler.send_header("Content-Length", str(len(body) - start))
-        handler.end_headers()
-        view = memoryview(body)[start:]
-        for offset in range(0, len(view), 256 * 1024):
-            piece = view[offset : offset + 256 * 1024]
-            handler.wfile.write(piece)
-            if "/resolve/" in handler.path:
-                with self.lock:
-                    self.served += len(piece)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
