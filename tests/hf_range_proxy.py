@@ -37,7 +37,9 @@ class RangeProxy:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def answer(self, handler: BaseHTTPRequestHandler) -> None:
-        upstream = httpx.get(self.upstream + handler.path, timeout=60)
+        # Redirects followed here (olah redirects some API paths), the answer's type passed on (the API's JSON).
+        upstream = httpx.get(self.upstream + handler.path, timeout=60, follow_redirects=True,
+                             headers={k: v for k, v in handler.headers.items() if k.lower() == "authorization"})
         body = upstream.content
         wanted = handler.headers.get("Range", "")
         start = int(wanted.removeprefix("bytes=").split("-")[0]) if wanted.startswith("bytes=") else 0
@@ -49,6 +51,9 @@ class RangeProxy:
         handler.send_response(206 if start else upstream.status_code)
         if start:
             handler.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        for name in ("Content-Type", "ETag", "X-Repo-Commit", "X-Linked-Etag", "X-Linked-Size"):
+            if name in upstream.headers:
+                handler.send_header(name, upstream.headers[name])
         handler.send_header("Content-Length", str(len(body) - start))
         handler.end_headers()
         view = memoryview(body)[start:]
