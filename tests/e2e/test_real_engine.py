@@ -111,3 +111,26 @@ def test_data_parallel_copy_across_two_cpu_nodes_fails_as_a_unit(cpu_stack: Runn
     assert not Path(f"/proc/{records['r0']}").exists(), "rank 0 still runs after rank 1 died"
     nodes = stack.cli_json("node", "list")
     assert all(n["allocated"] == 0 for n in nodes)
+
+
+def test_smollm2_materialized_once_and_served_through_model_ref(cpu_stack: RunningStack) -> None:
+    """Issue 16: SmolLM2 registered, materialized by its model job into the cache (verified against the
+    mirror's checksums, digest recorded), then served by the real engine from the digest's directory."""
+    stack = cpu_stack
+    stack.cli("model", "add", "smol", "--source", f"hf://{MODEL}", "--require-checksum")
+    stack.cli("model", "materialize", "smol", "--watch", timeout=600)
+    model = stack.cli_json("model", "status", "smol")
+    assert model["state"] == "Ready" and model["verified"] is True and model["safetensors_files"] >= 1
+    directory = stack.state_dir / "models" / "sha256" / model["digest"]
+    assert (directory / "config.json").is_file()
+    workflow_id = stack.start_entry("SmolLM2 135M Instruct", "Model=model://smol")
+    info = stack.describe(workflow_id)
+    assert info["weights"]["digest"] == model["digest"] and info["weights"]["model_dir"] == str(directory)
+    assert info["weights"]["model"] == "model://smol" and info["weights"]["cache_hit"] is True
+    endpoint = stack.endpoint(workflow_id)
+    client = openai.OpenAI(base_url=endpoint["url"] + "/v1", api_key=stack.token_for(endpoint["id"]), max_retries=0)
+    reply = client.chat.completions.create(model=MODEL, max_tokens=16, temperature=0,
+                                           messages=[{"role": "user", "content": SMOLLM2_QUESTION}])
+    assert "Paris" in (reply.choices[0].message.content or "")
+    stack.cli("workflow", "stop", workflow_id)
+    assert directory.is_dir()  # the cache keeps the bytes after the workflow; eviction decides
