@@ -86,7 +86,7 @@ def test_the_status_parts_keep_their_json_shape() -> None:
     assert status["events"][0] == {"at": "2026-12-02T07:00:01.500000Z", "kind": "copy-ready",
                                    "message": "copy 0 ready", "copy_id": "wf-1.copy-0"}
     assert status["weights"] == {"model_dir": "/weights/qwen", "bytes_total": 1200, "bytes_transferred": 1200,
-                                 "cache_hit": True, "dry_run": False}
+                                 "cache_hit": True, "dry_run": False, "digest": None, "model": None}
     assert DownloadProgress(bytes_done=10, bytes_total=100, rate_bps=80).model_dump(mode="json") == {
         "bytes_done": 10, "bytes_total": 100, "rate_bps": 80, "eta_s": None, "files_done": 0, "files_total": 0}
 
