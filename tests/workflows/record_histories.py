@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from temporalio.client import Client
@@ -45,15 +46,20 @@ async def _scenario(client: Client, keys: Path) -> dict[str, str]:
     return {name: history.to_json() for name, history in files.items()}
 
 
-async def main() -> None:
+async def record(scenario: Callable[[Client, Path], Awaitable[dict[str, str]]]) -> None:
+    """Run `scenario` on a fresh dev server and write the histories it answers into histories/."""
     env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(venv_bin("temporal")),
                                                 data_converter=pydantic_data_converter)
     try:
         with tempfile.TemporaryDirectory() as keys:
-            for name, text in (await _scenario(env.client, Path(keys))).items():
+            for name, text in (await scenario(env.client, Path(keys))).items():
                 (HISTORIES / f"{name}.json").write_text(text)
     finally:
         await env.shutdown()
+
+
+async def main() -> None:
+    await record(_scenario)
 
 
 if __name__ == "__main__":

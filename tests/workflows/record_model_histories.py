@@ -5,22 +5,17 @@ payloads. Run by hand when their shape changes: `.venv/bin/python -m tests.workf
 from __future__ import annotations
 
 import asyncio
-import tempfile
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from berth.security import SigningKey
-from berth.settings import venv_bin
 from server.model_jobs import job_workflow_id
 from tests.workflows.fake_cluster import FakeCluster, FakeNode
 from tests.workflows.fake_models import FakeModels
 from tests.workflows.harness import Harness, event_kinds, node_ids, pool_definition
+from tests.workflows.record_histories import record
 from workflows.payloads import Phase
-
-HISTORIES = Path(__file__).parent / "histories"
 
 
 async def _scenario(client: Client, keys: Path) -> dict[str, str]:
@@ -41,14 +36,7 @@ async def _scenario(client: Client, keys: Path) -> dict[str, str]:
 
 
 async def main() -> None:
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(venv_bin("temporal")),
-                                                data_converter=pydantic_data_converter)
-    try:
-        with tempfile.TemporaryDirectory() as keys:
-            for name, text in (await _scenario(env.client, Path(keys))).items():
-                (HISTORIES / f"{name}.json").write_text(text)
-    finally:
-        await env.shutdown()
+    await record(_scenario)
 
 
 if __name__ == "__main__":
