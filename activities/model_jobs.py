@@ -8,6 +8,7 @@ a shared filesystem, as HPC centres mount one; a node reports the digests it see
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import time
@@ -103,7 +104,8 @@ class ModelJobActivities:
     def _resolve_hf(self, spec: JobModel, token: str | None, revision: str) -> object:
         from activities.model_resolve import resolve
 
-        return resolve(self._endpoint(), spec.repo or "", revision, token)
+        return resolve(self._endpoint(), spec.repo or "", revision, token, list(spec.allow_patterns) or None,
+                       list(spec.ignore_patterns) or None)
 
     async def _resolve(self, spec: JobModel, revision: str) -> object:
         from activities.errors import WeightsError
@@ -142,7 +144,7 @@ class ModelJobActivities:
         from activities.model_fetch import fetch
 
         listing = await self._resolve(spec, resolved.commit)  # the pinned commit: the same files
-        staging = self.cache.partial_dir(spec.repo or "", resolved.commit)
+        staging = self.cache.partial_dir(spec.repo or "", resolved.commit, _variant(spec))
         reporter = _Progress(self.api, spec.model_id, request.job_id)
         try:
             result = await fetch(listing, self._endpoint(), spec.repo or "", staging,  # type: ignore[arg-type]
@@ -301,3 +303,12 @@ def _write_text(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def _variant(spec: JobModel) -> str:
+    """Which files of a commit a model is: records with other patterns stage apart (a staged directory
+    becomes the digest's, so it may hold only the files its manifest lists)."""
+    if not spec.allow_patterns and not spec.ignore_patterns:
+        return ""
+    chosen = json.dumps([sorted(spec.allow_patterns), sorted(spec.ignore_patterns)])
+    return hashlib.sha256(chosen.encode()).hexdigest()[:16]

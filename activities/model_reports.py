@@ -27,6 +27,7 @@ class ModelReportActivities:
                         source_kind="path" if model.path else "hf", repo=model.repo, revision=model.revision,
                         path=model.path, require_checksum=model.require_checksum, signature=spec.signature,
                         format=model.format, hf_token_secret=spec.hf_token_secret, commit=model.commit,
+                        allow_patterns=tuple(model.allow_patterns), ignore_patterns=tuple(model.ignore_patterns),
                         digest=model.digest)
 
     @activity.defn(name="report_model_state")

@@ -45,14 +45,17 @@ class ModelCache:
     def digest_dir(self, digest: str) -> Path:
         return self.root / "sha256" / _check_digest(digest)
 
-    def partial_dir(self, repo: str, commit: str) -> Path:
-        """Where a download of `repo` at `commit` accumulates, so a retried job resumes it."""
+    def partial_dir(self, repo: str, commit: str, variant: str = "") -> Path:
+        """Where a download of `repo` at `commit` accumulates, so a retried job resumes it; `variant` (hex)
+        keeps apart downloads of other file selections of the same commit."""
+        if variant and not re.fullmatch(r"[0-9a-f]{1,64}", variant):
+            raise ModelPathError(f"{shown(variant)} is not a hex variant")
         if not _REPO.match(repo) or ".." in repo:
             raise ModelPathError(f"{shown(repo)} is not a repository name like org/name")
         if not _COMMIT.match(commit):
             raise ModelPathError(f"{shown(commit)} is not a commit (40 or 64 lowercase hex characters)")
         organization, name = repo.split("/")
-        return self.root / "partial" / organization / name / commit
+        return self.root / "partial" / organization / name / (f"{commit}-{variant}" if variant else commit)
 
     def manifest_path(self, digest: str) -> Path:
         return self.root / "manifests" / f"{_check_digest(digest)}.txt"

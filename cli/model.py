@@ -57,12 +57,16 @@ def model_add(
     group: Annotated[str | None, typer.Option(help="For --scope group: which of your groups")] = None,
     hf_token_secret: Annotated[str | None, typer.Option(help="secret://…/NAME of type hf, for gated or "
                                                         "private repositories")] = None,
+    include: Annotated[list[str] | None, typer.Option("--include", help="Only the repository's files matching "
+                                                      "this glob (repeatable), e.g. '*.safetensors'")] = None,
+    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="Leave out the files matching this glob "
+                                                      "(repeatable), e.g. 'original/*'")] = None,
     output: OutputOption = Format.TABLE,
 ) -> None:
     """Register a model; no bytes move until `berth model materialize` (or a workflow's first use)."""
     fields = {"name": name, "source": source, "require_checksum": require_checksum, "signature": signature,
               "license": license_, "residency": residency, "format": format_, "scope": scope, "group": group,
-              "hf_token_secret": hf_token_secret}
+              "hf_token_secret": hf_token_secret, "allow_patterns": include, "ignore_patterns": exclude}
     request = ModelCreate.model_validate({k: v for k, v in fields.items() if v is not None})
     record = answer(output, lambda api: api.add_model(request))
     if record is not None:

@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from berth.contracts import ModelCreate, ModelFormat, ModelProgress, ModelRecord, ModelScope, ModelState
-from berth.errors import ConflictError, NotFoundError, PermissionDeniedError
+from berth.errors import ConflictError, NotFoundError, PermissionDeniedError, UserInputError
 from berth.model_paths import allowed_model_dirs, staged_path
 from berth.security import Identity
 from catalog.entry import parse_hf_uri
@@ -51,7 +51,9 @@ def record(session: Session, row: ModelRow, cached: set[str] | None = None) -> M
         source=row.source, repo=row.repo, revision=row.revision, path=row.path, commit=row.commit,
         digest=row.digest, state=ModelState(row.state), message=row.message, retries=row.retries,
         require_checksum=row.require_checksum, signed=row.signature is not None, verified=row.verified,
-        license=row.license, residency=row.residency, format=ModelFormat(row.format), size_bytes=row.size_bytes,
+        license=row.license, residency=row.residency, format=ModelFormat(row.format),
+        allow_patterns=list(row.allow_patterns or []), ignore_patterns=list(row.ignore_patterns or []),
+        size_bytes=row.size_bytes,
         files=row.files, safetensors_files=row.safetensors_files,
         cached=row.digest is not None and row.digest in cached,
         progress=ModelProgress.model_validate(row.progress) if row.progress else None, job_id=row.job_id,
@@ -73,6 +75,9 @@ class ModelRegistry:
         else:
             path = str(staged_path(body.source, self.model_dirs))
             source = path
+            if body.allow_patterns or body.ignore_patterns:
+                raise UserInputError("--include and --exclude choose an hf:// repository's files; a pre-staged "
+                                     "directory is the model as it lies (stage only the files to serve).")
         if body.hf_token_secret is not None:
             parse_reference(body.hf_token_secret)
         key = owner_key(body.scope.value, who, body.group, what="model")
@@ -82,6 +87,7 @@ class ModelRegistry:
                        revision=revision, path=path, state=ModelState.REGISTERED.value, retries=0,
                        require_checksum=body.require_checksum, signature=body.signature, license=body.license,
                        residency=body.residency, format=body.format.value, hf_token_secret=body.hf_token_secret,
+                       allow_patterns=list(body.allow_patterns), ignore_patterns=list(body.ignore_patterns),
                        size_bytes=0, files=0, safetensors_files=0, verified=False, created_at=now, updated_at=now)
         try:
             with self.store.session() as s:

@@ -273,6 +273,8 @@ class ModelRow(Base):
     residency: Mapped[str | None] = mapped_column(String(64), nullable=True)
     format: Mapped[str] = mapped_column(String(32))
     hf_token_secret: Mapped[str | None] = mapped_column(String(300), nullable=True)
+    allow_patterns: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    ignore_patterns: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     files: Mapped[int] = mapped_column(Integer, default=0)
     safetensors_files: Mapped[int] = mapped_column(Integer, default=0)

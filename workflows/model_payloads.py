@@ -35,6 +35,8 @@ class JobModel(Payload):
     signature: str | None = None
     format: ModelFormat = ModelFormat.SAFETENSORS
     hf_token_secret: str | None = None
+    allow_patterns: tuple[str, ...] = ()
+    ignore_patterns: tuple[str, ...] = ()
     commit: str | None = None  # as an earlier job resolved it
     digest: str | None = None  # as an earlier job materialized it
 

@@ -5,8 +5,9 @@ Failed), verified, and kept in the managed cache; and the reports a model job se
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from berth.contracts.base import Payload, Response
 
@@ -14,6 +15,8 @@ from berth.contracts.base import Payload, Response
 # groups, then the organization).
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 DIGEST_PATTERN = r"^[0-9a-f]{64}$"
+# A glob over a repository's relative paths (fnmatch, as huggingface_hub's allow/ignore patterns).
+Pattern = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
 
 
 class ModelState(StrEnum):
@@ -59,6 +62,10 @@ class ModelCreate(Payload):
     format: ModelFormat = ModelFormat.SAFETENSORS
     hf_token_secret: str | None = Field(None, max_length=300, description="secret://…/NAME of type hf, "
                                         "for gated and private repositories")
+    # Which of an hf:// repository's files the model is (huggingface_hub's allow/ignore patterns): a repo that
+    # ships `original/` weights or a stray pickle beside its safetensors is materialized without them.
+    allow_patterns: list[Pattern] = Field(default_factory=list, max_length=32)
+    ignore_patterns: list[Pattern] = Field(default_factory=list, max_length=32)
 
 
 class ModelProgress(Payload):
@@ -95,6 +102,8 @@ class ModelRecord(Response):
     license: str | None = None
     residency: str | None = None
     format: ModelFormat = ModelFormat.SAFETENSORS
+    allow_patterns: list[str] = Field(default_factory=list)
+    ignore_patterns: list[str] = Field(default_factory=list)
     size_bytes: int = 0
     files: int = 0
     safetensors_files: int = 0

@@ -121,6 +121,12 @@ def test_the_scan_refuses_a_pickle_and_a_workflow_of_it_fails_with_that_message(
     workflow_id = models.stack.start_entry("vLLM", "Model=model://pickled,GpusPerNode=1,Proxy=false", watch=False)
     info = models.stack.wait_phase(workflow_id, {"failed"}, timeout=120)
     assert "weights.pt" in info["last_error"] and "model pickled failed" in info["last_error"]
+    # The same repository without its pickle: the files a model is can be chosen.
+    models.cli("add", "unpickled", "--source", "hf://acme/pickled", "--exclude", "*.pt")
+    clean = models.materialized("unpickled")
+    without = {name: data for name, data in PICKLED.items() if not name.endswith(".pt")}
+    assert clean["state"] == "Ready" and clean["digest"] == digest_of(without), clean.get("message")
+    assert clean["ignore_patterns"] == ["*.pt"] and clean["files"] == 2
 
 
 def test_a_signature_must_match_the_digest_under_the_clusters_key(models: Models) -> None:

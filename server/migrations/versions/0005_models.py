@@ -42,6 +42,8 @@ def upgrade() -> None:
         sa.Column("residency", sa.String(64), nullable=True),
         sa.Column("format", sa.String(32), nullable=False),
         sa.Column("hf_token_secret", sa.String(300), nullable=True),
+        sa.Column("allow_patterns", sa.JSON, nullable=True),
+        sa.Column("ignore_patterns", sa.JSON, nullable=True),
         sa.Column("size_bytes", sa.BigInteger, nullable=False),
         sa.Column("files", sa.Integer, nullable=False),
         sa.Column("safetensors_files", sa.Integer, nullable=False),
