@@ -49,6 +49,20 @@ class WorkflowRow(Base):
     stop_requested: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
+class RevisionRow(Base):
+    """One revision of a workflow (issue 17): revision 1 is its start; each update writes the next."""
+
+    __tablename__ = "workflow_revisions"
+    workflow_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    revision: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # Encrypted at rest, as WorkflowRow.definition: it may hold an ApiKey or a generated key.
+    definition: Mapped[str] = mapped_column(Text)
+    values: Mapped[str] = mapped_column(Text, default="")
+    by: Mapped[str] = mapped_column(String(128))
+    at: Mapped[float] = mapped_column(Float)
+    strategy: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
 class EndpointRow(Base):
     __tablename__ = "endpoints"
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -74,6 +88,7 @@ class ReplicaRow(Base):
     ready: Mapped[bool] = mapped_column(Boolean, default=True)
     draining: Mapped[bool] = mapped_column(Boolean, default=False)
     updated_at: Mapped[float] = mapped_column(Float)
+    revision: Mapped[int] = mapped_column(Integer, default=1)  # the workflow revision the copy serves
 
 
 class NodeRow(Base):

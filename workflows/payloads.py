@@ -83,6 +83,7 @@ class CopyInput(Payload):
     model_dir: str
     volume: str | None = None
     model_digest: str | None = None  # a registered model's bytes: placement prefers nodes that hold them
+    revision: int = 1  # the workflow revision whose definition this copy runs
     parent_workflow_id: str
     # Unused by the workflows: the pool's budgets (ReplaceFailedCopies spent, the failure streak) live in
     # PoolCarry, which is what continue-as-new carries; a copy is never restarted by it.
@@ -191,7 +192,8 @@ class ScaleRequest(Payload):
 
     replicas: int
     reason: str = ""
-    source: str = "manual"  # manual | autoscaler | wake
+    source: str = "manual"  # manual | autoscaler | wake | drain
+    grace_s: float | None = None  # copies scaled in get this long for in-flight requests (None: DrainGrace)
 
 
 class ScaleResult(Payload):

@@ -129,6 +129,24 @@ from berth.contracts.placement import (
     ReserveRequest,
     ReserveResult,
 )
+from berth.contracts.rollouts import (
+    CopyOutcomes,
+    RevisionHealth,
+    Rollout,
+    RolloutAction,
+    RolloutCommand,
+    RolloutKind,
+    RolloutPhase,
+    RolloutStrategy,
+    ScalingExplanation,
+    ScalingSignal,
+    TrafficSplit,
+    WorkflowDrainRequest,
+    WorkflowRevision,
+    WorkflowRevisionDefinition,
+    WorkflowUpdated,
+    WorkflowUpdateRequest,
+)
 from berth.contracts.secrets import (
     ResolvedSecret,
     ResolveRequest,
@@ -159,6 +177,22 @@ from berth.contracts.workflows import (
 )
 
 __all__ = [
+    "CopyOutcomes",
+    "RevisionHealth",
+    "Rollout",
+    "RolloutAction",
+    "RolloutCommand",
+    "RolloutKind",
+    "RolloutPhase",
+    "RolloutStrategy",
+    "ScalingExplanation",
+    "ScalingSignal",
+    "TrafficSplit",
+    "WorkflowDrainRequest",
+    "WorkflowRevision",
+    "WorkflowRevisionDefinition",
+    "WorkflowUpdated",
+    "WorkflowUpdateRequest",
     "AuditAppended",
     "AuditBatch",
     "AuditPhase",

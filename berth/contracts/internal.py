@@ -11,6 +11,7 @@ from pydantic import ConfigDict, Field
 
 from berth.contracts.base import OpenResponse, Payload, Renamed, Response, formerly
 from berth.contracts.limits import LimitPolicy
+from berth.contracts.rollouts import CopyOutcomes
 
 
 class Jwks(OpenResponse):
@@ -70,6 +71,7 @@ class RouteCopy(Response):
     ready: bool = True
     draining: bool = False
     api_key: str = Field(default="", repr=False)
+    revision: int = 1  # the workflow revision it serves: `traffic` splits by it
 
 
 class RouteEntry(Response, Renamed):
@@ -94,6 +96,8 @@ class RouteEntry(Response, Renamed):
     # (sent only when there is one, so a table without overrides reads as before).
     limits: LimitPolicy | None = None
     max_context: int | None = None  # the pool's MaxContextSize (sent only when known)
+    # A rollout's split: revision → percent of requests (sent only while one is set; None: by copy count).
+    traffic: dict[int, int] | None = None
 
 
 class RoutesTable(Response):
@@ -128,3 +132,4 @@ class OwnerTokenRequest(Payload):
 
 class LoadReport(Payload):
     requests: int  # requests the endpoint proxy admitted since its last report
+    copies: dict[str, CopyOutcomes] = {}  # how each copy answered them (a canary is judged on these)

@@ -75,6 +75,7 @@ class CopyRecord(Payload):
     copy_id: str
     url: str
     ready: bool = True
+    revision: int = 1  # the workflow revision the copy serves
 
 
 class FrontPortRequest(Payload):

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import Field
 
 from berth.contracts.base import Number, Payload, Renamed, Response, formerly
+from berth.contracts.rollouts import Rollout
 
 
 # --- the pool's status (Temporal payloads, shown by `describe`) -----------------------------------------
@@ -59,6 +60,7 @@ class CopyInfo(Payload):
     url: str | None = None
     nodes: tuple[str, ...] = ()
     detail: str = ""
+    revision: int = 1  # the workflow revision this copy serves (issue 17)
 
 
 class WeightsResult(Payload):
@@ -98,6 +100,8 @@ class PoolStatus(Payload, Renamed):
     events: tuple[Event, ...]
     last_error: str | None = None
     weights: WeightsResult | None = None
+    revision: int = 1  # the revision the pool serves (a rollout's target becomes it when it completes)
+    rollout: Rollout | None = None  # the current or last rollout
 
 
 # --- REST answers ----------------------------------------------------------------------------------------
@@ -147,6 +151,8 @@ class WorkflowDescription(Response, Renamed):
     events: tuple[Event, ...] | None = None
     last_error: str | None = None
     weights: WeightsResult | None = None
+    revision: int | None = None
+    rollout: Rollout | None = None
     note: str | None = None
 
 

@@ -78,11 +78,11 @@ def test_the_status_parts_keep_their_json_shape() -> None:
     The old names of the renamed fields come last, with the same values."""
     status = _status().model_dump(mode="json")
     assert list(status) == ["workflow_id", "phase", "desired_copies", "copies", "events", "last_error", "weights",
-                            "desired_replicas", "replicas"]
+                            "revision", "rollout", "desired_replicas", "replicas"]
     assert status["desired_replicas"] == status["desired_copies"] == 2 and status["replicas"] == status["copies"]
     assert status["phase"] == "ready"
     assert status["copies"][0] == {"copy_id": "wf-1.copy-0", "status": "ready", "url": "http://10.0.0.1:8000",
-                                   "nodes": ["n0", "n1"], "detail": "serving"}
+                                   "nodes": ["n0", "n1"], "detail": "serving", "revision": 1}
     assert status["events"][0] == {"at": "2026-12-02T07:00:01.500000Z", "kind": "copy-ready",
                                    "message": "copy 0 ready", "copy_id": "wf-1.copy-0"}
     assert status["weights"] == {"model_dir": "/weights/qwen", "bytes_total": 1200, "bytes_transferred": 1200,

@@ -1,0 +1,31 @@
+"""The payloads of a pool's rollouts (issue 17) over Temporal: the `roll_to` update that hands a pool its
+next revision (signed by the API like a start), and the activities a rollout calls on the control plane."""
+
+from __future__ import annotations
+
+from berth.contracts import Payload, RolloutStrategy
+from workflows.payloads import PoolInput
+
+
+class RolloutRequest(Payload):
+    """The `roll_to` update: revision N+1's signed input (same workflow and endpoint IDs, same owner)."""
+
+    revision: int
+    input: PoolInput
+    strategy: RolloutStrategy = RolloutStrategy()
+    by: str = ""
+
+
+class TrafficInput(Payload):
+    """Set an endpoint's split between revisions (None: by copy count)."""
+
+    endpoint_id: str
+    weights: dict[int, int] | None = None
+
+
+class HealthInput(Payload):
+    """A revision's health as the endpoint proxies saw it since `since` (epoch seconds)."""
+
+    endpoint_id: str
+    revision: int
+    since: float
