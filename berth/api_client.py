@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 from berth.api_models import ModelsApi
+from berth.api_rollouts import RolloutsApi
 from berth.api_transport import body, many, one, segment
 from berth.contracts import (
     AuditAppended,
@@ -81,7 +82,7 @@ from berth.errors import (
 from berth.tokens import RevokeResult, TokenMintBody, TokenRecord
 
 
-class ApiClient(ModelsApi):
+class ApiClient(ModelsApi, RolloutsApi):
     """One method per route, each returning the model its route declares (the model registry's in
     berth/api_models.py)."""
 

@@ -29,3 +29,12 @@ class HealthInput(Payload):
     endpoint_id: str
     revision: int
     since: float
+
+
+class MoveRequest(Payload):
+    """The `move_copies` update (a node drained with a grace): each copy is replaced elsewhere and
+    drained — no new requests, in-flight ones get up to the grace — then stopped."""
+
+    copy_ids: tuple[str, ...]
+    grace_s: float = 30.0
+    reason: str = ""

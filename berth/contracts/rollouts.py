@@ -27,15 +27,15 @@ class RolloutStrategy(Payload):
     """How a new revision replaces the serving one (the `berth workflow update` options)."""
 
     kind: RolloutKind = RolloutKind.ROLLING
-    max_surge: int = Field(1, ge=1, le=64)  # rolling: new copies above the desired size at once
-    max_unavailable: int = Field(0, ge=0, le=64)  # rolling: copies below the desired size at once
-    min_ready_s: float = Field(10.0, ge=0, le=3600)  # a new copy counts once ready this long
+    max_surge: int = Field(default=1, ge=1, le=64)  # rolling: new copies above the desired size at once
+    max_unavailable: int = Field(default=0, ge=0, le=64)  # rolling: copies below the desired size at once
+    min_ready_s: float = Field(default=10.0, ge=0, le=3600)  # a new copy counts once ready this long
     steps: tuple[int, ...] = (5, 20, 50, 100)  # canary: percent of traffic to the new revision
-    step_hold_s: float = Field(60.0, ge=0, le=86_400)  # canary: each step held this long, judged meanwhile
-    max_error_rate: float = Field(0.05, ge=0, le=1)  # canary: above this share of failed requests → pause
-    max_ttft_ms: float = Field(0.0, ge=0)  # canary: mean time to first token above this → pause (0: off)
-    min_requests: int = Field(10, ge=1, le=1_000_000)  # canary: judge the error rate only past this many
-    rollback_window_s: float = Field(300.0, ge=0, le=86_400)  # blue-green: the old set kept this long
+    step_hold_s: float = Field(default=60.0, ge=0, le=86_400)  # canary: each step held this long, judged meanwhile
+    max_error_rate: float = Field(default=0.05, ge=0, le=1)  # canary: above this share of failed requests → pause
+    max_ttft_ms: float = Field(default=0.0, ge=0)  # canary: mean time to first token above this → pause (0: off)
+    min_requests: int = Field(default=10, ge=1, le=1_000_000)  # canary: judge the error rate only past this many
+    rollback_window_s: float = Field(default=300.0, ge=0, le=86_400)  # blue-green: the old set kept this long
 
     @field_validator("steps")
     @classmethod
@@ -133,7 +133,7 @@ class WorkflowDrainRequest(Payload):
     """`berth workflow drain WF --grace-seconds N`: no new requests to the copies above the minimum, their
     in-flight ones get up to the grace, then the pool is at its minimum."""
 
-    grace_s: float = Field(30.0, ge=0, le=3600)
+    grace_s: float = Field(default=30.0, ge=0, le=3600)
 
 
 class TrafficSplit(Payload):
@@ -146,10 +146,10 @@ class TrafficSplit(Payload):
 class CopyOutcomes(Payload):
     """What one endpoint proxy saw of one copy since its last load report."""
 
-    requests: int = Field(0, ge=0)
-    errors: int = Field(0, ge=0)  # answered 5xx, or failed before an answer
-    ttft_sum_s: float = Field(0.0, ge=0)  # time to the first byte of the copy's answer, summed
-    ttft_count: int = Field(0, ge=0)
+    requests: int = Field(default=0, ge=0)
+    errors: int = Field(default=0, ge=0)  # answered 5xx, or failed before an answer
+    ttft_sum_s: float = Field(default=0.0, ge=0)  # time to the first byte of the copy's answer, summed
+    ttft_count: int = Field(default=0, ge=0)
 
 
 class RevisionHealth(Response):
