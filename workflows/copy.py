@@ -55,7 +55,7 @@ class CopyWorkflow:
     def info(self) -> CopyInfo:
         assert self.input is not None
         return CopyInfo(copy_id=self.input.copy_id, status=self.status, url=self.url, nodes=self.nodes,
-                           detail=self.detail)
+                           detail=self.detail, revision=self.input.revision)
 
     async def _tell_parent(self, kind: str | None = None, message: str = "") -> None:
         assert self.input is not None
@@ -200,7 +200,7 @@ class CopyWorkflow:
                 await workflow.execute_activity(
                     "publish_replica",
                     CopyRecord(workflow_id=input.workflow_id, endpoint_id=input.endpoint_id,
-                                  copy_id=input.copy_id, url=url),
+                                  copy_id=input.copy_id, url=url, revision=input.revision),
                     task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
                 )
                 published = True

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from pydantic import Field
 
-from berth.contracts import Payload
+from berth.contracts import Payload, Rollout
 
 # The pool's status parts, re-exported (`X as X`) so that workflows and activities name every payload here.
 from berth.contracts.workflows import CopyInfo as CopyInfo
@@ -311,6 +311,10 @@ class PoolCarry(Payload):
     service_restarts: int = 0
     front_id: str | None = None  # the running FrontWorkflow, if any
     continued: int = 0  # how many times this pool has continued as new
+    revision: int = 1  # the revision it serves (a pool never continues as new mid-rollout)
+    revision_of: dict[str, int] = {}
+    ready_since: dict[str, datetime] = {}
+    rollout: Rollout | None = None  # the last rollout (finished), for its status
 
 
 PoolInput.model_rebuild()

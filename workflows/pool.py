@@ -26,11 +26,12 @@ with workflow.unsafe.imports_passed_through():
         PoolInput,
     )
     from workflows.pool_state import PoolState
+    from workflows.rollout import RolloutMixin
 
 Running = dict[str, asyncio.Task[None]]
 
 
-class PoolMixin(FrontLink):
+class PoolMixin(RolloutMixin, FrontLink):
     def __init__(self) -> None:
         super().__init__()
         self.state = PoolState()
@@ -58,6 +59,7 @@ class PoolMixin(FrontLink):
     def _may_continue(self, running: Running) -> bool:
         """Suggested, and nothing in between: no drain, no copy end unhandled, every child started."""
         return self._continue_suggested() and not self.state.draining and not self.state.finished \
+            and not self.rollout_active() and not self.moves \
             and all(c in self._started or c in self._attached for c in running) \
             and (self.front_id is None or self.front_started) and not self.state.stop_requested
 
@@ -74,7 +76,7 @@ class PoolMixin(FrontLink):
         workflow.continue_as_new(input.model_copy(update={"carry": carry}))
 
     # --- the copies --------------------------------------------------------------------------------
-    def _copy_input(self, input: PoolInput, model_dir: str) -> CopyInput:
+    def _copy_input(self, input: PoolInput, model_dir: str, revision: int = 1) -> CopyInput:
         replica = input.definition.replica
         assert replica is not None
         index = self.state.next_copy
@@ -86,11 +88,12 @@ class PoolMixin(FrontLink):
             nodes=replica.nodes, gpus_per_node=replica.gpus_per_node, gpu_memory_gb=replica.gpu_memory_gb,
             model_dir=model_dir, volume=weights.volume if weights else None,
             model_digest=self.state.weights.digest if self.state.weights and input.definition.model_ref else None,
-            parent_workflow_id=workflow.info().workflow_id, timings=input.timings,
+            parent_workflow_id=workflow.info().workflow_id, timings=input.timings, revision=revision,
         )
 
     async def _run_copy(self, copy: CopyInput) -> None:
-        self.state.copies[copy.copy_id] = CopyInfo(copy_id=copy.copy_id, status=CopyStatus.SCHEDULING)
+        self.state.copies[copy.copy_id] = CopyInfo(copy_id=copy.copy_id, status=CopyStatus.SCHEDULING,
+                                                   revision=copy.revision)
         try:
             if self.new_shape:  # abandoned, not cancelled, when this run continues as new
                 handle = await workflow.start_child_workflow(
@@ -122,45 +125,73 @@ class PoolMixin(FrontLink):
         self._started.discard(result.copy_id)
         self.state.finished[result.copy_id] = result
         self.state.copies.pop(result.copy_id, None)
+        self.state.ready_since.pop(result.copy_id, None)
+        self.nudge()
         self._update_phase()
 
     # --- the pool loop -------------------------------------------------------------------------------
     async def hold_pool(self, input: PoolInput, model_dir: str) -> None:
+        self.model_dir = model_dir
         running: Running = {c: asyncio.create_task(self._attached_copy(c)) for c in sorted(self._attached)}
         drains: list[asyncio.Task[None]] = []
         # Histories recorded before pools healed themselves never re-place with back-off.
         healing = workflow.patched("pool-self-healing")
-
-        def active() -> int:  # copies that count toward the desired size (not being drained)
-            return len(running) - sum(1 for c in running if c in self.state.draining)
-
         while True:
+            input = self._serving()  # a completed rollout changes it
+            self.ensure_driver()
             pause = self.state.replace_pause()
-            while not self.state.stop_requested and active() < self.state.desired and pause is None:
-                copy = self._copy_input(input, model_dir)
-                running[copy.copy_id] = asyncio.create_task(self._run_copy(copy))
-                self._update_phase()
-            if not self.state.stop_requested and active() > self.state.desired:
-                for copy_id in self._scale_in_order(running, active() - self.state.desired):
-                    self.state.draining.append(copy_id)
-                    grace_s = input.definition.pool.drain_grace_s
-                    drains.append(asyncio.create_task(self._drain(copy_id, running, grace_s)))
+            self._start_moves(running, drains)
+            for revision, want in self.wants().items():
+                while not self.state.stop_requested and self._active(running, revision) < want and pause is None:
+                    copy = self._copy_input(*self.source(revision), revision)
+                    if revision != 1 or self.state.revision_of:
+                        self.state.revision_of[copy.copy_id] = revision
+                    running[copy.copy_id] = asyncio.create_task(self._run_copy(copy))
+                    self._update_phase()
+                surplus = self._active(running, revision) - want
+                if not self.state.stop_requested and surplus > 0:
+                    grace_s = input.definition.pool.drain_grace_s if self.next_grace_s is None else self.next_grace_s
+                    for copy_id in self._scale_in_order(running, surplus, revision):
+                        self.state.draining.append(copy_id)
+                        drains.append(asyncio.create_task(self._drain(copy_id, running, grace_s)))
+            self.next_grace_s = None
+            self.pool_nudged = False
             with contextlib.suppress(asyncio.TimeoutError):  # the back-off ran out: place the replacement
                 await workflow.wait_condition(
                     lambda paused=pause is not None: self.state.stop_requested or bool(self.state.finished)
-                    or active() > self.state.desired or (active() < self.state.desired and not paused)
+                    or self._unbalanced(running, paused) or self.pool_nudged or bool(self.moves)
                     or self._may_continue(running),
                     timeout=pause,
                 )
             if self.state.stop_requested:
                 self.state.phase = Phase.STOPPING
+                self.stop_driver()
                 for drain in drains:
                     drain.cancel()
                 await self._stop_all(running)
                 return
             await self._handle_finished(input, running, healing)
             if self._may_continue(running):
-                await self._continue_as_new(input, running, model_dir)
+                await self._continue_as_new(input, running, self.model_dir)
+
+    def _active(self, running: Running, revision: int) -> int:
+        """A revision's copies that count toward its size (not being drained)."""
+        return sum(1 for c in running if c not in self.state.draining and self.revision_of(c) == revision)
+
+    def _unbalanced(self, running: Running, paused: bool) -> bool:
+        for revision, want in self.wants().items():
+            active = self._active(running, revision)
+            if active > want or (active < want and not paused):
+                return True
+        return False
+
+    def _start_moves(self, running: Running, drains: list[asyncio.Task[None]]) -> None:
+        """Copies leaving a drained node: drained with their grace; the loop places their replacements."""
+        moves, self.moves = self.moves, []
+        for copy_id, grace_s in moves:
+            if copy_id in running and copy_id not in self.state.draining:
+                self.state.draining.append(copy_id)
+                drains.append(asyncio.create_task(self._drain(copy_id, running, grace_s)))
 
     async def _handle_finished(self, input: PoolInput, running: Running, healing: bool) -> None:
         pool = input.definition.pool
@@ -169,6 +200,11 @@ class PoolMixin(FrontLink):
             running.pop(copy_id, None)
             if copy_id in self.state.draining:
                 continue  # scaled in on purpose: its end is the drain's business
+            rollout = self.state.rollout
+            if self.rollout_active() and rollout is not None and self.revision_of(copy_id) == rollout.to_revision:
+                if result.status is CopyStatus.FAILED:
+                    self.on_new_copy_failed(copy_id, result.message)
+                continue  # the rollout's business: the old revision serves on
             try:
                 if healing:
                     self.state.on_copy_failed(result, len(running), input)
@@ -186,9 +222,9 @@ class PoolMixin(FrontLink):
         if running:  # workflow.wait refuses an empty list (e.g. a pool scaled to zero)
             await workflow.wait(list(running.values()))
 
-    def _scale_in_order(self, running: Running, count: int) -> list[str]:
-        """Which copies to scale in: ones not yet serving first (nothing to drain), then the newest."""
-        candidates = [c for c in running if c not in self.state.draining]
+    def _scale_in_order(self, running: Running, count: int, revision: int) -> list[str]:
+        """Which copies of a revision to scale in: ones not yet serving first (nothing to drain), then the newest."""
+        candidates = [c for c in running if c not in self.state.draining and self.revision_of(c) == revision]
         serving = {c for c, info in self.state.copies.items() if info.status is CopyStatus.READY}
         candidates.sort(key=lambda c: (c in serving, -int(c.rsplit("-", 1)[-1])))
         return candidates[:count]

@@ -10,6 +10,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from berth.contracts import Rollout
     from workflows.healing import SAME_FAILURES_TO_FAIL, Pacing, Verdict, decide, failure_signature
     from workflows.payloads import (
         CopyInfo,
@@ -45,6 +46,14 @@ class PoolState:
     draining: list[str] = field(default_factory=list)  # copies being scaled in (no new requests)
     service_ready: bool = False  # the endpoint's own front process (LiteLLM) is live and routed to
     service_restarts: int = 0
+    # Revisions (issue 17): the one the pool serves, each copy's (a copy not listed serves `revision`),
+    # since when each copy is ready (a new copy counts for a rollout once ready MinReady), the current or
+    # last rollout and, while one runs, the sizes it wants (old revision's, new revision's).
+    revision: int = 1
+    revision_of: dict[str, int] = field(default_factory=dict)
+    ready_since: dict[str, datetime] = field(default_factory=dict)
+    rollout: Rollout | None = None
+    want: tuple[int, int] | None = None
 
     def append(self, event: Event) -> None:
         self.events.append(event)
@@ -61,7 +70,9 @@ class PoolState:
             streak_replaced=self.streak_replaced, replace_paused_until=self.replace_paused_until,
             last_error=self.last_error, weights=self.weights, model_dir=model_dir,
             service_ready=self.service_ready, service_restarts=self.service_restarts, front_id=front_id,
-            continued=continued,
+            continued=continued, revision=self.revision,
+            revision_of={c: r for c, r in self.revision_of.items() if c in running},
+            ready_since={c: t for c, t in self.ready_since.items() if c in running}, rollout=self.rollout,
         )
 
     @staticmethod
@@ -72,7 +83,8 @@ class PoolState:
             failure_streak=list(carry.failure_streak), streak_replaced=carry.streak_replaced,
             replace_paused_until=carry.replace_paused_until, last_error=carry.last_error, weights=carry.weights,
             draining=list(carry.draining), service_ready=carry.service_ready,
-            service_restarts=carry.service_restarts,
+            service_restarts=carry.service_restarts, revision=carry.revision, revision_of=dict(carry.revision_of),
+            ready_since=dict(carry.ready_since), rollout=carry.rollout,
         )
 
     # --- how a pool answers a copy's end ------------------------------------------------------------

@@ -63,7 +63,8 @@ class PoolWorkflow(PoolMixin, ModelMixin):
         return PoolStatus(
             workflow_id=self.input.workflow_id, phase=self.state.phase, desired_copies=self.state.desired,
             copies=tuple(self.state.copies.values()), events=tuple(self.state.events),
-            last_error=self.state.last_error, weights=self.state.weights,
+            last_error=self.state.last_error, weights=self.state.weights, revision=self.state.revision,
+            rollout=self.state.rollout,
         )
 
     @workflow.signal
@@ -81,6 +82,9 @@ class PoolWorkflow(PoolMixin, ModelMixin):
         """Set the pool's desired size (manual, autoscaler); the pool loop starts or drains copies."""
         previous = self.state.desired
         self.state.desired = request.replicas
+        if request.grace_s is not None:
+            self.next_grace_s = request.grace_s  # the drains this scale-in starts (`berth workflow drain`)
+            self.nudge()
         if request.replicas != previous:
             why = f" ({request.reason})" if request.reason else ""
             verb = "scale_up" if request.replicas > previous else "scale_down"
@@ -134,6 +138,9 @@ class PoolWorkflow(PoolMixin, ModelMixin):
         if info.copy_id in self.state.copies or not self.state.stop_requested:
             self.state.copies[info.copy_id] = info
         became_ready = info.status is CopyStatus.READY and (before is None or before.status is not CopyStatus.READY)
+        if became_ready and info.copy_id in self.state.copies:
+            self.state.ready_since[info.copy_id] = workflow.now()  # a rollout counts it once ready MinReady
+            self.nudge()
         if became_ready:  # a copy serves: whatever failed before was not the model
             self.state.failure_streak.clear()
             self.state.streak_replaced = 0

@@ -79,6 +79,11 @@ class Rollout(Payload):
     by: str = ""  # who asked for the new revision
     started_at: datetime
     updated_at: datetime
+    # Its clock and its memory (so that a restarted worker, replaying, continues the phase it was in):
+    step_started_at: datetime | None = None  # canary: when the current step's traffic was set
+    switched_at: datetime | None = None  # blue-green (and a promotion): when all traffic moved
+    resume_phase: RolloutPhase | None = None  # paused: the phase `resume` returns to
+    promoted: bool = False  # `promote`: finish now, whatever the strategy
 
 
 class RolloutAction(str, Enum):

@@ -21,6 +21,7 @@ from berth.contracts import (
     RankPlacement,
     ReserveRequest,
     ReserveResult,
+    RevisionHealth,
 )
 from berth.settings import node_task_queue
 from workflows.payloads import (
@@ -34,6 +35,7 @@ from workflows.payloads import (
     RankSpec,
     ReadyCheck,
 )
+from workflows.rollout_payloads import HealthInput, TrafficInput
 
 # A node agent's heartbeat cadence while it owns a process (the SDK throttles what it sends to the server).
 HEARTBEAT_EVERY_S = 0.1
@@ -69,6 +71,9 @@ class FakeCluster:
     ranks: dict[tuple[str, int], FakeRank] = field(default_factory=dict)
     published: dict[str, CopyRecord] = field(default_factory=dict)
     calls: list[tuple[str, Any]] = field(default_factory=list)
+    # A rollout's split as last set (None: by copy count), and each revision's health as the proxies saw it.
+    traffic: dict[int, int] | None = None
+    health: dict[int, RevisionHealth] = field(default_factory=dict)
     # The endpoint's front process (LiteLLM): each run_service is one "process"; `routes` is what the endpoint
     # routes to (set_endpoint_service), `front_exit` ends the running one as a crash would.
     routes: dict[str, str | None] = field(default_factory=dict)
@@ -172,7 +177,18 @@ class FakeCluster:
     def control_activities(self) -> list[Callable[..., Any]]:
         return [self.reserve_placement, self.release_placement, self.fence_placement, self.publish_replica,
                 self.unpublish_replica, self.drain_replica, self.remove_endpoint, self.reserve_service_port,
-                self.set_endpoint_service]
+                self.set_endpoint_service, self.set_traffic, self.revision_health]
+
+    @activity.defn(name="set_traffic")
+    async def set_traffic(self, request: TrafficInput) -> None:
+        self._record("set_traffic", request)
+        self.traffic = request.weights
+
+    @activity.defn(name="revision_health")
+    async def revision_health(self, request: HealthInput) -> RevisionHealth:
+        """What the endpoint proxies saw of a revision: as the test sets it per revision (none: healthy)."""
+        self._record("revision_health", request)
+        return self.health.get(request.revision, RevisionHealth(revision=request.revision))
 
     def crash_front(self, exit_code: int = 1) -> None:
         self.front_exit = FrontExit(name="litellm", node_id=self.nodes[0].node_id, exit_code=exit_code)

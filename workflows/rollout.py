@@ -1,0 +1,337 @@
+"""RolloutMixin: a pool rolls to its next revision (issue 17) — the `roll_to` update hands it the signed
+input of revision N+1, `rollout_command` pauses, resumes, promotes or rolls it back, `move_copies` moves
+copies off a drained node — and a driver coroutine, durable like the rest of the workflow, that asks the
+planner (workflows/rollout_plan.py) for each revision's size and the traffic split, sets the split on the
+endpoint, judges a canary from the proxies' counts, and ends the rollout. A restarted worker replays the
+history and the driver continues in the phase it was in."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from berth.contracts import (
+        RevisionHealth,
+        Rollout,
+        RolloutAction,
+        RolloutCommand,
+        RolloutKind,
+        RolloutPhase,
+    )
+    from berth.settings import CONTROL_TASK_QUEUE, NODES_TASK_QUEUE
+    from workflows.authorized import require_authorized
+    from workflows.payloads import CopyStatus, Phase, PoolInput, WeightsInput, WeightsResult
+    from workflows.pool_state import PoolState
+    from workflows.rollout_payloads import HealthInput, MoveRequest, RolloutRequest, TrafficInput
+    from workflows.rollout_plan import Plan, Side, plan
+
+TICK = timedelta(seconds=2)  # the driver looks again this often while a clock runs (min-ready, a hold)
+JUDGE_EVERY_S = 5.0  # a canary's health is read this often during a step
+CONTROL = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
+                      maximum_attempts=20)
+
+
+class RolloutMixin:
+    state: PoolState
+    input: PoolInput | None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.target: PoolInput | None = None  # the revision being rolled to
+        self.model_dir = ""  # where the serving revision's weights are
+        self.target_model_dir = ""
+        self.target_weights: WeightsResult | None = None
+        self._driver: asyncio.Task[None] | None = None
+        self._traffic_set: dict[int, int] | None = None
+        # Something the pool loop (and the driver) waits on changed: one flag each, so neither swallows
+        # the other's wake-up.
+        self.pool_nudged = False
+        self._driver_nudged = False
+        self.moves: list[tuple[str, float]] = []  # copies to move off a drained node, with their grace
+        self.next_grace_s: float | None = None  # the grace of the drains the next scale-in starts
+
+    # --- reads -----------------------------------------------------------------------------------------
+    def rollout_active(self) -> bool:
+        rollout = self.state.rollout
+        return rollout is not None and rollout.phase not in RolloutPhase.finished()
+
+    def revision_of(self, copy_id: str) -> int:
+        return self.state.revision_of.get(copy_id, self.state.revision)
+
+    def wants(self) -> dict[int, int]:
+        """How many copies each revision should run (the pool loop places and drains to these)."""
+        rollout = self.state.rollout
+        if not self.rollout_active() or rollout is None or self.state.want is None:
+            return {self.state.revision: self.state.desired}
+        return {rollout.from_revision: self.state.want[0], rollout.to_revision: self.state.want[1]}
+
+    def source(self, revision: int) -> tuple[PoolInput, str]:
+        """The input and weights a new copy of `revision` is started from."""
+        if self.target is not None and revision != self.state.revision:
+            return self.target, self.target_model_dir
+        assert self.input is not None
+        return self.input, self.model_dir
+
+    def nudge(self) -> None:
+        self.pool_nudged = self._driver_nudged = True
+
+    # --- the updates -----------------------------------------------------------------------------------
+    @workflow.update
+    async def roll_to(self, request: RolloutRequest) -> Rollout:
+        """Start rolling to revision N+1 (signed by the API, like a start)."""
+        await require_authorized("verify_service_input", request.input)
+        if self.rollout_active():  # another update won the race meanwhile
+            raise ApplicationError("A rollout began meanwhile; try again once it ends.")
+        now = workflow.now()
+        self.target = request.input.model_copy(update={"carry": None})
+        self.target_model_dir, self.target_weights = "", None
+        same_weights = request.input.definition.weights == self._serving().definition.weights
+        self.state.rollout = Rollout(
+            from_revision=self.state.revision, to_revision=request.revision, strategy=request.strategy,
+            phase=RolloutPhase.ROLLING if same_weights else RolloutPhase.PREPARING, by=request.by,
+            started_at=now, updated_at=now, message="starting")
+        for copy_id in self.state.copies:
+            self.state.revision_of.setdefault(copy_id, self.state.revision)
+        self.state.want = None
+        self.state.event("rollout_started", f"{request.by or 'someone'}: revision {self.state.revision} → "
+                         f"{request.revision} ({request.strategy.kind.value})")
+        self.nudge()
+        return self.state.rollout
+
+    @roll_to.validator
+    def _check_roll_to(self, request: RolloutRequest) -> None:
+        serving = self._serving()
+        if serving.definition.replica is None:
+            raise ApplicationError("Only a replica pool rolls to a new revision; stop and start a service.")
+        if self.state.stop_requested or self.state.phase in Phase.terminal():
+            raise ApplicationError("The workflow is stopping; it cannot roll to a new revision.")
+        rollout = self.state.rollout
+        if self.rollout_active() and rollout is not None:
+            raise ApplicationError(
+                f"A rollout to revision {rollout.to_revision} is {rollout.phase.value}; `berth workflow rollout "
+                "promote` or `rollback` it first.")
+        if request.input.workflow_id != serving.workflow_id or request.input.endpoint_id != serving.endpoint_id:
+            raise ApplicationError("The new revision's input names another workflow or endpoint.")
+        last = max(self.state.revision, rollout.to_revision if rollout else 0)
+        if request.revision <= last:
+            raise ApplicationError(f"Revision {request.revision} is not newer than revision {last}.")
+
+    @workflow.update
+    def rollout_command(self, command: RolloutCommand) -> Rollout:
+        rollout = self.state.rollout
+        assert rollout is not None  # the validator said so
+        who = command.by or "someone"
+        if command.action is RolloutAction.PAUSE:
+            self._pause(f"paused by {who}")
+        elif command.action is RolloutAction.RESUME:
+            phase = rollout.resume_phase or RolloutPhase.ROLLING
+            self._set(phase=phase, paused_reason="", resume_phase=None, step_started_at=None)
+            self.state.event("rollout_resumed", f"{who}: rollout to revision {rollout.to_revision} resumed")
+        elif command.action is RolloutAction.PROMOTE:
+            phase = rollout.resume_phase if rollout.phase is RolloutPhase.PAUSED else rollout.phase
+            self._set(promoted=True, phase=phase or RolloutPhase.ROLLING, paused_reason="", resume_phase=None)
+            self.state.event("rollout_promoted", f"{who}: revision {rollout.to_revision} promoted")
+        else:
+            self._set(phase=RolloutPhase.ROLLING_BACK, paused_reason="", resume_phase=None)
+            self.state.event("rollout_rolling_back", f"{who}: back to revision {rollout.from_revision}")
+        self.nudge()
+        assert self.state.rollout is not None
+        return self.state.rollout
+
+    @rollout_command.validator
+    def _check_command(self, command: RolloutCommand) -> None:
+        rollout = self.state.rollout
+        if rollout is None or not self.rollout_active():
+            raise ApplicationError("No rollout is in progress; start one with `berth workflow update`.")
+        phase, action = rollout.phase, command.action
+        if phase is RolloutPhase.ROLLING_BACK:
+            raise ApplicationError("The rollout is rolling back; it can only finish.")
+        if action is RolloutAction.PAUSE and phase is RolloutPhase.PAUSED:
+            raise ApplicationError("The rollout is already paused; `resume`, `promote` or `rollback` it.")
+        if action is RolloutAction.RESUME and phase is not RolloutPhase.PAUSED:
+            raise ApplicationError(f"The rollout is {phase.value}, not paused.")
+        if action is RolloutAction.PROMOTE and phase is RolloutPhase.PREPARING:
+            raise ApplicationError("The new revision's weights are still being fetched; promote once they are.")
+
+    @workflow.update
+    def move_copies(self, request: MoveRequest) -> int:
+        """Copies on a drained node: each is replaced elsewhere and drained with the grace."""
+        moving = [c for c in request.copy_ids if c in self.state.copies and c not in self.state.draining]
+        self.moves.extend((c, request.grace_s) for c in moving)
+        if moving:
+            self.state.event("copies_moving", f"{request.reason or 'moving'}: {', '.join(moving)} drain with a "
+                             f"grace of {request.grace_s:.0f} s and are placed elsewhere")
+            self.nudge()
+        return len(moving)
+
+    # --- the driver ------------------------------------------------------------------------------------
+    def ensure_driver(self) -> None:
+        if self.rollout_active() and (self._driver is None or self._driver.done()):
+            self._driver = asyncio.create_task(self._drive())
+
+    def stop_driver(self) -> None:
+        if self._driver is not None and not self._driver.done():
+            self._driver.cancel()
+
+    async def _drive(self) -> None:
+        if self.state.rollout is not None and self.state.rollout.phase is RolloutPhase.PREPARING:
+            await self._prepare()
+        if not self.target_model_dir and self.target is not None:
+            self.target_model_dir = self.model_dir
+        last_judged = 0.0
+        while self.rollout_active() and not self.state.stop_requested:
+            rollout = self.state.rollout
+            assert rollout is not None
+            now = workflow.now()
+            decided = plan(rollout, self.state.desired, self._side(rollout.from_revision),
+                           self._side(rollout.to_revision), now)
+            self._apply(decided, now)
+            await self._send_traffic(decided.traffic if decided.finished is None else None)
+            if decided.finished is not None:
+                self._finish(decided.finished)
+                return
+            if self._judging() and now.timestamp() - last_judged >= JUDGE_EVERY_S:
+                last_judged = now.timestamp()
+                await self._judge()
+            self._driver_nudged = False
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(lambda: self._driver_nudged or self.state.stop_requested, timeout=TICK)
+
+    def _side(self, revision: int) -> Side:
+        copies = [c for c in self.state.copies.values() if self.revision_of(c.copy_id) == revision]
+        draining = set(self.state.draining)
+        min_ready = self.state.rollout.strategy.min_ready_s if self.state.rollout else 0.0
+        now = workflow.now()
+        ready = [c for c in copies if c.status is CopyStatus.READY and c.copy_id not in draining]
+        settled = [c for c in ready if (now - self.state.ready_since.get(c.copy_id, now)).total_seconds()
+                   >= min_ready]
+        return Side(running=len(copies), active=sum(1 for c in copies if c.copy_id not in draining),
+                    ready=len(ready), settled=len(settled))
+
+    def _apply(self, decided: Plan, now: datetime) -> None:
+        rollout = self.state.rollout
+        assert rollout is not None
+        want = (decided.want_old, decided.want_new)
+        if want != self.state.want:
+            self.state.want = want
+            self.nudge()  # the pool loop places or drains to the new sizes
+        update: dict[str, object] = {"phase": decided.phase, "message": decided.message}
+        if decided.switch and rollout.switched_at is None:
+            update["switched_at"] = now
+            self.state.event("traffic_switched", f"all traffic to revision {rollout.to_revision}")
+        if decided.step_live:
+            update["step_started_at"] = now
+            percent = rollout.strategy.steps[rollout.step]
+            self.state.event("canary_step", f"{percent} % of traffic to revision {rollout.to_revision}")
+        if decided.step_up:
+            update.update(step=rollout.step + 1, step_started_at=None)
+        update["traffic"] = decided.traffic or {}
+        if any(getattr(rollout, k) != v for k, v in update.items()):
+            self._set(**update)
+
+    def _set(self, **fields: object) -> None:
+        assert self.state.rollout is not None
+        self.state.rollout = self.state.rollout.model_copy(update={**fields, "updated_at": workflow.now()})
+
+    def _pause(self, reason: str) -> None:
+        rollout = self.state.rollout
+        assert rollout is not None
+        self._set(phase=RolloutPhase.PAUSED, paused_reason=reason, resume_phase=rollout.phase)
+        self.state.event("rollout_paused", reason)
+
+    def _judging(self) -> bool:
+        rollout = self.state.rollout
+        return rollout is not None and rollout.strategy.kind is RolloutKind.CANARY \
+            and rollout.phase is RolloutPhase.SHIFTING and rollout.step_started_at is not None
+
+    async def _judge(self) -> None:
+        rollout = self.state.rollout
+        assert rollout is not None and rollout.step_started_at is not None and self.input is not None
+        strategy = rollout.strategy
+        health: RevisionHealth = await workflow.execute_activity(
+            "revision_health", HealthInput(endpoint_id=self.input.endpoint_id, revision=rollout.to_revision,
+                                           since=rollout.step_started_at.timestamp()),
+            result_type=RevisionHealth, task_queue=CONTROL_TASK_QUEUE,
+            start_to_close_timeout=timedelta(seconds=30), retry_policy=CONTROL)
+        if not self._judging():
+            return  # paused, promoted or rolled back meanwhile
+        new, old = rollout.to_revision, rollout.from_revision
+        if health.requests >= strategy.min_requests and health.error_rate > strategy.max_error_rate:
+            why = (f"revision {new}'s error rate {100 * health.error_rate:.1f} % over {health.requests} requests "
+                   f"exceeds {100 * strategy.max_error_rate:g} %")
+        elif strategy.max_ttft_ms > 0 and health.ttft_ms is not None and health.ttft_ms > strategy.max_ttft_ms:
+            why = (f"revision {new}'s mean time to first token {health.ttft_ms:.0f} ms exceeds "
+                   f"{strategy.max_ttft_ms:g} ms")
+        else:
+            return
+        self._pause(f"{why}: paused with all traffic on revision {old}; `berth workflow rollout rollback` "
+                    "or `resume`")
+        self._set(traffic={old: 100, new: 0})
+        await self._send_traffic({old: 100, new: 0})
+
+    async def _send_traffic(self, weights: dict[int, int] | None) -> None:
+        if weights == self._traffic_set or self.input is None:
+            return
+        await workflow.execute_activity(
+            "set_traffic", TrafficInput(endpoint_id=self.input.endpoint_id, weights=weights),
+            task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=timedelta(seconds=30), retry_policy=CONTROL)
+        self._traffic_set = weights
+
+    async def _prepare(self) -> None:
+        """The new revision's weights, when they differ from the serving revision's."""
+        assert self.target is not None
+        job = self.target.definition.weights
+        if job is not None:
+            self.state.event("rollout_preparing", f"fetching {job.repo}@{job.revision or 'main'} for revision "
+                             f"{self.state.rollout.to_revision if self.state.rollout else '?'}")
+            try:
+                result: WeightsResult = await workflow.execute_activity(
+                    "download_weights", WeightsInput(workflow_id=self.target.workflow_id, job=job,
+                                                     owner=self.target.owner.user),
+                    result_type=WeightsResult, task_queue=NODES_TASK_QUEUE, start_to_close_timeout=timedelta(hours=12),
+                    heartbeat_timeout=timedelta(seconds=60), retry_policy=RetryPolicy(maximum_attempts=3))
+            except ActivityError as error:
+                cause = error.cause
+                message = cause.message if isinstance(cause, ApplicationError) else str(cause or error)
+                self._pause(f"fetching revision's weights failed: {message}")
+                self._set(resume_phase=RolloutPhase.PREPARING)
+                return
+            self.target_model_dir, self.target_weights = result.model_dir, result
+        if self.state.rollout is not None and self.state.rollout.phase is RolloutPhase.PREPARING:
+            self._set(phase=RolloutPhase.ROLLING)
+
+    def _finish(self, how: RolloutPhase) -> None:
+        rollout = self.state.rollout
+        assert rollout is not None
+        if how is RolloutPhase.COMPLETE and self.target is not None:
+            self.input, self.model_dir = self.target, self.target_model_dir or self.model_dir
+            if self.target_weights is not None:
+                self.state.weights = self.target_weights
+            self.state.revision = rollout.to_revision
+            self.state.event("rollout_complete", f"revision {rollout.to_revision} serves; revision "
+                             f"{rollout.from_revision}'s copies stopped")
+        else:
+            self.state.event("rollout_rolled_back", f"revision {rollout.from_revision} serves; revision "
+                             f"{rollout.to_revision}'s copies stopped")
+        self._set(phase=how, traffic={}, message="")
+        self.target, self.state.want = None, None
+        self.state.revision_of = {c: r for c, r in self.state.revision_of.items() if c in self.state.copies}
+        self.nudge()
+
+    def on_new_copy_failed(self, copy_id: str, message: str) -> None:
+        """A copy of the revision being rolled to failed: the rollout pauses; the old revision serves on."""
+        if self.state.rollout is not None and self.state.rollout.phase is not RolloutPhase.PAUSED:
+            self._pause(f"{copy_id} of revision {self.state.rollout.to_revision} failed: {message}; revision "
+                        f"{self.state.rollout.from_revision} serves on. `rollout resume` retries, `rollout "
+                        "rollback` stops the new copies")
+        self.nudge()
+
+    def _serving(self) -> PoolInput:
+        assert self.input is not None
+        return self.input
