@@ -134,17 +134,23 @@ class Harness:
         status: PoolStatus = await asyncio.wait_for(handle.result(), timeout_s)
         return status
 
-    @contextlib.asynccontextmanager
-    async def running(self, cluster: FakeCluster, models: FakeModels | None = None) -> AsyncIterator[Harness]:
-        """The control worker and one worker per node, for the length of the block; whatever the test left
-        running is terminated after it, so no workflow outlives its test. With `models`, the model jobs too
-        (their node activities on the shared nodes queue and on `models.node_id`'s own)."""
+    def control_worker(self, cluster: FakeCluster, models: FakeModels | None = None) -> Worker:
+        """The control worker as server/worker.py builds it, over the cluster's control activities."""
         authority = InputAuthority(TokenVerifier.from_jwks(self.signing.jwks()), CONTROL_TASK_QUEUE)
         workflows = [PoolWorkflow, CopyWorkflow, FrontWorkflow, ModelJobWorkflow, ModelCacheWorkflow]
         extra = models.control_activities() if models else []
-        workers = [Worker(self.client, task_queue=CONTROL_TASK_QUEUE, workflows=workflows,
-                          activities=[*cluster.control_activities(), authority.verify_service_input,
-                                      authority.verify_copy_parent, authority.verify_front_parent, *extra])]
+        return Worker(self.client, task_queue=CONTROL_TASK_QUEUE, workflows=workflows,
+                      activities=[*cluster.control_activities(), authority.verify_service_input,
+                                  authority.verify_copy_parent, authority.verify_front_parent, *extra])
+
+    @contextlib.asynccontextmanager
+    async def running(self, cluster: FakeCluster, models: FakeModels | None = None,
+                      control: bool = True) -> AsyncIterator[Harness]:
+        """The control worker and one worker per node, for the length of the block; whatever the test left
+        running is terminated after it, so no workflow outlives its test. With `models`, the model jobs too
+        (their node activities on the shared nodes queue and on `models.node_id`'s own). Without `control`,
+        the node workers only: the test runs the control worker itself (`control_worker`), e.g. to restart it."""
+        workers = [self.control_worker(cluster, models)] if control else []
         workers += [Worker(self.client, task_queue=node_task_queue(node.node_id), activities=cluster.node_activities(),
                            max_concurrent_activities=node.slots) for node in cluster.nodes]
         if models is not None:

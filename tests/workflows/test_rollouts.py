@@ -136,3 +136,26 @@ async def test_promote_finishes_a_healthy_canary_at_once(harness: Harness) -> No
                 "rollout_command", RolloutCommand(action=RolloutAction.PAUSE), result_type=Rollout)
         assert "No rollout is in progress" in str(getattr(refused.value.cause, "message", ""))
         await harness.stop(handle)
+
+
+async def test_a_rollout_continues_in_its_phase_after_the_control_worker_restarts(harness: Harness) -> None:
+    cluster = cluster_of(4)
+    definition = pool_definition(min_replicas=2, max_replicas=2)
+    async with harness.running(cluster, control=False):
+        async with harness.control_worker(cluster):
+            handle = await harness.start(definition)
+            await harness.wait_status(handle, lambda s: len(serving_copies(s)) == 2, "two ready copies")
+            await roll(harness, handle, bigger_context(definition),
+                       RolloutStrategy(kind=RolloutKind.BLUE_GREEN, min_ready_s=0, rollback_window_s=4))
+            switched = await harness.wait_status(
+                handle, lambda s: s.rollout is not None and s.rollout.phase.value == "switched", "switched")
+        # The control worker is gone: the copies run on (their node agents are up); nothing else moves.
+        async with harness.control_worker(cluster):
+            final = await harness.wait_status(
+                handle, lambda s: s.rollout is not None and s.rollout.phase.value == "complete", "complete")
+        assert switched.rollout is not None and final.rollout is not None
+        assert final.rollout.switched_at == switched.rollout.switched_at, "the switch was not done again"
+        assert [call.weights for call in cluster.called("set_traffic")] == [{1: 100, 2: 0}, {1: 0, 2: 100}, None]
+        assert final.revision == 2 and {rev for _, rev in serving_copies(final)} == {2}
+        async with harness.control_worker(cluster):
+            await harness.stop(handle)
