@@ -25,7 +25,7 @@ HISTORIES = Path(__file__).parent / "histories"
 
 async def test_recorded_histories_replay_on_the_current_code() -> None:
     paths = sorted(HISTORIES.glob("*.json"))
-    assert len(paths) == 13
+    assert len(paths) == 14
     assert {"ServiceWorkflow-7-continued", "ServiceWorkflow-8-after-continue", "FrontWorkflow-9"} <= {
         path.stem for path in paths}
 
