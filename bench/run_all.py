@@ -8,7 +8,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS = ["start_to_ready", "proxy_overhead", "placement", "rank_death", "real_start", "routing_quality",
-              "wake_from_zero", "gateway_overhead"]
+              "wake_from_zero", "gateway_overhead", "rollout_under_load"]
 
 
 def main() -> None:

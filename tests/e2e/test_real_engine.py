@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from activities.ranks import _shm_names
-from tests.support import REPO, SMOLLM2_QUESTION, RunningStack, free_port_base, processes_mentioning
+from tests.support import REPO, SMOLLM2_QUESTION, RunningStack, free_port_base, processes_mentioning, rank_record
 
 MIRROR = REPO / ".state" / "hf-mirrors"
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -134,3 +134,26 @@ def test_smollm2_materialized_once_and_served_through_model_ref(cpu_stack: Runni
     assert "Paris" in (reply.choices[0].message.content or "")
     stack.cli("workflow", "stop", workflow_id)
     assert directory.is_dir()  # the cache keeps the bytes after the workflow; eviction decides
+
+
+def test_smollm2_rolls_to_a_bigger_context_without_a_new_endpoint(cpu_stack: RunningStack) -> None:
+    """Issue 17: a rolling update on the real engine, MaxContextSize 2048 → 4096: the new copy is started
+    from revision 2's definition, the old one drained and stopped, the endpoint and its URL unchanged."""
+    stack = cpu_stack
+    workflow_id = stack.start_entry("SmolLM2 135M Instruct", "MaxContextSize=2048")
+    endpoint = stack.endpoint(workflow_id)
+    stack.cli("workflow", "update", workflow_id, "--values", "MaxContextSize=4096", "--min-ready-seconds", "1",
+              "--wait", timeout=900)
+    info = stack.describe(workflow_id)
+    assert info["revision"] == 2 and info["rollout"]["phase"] == "complete"
+    assert [c["revision"] for c in info["copies"] if c["status"] == "ready"] == [2]
+    copy_id = next(c["copy_id"] for c in info["copies"] if c["status"] == "ready")
+    pid = int(rank_record(stack.state_dir, copy_id, 0)["pid"])
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert argv[argv.index(b"--max-model-len") + 1] == b"4096", argv
+    assert stack.endpoint(workflow_id)["url"] == endpoint["url"]
+    client = openai.OpenAI(base_url=endpoint["url"] + "/v1", api_key=stack.token_for(endpoint["id"]), max_retries=0)
+    reply = client.chat.completions.create(model=MODEL, max_tokens=16, temperature=0,
+                                           messages=[{"role": "user", "content": SMOLLM2_QUESTION}])
+    assert "Paris" in (reply.choices[0].message.content or "")
+    stack.cli("workflow", "stop", workflow_id)
