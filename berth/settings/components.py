@@ -97,7 +97,9 @@ class ProxyLimits:
     silence between two chunks of a streamed answer (`BERTH_STREAM_IDLE_S`)."""
 
     body_limit_bytes: int = 1024 * 1024
-    upstream_deadline_s: float = 120.0
+    # LiteLLM's own default: a long generation (an agent's turn on a CPU engine) is no hang; stream_idle_s
+    # catches those.
+    upstream_deadline_s: float = 600.0
     stream_idle_s: float = 60.0
 
     def __post_init__(self) -> None:

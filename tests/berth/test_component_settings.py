@@ -42,7 +42,7 @@ def test_optional_variables_default(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_limits_come_from_the_environment() -> None:
-    assert settings.ProxyLimits.from_env({}) == settings.ProxyLimits(1024 * 1024, 120.0, 60.0)
+    assert settings.ProxyLimits.from_env({}) == settings.ProxyLimits(1024 * 1024, 600.0, 60.0)
     assert settings.ProxyLimits.from_env({"BERTH_UPSTREAM_DEADLINE_S": "30", "BERTH_STREAM_IDLE_S": "5"},
                                          body_limit_bytes=2048) == settings.ProxyLimits(2048, 30.0, 5.0)
     for bad in ({"BERTH_UPSTREAM_DEADLINE_S": "2m"}, {"BERTH_STREAM_IDLE_S": "0"}):
