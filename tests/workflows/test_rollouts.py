@@ -15,8 +15,8 @@ from berth.contracts import RevisionHealth, Rollout, RolloutAction, RolloutComma
 from catalog.definition import WorkflowDefinition
 from tests.workflows.fake_cluster import FakeCluster, FakeNode
 from tests.workflows.harness import OWNER, Harness, event_kinds, eventually, node_ids, pool_definition
-from workflows.payloads import PoolStatus
-from workflows.rollout_payloads import RolloutRequest
+from workflows.payloads import PoolStatus, ScaleRequest, ScaleResult
+from workflows.rollout_payloads import MoveRequest, RolloutRequest
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -159,3 +159,30 @@ async def test_a_rollout_continues_in_its_phase_after_the_control_worker_restart
         assert final.revision == 2 and {rev for _, rev in serving_copies(final)} == {2}
         async with harness.control_worker(cluster):
             await harness.stop(handle)
+
+
+async def test_a_drain_scales_in_with_its_grace_and_a_moved_copy_is_replaced_first(harness: Harness) -> None:
+    cluster = cluster_of(3)
+    async with harness.running(cluster):
+        handle = await harness.start(pool_definition(min_replicas=1, max_replicas=3))
+        wf = handle.id
+        await harness.wait_status(handle, lambda s: len(serving_copies(s)) == 1, "a ready copy")
+        await harness.latest(handle).execute_update(
+            "scale", ScaleRequest(replicas=2), result_type=ScaleResult)
+        await harness.wait_status(handle, lambda s: len(serving_copies(s)) == 2, "two ready copies")
+        await harness.settled([f"{wf}.copy-0", f"{wf}.copy-1"])
+        moved = await harness.latest(handle).execute_update(
+            "move_copies", MoveRequest(copy_ids=(f"{wf}.copy-0", "not-a-copy"), grace_s=7, reason="node n0 drained"),
+            result_type=int)
+        assert moved == 1
+        status = await harness.wait_status(
+            handle, lambda s: f"{wf}.copy-0" not in {c for c, _ in serving_copies(s)} and len(serving_copies(s)) == 2,
+            "copy-0 replaced")
+        assert [d.grace_s for d in cluster.called("drain_replica") if d.copy_id == f"{wf}.copy-0"] == [7]
+        assert "copies_moving" in event_kinds(status)
+        await harness.settled(c for c, _ in serving_copies(status))
+        await harness.latest(handle).execute_update(
+            "scale", ScaleRequest(replicas=1, source="drain", grace_s=3), result_type=ScaleResult)
+        await harness.wait_status(handle, lambda s: len(s.copies) == 1, "one copy left")
+        assert cluster.called("drain_replica")[-1].grace_s == 3
+        await harness.stop(handle)
