@@ -65,9 +65,12 @@ def _describe(info: WorkflowDescription) -> None:
                       + (" (dry run)" if w.dry_run else ""), highlight=False)
         if w.digest or w.model:
             console.print(f"  Model: {w.model or '-'}, digest sha256:{w.digest or '-'}", highlight=False)
+    if info.revision is not None:
+        console.print(f"  Revision {info.revision}" + _rollout_line(info), highlight=False)
     if info.copies:
-        table(wire(info.copies), [("copy_id", "COPY"), ("status", "STATUS"), ("nodes", "NODES"), ("url", "URL"),
-                                    ("detail", "DETAIL")], title=f"Replicas (desired {info.desired_copies})")
+        columns = [("copy_id", "COPY"), ("revision", "REV"), ("status", "STATUS"), ("nodes", "NODES"), ("url", "URL"),
+                   ("detail", "DETAIL")]
+        table(wire(info.copies), columns, title=f"Replicas (desired {info.desired_copies})")
     if info.events:
         table([{**wire(e), "at": clock(e.at)} for e in info.events[-15:]],
               [("at", "TIME"), ("kind", "EVENT"), ("message", "MESSAGE")], title="Events")
@@ -75,6 +78,16 @@ def _describe(info: WorkflowDescription) -> None:
         console.print(f"[bold red]Last error:[/] {info.last_error}", highlight=False)
     if info.note:
         console.print(f"[yellow]{info.note}[/]")
+
+
+def _rollout_line(info: WorkflowDescription) -> str:
+    rollout = info.rollout
+    if rollout is None:
+        return ""
+    split = ", ".join(f"rev {r}: {p} %" for r, p in sorted(rollout.traffic.items()))
+    what = rollout.paused_reason or rollout.message
+    return (f"; rollout {rollout.from_revision} → {rollout.to_revision} ({rollout.strategy.kind.value}) "
+            f"{rollout.phase.value}" + (f": {what}" if what else "") + (f" [{split}]" if split else ""))
 
 
 @app.command("get")
