@@ -94,8 +94,11 @@ class ApiClient(ModelsApi, RolloutsApi):
     async def catalog_entry(self, name: str) -> EntryDetail:
         return one(EntryDetail, await self.request("GET", "/v1/catalog/entry", params={"name": name}))
 
-    async def start_workflow(self, entry: str, values: dict[str, Any]) -> WorkflowStarted:
-        data = await self.request("POST", "/v1/workflows", json={"entry": entry, "values": values})
+    async def start_workflow(self, entry: str, values: dict[str, Any], name: str | None = None) -> WorkflowStarted:
+        submission: dict[str, Any] = {"entry": entry, "values": values}
+        if name is not None:
+            submission["name"] = name  # sent only when chosen: an older server never sees the field
+        data = await self.request("POST", "/v1/workflows", json=submission)
         return one(WorkflowStarted, data)
 
     async def workflows(self) -> list[WorkflowSummary]:

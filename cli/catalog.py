@@ -84,6 +84,8 @@ def catalog_start(
     values: Annotated[str | None, typer.Option("--values", help="K=V,K2=V2 (quote values with commas)")] = None,
     values_file: Annotated[Path | None, typer.Option("--values-file", help="YAML mapping of values")] = None,
     watch: Annotated[bool, typer.Option(help="Follow the workflow until it is ready")] = False,
+    workflow_name: Annotated[str | None, typer.Option(
+        "--name", help="The workflow's ID, a-z 0-9 - (default: slug-random)")] = None,
     output: OutputOption = Format.TABLE,
 ) -> None:
     """Start a catalog entry; prints the workflow ID."""
@@ -93,7 +95,7 @@ def catalog_start(
             merged[key] = value
     except UserInputError as error:
         raise fail(str(error)) from None
-    started = call(lambda api: api.start_workflow(name, merged))
+    started = call(lambda api: api.start_workflow(name, merged, workflow_name))
     if output is Format.JSON and not watch:
         emit_json(started)
         return

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, delete, event, select
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from berth.contracts import NodeHolding
@@ -132,9 +133,13 @@ class Store:
     # --- workflows ------------------------------------------------------------------------------
     def add_workflow(self, row: WorkflowRow, definition: dict[str, Any], endpoint: EndpointRow) -> None:
         row.definition = self.cipher.encrypt_json(definition)
-        with self.session() as s:
-            s.add(row)
-            s.add(endpoint)
+        try:
+            with self.session() as s:
+                s.add(row)
+                s.add(endpoint)
+        except IntegrityError:
+            # Two starts that chose one name at once: the submission's check passed for both.
+            raise name_taken(row.id) from None
 
     def workflow(self, workflow_id: str) -> WorkflowRow:
         with self.session() as s:
@@ -274,3 +279,8 @@ class Store:
         if not self.placements.node_ready(node):
             return "offline"
         return "draining" if node.draining else "ready"
+
+
+def name_taken(workflow_id: str) -> ConflictError:
+    """The refusal of a start under a name some workflow has: it says nothing of that workflow's owner."""
+    return ConflictError(f"a workflow named {workflow_id} exists; choose another name (or `berth apply` to roll it)")

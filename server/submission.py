@@ -3,12 +3,14 @@ flags, secret references and capacity checked; its generated passwords and keys;
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
+from berth.errors import NotFoundError
 from berth.kinds import facts
 from berth.opencode import generate_password
 from berth.security import Identity, generate_api_key
@@ -22,21 +24,37 @@ from server.kind_checks import check_kind
 from server.model_refs import registered_model, served_from_registry
 from server.models import EndpointRow, WorkflowRow
 from server.secrets import Secrets, check_references
+from server.store import name_taken
 from workflows.payloads import CopyTimings
 
 if TYPE_CHECKING:
     from server.context import ServerContext
 
 
+# A name the caller chooses is the workflow's ID: a DNS-label-like word, so that it is safe in URL paths,
+# Temporal IDs and container names alike.
+WORKFLOW_NAME = re.compile(r"^[a-z][a-z0-9-]{1,62}$")
+
+
 class StartRequest(BaseModel):
     entry: str
     values: dict[str, Any] = {}
+    name: str | None = None  # the workflow's ID; None: the entry's slug and a random suffix
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str | None) -> str | None:
+        if name is not None and not WORKFLOW_NAME.match(name):
+            raise ValueError("name: 2 to 63 characters of a-z, 0-9 and '-', starting with a letter")
+        return name
 
 
 def prepare(context: ServerContext, body: StartRequest, who: Identity) -> tuple[Entry, WorkflowDefinition]:
     """A submission's entry and its rendered definition, once its values, secret references and capacity
     are checked. CPU work that reads the store: call it off the event loop."""
     entry = find_entry(body.entry)
+    if body.name is not None:
+        refuse_taken_name(context, body.name)
     given, model = registered_model(context, body.values, who)
     values = resolve_values(entry, given)
     definition = served_from_registry(render(entry, values), model)
@@ -47,6 +65,15 @@ def prepare(context: ServerContext, body: StartRequest, who: Identity) -> tuple[
     check_references(Secrets(context.store), who, entry, values)
     check_kind(context.store, definition, context.settings.proxy_url)
     return entry, definition
+
+
+def refuse_taken_name(context: ServerContext, name: str) -> None:
+    """Refuse a name some workflow already has, whoever owns it: the answer says only that it is taken."""
+    try:
+        context.store.workflow(name)
+    except NotFoundError:
+        return
+    raise name_taken(name)
 
 
 def with_generated_keys(definition: WorkflowDefinition) -> WorkflowDefinition:
@@ -66,9 +93,10 @@ def with_generated_keys(definition: WorkflowDefinition) -> WorkflowDefinition:
     return definition
 
 
-def new_rows(entry: Entry, definition: WorkflowDefinition, who: Identity) -> tuple[WorkflowRow, EndpointRow]:
-    """The workflow's row and its endpoint's, under fresh IDs."""
-    workflow_id = f"{entry.slug}-{secrets.token_hex(4)}"
+def new_rows(entry: Entry, definition: WorkflowDefinition, who: Identity,
+             name: str | None = None) -> tuple[WorkflowRow, EndpointRow]:
+    """The workflow's row and its endpoint's: the workflow under `name` when given, else a fresh ID."""
+    workflow_id = name or f"{entry.slug}-{secrets.token_hex(4)}"
     endpoint_id = f"ep-{secrets.token_hex(5)}"
     now = time.time()
     row = WorkflowRow(id=workflow_id, entry=entry.name, owner=who.user, org=who.org, created_at=now,

@@ -57,7 +57,7 @@ async def start_workflow(body: StartRequest, context: Context, who: Caller) -> d
     # one large submission cannot hold every other request (issue 11 item 3).
     entry, definition = await run_in_threadpool(prepare, context, body, who)
     definition = with_generated_keys(definition)
-    row, endpoint = new_rows(entry, definition, who)
+    row, endpoint = new_rows(entry, definition, who, body.name)
     workflow_id, endpoint_id = row.id, endpoint.id
     await run_in_threadpool(context.store.add_workflow, row, definition.model_dump(mode="json"), endpoint)
     await run_in_threadpool(register_first_use, context, definition, who, workflow_id)
