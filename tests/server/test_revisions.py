@@ -12,7 +12,15 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from berth.contracts import PoolStatus, Rollout, RolloutKind, RolloutPhase, RolloutStrategy, WorkflowUpdateRequest
+from berth.contracts import (
+    PoolStatus,
+    ReserveRequest,
+    Rollout,
+    RolloutKind,
+    RolloutPhase,
+    RolloutStrategy,
+    WorkflowUpdateRequest,
+)
 from berth.errors import UserInputError
 from berth.security import Identity
 from server.app import build_context, create_app
@@ -149,3 +157,25 @@ async def test_the_routes_that_need_no_temporal(context: ServerContext, alice: I
     async with api_as(context, "bob") as api:
         refused = await api.post(f"/v1/workflows/{row.id}/revisions", json={"values": {"MaxContextSize": 2048}})
         assert refused.status_code in (403, 404) and "update it" in refused.text
+
+
+def test_the_published_copies_on_a_node_by_workflow(context: ServerContext) -> None:
+    for copy_id in ("wf-a.copy-1", "wf-a.copy-2", "wf-b.copy-1"):
+        workflow_id = copy_id.split(".")[0]
+        placed = context.store.placements.reserve(ReserveRequest(workflow_id=workflow_id, copy_id=copy_id, nodes=1,
+                                                                 gpus_per_node=0))
+        assert placed.placement is not None
+        if copy_id != "wf-a.copy-2":  # reserved, never published: nothing to move
+            assert context.store.placements.publish(workflow_id, "ep", copy_id, "http://127.0.0.1:1", True)
+    assert context.store.revisions.published_copies_on("node-1") == {"wf-a": ["wf-a.copy-1"], "wf-b": ["wf-b.copy-1"]}
+    assert context.store.revisions.published_copies_on("node-2") == {}
+
+
+async def test_a_node_drained_with_a_grace_and_no_copies_needs_no_temporal(context: ServerContext) -> None:
+    context.store.ensure_user("root", org="default", groups=["default"], admin=True)
+    async with api_as(context, "root") as api:
+        drained = await api.post("/v1/nodes/node-1/drain", json={"grace_s": 5})
+        assert drained.status_code == 200 and drained.json()["state"] == "draining", drained.text
+        undrained = await api.post("/v1/nodes/node-1/undrain")
+        plain = await api.post("/v1/nodes/node-1/drain")  # without a body: as before
+        assert undrained.status_code == plain.status_code == 200 and plain.json()["state"] == "draining"
