@@ -179,3 +179,11 @@ async def test_a_node_drained_with_a_grace_and_no_copies_needs_no_temporal(conte
         undrained = await api.post("/v1/nodes/node-1/undrain")
         plain = await api.post("/v1/nodes/node-1/drain")  # without a body: as before
         assert undrained.status_code == plain.status_code == 200 and plain.json()["state"] == "draining"
+
+
+def test_a_service_is_refused(context: ServerContext, alice: Identity) -> None:
+    row = start(context, alice, {})
+    service = {**context.store.revisions.latest(row).definition, "replica": None}
+    context.store.revisions.add_revision(row.id, 2, service, {}, "alice")
+    with pytest.raises(UserInputError, match="only replica pools roll to a new revision; stop and start a service"):
+        prepare_update(context, row, WorkflowUpdateRequest(values={"MaxContextSize": 2048}), alice)
