@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from berth.security import Cipher
-from server.models import AllocationRow, PortRow, ReplicaRow, RevisionRow, WorkflowRow
+from server.models import RevisionRow, WorkflowRow
 
 
 class Revision(BaseModel):
@@ -78,17 +78,6 @@ class Revisions:
             return {}
         values = self._cipher.decrypt_json(stored)
         return values if isinstance(values, dict) else {}
-
-    def published_copies_on(self, node_id: str) -> dict[str, list[str]]:
-        """The published copies holding a GPU or a port on a node, by workflow."""
-        with self._session() as s:
-            held = set(s.scalars(select(AllocationRow.copy_id).where(AllocationRow.node_id == node_id)).all())
-            held |= set(s.scalars(select(PortRow.owner).where(PortRow.node_id == node_id)).all())
-            rows = s.scalars(select(ReplicaRow).where(ReplicaRow.copy_id.in_(held))).all() if held else []
-            by_workflow: dict[str, list[str]] = {}
-            for row in rows:
-                by_workflow.setdefault(row.workflow_id, []).append(row.copy_id)
-        return by_workflow
 
 
 def _plain_values(stored: str) -> dict[str, Any]:

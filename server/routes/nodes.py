@@ -57,7 +57,7 @@ async def drain_node(node_id: str, context: Context, _who: Admin,
 async def _move_copies(context: ServerContext, node_id: str, grace_s: float) -> None:
     """Ask each pool with a published copy on the node to move it. One pool's failure (not running, or a
     worker that does not know the update yet) must not stop the others, nor the drain itself."""
-    by_workflow = await run_in_threadpool(context.store.revisions.published_copies_on, node_id)
+    by_workflow = await run_in_threadpool(context.store.placements.published_copies_on, node_id)
     if not by_workflow:
         return
     client = await context.temporal()

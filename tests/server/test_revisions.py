@@ -167,8 +167,8 @@ def test_the_published_copies_on_a_node_by_workflow(context: ServerContext) -> N
         assert placed.placement is not None
         if copy_id != "wf-a.copy-2":  # reserved, never published: nothing to move
             assert context.store.placements.publish(workflow_id, "ep", copy_id, "http://127.0.0.1:1", True)
-    assert context.store.revisions.published_copies_on("node-1") == {"wf-a": ["wf-a.copy-1"], "wf-b": ["wf-b.copy-1"]}
-    assert context.store.revisions.published_copies_on("node-2") == {}
+    assert context.store.placements.published_copies_on("node-1") == {"wf-a": ["wf-a.copy-1"], "wf-b": ["wf-b.copy-1"]}
+    assert context.store.placements.published_copies_on("node-2") == {}
 
 
 async def test_a_node_drained_with_a_grace_and_no_copies_needs_no_temporal(context: ServerContext) -> None:
