@@ -59,10 +59,19 @@ def _gpu_summary(gpus: list[GpuView]) -> str:
 
 
 @app.command("drain")
-def node_drain(node_id: str) -> None:
+def node_drain(node_id: str,
+               grace_seconds: Annotated[float | None, typer.Option(
+                   "--grace-seconds", help="Also move its copies elsewhere, draining each this long")] = None,
+               ) -> None:
     """Stop placing new copies on a node (its copies keep serving)."""
-    result = call(lambda api: api.set_node_draining(node_id, True))
-    console.print(f"Node {result.id} is {result.state}: it takes no new copies.")
+    if grace_seconds is None:
+        result = call(lambda api: api.set_node_draining(node_id, True))
+        console.print(f"Node {result.id} is {result.state}: it takes no new copies.")
+        return
+    grace = grace_seconds
+    result = call(lambda api: api.drain_node_with_grace(node_id, grace))
+    console.print(f"Node {result.id} is {result.state}: it takes no new copies; its pools move their copies "
+                  f"elsewhere, each draining up to {grace:g} s.")
 
 
 @app.command("undrain")

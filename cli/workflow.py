@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from berth.contracts import WorkflowDescription, wire
-from cli import catalog, endpoint
+from cli import catalog, endpoint, rollout
 from cli.common import Format, OutputOption, answer, call, console, fail, listing, table
 from cli.follow import client_url, clock, watch
 
@@ -91,10 +91,16 @@ def _rollout_line(info: WorkflowDescription) -> str:
 
 
 @app.command("get")
-def workflow_get(workflow_id: str) -> None:
+def workflow_get(workflow_id: str,
+                 revision: Annotated[int | None, typer.Option("--revision", help="One revision's definition")] = None,
+                 ) -> None:
     """Print the rendered workflow definition (owner only: it holds the API key)."""
     import yaml
 
+    if revision is not None:
+        shown = call(lambda api: api.workflow_revision(workflow_id, revision))
+        sys.stdout.write(yaml.safe_dump(wire(shown), sort_keys=False))
+        return
     data = call(lambda api: api.workflow_definition(workflow_id))
     sys.stdout.write(yaml.safe_dump(wire(data), sort_keys=False))
 
@@ -139,3 +145,5 @@ def workflow_log(workflow_id: str, job: Annotated[str | None, typer.Argument()] 
     text = data.text or ""
     sys.stdout.write(text + ("\n" if text else ""))
 
+
+rollout.register(app)  # update, revisions, drain and the rollout group (issue 17): listed after the rest

@@ -170,6 +170,17 @@ class Placements:
             upsert_replica_row(s, workflow_id, endpoint_id, copy_id, url, ready)
             return True
 
+    def published_copies_on(self, node_id: str) -> dict[str, list[str]]:
+        """The published copies holding a GPU or a port on a node, by workflow (what a drain moves)."""
+        with self._session() as s:
+            held = set(s.scalars(select(AllocationRow.copy_id).where(AllocationRow.node_id == node_id)).all())
+            held |= set(s.scalars(select(PortRow.owner).where(PortRow.node_id == node_id)).all())
+            rows = s.scalars(select(ReplicaRow).where(ReplicaRow.copy_id.in_(held))).all() if held else []
+            by_workflow: dict[str, list[str]] = {}
+            for row in rows:
+                by_workflow.setdefault(row.workflow_id, []).append(row.copy_id)
+        return by_workflow
+
     def fence(self, copy_id: str, nodes: tuple[str, ...]) -> None:
         with self.transaction() as s:
             fencing.fence(s, copy_id, nodes)

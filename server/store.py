@@ -1,6 +1,6 @@
 """The control plane's store: identity, workflows, endpoints, replicas and nodes; reservations in
 `store.placements` (server/placement.py), load reports in `store.load` (server/load_reports.py), the audit
-chain in `store.audit` (server/audit.py).
+chain in `store.audit` (server/audit.py), a workflow's revisions in `store.revisions` (server/revision_store.py).
 
 Synchronous SQLAlchemy; the API calls it from a thread pool. The schema is migrated to its head on open
 (server/schema.py).
@@ -27,6 +27,7 @@ from server.audit import AuditChain
 from server.load_reports import LoadReports
 from server.models import EndpointRow, GroupRow, MembershipRow, NodeRow, ReplicaRow, UserRow, WorkflowRow
 from server.placement import Placements, upsert_replica_row
+from server.revision_store import Revisions
 
 NODE_PORTS = 100
 
@@ -67,6 +68,7 @@ class Store:
         self.audit = AuditChain(self.session)
         self.placements = Placements(self.session, node_offline_after_s, policy)
         self.cipher = cipher
+        self.revisions = Revisions(self.session, cipher)
 
     @contextmanager
     def session(self) -> Iterator[Session]:

@@ -3,19 +3,22 @@ may see it, and draining a node."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from berth.contracts import NodeState, NodeView
+from berth.contracts import NodeState, NodeView, WorkflowDrainRequest
 from server import fencing
 from server.access import allocation_labels
-from server.context import Context
+from server.context import Context, ServerContext
 from server.guards import Admin, Caller
 from server.views import gpu_row
+from workflows.rollout_payloads import MoveRequest
 
 router = APIRouter()
+log = logging.getLogger(__name__)
 
 
 @router.post("/v1/nodes/{node_id}/heartbeat", response_model=NodeState)
@@ -43,9 +46,27 @@ async def list_nodes(context: Context, who: Caller) -> list[dict[str, Any]]:
 
 
 @router.post("/v1/nodes/{node_id}/drain", response_model=NodeState)
-async def drain_node(node_id: str, context: Context, _who: Admin) -> dict[str, Any]:
+async def drain_node(node_id: str, context: Context, _who: Admin,
+                     body: WorkflowDrainRequest | None = None) -> dict[str, Any]:
     row = await run_in_threadpool(context.store.set_draining, node_id, True)
+    if body is not None:  # with a grace: each pool moves its copies off the node, draining them first
+        await _move_copies(context, node_id, body.grace_s)
     return {"id": row.id, "state": context.store.node_state(row)}
+
+
+async def _move_copies(context: ServerContext, node_id: str, grace_s: float) -> None:
+    """Ask each pool with a published copy on the node to move it. One pool's failure (not running, or a
+    worker that does not know the update yet) must not stop the others, nor the drain itself."""
+    by_workflow = await run_in_threadpool(context.store.placements.published_copies_on, node_id)
+    if not by_workflow:
+        return
+    client = await context.temporal()
+    for workflow_id, copy_ids in sorted(by_workflow.items()):
+        request = MoveRequest(copy_ids=tuple(sorted(copy_ids)), grace_s=grace_s, reason=f"node {node_id} drained")
+        try:
+            await client.get_workflow_handle(workflow_id).execute_update("move_copies", request, result_type=int)
+        except Exception as error:  # noqa: BLE001 — logged per workflow; the drain goes on
+            log.warning("node %s drained: workflow %s did not move its copies (%s)", node_id, workflow_id, error)
 
 
 @router.post("/v1/nodes/{node_id}/undrain", response_model=NodeState)

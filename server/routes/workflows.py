@@ -60,6 +60,8 @@ async def start_workflow(body: StartRequest, context: Context, who: Caller) -> d
     row, endpoint = new_rows(entry, definition, who, body.name)
     workflow_id, endpoint_id = row.id, endpoint.id
     await run_in_threadpool(context.store.add_workflow, row, definition.model_dump(mode="json"), endpoint)
+    await run_in_threadpool(context.store.revisions.add_revision, workflow_id, 1, definition.model_dump(mode="json"),
+                            body.values, who.user)
     await run_in_threadpool(register_first_use, context, definition, who, workflow_id)
     try:
         client = await context.temporal()

@@ -37,7 +37,11 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          ("GET", "/v1/model-jobs"), ("POST", "/v1/models/cache/evict"),
          ("GET", "/v1/internal/models/{model_id}"), ("PUT", "/v1/internal/models/{model_id}/state"),
          ("PUT", "/v1/internal/models/{model_id}/progress"), ("POST", "/v1/internal/models/use"),
-         ("POST", "/v1/internal/models/release")}
+         ("POST", "/v1/internal/models/release"),
+         # Issue 17: a workflow's revisions, its rollout, and draining it with a grace.
+         ("POST", "/v1/workflows/{workflow_id}/revisions"), ("GET", "/v1/workflows/{workflow_id}/revisions"),
+         ("GET", "/v1/workflows/{workflow_id}/revisions/{revision}"), ("GET", "/v1/workflows/{workflow_id}/rollout"),
+         ("POST", "/v1/workflows/{workflow_id}/rollout"), ("POST", "/v1/workflows/{workflow_id}/drain")}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema
 
