@@ -1,8 +1,9 @@
 """`berth apply`/`berth diff` and `berth workflow catalog start --name` against a real API on loopback (its
 Temporal a stand-in that records starts and answers describe as running): a named start is that workflow's
 ID, a taken name is refused in one line (to another user too, naming no owner), apply creates, then does
-nothing the second time, diff exits 0/2; the update path rolls only the changed keys (the revision routes are
-stubbed on the client until the server's land)."""
+nothing the second time, diff exits 0/2; the update path rolls only the changed keys (the revision calls are
+stubbed on the client: the stand-in Temporal runs no workflow to take `roll_to`; tests/e2e/test_rollouts.py
+applies through the real routes and workflow)."""
 
 from __future__ import annotations
 
