@@ -83,4 +83,4 @@ def test_every_command_prints_the_help_it_printed_before_the_split() -> None:
 def test_the_in_process_rendering_is_what_the_real_command_prints(path: str) -> None:
     # The test above renders every help in one process; this pins that rendering to the real thing.
     printed = _run("-m", "cli", *path.split()[1:], "--help")
-    assert _before_additions({path: printed})[path] == BEFORE[path]
+    assert _before_additions({path: printed})[path] == _before(path)
