@@ -105,7 +105,7 @@ def test_an_update_under_load_drops_no_request_and_keeps_the_url(stack: RunningS
     with Load(pool) as load:
         out = stack.cli("workflow", "update", wf, "--values", "MaxContextSize=4096", "--strategy", strategy,
                         "--min-ready-seconds", "2", "--rollback-window-seconds", "2", "--no-wait").stdout
-        assert "revision 2" in out, out
+        assert "from revision 1 to 2" in out, out
         finished(stack, wf, "complete")
         before = load.ok
         wait_for(lambda: load.ok >= before + 10, 60, "requests served after the rollout")
