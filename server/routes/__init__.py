@@ -17,6 +17,7 @@ from server.routes import (
     model_reports,
     models,
     nodes,
+    scaling,
     secrets,
     tokens,
     workflows,
@@ -25,5 +26,5 @@ from server.routes import (
 ROUTERS: tuple[APIRouter, ...] = (
     tokens.router, health.router, catalog.router, workflows.router, endpoints.router, endpoint_policy.router,
     secrets.router, identity.router, nodes.router, keys.router, litellm_keys.router, internal.router, audit.router,
-    models.router, model_reports.router,
+    models.router, model_reports.router, scaling.router,
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,8 @@ BEFORE: dict[str, str] = json.loads((Path(__file__).parent / "help_before_split.
 # their one line in `berth --help` is the only change to the help recorded before.
 ADDED = ("berth key",  # API keys (issue 15)
          "berth endpoint policy",  # an endpoint's limits override and key TTL cap (issue 15)
-         "berth model")  # the model registry (issue 16)
+         "berth model",  # the model registry (issue 16)
+         "berth workflow explain-scaling")  # the autoscaler's last decision and why (issue 17)
 
 
 def _before_additions(after: dict[str, str]) -> dict[str, str]:
@@ -32,6 +34,19 @@ def _before_additions(after: dict[str, str]) -> dict[str, str]:
             kept[parent] = "".join(line for line in kept[parent].splitlines(keepends=True)
                                    if not line.startswith(f"│ {name} "))
     return kept
+
+
+# A parent whose added command has a longer name than its others widens the name column: its other lines
+# keep their words and order, only the padding between name and help moves.
+PARENTS = frozenset(added.rsplit(" ", 1)[0] for added in ADDED)
+
+
+def _padding_free(text: str) -> str:
+    return re.sub(r" {2,}", "  ", text)
+
+
+def _same(path: str, after: str) -> bool:
+    return after == BEFORE[path] or (path in PARENTS and _padding_free(after) == _padding_free(BEFORE[path]))
 
 
 def _env() -> dict[str, str]:
@@ -52,7 +67,7 @@ def _run(*argv: str) -> str:
 def test_every_command_prints_the_help_it_printed_before_the_split() -> None:
     after = _before_additions(json.loads(_run("-m", "tests.cli.help_texts")))
     assert list(after) == list(BEFORE)  # the same commands, listed in the same order
-    changed = [path for path in BEFORE if after[path] != BEFORE[path]]
+    changed = [path for path in BEFORE if not _same(path, after[path])]
     assert not changed, f"help changed for {changed}; first:\n{after[changed[0]]}\nwas:\n{BEFORE[changed[0]]}"
 
 
@@ -61,4 +76,4 @@ def test_every_command_prints_the_help_it_printed_before_the_split() -> None:
 def test_the_in_process_rendering_is_what_the_real_command_prints(path: str) -> None:
     # The test above renders every help in one process; this pins that rendering to the real thing.
     printed = _run("-m", "cli", *path.split()[1:], "--help")
-    assert (_before_additions({"berth": printed})["berth"] if path == "berth" else printed) == BEFORE[path]
+    assert _same(path, _before_additions({path: printed})[path])
