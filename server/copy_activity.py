@@ -9,6 +9,8 @@ A copy is active when its completed-request counter (`vllm:request_success_total
 reasons) moved since the last scrape, or while it has requests running or waiting (a long generation
 has not completed yet but is work). `/metrics` is open on vLLM (no key): the scrape sends no credential.
 Each scrape is bounded in time and size, so a copy answering slowly or at length costs only itself.
+The same scrape keeps each copy's queue, recent TTFT and last good scrape time for the queue/TTFT rules
+(server/scaling_decision.py), which judge freshness from that time.
 """
 
 from __future__ import annotations
