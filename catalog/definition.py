@@ -111,6 +111,12 @@ class PoolSpec(Frozen):
     target_requests_per_s: float = Field(0.0, ge=0)
     scale_down_delay_s: float = Field(60.0, ge=0)  # the rate must allow fewer copies this long first
     scale_to_zero_after_s: float = Field(300.0, ge=0)  # no request this long → 0 copies (MinReplicas=0)
+    # Queue/TTFT autoscaling from the ready copies' own /metrics (server/scaling_decision.py); 0 = off.
+    scale_out_queue: float = Field(0.0, ge=0)  # waiting requests per ready copy, held scale_out_s
+    scale_out_s: float = Field(30.0, ge=0)
+    scale_out_ttft_ms: float = Field(0.0, ge=0)  # mean recent time to first token
+    scale_in_queue: float = Field(0.0, ge=0)  # waiting per copy below this, held scale_in_s
+    scale_in_s: float = Field(120.0, ge=0)
     drain_grace_s: float = Field(30.0, ge=0)  # in-flight requests of a copy scaled in get this long
     routing_policy: str = "least_queue"  # gateway.routing.POLICIES
 

@@ -11,13 +11,14 @@ from typing import Annotated
 import typer
 
 from berth.contracts import WorkflowDescription, wire
-from cli import catalog, endpoint, rollout
+from cli import catalog, endpoint, rollout, scaling
 from cli.common import Format, OutputOption, answer, call, console, fail, listing, table
 from cli.follow import client_url, clock, watch
 
 app = typer.Typer(help="Workflows: start, inspect and stop served models.", no_args_is_help=True)
 app.add_typer(catalog.app, name="catalog")  # groups list after commands, whatever the order here
 app.add_typer(endpoint.endpoints_app, name="endpoints")
+app.command("explain-scaling")(scaling.explain_scaling)
 
 
 @app.command("watch")

@@ -1,6 +1,8 @@
 """The autoscaler's loop, in the control worker: every tick, take (or renew) the autoscaler's lease through
 the API, read the pools and the load reports any API replica received (server/load_reports.py), and send
-the decision `server.autoscaler.decide` takes to each pool's workflow `scale` update.
+the decision `server.autoscaler.decide` and the queue/TTFT rules (server/scaling_decision.py) take together
+to each pool's workflow `scale` update; every tick's explanation is recorded on the workflow (its scaling
+route), so `berth workflow explain-scaling` shows what was measured and why.
 
 The lease makes it one autoscaler per stack whatever runs the loop: a second control worker's loop reads
 nothing and decides nothing until the holder's lease lapses (it stopped renewing: it is gone).
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -21,6 +24,8 @@ from datetime import timedelta
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from berth.api_client import ApiClient
+from berth.contracts.rollouts import ScalingExplanation
+from berth.errors import BerthError
 from server.autoscaler import (
     CountingCopies,
     FrontDoorRates,
@@ -33,6 +38,7 @@ from server.autoscaler import (
 )
 from server.copy_activity import CopyActivity, CopyTarget
 from server.load_reports import KEEP_S, AutoscaledPool, AutoscalerLease, AutoscalerView, LoadReport, Source
+from server.scaling_decision import CopyReading, QueueMemory, ScalingDecision, combine, decide_queue, measure
 from workflows.payloads import PoolStatus, ScaleRequest
 from workflows.pool_workflow import PoolWorkflow
 
@@ -72,6 +78,7 @@ class Autoscaler:
         self.copies = CopyActivity(clock=time.time)  # wall time, as the reports' times are
         self.meters = Meters()
         self.memories: dict[str, PoolMemory] = {}
+        self.queue_memories: dict[str, QueueMemory] = {}
 
     async def run_forever(self) -> None:
         try:
@@ -90,14 +97,17 @@ class Autoscaler:
             await self.api.request("POST", "/v1/internal/autoscaler", json=lease.model_dump(mode="json")))
         if not view.leader:
             self.memories.clear()  # another holder decides; this one starts afresh if it takes over
+            self.queue_memories.clear()
             return
         self.meters.feed(view.reports, time.time())
         pools = [(pool, policy_from_annotations(pool.annotations)) for pool in view.pools]
         active = [(pool, policy) for pool, policy in pools
-                  if policy is not None and (policy.min_replicas == 0 or policy.target_requests_per_s > 0)]
-        # Only a pool that may go to zero needs its copies' own counters (its idleness decides a cold start).
+                  if policy is not None and (policy.min_replicas == 0 or policy.target_requests_per_s > 0
+                                             or policy.queue_autoscaling)]
+        # A pool that may go to zero needs its copies' own counters (its idleness decides a cold start); one
+        # with queue/TTFT thresholds, their queues and TTFT. The others' copies are not scraped.
         await self.copies.observe(CopyTarget(endpoint_id=pool.endpoint_id, copy_id=copy_id, url=url)
-                                  for pool, policy in active if policy.min_replicas == 0
+                                  for pool, policy in active if policy.min_replicas == 0 or policy.queue_autoscaling
                                   for copy_id, url in pool.ready_copies.items())
         now = time.time()
         for pool, policy in active:
@@ -112,12 +122,39 @@ class Autoscaler:
         # Proxy=true: the rate measured at the pool's LiteLLM proxy; Proxy=false: at the endpoint proxy.
         fronted = bool(pool.annotations.get("proxy"))
         source = CountingCopies(self.meters.proxied if fronted else self.meters.front_door, self.copies)
-        decision = decide(policy, status.desired_copies, source.load(pool.endpoint_id, now), memory, now)
-        if decision is None or decision[0] == status.desired_copies:
+        load = source.load(pool.endpoint_id, now)
+        rate = decide(policy, status.desired_copies, load, memory, now)
+        if fronted and rate is not None and rate[0] > 0:
+            rate = (rate[0], rate[1] + " (rate measured at the LiteLLM proxy)")
+        readings = self._readings(pool)
+        queue = None
+        if policy.queue_autoscaling:
+            queue_memory = self.queue_memories.setdefault(pool.endpoint_id, QueueMemory())
+            queue = decide_queue(policy, status.desired_copies, readings, queue_memory, now)
+        decision = combine(status.desired_copies, rate, queue, measure(readings, now, load.rate_rps))
+        await self._record(pool, policy, decision, now)
+        if decision.desired == status.desired_copies:
             return
-        if fronted and decision[0] > 0:
-            decision = (decision[0], decision[1] + " (rate measured at the LiteLLM proxy)")
-        log.info("autoscaler: %s to %d copies: %s", pool.workflow_id, decision[0], decision[1])
+        log.info("autoscaler: %s to %d copies: %s", pool.workflow_id, decision.desired, decision.reason)
         with contextlib.suppress(WorkflowUpdateFailedError):  # e.g. stopping meanwhile
-            await handle.execute_update(
-                PoolWorkflow.scale, ScaleRequest(replicas=decision[0], reason=decision[1], source="autoscaler"))
+            await handle.execute_update(PoolWorkflow.scale, ScaleRequest(
+                replicas=decision.desired, reason=decision.reason, source="autoscaler"))
+
+    def _readings(self, pool: AutoscaledPool) -> list[CopyReading]:
+        readings = []
+        for copy_id in pool.ready_copies:
+            seen = self.copies.metrics(copy_id)
+            readings.append(CopyReading(copy_id=copy_id) if seen is None else CopyReading(
+                copy_id=copy_id, waiting=seen.waiting, ttft_s=seen.recent_ttft_s, scraped_at=seen.scraped_at))
+        return readings
+
+    async def _record(self, pool: AutoscaledPool, policy: PoolPolicy, decision: ScalingDecision,
+                      now: float) -> None:
+        """Post the explanation (the API writes it only when it changed or a few seconds passed)."""
+        explanation = ScalingExplanation(
+            workflow_id=pool.workflow_id, at=now, desired=decision.desired, decision=decision.decision,
+            reason=decision.reason, signal=decision.signal, policy=dataclasses.asdict(policy))
+        try:
+            await self.api.record_scaling(explanation)
+        except BerthError as error:  # the decision still stands: recording it is for the reader
+            log.info("autoscaler: recording %s's scaling failed: %s", pool.workflow_id, error)

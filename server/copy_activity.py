@@ -9,6 +9,8 @@ A copy is active when its completed-request counter (`vllm:request_success_total
 reasons) moved since the last scrape, or while it has requests running or waiting (a long generation
 has not completed yet but is work). `/metrics` is open on vLLM (no key): the scrape sends no credential.
 Each scrape is bounded in time and size, so a copy answering slowly or at length costs only itself.
+The same scrape keeps each copy's queue, recent TTFT and last good scrape time for the queue/TTFT rules
+(server/scaling_decision.py), which judge freshness from that time.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from gateway.metrics import parse
+from gateway.metrics import apply, parse
+from gateway.routing import ReplicaMetrics
 
 log = logging.getLogger("berth.autoscaler")
 
@@ -63,6 +66,12 @@ class CopyActivity:
         self._seen: dict[str, _Seen] = {}  # copy id → its URL and counter at the last good scrape
         self._last_active: dict[str, float] = {}  # endpoint id → when a copy last did work
         self._failing: set[str] = set()  # copies whose last scrape failed (logged once per failure run)
+        # copy id → its queue, recent TTFT and last good scrape, for the queue/TTFT rules
+        self._load: dict[str, ReplicaMetrics] = {}
+
+    def metrics(self, copy_id: str) -> ReplicaMetrics | None:
+        """A copy's figures as its scrapes left them (scraped_at on this clock), or None if never scraped."""
+        return self._load.get(copy_id)
 
     def idle_s(self, endpoint_id: str, now: float) -> float:
         """Seconds since a copy of the endpoint did work; infinite when none has been seen working."""
@@ -75,6 +84,8 @@ class CopyActivity:
         listed = {target.copy_id for target in wanted}
         for copy_id in [c for c in self._seen if c not in listed]:
             del self._seen[copy_id]
+        for copy_id in [c for c in self._load if c not in listed]:
+            del self._load[copy_id]
         self._failing &= listed
         pools = {target.endpoint_id for target in wanted}
         for endpoint_id in [e for e in self._last_active if e not in pools]:
@@ -93,6 +104,11 @@ class CopyActivity:
             return
         self._failing.discard(target.copy_id)
         figures = await asyncio.to_thread(parse, text)
+        load = self._load.setdefault(target.copy_id, ReplicaMetrics())
+        previous_load = self._seen.get(target.copy_id)
+        if previous_load is not None and previous_load.url != target.url:
+            load = self._load[target.copy_id] = ReplicaMetrics()  # restarted: its TTFT totals start again
+        apply(load, figures, self.clock())
         succeeded = figures.get("succeeded", 0.0)
         busy = figures.get("running", 0.0) + figures.get("waiting", 0.0) > 0
         previous = self._seen.get(target.copy_id)

@@ -199,6 +199,21 @@ class Store:
                 raise NotFoundError(f"No endpoint with ID '{endpoint_id}'.")
             row.annotations = {**(row.annotations or {}), "token_lapses_at": expires_at}
 
+    def note_scaling(self, endpoint_id: str, explanation: dict[str, Any], every_s: float) -> bool:
+        """Keep the autoscaler's latest explanation in the endpoint's annotations["scaling"]; written only
+        when its decision, reason or size changed or `every_s` passed since the last write (a tick a second
+        must not cost a write a second). Whether it was written."""
+        with self.session() as s:
+            row = s.get(EndpointRow, endpoint_id)
+            if row is None:
+                raise NotFoundError(f"No endpoint with ID '{endpoint_id}'.")
+            kept = (row.annotations or {}).get("scaling") or {}
+            same = all(kept.get(k) == explanation.get(k) for k in ("decision", "reason", "desired"))
+            if same and float(explanation.get("at", 0)) - float(kept.get("at", 0)) < every_s:
+                return False
+            row.annotations = {**(row.annotations or {}), "scaling": explanation}
+            return True
+
     def remove_endpoint(self, endpoint_id: str) -> None:
         with self.session() as s:
             s.execute(delete(ReplicaRow).where(ReplicaRow.endpoint_id == endpoint_id))

@@ -123,6 +123,9 @@ def pool_facts(definition: WorkflowDefinition) -> dict[str, Any]:
             "target_requests_per_s": pool.target_requests_per_s,
             "scale_down_delay_s": pool.scale_down_delay_s,
             "scale_to_zero_after_s": pool.scale_to_zero_after_s,
+            "scale_out_queue": pool.scale_out_queue, "scale_out_s": pool.scale_out_s,
+            "scale_out_ttft_ms": pool.scale_out_ttft_ms, "scale_in_queue": pool.scale_in_queue,
+            "scale_in_s": pool.scale_in_s,
             "max_context": definition.replica.engine.max_model_len}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from berth import kinds
+from berth.contracts.rollouts import ScalingExplanation
 from berth.security import Identity
 from catalog.entry import Entry
 from catalog.memory import gpus_needed, memory_need, memory_table
@@ -94,3 +95,9 @@ def entry_detail(entry: Entry) -> dict[str, Any]:
 
 def user_json(identity: Identity) -> dict[str, Any]:
     return {"name": identity.user, "org": identity.org, "groups": list(identity.groups), "admin": identity.admin}
+
+
+def scaling_of(endpoint: EndpointRow | None) -> ScalingExplanation | None:
+    """The autoscaler's last explanation an endpoint row keeps, or None before its first one."""
+    kept = (endpoint.annotations or {}).get("scaling") if endpoint is not None else None
+    return ScalingExplanation.model_validate(kept) if kept else None

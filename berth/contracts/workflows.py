@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import Field
 
 from berth.contracts.base import Number, Payload, Renamed, Response, formerly
-from berth.contracts.rollouts import Rollout
+from berth.contracts.rollouts import Rollout, ScalingExplanation
 
 
 # --- the pool's status (Temporal payloads, shown by `describe`) -----------------------------------------
@@ -153,6 +153,7 @@ class WorkflowDescription(Response, Renamed):
     weights: WeightsResult | None = None
     revision: int | None = None
     rollout: Rollout | None = None
+    scaling: ScalingExplanation | None = None  # the autoscaler's last decision and why (explain-scaling)
     note: str | None = None
 
 

@@ -18,6 +18,7 @@ from server.routes import (
     models,
     nodes,
     revisions,
+    scaling,
     secrets,
     tokens,
     workflows,
@@ -26,5 +27,5 @@ from server.routes import (
 ROUTERS: tuple[APIRouter, ...] = (
     tokens.router, health.router, catalog.router, workflows.router, endpoints.router, endpoint_policy.router,
     secrets.router, identity.router, nodes.router, keys.router, litellm_keys.router, internal.router, audit.router,
-    models.router, model_reports.router, revisions.router,
+    models.router, model_reports.router, revisions.router, scaling.router,
 )

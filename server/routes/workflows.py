@@ -35,7 +35,7 @@ from server.guards import Caller, ReadableWorkflow, owned_workflow
 from server.model_refs import register_first_use
 from server.models import EndpointRow
 from server.submission import StartRequest, copy_timings, new_rows, prepare, with_generated_keys
-from server.views import endpoint_url, endpoint_view
+from server.views import endpoint_url, endpoint_view, scaling_of
 from workflows.payloads import Owner, PoolInput, PoolStatus, ScaleRequest, StopRequest
 from workflows.pool_workflow import PoolWorkflow
 
@@ -101,6 +101,8 @@ async def describe_workflow(workflow_id: str, access: ReadableWorkflow, context:
     with contextlib.suppress(NotFoundError):
         endpoint = await run_in_threadpool(context.store.endpoint, row.endpoint_id)
         result["endpoint"].update(_endpoint_notes(context, endpoint))
+    if (scaling := scaling_of(access.endpoint)) is not None:
+        result["scaling"] = scaling.model_dump(mode="json")
     try:
         description = await handle.describe()
         result["status"] = _temporal_status(description.status)

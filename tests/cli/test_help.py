@@ -24,7 +24,8 @@ ADDED = ("berth key",  # API keys (issue 15)
          "berth model",  # the model registry (issue 16)
          "berth apply", "berth diff",  # declarative apply (issue 17)
          # Revisions and rollouts (issue 17).
-         "berth workflow update", "berth workflow revisions", "berth workflow drain", "berth workflow rollout")
+         "berth workflow update", "berth workflow revisions", "berth workflow drain", "berth workflow rollout",
+         "berth workflow explain-scaling")  # the autoscaler's last decision and why (issue 17)
 # Options added since to commands that were there, each with the change that needed it: their lines in the
 # command's help are the only change to it (pinned in tests/cli/test_rollout_cli.py).
 ADDED_OPTIONS = {"berth workflow get": ("--revision",), "berth node drain": ("--grace-seconds",),  # issue 17
@@ -56,6 +57,20 @@ def _before(path: str) -> str:
     return _squeezed(BEFORE[path]) if path in ADDED_OPTIONS else BEFORE[path]
 
 
+# A parent whose added command has a longer name than its others widens the name column: its other lines
+# keep their words and order, only the padding between name and help moves.
+PARENTS = frozenset(added.rsplit(" ", 1)[0] for added in ADDED)
+
+
+def _padding_free(text: str) -> str:
+    return re.sub(r" {2,}", "  ", text)
+
+
+def _same(path: str, after: str) -> bool:
+    before = _before(path)
+    return after == before or (path in PARENTS and _padding_free(after) == _padding_free(before))
+
+
 def _env() -> dict[str, str]:
     # Rich reads the width from COLUMNS; colours and a forced terminal would change the bytes.
     env = {name: value for name, value in os.environ.items()
@@ -74,7 +89,7 @@ def _run(*argv: str) -> str:
 def test_every_command_prints_the_help_it_printed_before_the_split() -> None:
     after = _before_additions(json.loads(_run("-m", "tests.cli.help_texts")))
     assert list(after) == list(BEFORE)  # the same commands, listed in the same order
-    changed = [path for path in BEFORE if after[path] != _before(path)]
+    changed = [path for path in BEFORE if not _same(path, after[path])]
     assert not changed, f"help changed for {changed}; first:\n{after[changed[0]]}\nwas:\n{_before(changed[0])}"
 
 
@@ -83,4 +98,4 @@ def test_every_command_prints_the_help_it_printed_before_the_split() -> None:
 def test_the_in_process_rendering_is_what_the_real_command_prints(path: str) -> None:
     # The test above renders every help in one process; this pins that rendering to the real thing.
     printed = _run("-m", "cli", *path.split()[1:], "--help")
-    assert _before_additions({path: printed})[path] == _before(path)
+    assert _same(path, _before_additions({path: printed})[path])

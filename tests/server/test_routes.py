@@ -41,7 +41,9 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          # Issue 17: a workflow's revisions, its rollout, and draining it with a grace.
          ("POST", "/v1/workflows/{workflow_id}/revisions"), ("GET", "/v1/workflows/{workflow_id}/revisions"),
          ("GET", "/v1/workflows/{workflow_id}/revisions/{revision}"), ("GET", "/v1/workflows/{workflow_id}/rollout"),
-         ("POST", "/v1/workflows/{workflow_id}/rollout"), ("POST", "/v1/workflows/{workflow_id}/drain")}
+         ("POST", "/v1/workflows/{workflow_id}/rollout"), ("POST", "/v1/workflows/{workflow_id}/drain"),
+         # Issue 17: the autoscaler's explanation, recorded by the control worker and read by explain-scaling.
+         ("GET", "/v1/workflows/{workflow_id}/scaling"), ("PUT", "/v1/internal/workflows/{workflow_id}/scaling")}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema
 
