@@ -37,7 +37,10 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          ("GET", "/v1/model-jobs"), ("POST", "/v1/models/cache/evict"),
          ("GET", "/v1/internal/models/{model_id}"), ("PUT", "/v1/internal/models/{model_id}/state"),
          ("PUT", "/v1/internal/models/{model_id}/progress"), ("POST", "/v1/internal/models/use"),
-         ("POST", "/v1/internal/models/release")}
+         ("POST", "/v1/internal/models/release"),
+         # Issue 17: a rollout's traffic split and a revision's health as the endpoint proxies saw it.
+         ("PUT", "/v1/internal/endpoints/{endpoint_id}/traffic"),
+         ("GET", "/v1/internal/endpoints/{endpoint_id}/revision-health")}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema
 
