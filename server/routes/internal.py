@@ -42,10 +42,10 @@ from berth.security import API_AUDIENCE, Identity
 from berth.tokens import TokenKind
 from server.access import in_scope
 from server.context import Context, ServerContext
+from server.copy_outcomes import traffic_of
 from server.guards import Admin, replica_keys_owner, service_audience, service_or_admin
 from server.load_reports import AutoscalerLease, AutoscalerView
 from server.replica_keys import REPLICA_KEYS_TOKEN_TTL_S, discoverable
-from server.copy_outcomes import traffic_of
 from server.secrets import Secrets
 from server.views import replica_view
 
