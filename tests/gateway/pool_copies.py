@@ -25,8 +25,9 @@ def chunk(data: bytes) -> bytes:
 class Copy:
     """One copy: answers its /metrics scrape, and a POST by the last part of its path — `slow` (never
     answers), `stall` (one event, then silence), `trickle` (an event every `trickle_every_s`, `trickle_count`
-    of them, then [DONE]); anything else gets `{"copy": name, "bytes": n}` (or a 500 while `fails`). `ended` is set when the proxy
-    closes a connection it left unanswered or cut short; `cut` when it closed one mid-request-body."""
+    of them, then [DONE]); anything else gets `{"copy": name, "bytes": n}` (or a 500 while `fails`). `ended`
+    is set when the proxy closes a connection it left unanswered or cut short; `cut` when it closed one
+    mid-request-body."""
 
     def __init__(self, name: str) -> None:
         self.name = name
