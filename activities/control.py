@@ -1,5 +1,5 @@
-"""Control-side activities: placement, service ports, replica publication, the endpoint's service and
-endpoint clean-up, through the API."""
+"""Control-side activities: placement, service ports, replica publication, the endpoint's service, a
+rollout's traffic split and revision health, and endpoint clean-up, through the API."""
 
 from __future__ import annotations
 
@@ -18,9 +18,12 @@ from berth.contracts import (
     FrontPortRequest,
     ReserveRequest,
     ReserveResult,
+    RevisionHealth,
+    TrafficSplit,
 )
 from gateway.metrics import parse
 from workflows.payloads import CleanupInput, DrainInput, DrainResult
+from workflows.rollout_payloads import HealthInput, TrafficInput
 
 # Proxies refresh their routing table every second: after this long none sends a draining copy new work.
 ROUTES_SETTLE_S = 1.5
@@ -84,3 +87,11 @@ class ControlActivities:
     @activity.defn(name="set_endpoint_service")
     async def set_endpoint_service(self, update: EndpointFront) -> None:
         await self.api.set_endpoint_service(update)
+
+    @activity.defn(name="set_traffic")
+    async def set_traffic(self, request: TrafficInput) -> None:
+        await self.api.set_traffic(request.endpoint_id, TrafficSplit(weights=request.weights))
+
+    @activity.defn(name="revision_health")
+    async def revision_health(self, request: HealthInput) -> RevisionHealth:
+        return await self.api.revision_health(request.endpoint_id, request.revision, request.since)

@@ -16,6 +16,7 @@ from berth.contracts import (
     AuditRecord,
     AuditRow,
     AuditVerdict,
+    CopyOutcomes,
     CopyReadiness,
     CopyRecord,
     EndpointClientFacts,
@@ -213,9 +214,10 @@ class ApiClient(ModelsApi, RolloutsApi):
     async def unpublish_replica(self, copy_id: str) -> None:
         await self.request("DELETE", f"/v1/internal/replicas/{segment(copy_id)}")
 
-    async def report_load(self, endpoint_id: str, requests: int) -> None:
+    async def report_load(self, endpoint_id: str, requests: int,
+                          copies: dict[str, CopyOutcomes] | None = None) -> None:
         await self.request("POST", f"/v1/internal/endpoints/{segment(endpoint_id)}/load",
-                           json=body(LoadReport(requests=requests)))
+                           json=body(LoadReport(requests=requests, **({"copies": copies} if copies else {}))))
 
     async def set_replica_ready(self, copy_id: str, ready: bool) -> None:
         await self.request("PUT", f"/v1/internal/replicas/{copy_id}/ready",

@@ -31,6 +31,7 @@ from gateway.deadlines import ProxyLimits, admit
 from gateway.hold import HELD_POLL_S, WAKE_EVERY_S, Holds
 from gateway.key_gate import KeyedRequest, KeyGate, KeyRefusal
 from gateway.limits import Limiter, Refused, Ticket
+from gateway.load_report import LoadCounts, Outcome, answered, failed, report_forever
 from gateway.metrics import MetricsScraper
 from gateway.route_table import Route, build_route
 from gateway.routing import Replica, ReplicaMetrics
@@ -64,8 +65,9 @@ class EndpointProxy:
         self.tokens = TokenIdentities(verifier)
         # Load figures outlive routing-table refreshes: keyed by copy id (a copy's URL never changes).
         self._replicas: dict[str, Replica] = {}
-        # Requests admitted per pool endpoint since the last report: the autoscaler's rate and idle clock.
-        self._arrivals: dict[str, int] = {}
+        # Since the last report: requests admitted per pool endpoint (the autoscaler's rate and idle clock)
+        # and how each copy answered (a canary's health).
+        self.load = LoadCounts()
         self._reporter: asyncio.Task[None] | None = None
         self.holds = Holds(api, lambda route: self.routes.get(route.id, route), self._look_again)
         # LiteLLM-fronted pools this proxy has seen serving: once one has, a moment with no routable copy
@@ -225,7 +227,7 @@ class EndpointProxy:
         if (exchange := await admit(limits, route.service, route.id, headers, receive, send)) is None:
             return  # answered: 400 (x-request-timeout outside 1-300 s) or 413 (a Content-Length over the limit)
         if route.wakeable:
-            self._arrivals[route.id] = self._arrivals.get(route.id, 0) + 1
+            self.load.admitted(route.id)
         session_id = await session_key.of_request(route, headers, exchange)  # x-session-id or the prompt's hash
         target = route.target(session_id) or await self._when_none_routable(route, send, headers, session_id)
         if target is None:
@@ -247,17 +249,6 @@ class EndpointProxy:
             return Replica(copy_id="service", url=route.service_url)
         return await self.holds.hold(route, send, headers, session_id)
 
-    async def _report_load_forever(self) -> None:
-        """Every second, tell the control plane how many requests each pool endpoint admitted."""
-        while True:
-            await asyncio.sleep(1.0)
-            arrivals, self._arrivals = self._arrivals, {}
-            for endpoint_id, count in arrivals.items():
-                try:
-                    await self.api.report_load(endpoint_id, count)
-                except BerthError as error:
-                    log.warning("load report for %s failed: %s", endpoint_id, error)
-
     async def _forward(self, scope: dict[str, Any], receive: Receive, send: Send, route: Route,
                        target: Replica, rest: str, headers: list[tuple[bytes, bytes]],
                        strip_authorization: bool, session_id: str | None = None,
@@ -278,11 +269,14 @@ class EndpointProxy:
         method = scope["method"]
         before = route.routable() if route.fronts_pool else None  # its copies as it goes in
         target.in_flight += 1
+        outcome, sent_at = self._sent(route, target), time.monotonic()
         try:
             try:
                 response = await self.upstream.request(method, target.url + path, _to(target, upstream_headers),
                                                        body)
+                answered(outcome, response.status, time.monotonic() - sent_at)
             except UpstreamError as error:
+                failed(outcome)
                 log.warning("upstream %s failed: %s", target.url, error)
                 target.metrics.failed_at = time.monotonic()  # out until a scrape succeeds again
                 second = await self._second_try(route, target, error, retriable, session_id, method, path,
@@ -292,6 +286,7 @@ class EndpointProxy:
                     return
                 target.in_flight -= 1
                 target, response = second
+                answered(self._sent(route, target), response.status, 0.0)  # its time is the retry's, not TTFT
                 target.in_flight += 1
             else:
                 if retriable and route.fronts_pool and target.copy_id == "service":
@@ -309,6 +304,10 @@ class EndpointProxy:
                 await relay(response, send, log, "upstream", target.url, receive)
         finally:
             target.in_flight -= 1
+
+    def _sent(self, route: Route, target: Replica) -> Outcome | None:
+        """The counters of a pool copy this request goes to (None for a service: no revision to judge)."""
+        return None if target.copy_id == "service" or not route.pool else self.load.sent(route.id, target.copy_id)
 
     async def _replay_lost(self, answer: litellm_replay.BufferedAnswer, route: Route, target: Replica, method: str,
                            path: str, renewed: Callable[[], list[tuple[bytes, bytes]]],
@@ -366,7 +365,7 @@ class EndpointProxy:
             if message["type"] == "lifespan.startup":
                 self._refresher = asyncio.create_task(self._refresh_forever())
                 self.scraper.start()
-                self._reporter = asyncio.create_task(self._report_load_forever())
+                self._reporter = asyncio.create_task(report_forever(self.api, self.load))
                 self.audit.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":

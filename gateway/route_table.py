@@ -13,6 +13,7 @@ from berth.scopes import Scope, in_scope
 from berth.security import Identity
 from gateway import routing
 from gateway.routing import Replica
+from gateway.traffic import TrafficSplit, refreshed
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Route:
     litellm_routed: frozenset[str] | None = None  # copies LiteLLM routes to; None: not reported yet
     limits: LimitPolicy | None = None  # the endpoint's override of the cluster's limits (gateway/limits.py)
     max_context: int | None = None  # the copies' MaxContextSize (the limits' context check); None: not known
+    traffic: TrafficSplit | None = None  # a rollout's split by revision; None: every copy alike
     # A front that stands in front of the pool (berth/kinds.py: LiteLLM): never routed around. A kind this
     # proxy does not know (a newer control plane) is taken as one: closed.
     fronts_pool: bool = field(init=False, default=True)
@@ -48,7 +50,13 @@ class Route:
         if self.fronts_pool:
             return None  # a pool behind LiteLLM is never reached around it (its key would be bypassed)
         if self.pool:
-            return routing.choose(self.policy, self.pool, time.monotonic(), session_id, exclude)
+            now = time.monotonic()
+            if self.traffic is not None:
+                chosen = routing.choose(self.policy, self.traffic.candidates(self.pool, now, exclude), now,
+                                        session_id, exclude)
+                if chosen is not None:
+                    return chosen
+            return routing.choose(self.policy, self.pool, now, session_id, exclude)
         if not self.replicas:  # a control plane that lists no pool details: plain round robin
             return None
         url = self.replicas[next(self.counter) % len(self.replicas)]
@@ -100,6 +108,7 @@ def build_route(item: RouteEntry, old: Route | None, known: dict[str, Replica],
         # The same object while the override is unchanged: the limiter keeps its plan per override object.
         limits=old.limits if old is not None and _same_limits(old.limits, item.limits) else item.limits,
         max_context=item.max_context,
+        traffic=refreshed(old.traffic if old is not None else None, item.traffic),
     )
 
 
@@ -116,5 +125,6 @@ def _replica(entry: RouteCopy, known: dict[str, Replica], previous: dict[str, Re
         replica = Replica(copy_id=entry.copy_id, url=entry.url)
     replica.ready, replica.draining = entry.ready, entry.draining
     replica.api_key = entry.api_key
+    replica.revision = entry.revision
     known[replica.copy_id] = replica
     return replica

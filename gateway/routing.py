@@ -48,6 +48,7 @@ class Replica:
     metrics: ReplicaMetrics = field(default_factory=ReplicaMetrics)
     in_flight: int = 0  # requests this router has sent and not yet seen finish
     api_key: str = field(default="", repr=False)  # the copy's vLLM key ("" for a service)
+    revision: int = 1  # the workflow revision it serves (gateway/traffic.py splits by it)
 
     def authorization(self) -> list[tuple[bytes, bytes]]:
         """The header a request to this copy carries (vLLM answers 401 on /v1 without it)."""

@@ -199,6 +199,22 @@ class LoadReportRow(Base):
     routed: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
 
 
+class CopyOutcomeRow(Base):
+    """How one copy answered the requests one endpoint proxy sent it between two load reports: what a
+    canary's revision is judged on (server/copy_outcomes.py). Kept for an hour."""
+
+    __tablename__ = "copy_outcomes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    endpoint_id: Mapped[str] = mapped_column(String(64), index=True)
+    copy_id: Mapped[str] = mapped_column(String(160))
+    revision: Mapped[int] = mapped_column(Integer)  # the copy's revision when the report came in
+    at: Mapped[float] = mapped_column(Float, index=True)
+    requests: Mapped[int] = mapped_column(BigInteger)
+    errors: Mapped[int] = mapped_column(BigInteger)
+    ttft_sum_s: Mapped[float] = mapped_column(Float)
+    ttft_count: Mapped[int] = mapped_column(BigInteger)
+
+
 class StoreLockRow(Base):
     """A named lock every API process takes through the store: `placement` (an UPDATE of its row serialises
     placements across processes on Postgres and SQLite alike) and `autoscaler` (a lease: one holder at a

@@ -160,14 +160,15 @@ class Placements:
             # A released copy serves nothing: its record goes with it (see `publish`).
             s.execute(delete(ReplicaRow).where(ReplicaRow.copy_id == copy_id))
 
-    def publish(self, workflow_id: str, endpoint_id: str, copy_id: str, url: str, ready: bool) -> bool:
+    def publish(self, workflow_id: str, endpoint_id: str, copy_id: str, url: str, ready: bool,
+                revision: int = 1) -> bool:
         """Publish a copy that holds its placement; False (nothing written) for one already released. A
         stop does not wait for a publish it cancelled, so that publish may land after the stop's unpublish:
         it must find the placement gone and write nothing, or proxies would route to a stopped copy."""
         with self.transaction() as s:
             if s.get(ReservationRow, copy_id) is None:
                 return False
-            upsert_replica_row(s, workflow_id, endpoint_id, copy_id, url, ready)
+            upsert_replica_row(s, workflow_id, endpoint_id, copy_id, url, ready, revision=revision)
             return True
 
     def published_copies_on(self, node_id: str) -> dict[str, list[str]]:
@@ -187,10 +188,11 @@ class Placements:
 
 
 def upsert_replica_row(s: Session, workflow_id: str, endpoint_id: str, copy_id: str, url: str, ready: bool,
-                       draining: bool = False) -> None:
+                       draining: bool = False, revision: int = 1) -> None:
     row = s.get(ReplicaRow, copy_id)
     if row is None:
         s.add(ReplicaRow(copy_id=copy_id, endpoint_id=endpoint_id, workflow_id=workflow_id, url=url,
-                         ready=ready, draining=draining, updated_at=time.time()))
+                         ready=ready, draining=draining, updated_at=time.time(), revision=revision))
     else:
         row.url, row.ready, row.draining, row.updated_at = url, ready, draining, time.time()
+        row.revision = revision

@@ -24,6 +24,7 @@ from berth.errors import ConflictError, NotFoundError, UserInputError
 from berth.security import Cipher, Identity
 from server import fencing, scheduler, schema
 from server.audit import AuditChain
+from server.copy_outcomes import CopyOutcomeStore
 from server.load_reports import LoadReports
 from server.models import EndpointRow, GroupRow, MembershipRow, NodeRow, ReplicaRow, UserRow, WorkflowRow
 from server.placement import Placements, upsert_replica_row
@@ -65,6 +66,7 @@ class Store:
         schema.upgrade_to_head(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.load = LoadReports(self.session)
+        self.outcomes = CopyOutcomeStore(self.session)  # a rollout's split and its copies' health
         self.audit = AuditChain(self.session)
         self.placements = Placements(self.session, node_offline_after_s, policy)
         self.cipher = cipher
@@ -219,6 +221,7 @@ class Store:
             s.execute(delete(ReplicaRow).where(ReplicaRow.endpoint_id == endpoint_id))
             s.execute(delete(EndpointRow).where(EndpointRow.id == endpoint_id))
             self.load.forget(s, endpoint_id)
+            self.outcomes.forget(s, endpoint_id)
 
     def replicas(self, endpoint_id: str | None = None) -> list[ReplicaRow]:
         with self.session() as s:

@@ -58,6 +58,7 @@ class EngineConfig:
     reply: str | None = None
     exit_after: float | None = None
     exit_code: int = 1
+    fail_share: float = 0.0  # --fail-share: this share of completion requests answers 500 (a canary's fault)
     # Flags vLLM might know but the simulator does not, kept so the caller can warn about them.
     ignored_args: tuple[str, ...] = ()
 
@@ -119,6 +120,11 @@ def _build_parser() -> _RaisingParser:
     parser.add_argument("--tool-call-parser", default=None)
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--trust-remote-code", action=argparse.BooleanOptionalAction, default=False)
+    # Simulator only (vLLM has no such flag): a catalog entry passes it through its ExtraArgs.
+    parser.add_argument("--fail-share", type=float, default=0.0, metavar="SHARE",
+                        help="simulator only: this share (0 to 1) of completion requests answers HTTP 500 with "
+                             "an OpenAI-style error body, evenly spread and deterministic (0.5: every second "
+                             "request, 0.25: every fourth)")
     return parser
 
 
@@ -217,6 +223,7 @@ def parse_command_line(argv: Sequence[str], environ: Mapping[str, str]) -> Engin
         reply=environ.get("BERTH_SIM_REPLY") or None,
         exit_after=_env_optional_float(environ, "BERTH_SIM_EXIT_AFTER"),
         exit_code=_env_int(environ, "BERTH_SIM_EXIT_CODE", 1),
+        fail_share=namespace.fail_share,
         ignored_args=_group_unknown(extras),
     )
 
@@ -236,6 +243,8 @@ def _checked(namespace: argparse.Namespace, environ: Mapping[str, str]) -> tuple
         raise CommandLineError(f"max-num-seqs must be at least 1, got {max_num_seqs}")
     if namespace.max_model_len < 1:
         raise CommandLineError(f"--max-model-len must be at least 1, got {namespace.max_model_len}")
+    if not 0 <= namespace.fail_share <= 1:
+        raise CommandLineError(f"--fail-share {namespace.fail_share:g} is not a share from 0 to 1")
     if not 0 <= namespace.port <= 65535:
         raise CommandLineError(f"--port {namespace.port} is not a TCP port")
     return model, max_num_seqs

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from simulator.api_error import ApiError, api_error_response
+from simulator.api_error import ApiError, FailShare, api_error_response
 from simulator.api_key import ApiKeyMiddleware
 from simulator.cli import EngineConfig
 from simulator.engine import (
@@ -39,6 +39,7 @@ class OpenAIRoutes:
         self.config = config
         self.engine = engine
         self.created = int(time.time())
+        self.failures = FailShare(config.fail_share)
 
     # --- plain routes -------------------------------------------------------------------------
 
@@ -85,6 +86,7 @@ class OpenAIRoutes:
     # --- /v1/chat/completions -----------------------------------------------------------------
 
     async def chat_completions(self, request: Request) -> Response:
+        self.failures.check()
         body = await read_body(request, self.config)
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -137,6 +139,7 @@ class OpenAIRoutes:
     # --- /v1/completions ----------------------------------------------------------------------
 
     async def completions(self, request: Request) -> Response:
+        self.failures.check()
         body = await read_body(request, self.config)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):

@@ -21,11 +21,12 @@ from server.routes import (
     scaling,
     secrets,
     tokens,
+    traffic,
     workflows,
 )
 
 ROUTERS: tuple[APIRouter, ...] = (
     tokens.router, health.router, catalog.router, workflows.router, endpoints.router, endpoint_policy.router,
     secrets.router, identity.router, nodes.router, keys.router, litellm_keys.router, internal.router, audit.router,
-    models.router, model_reports.router, revisions.router, scaling.router,
+    models.router, model_reports.router, revisions.router, scaling.router, traffic.router,
 )

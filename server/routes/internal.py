@@ -42,6 +42,7 @@ from berth.security import API_AUDIENCE, Identity
 from berth.tokens import TokenKind
 from server.access import in_scope
 from server.context import Context, ServerContext
+from server.copy_outcomes import traffic_of
 from server.guards import Admin, replica_keys_owner, service_audience, service_or_admin
 from server.load_reports import AutoscalerLease, AutoscalerView
 from server.replica_keys import REPLICA_KEYS_TOKEN_TTL_S, discoverable
@@ -54,6 +55,7 @@ ServiceOrAdmin = Depends(service_or_admin)
 # A LiteLLM service reads its pool's replica list with this token for as long as it runs; it reaches
 # nothing else (its audience is one endpoint's service routes), so a long life costs little.
 SERVICE_TOKEN_TTL_S = 365 * 24 * 3600
+MAX_REPORTED_COPIES = 256
 
 
 # --- keys, secrets and tokens for Berth's own services --------------------------------------------
@@ -145,7 +147,7 @@ async def reserve_service_port(request: FrontPortRequest, context: Context, _who
 async def publish(copy_id: str, record: CopyRecord, context: Context, _who: Admin) -> None:
     # A copy stopped meanwhile publishes nothing (Placements.publish); the late publish is not an error.
     await run_in_threadpool(context.store.placements.publish, record.workflow_id, record.endpoint_id, copy_id,
-                            record.url, record.ready)
+                            record.url, record.ready, record.revision)
 
 
 @router.put("/v1/internal/replicas/{copy_id}/ready", status_code=204)
@@ -168,6 +170,9 @@ async def unpublish(copy_id: str, context: Context, _who: Admin) -> None:
 async def report_load(endpoint_id: str, body: LoadReport, context: Context, _who: Admin) -> None:
     """Requests the endpoint proxy admitted for this endpoint since its last report."""
     await run_in_threadpool(context.store.load.add_front_door, endpoint_id, body.requests)
+    # How each copy answered: bounded like the proxy's report, whatever a caller sends.
+    copies = dict(list(body.copies.items())[:MAX_REPORTED_COPIES])
+    await run_in_threadpool(context.store.outcomes.add, endpoint_id, copies)
 
 
 @router.post("/v1/internal/autoscaler")
@@ -211,6 +216,11 @@ async def endpoint_replicas(endpoint_id: str, context: Context) -> ServiceCopies
         annotations = (await run_in_threadpool(context.store.endpoint, endpoint_id)).annotations or {}
     except NotFoundError:
         annotations = {}  # the endpoint is gone; its replica list is empty as well
+    # While a split is set, a revision at 0 % is not LiteLLM's to route to either (a blue-green new set
+    # before its switch, an old one after it).
+    split = traffic_of(annotations)
+    if split is not None:
+        rows = [r for r in rows if split.get(r.revision, 0) > 0]
     return ServiceCopies(
         copies=[ServiceCopy(copy_id=r.copy_id, url=r.url.rstrip("/") + "/v1", ready=r.ready and not r.draining,
                             api_key=context.replica_keys.for_copy(r.copy_id))
@@ -233,7 +243,8 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
     for replica in replicas:
         # Only this admin route and the service routes carry a copy's key (the proxy sends it on).
         pools.setdefault(replica.endpoint_id, []).append(
-            {**replica_view(replica), "api_key": context.replica_keys.for_copy(replica.copy_id)})
+            {**replica_view(replica), "api_key": context.replica_keys.for_copy(replica.copy_id),
+             "revision": replica.revision})
     return {"endpoints": [{
         "id": e.id, "scope": e.scope, "owner": e.owner, "org": e.org, "groups": e.groups,
         "service": e.service, "service_url": e.service_url, "copy_urls": sorted(by_endpoint.get(e.id, [])),
@@ -247,7 +258,14 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
         "replicas": sorted(by_endpoint.get(e.id, [])),  # copy_urls' old name, for one release
         **_limits(e.id, e.annotations or {}),
         **_max_context(e.annotations or {}),
+        **_traffic(e.annotations or {}),
     } for e in endpoints]}
+
+
+def _traffic(annotations: dict[str, Any]) -> dict[str, Any]:
+    """A rollout's split, sent only while one is set (a table without one reads as before)."""
+    split = traffic_of(annotations)
+    return {"traffic": split} if split is not None else {}
 
 
 def _max_context(annotations: dict[str, Any]) -> dict[str, Any]:

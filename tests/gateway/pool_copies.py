@@ -25,8 +25,9 @@ def chunk(data: bytes) -> bytes:
 class Copy:
     """One copy: answers its /metrics scrape, and a POST by the last part of its path — `slow` (never
     answers), `stall` (one event, then silence), `trickle` (an event every `trickle_every_s`, `trickle_count`
-    of them, then [DONE]); anything else gets `{"copy": name, "bytes": n}`. `ended` is set when the proxy
-    closes a connection it left unanswered or cut short; `cut` when it closed one mid-request-body."""
+    of them, then [DONE]); anything else gets `{"copy": name, "bytes": n}` (or a 500 while `fails`). `ended`
+    is set when the proxy closes a connection it left unanswered or cut short; `cut` when it closed one
+    mid-request-body."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -35,6 +36,7 @@ class Copy:
         self.cut = asyncio.Event()
         self.trickle_every_s = 0.2
         self.trickle_count = 1000
+        self.fails = False
         self.server: asyncio.Server | None = None
 
     @property
@@ -95,6 +97,12 @@ class Copy:
                             self.ended.set()
                             return False
             writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            await writer.drain()
+            return True
+        if self.fails:
+            answer = b'{"error": {"message": "failing", "type": "server_error", "code": 500}}'
+            writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
+                         b"content-length: %d\r\n\r\n%b" % (len(answer), answer))
             await writer.drain()
             return True
         answer = json.dumps({"copy": self.name, "bytes": len(body)}).encode()
