@@ -23,7 +23,7 @@ from berth.contracts import (
 )
 from gateway.metrics import parse
 from workflows.payloads import CleanupInput, DrainInput, DrainResult
-from workflows.rollout_payloads import HealthInput, TrafficInput
+from workflows.rollout_payloads import HealthInput, ServeInput, TrafficInput
 
 # Proxies refresh their routing table every second: after this long none sends a draining copy new work.
 ROUTES_SETTLE_S = 1.5
@@ -95,3 +95,7 @@ class ControlActivities:
     @activity.defn(name="revision_health")
     async def revision_health(self, request: HealthInput) -> RevisionHealth:
         return await self.api.revision_health(request.endpoint_id, request.revision, request.since)
+
+    @activity.defn(name="serve_revision")
+    async def serve_revision(self, request: ServeInput) -> None:
+        await self.api.serve_revision(request.workflow_id, request.revision)

@@ -12,6 +12,7 @@ from berth.contracts import (
     Rollout,
     RolloutCommand,
     ScalingExplanation,
+    ServedRevision,
     TrafficSplit,
     WorkflowDrainRequest,
     WorkflowRevision,
@@ -68,3 +69,7 @@ class RolloutsApi(ApiTransport):
     async def record_scaling(self, explanation: ScalingExplanation) -> None:
         await self.request("PUT", f"/v1/internal/workflows/{segment(explanation.workflow_id)}/scaling",
                            json=body(explanation))
+
+    async def serve_revision(self, workflow_id: str, revision: int) -> None:
+        await self.request("PUT", f"/v1/internal/workflows/{segment(workflow_id)}/served-revision",
+                           json=body(ServedRevision(revision=revision)))

@@ -40,7 +40,7 @@ async def run_worker(state_dir: Path, temporal_address: str, api_url: str, token
                         control.publish_replica,
                         control.unpublish_replica, control.remove_endpoint, control.drain_replica,
                         control.reserve_service_port, control.set_endpoint_service,
-                        control.set_traffic, control.revision_health,
+                        control.set_traffic, control.revision_health, control.serve_revision,
                         authority.verify_service_input, authority.verify_copy_parent,
                         authority.verify_front_parent, models.load_model_job, models.report_model_state,
                         models.use_model, models.release_models],

@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.authorized import require_authorized
     from workflows.payloads import CopyStatus, Phase, PoolInput, WeightsInput, WeightsResult
     from workflows.pool_state import PoolState
-    from workflows.rollout_payloads import HealthInput, MoveRequest, RolloutRequest, TrafficInput
+    from workflows.rollout_payloads import HealthInput, MoveRequest, RolloutRequest, ServeInput, TrafficInput
     from workflows.rollout_plan import Plan, Side, plan
 
 TICK = timedelta(seconds=2)  # the driver looks again this often while a clock runs (min-ready, a hold)
@@ -194,6 +194,8 @@ class RolloutMixin:
             self._apply(decided, now)
             await self._send_traffic(decided.traffic if decided.finished is None else None)
             if decided.finished is not None:
+                if decided.finished is RolloutPhase.COMPLETE:
+                    await self._serve_facts(rollout.to_revision)
                 self._finish(decided.finished)
                 return
             if self._judging() and now.timestamp() - last_judged >= JUDGE_EVERY_S:
@@ -202,6 +204,17 @@ class RolloutMixin:
             self._driver_nudged = False
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(lambda: self._driver_nudged or self.state.stop_requested, timeout=TICK)
+
+    async def _serve_facts(self, revision: int) -> None:
+        """The endpoint's facts (sizes, autoscaling, MaxContextSize) follow the serving revision."""
+        assert self.input is not None
+        try:
+            await workflow.execute_activity(
+                "serve_revision", ServeInput(workflow_id=self.input.workflow_id, revision=revision),
+                task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=timedelta(seconds=30), retry_policy=CONTROL)
+        except ActivityError as error:  # the copies serve the new revision whatever the endpoint row says
+            self.state.event("endpoint_facts_stale", f"the endpoint's facts still describe the previous "
+                             f"revision: {error.cause or error}")
 
     def _side(self, revision: int) -> Side:
         copies = [c for c in self.state.copies.values() if self.revision_of(c.copy_id) == revision]
@@ -221,6 +234,8 @@ class RolloutMixin:
         if want != self.state.want:
             self.state.want = want
             self.nudge()  # the pool loop places or drains to the new sizes
+        if decided.finished is not None:
+            return  # the phase turns once the split is cleared (`_finish`): a reader never sees it early
         update: dict[str, object] = {"phase": decided.phase, "message": decided.message}
         if decided.switch and rollout.switched_at is None:
             update["switched_at"] = now

@@ -38,3 +38,10 @@ class MoveRequest(Payload):
     copy_ids: tuple[str, ...]
     grace_s: float = 30.0
     reason: str = ""
+
+
+class ServeInput(Payload):
+    """A rollout completed: revision `revision` serves (the endpoint's facts follow it)."""
+
+    workflow_id: str
+    revision: int

@@ -148,6 +148,12 @@ class TrafficSplit(Payload):
     weights: dict[int, int] | None = None
 
 
+class ServedRevision(Payload):
+    """A rollout completed: this revision serves (the endpoint's facts follow it)."""
+
+    revision: int = Field(ge=1)
+
+
 class CopyOutcomes(Payload):
     """What one endpoint proxy saw of one copy since its last load report."""
 

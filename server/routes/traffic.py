@@ -6,9 +6,12 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from berth.contracts import RevisionHealth, TrafficSplit
-from server.context import Context
+from berth.contracts import RevisionHealth, ServedRevision, TrafficSplit
+from berth.errors import NotFoundError
+from catalog.definition import WorkflowDefinition
+from server.context import Context, ServerContext
 from server.guards import Admin
+from server.submission import pool_facts
 
 router = APIRouter()
 
@@ -23,3 +26,18 @@ async def set_traffic(endpoint_id: str, split: TrafficSplit, context: Context, _
 async def revision_health(endpoint_id: str, revision: int, since: float, context: Context,
                           _who: Admin) -> RevisionHealth:
     return await run_in_threadpool(context.store.outcomes.health, endpoint_id, revision, since)
+
+
+@router.put("/v1/internal/workflows/{workflow_id}/served-revision", status_code=204)
+async def serve_revision(workflow_id: str, body: ServedRevision, context: Context, _who: Admin) -> None:
+    """A rollout completed: the endpoint's facts become the new revision's (the autoscaler, the limits'
+    context check and discovery read them)."""
+    await run_in_threadpool(_serve, context, workflow_id, body.revision)
+
+
+def _serve(context: ServerContext, workflow_id: str, revision: int) -> None:
+    row = context.store.workflow(workflow_id)
+    found = context.store.revisions.revision(row, revision)
+    if found is None:
+        raise NotFoundError(f"Workflow '{workflow_id}' has no revision {revision}.")
+    context.store.revisions.serve(row, revision, pool_facts(WorkflowDefinition.model_validate(found.definition)))

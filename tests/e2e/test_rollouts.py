@@ -115,6 +115,12 @@ def test_an_update_under_load_drops_no_request_and_keeps_the_url(stack: RunningS
     assert stack.endpoint(wf)["url"] == pool["url"]
     definition = stack.api("GET", f"/v1/workflows/{wf}/revisions/2").json()["definition"]
     assert definition["replica"]["engine"]["max_model_len"] == 4096
+    # The endpoint's facts followed the serving revision (the limits' context check reads this one).
+    def max_context() -> int:
+        routes = stack.api("GET", "/v1/internal/routes").json()["endpoints"]
+        return int(next(e for e in routes if e["id"] == pool["endpoint_id"])["max_context"])
+
+    wait_for(lambda: max_context() == 4096, 30, "the endpoint's MaxContextSize to follow revision 2")
     revisions = stack.api("GET", f"/v1/workflows/{wf}/revisions").json()
     assert [(r["revision"], r["state"]) for r in revisions] == [(1, "replaced"), (2, "serving")]
     stack.cli("workflow", "stop", wf)

@@ -46,7 +46,8 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          ("GET", "/v1/workflows/{workflow_id}/scaling"), ("PUT", "/v1/internal/workflows/{workflow_id}/scaling"),
          # Issue 17: a rollout's traffic split and a revision's health as the endpoint proxies saw it.
          ("PUT", "/v1/internal/endpoints/{endpoint_id}/traffic"),
-         ("GET", "/v1/internal/endpoints/{endpoint_id}/revision-health")}
+         ("GET", "/v1/internal/endpoints/{endpoint_id}/revision-health"),
+         ("PUT", "/v1/internal/workflows/{workflow_id}/served-revision")}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema
 

@@ -35,7 +35,7 @@ from workflows.payloads import (
     RankSpec,
     ReadyCheck,
 )
-from workflows.rollout_payloads import HealthInput, TrafficInput
+from workflows.rollout_payloads import HealthInput, ServeInput, TrafficInput
 
 # A node agent's heartbeat cadence while it owns a process (the SDK throttles what it sends to the server).
 HEARTBEAT_EVERY_S = 0.1
@@ -177,12 +177,16 @@ class FakeCluster:
     def control_activities(self) -> list[Callable[..., Any]]:
         return [self.reserve_placement, self.release_placement, self.fence_placement, self.publish_replica,
                 self.unpublish_replica, self.drain_replica, self.remove_endpoint, self.reserve_service_port,
-                self.set_endpoint_service, self.set_traffic, self.revision_health]
+                self.set_endpoint_service, self.set_traffic, self.revision_health, self.serve_revision]
 
     @activity.defn(name="set_traffic")
     async def set_traffic(self, request: TrafficInput) -> None:
         self._record("set_traffic", request)
         self.traffic = request.weights
+
+    @activity.defn(name="serve_revision")
+    async def serve_revision(self, request: ServeInput) -> None:
+        self._record("serve_revision", request)
 
     @activity.defn(name="revision_health")
     async def revision_health(self, request: HealthInput) -> RevisionHealth:

@@ -70,6 +70,7 @@ async def test_a_rolling_update_keeps_the_desired_size_serving_and_ends_on_the_n
         new_ranks = [r for (copy_id, _), r in cluster.ranks.items() if copy_id in {c for c, _ in serving_copies(final)}]
         assert new_ranks and all(r.spec.engine.max_model_len == 1024 for r in new_ranks)
         assert "rollout_complete" in event_kinds(final) and cluster.called("set_traffic") == []
+        assert [(r.workflow_id, r.revision) for r in cluster.called("serve_revision")] == [(handle.id, 2)]
         await harness.stop(handle)
 
 
