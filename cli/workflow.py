@@ -69,7 +69,10 @@ def _describe(info: WorkflowDescription) -> None:
     if info.revision is not None:
         console.print(f"  Revision {info.revision}" + _rollout_line(info), highlight=False)
     if info.copies:
-        columns = [("copy_id", "COPY"), ("revision", "REV"), ("status", "STATUS"), ("nodes", "NODES"), ("url", "URL"),
+        # The revision column only once a pool has had a rollout: the table keeps its width (and DETAIL its
+        # words) for every other pool.
+        revisions = [("revision", "REV")] if info.rollout is not None or (info.revision or 1) > 1 else []
+        columns = [("copy_id", "COPY"), *revisions, ("status", "STATUS"), ("nodes", "NODES"), ("url", "URL"),
                    ("detail", "DETAIL")]
         table(wire(info.copies), columns, title=f"Replicas (desired {info.desired_copies})")
     if info.events:
