@@ -50,7 +50,7 @@ bench: venv $(BENCH_DEPS)
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/mypy berth
+	$(BIN)/mypy berth console
 
 clean:
 	rm -rf $(VENV) .venv-litellm .venv-vllm .tools build .cache

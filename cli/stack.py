@@ -60,6 +60,7 @@ def up(
 def _print_stack(info: dict[str, Any], detached: bool) -> None:
     console.print("[bold green]Berth is up.[/]")
     console.print(f"  API          {info['api_url']}")
+    console.print(f"  Console      {info['api_url']}/ui  (sign in with the token in the client config)")
     console.print(f"  Endpoints    {info['proxy_url']}/endpoints/<endpoint-id>/v1")
     console.print(f"  Temporal UI  {info['temporal_ui']}")
     if info.get("hf_endpoint"):
@@ -114,7 +115,8 @@ def status(state_dir: StateDirOption = None, output: OutputOption = Format.TABLE
         emit_json(info)
         return
     console.print(f"Stack pid {info['pid']}: {'running' if info['running'] else 'NOT running'}")
-    console.print(f"  API {info['api_url']}  proxy {info['proxy_url']}  Temporal UI {info['temporal_ui']}")
+    console.print(f"  API {info['api_url']}  console {info['api_url']}/ui  proxy {info['proxy_url']}  "
+                  f"Temporal UI {info['temporal_ui']}")
     rows = [{**child, "last_exit_at": _exited_at(child.get("last_exit_at"))} for child in info["children"]]
     table(rows, [("name", "COMPONENT"), ("pid", "PID"), ("running", "RUNNING"), ("restarts", "RESTARTS"),
                  ("last_exit_status", "LAST EXIT"), ("last_exit_at", "EXITED AT")])

@@ -11,6 +11,7 @@ from pathlib import Path
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
+import console
 from berth.api_keys import KeyHasher
 from berth.errors import BerthError
 from berth.security import Cipher, ReplicaKeys, SigningKey, TokenVerifier
@@ -58,4 +59,5 @@ def create_app(context: ServerContext) -> FastAPI:
     app.exception_handler(BerthError)(_berth_error)
     for router in ROUTERS:
         app.include_router(router)
+    console.install(app)  # the web console at /ui: pages over these same routes, as the signed-in user
     return app

@@ -1,0 +1,9 @@
+"""The console's page groups, one router each; `console.install` includes them in this order."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from console.pages import catalog, signin
+
+PAGES: tuple[APIRouter, ...] = (signin.router, catalog.router)
