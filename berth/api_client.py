@@ -292,9 +292,9 @@ class ApiClient(ModelsApi, RolloutsApi):
         data = await self.request("POST", f"/v1/groups/{segment(group)}/members", json=body(MemberRequest(user=user)))
         return one(UserView, data)
 
-    async def user_token(self, name: str, expiration: str) -> MintedToken:
-        data = await self.request("POST", f"/v1/users/{segment(name)}/tokens",
-                                  json=body(TokenMintBody.model_validate({"expiration": expiration})))
+    async def user_token(self, name: str, expiration: str, note: str = "") -> MintedToken:
+        mint = TokenMintBody.model_validate({"expiration": expiration, "note": note})
+        data = await self.request("POST", f"/v1/users/{segment(name)}/tokens", json=body(mint))
         return one(MintedToken, data)
 
     async def tokens(self, user: str | None = None) -> list[TokenRecord]:

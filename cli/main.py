@@ -4,7 +4,22 @@ from __future__ import annotations
 
 import typer
 
-from cli import apply, audit, catalog, components, endpoint, identity, key, model, node, secret, stack, tokens, workflow
+from cli import (
+    apply,
+    audit,
+    catalog,
+    components,
+    endpoint,
+    identity,
+    key,
+    model,
+    node,
+    secret,
+    stack,
+    tokens,
+    web_console,
+    workflow,
+)
 
 app = typer.Typer(help="Berth: serve LLMs on GPU clusters from a catalog.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
@@ -13,6 +28,7 @@ app.add_typer(stack.app)  # up, ca-cert, down, status
 app.add_typer(components.app)  # server, worker, proxy, gateway, admin-token, hf-mirror
 app.add_typer(identity.app)  # login
 app.add_typer(apply.app)  # apply, diff
+app.add_typer(web_console.app)  # console
 app.add_typer(workflow.app, name="workflow")
 app.add_typer(catalog.app, name="catalog", help="Alias of `berth workflow catalog`.")
 app.add_typer(endpoint.app, name="endpoint")

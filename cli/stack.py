@@ -60,7 +60,7 @@ def up(
 def _print_stack(info: dict[str, Any], detached: bool) -> None:
     console.print("[bold green]Berth is up.[/]")
     console.print(f"  API          {info['api_url']}")
-    console.print(f"  Console      {info['api_url']}/ui  (sign in with the token in the client config)")
+    console.print(f"  Console      {info['api_url']}/ui  (`berth console` prints a sign-in token)")
     console.print(f"  Endpoints    {info['proxy_url']}/endpoints/<endpoint-id>/v1")
     console.print(f"  Temporal UI  {info['temporal_ui']}")
     if info.get("hf_endpoint"):

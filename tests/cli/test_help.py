@@ -25,7 +25,8 @@ ADDED = ("berth key",  # API keys (issue 15)
          "berth apply", "berth diff",  # declarative apply (issue 17)
          # Revisions and rollouts (issue 17).
          "berth workflow update", "berth workflow revisions", "berth workflow drain", "berth workflow rollout",
-         "berth workflow explain-scaling")  # the autoscaler's last decision and why (issue 17)
+         "berth workflow explain-scaling",  # the autoscaler's last decision and why (issue 17)
+         "berth console")  # the web console's URL and a sign-in token (issue 18)
 # Options added since to commands that were there, each with the change that needed it: their lines in the
 # command's help are the only change to it (pinned in tests/cli/test_rollout_cli.py).
 ADDED_OPTIONS = {"berth workflow get": ("--revision",), "berth node drain": ("--grace-seconds",),  # issue 17
