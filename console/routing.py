@@ -3,6 +3,7 @@ line (or, for a lapsed session, a trip to sign-in) — never the JSON body the R
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -11,6 +12,8 @@ from fastapi.routing import APIRoute
 
 from berth.errors import AuthenticationError, BerthError
 from console.render import html, redirect
+
+log = logging.getLogger("berth.console")
 
 
 class ConsoleRoute(APIRoute):
@@ -27,5 +30,11 @@ class ConsoleRoute(APIRoute):
                 return redirect("/ui/signin?lapsed=1" if request.cookies.get("berth_session") else "/ui/signin")
             except BerthError as error:
                 return html(request, "error.html", error.http_status, message=str(error))
+            except Exception:
+                # An API route that crashed under the in-process transport raises here, not in uvicorn:
+                # logged with its stack as uvicorn would, answered with one line and no internals.
+                log.exception("console page %s failed", request.url.path)
+                return html(request, "error.html", 500, message="Berth failed on this request; the API's log "
+                                                                "has the details. Retry, or tell an administrator.")
 
         return route

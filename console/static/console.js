@@ -22,3 +22,8 @@ document.addEventListener("htmx:responseError", (event) => {
   const target = document.getElementById("live-error");
   if (target) target.textContent = "The live view could not refresh (HTTP " + event.detail.xhr.status + "); retrying.";
 });
+// A destructive button says so before its form is sent: <button data-confirm="Stop this workflow?">.
+document.addEventListener("submit", (event) => {
+  const button = event.submitter && event.submitter.closest("[data-confirm]");
+  if (button && !window.confirm(button.dataset.confirm)) event.preventDefault();
+});
