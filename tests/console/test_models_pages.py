@@ -121,3 +121,14 @@ async def test_bob_sees_only_what_his_scope_allows_and_may_not_remove_admins(con
         removed = await admin.post("/ui/models/shared/remove", data={"csrf": csrf_of(page)})
         assert removed.status_code == 303 and removed.headers["location"] == "/ui/models"
         assert 'data-id="shared"' not in (await bob.get("/ui/models")).text
+
+
+async def test_materialize_without_model_jobs_shows_the_api_words(context: ServerContext) -> None:
+    context.model_jobs = None  # a control plane whose control worker is not up
+    async with browser(context) as client:
+        await sign_in(client, user_token(context, "bob"))
+        assert (await register(client, name="m", source=SMOL)).status_code == 303
+        page = (await client.get("/ui/models/m")).text
+        refused = await client.post("/ui/models/m/materialize", data={"csrf": csrf_of(page)})
+        assert refused.status_code == 503 and "Model jobs are not running on this control plane" in refused.text
+        assert 'id="materialize-form"' in refused.text  # the page as it was, ready for a retry
