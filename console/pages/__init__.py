@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from console.pages import catalog, signin
+from console.pages import catalog, endpoints, nodes, people, secrets, signin
 
-PAGES: tuple[APIRouter, ...] = (signin.router, catalog.router)
+PAGES: tuple[APIRouter, ...] = (signin.router, catalog.router, endpoints.router, nodes.router, secrets.router,
+                                people.router)
