@@ -5,6 +5,7 @@ once in the POST's own answer, and the snippets carrying it."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from berth.security import Identity
 from console.snippets import api_base
 from server.context import ServerContext
+from server.models import EndpointRow
 from server.submission import StartRequest, new_rows, prepare, with_generated_keys
 from tests.console.app_support import browser, console_context, csrf_of, sign_in, user_token
 
@@ -95,3 +97,24 @@ async def test_a_generated_token_is_shown_once_in_the_answer_and_in_the_snippets
         assert odd.status_code == 400 and 'id="token-error" class="error" role="alert"' in odd.text
         forged = await client.post(f"/ui/endpoints/{endpoint_id}/token", data={"csrf": "x", "expiration": "1h"})
         assert forged.status_code == 403 and 'id="token-value"' not in forged.text
+
+
+async def test_an_https_endpoint_says_how_to_trust_a_private_ca(context: ServerContext) -> None:
+    context.settings = context.settings.model_copy(update={"proxy_url": "https://berth.example:8443"})
+    endpoint_id = start(context, context.store.identity("bob"), {"Proxy": "false"})
+    async with browser(context) as client:
+        await sign_in(client, user_token(context, "bob"))
+        page = (await client.get(f"/ui/endpoints/{endpoint_id}")).text
+        assert "https://berth.example:8443/endpoints/" in page
+        assert "--cacert" in page and "CURL_CA_BUNDLE" in page and "NODE_EXTRA_CA_CERTS" in page
+
+
+async def test_an_endpoint_without_client_facts_still_shows_curl_and_python(context: ServerContext) -> None:
+    with context.store.session() as s:  # an endpoint row with no workflow definition behind it
+        s.add(EndpointRow(id="ep-bare", workflow_id="wf-gone", service="vllm", scope="group", owner="admin",
+                          org="default", groups=["default"], created_at=time.time(), annotations={}))
+    async with browser(context) as client:
+        await sign_in(client, user_token(context, "bob"))
+        page = (await client.get("/ui/endpoints/ep-bare")).text
+        assert 'id="snippet-curl"' in page and "MODEL_ID" in page and "Client facts:" in page
+        assert 'id="snippet-opencode"' not in page and "no opencode.json can be written" in page
