@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from berth.contracts import EvictRequest, JobStarted, ModelCreate, ModelFormat, ModelRecord, ModelScope
+from berth.units import binary_size as size
 from cli.common import Format, OutputOption, answer, console, emit_json, listing
 from cli.follow import watch_model
 
@@ -28,13 +29,6 @@ WatchOption = Annotated[bool, typer.Option("--watch", help="Follow the job until
 def _when(value: float | None) -> str:
     return datetime.fromtimestamp(value).strftime("%Y-%m-%d %H:%M") if value else "-"
 
-
-def size(value: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
 
 
 def _row(record: ModelRecord) -> dict[str, Any]:

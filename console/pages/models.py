@@ -12,6 +12,7 @@ from fastapi.responses import Response
 
 from berth.contracts import ModelCreate, ModelFormat, ModelRecord, ModelScope, ModelState, UserView
 from berth.errors import BerthError
+from berth.units import binary_size as size
 from console.pages.form_values import form_text, given, lines, validated
 from console.render import page, redirect
 from console.routing import ConsoleRoute
@@ -26,14 +27,6 @@ LABELS = {"name": "Name", "source": "Source", "scope": "Scope", "group": "Group"
           "require_checksum": "Require checksum"}
 TEXT_FIELDS = ("name", "source", "scope", "group", "signature", "license", "residency", "format", "hf_token_secret")
 
-
-def size(value: float) -> str:
-    """Bytes as `berth model list` shows them (binary units)."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
 
 
 def model_path(name: str) -> str:
