@@ -1,6 +1,6 @@
 """Pages and fragments rendered from console/templates (autoescaped Jinja2), with the headers every console
 answer carries: a Content-Security-Policy that admits only Berth's own scripts and styles, no framing, no
-caching of pages that show a user's data, and no referrer (a URL may carry an ID)."""
+caching of pages that show a user's data, and no referrer beyond this origin (a URL may carry an ID)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ HEADERS = {
                                 "object-src 'none'"),
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # no-referrer would make Chromium send `Origin: null` on posts
     "Cache-Control": "no-store",
 }
 
@@ -37,7 +37,13 @@ def when(epoch: float | datetime | None) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def number(value: float | int) -> str:
+    """A bound as the catalog wrote it: 256, not 256.0."""
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
 _ENV.filters["when"] = when
+_ENV.filters["number"] = number
 
 
 def html(request: Request, template: str, status_code: int = 200, session: Session | None = None,

@@ -17,6 +17,8 @@ from console.routing import ConsoleRoute
 from console.session import CsrfChecked, Signed
 
 router = APIRouter(prefix="/ui", route_class=ConsoleRoute, include_in_schema=False)
+# The first parameters (the catalog lists the ones a newcomer sets first) stay in view; the rest fold away.
+FIRST_SHOWN = 10
 NAME_FIELD = "workflow-name"  # parameters are CamelCase words: a hyphenated field never collides with one
 
 
@@ -54,7 +56,7 @@ def chosen_values(detail: EntryDetail, form: dict[str, str]) -> dict[str, Any]:
 async def entry(request: Request, session: Signed, name: str) -> Response:
     detail = await session.api.catalog_entry(name)
     return page(request, session, "entry.html", entry=detail, values={}, error=None, default_text=default_text,
-                name_field=NAME_FIELD)
+                name_field=NAME_FIELD, first_shown=FIRST_SHOWN)
 
 
 @router.post("/catalog/entry", dependencies=[CsrfChecked])
@@ -67,5 +69,5 @@ async def start(request: Request, session: Signed, name: str) -> Response:
     except BerthError as error:
         # The same page, every value as typed, and the API's one line: nothing the user entered is lost.
         return page(request, session, "entry.html", error.http_status, entry=detail, values=form, error=str(error),
-                    default_text=default_text, name_field=NAME_FIELD)
+                    default_text=default_text, name_field=NAME_FIELD, first_shown=FIRST_SHOWN)
     return redirect(f"/ui/workflows/{started.id}")

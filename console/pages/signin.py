@@ -14,8 +14,9 @@ from console.session import CSRF_COOKIE, CsrfChecked, new_csrf, set_cookies, val
 router = APIRouter(prefix="/ui", route_class=ConsoleRoute, include_in_schema=False)
 
 LAPSED = "Your session ended: the token expired or was revoked. Sign in again."
-HOW = ("Paste a Berth API token: `berth login --user NAME --print-token` (administrators) prints one, "
-       "and `berth up` writes the administrator's to the client config.")
+HOW = ("Paste a Berth API token: `berth console` prints one for you (on the machine that ran `berth up`, "
+       "or wherever `berth login` was run); administrators mint one for a user with "
+       "`berth login --user NAME --print-token`.")
 
 
 @router.get("")
