@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from console.pages import catalog, signin
+from console.pages import catalog, signin, workflows
 
-PAGES: tuple[APIRouter, ...] = (signin.router, catalog.router)
+PAGES: tuple[APIRouter, ...] = (signin.router, catalog.router, workflows.router)
