@@ -11,7 +11,7 @@ from urllib.parse import quote, unquote
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from berth.contracts import NodeView, RolloutAction, RolloutCommand, WorkflowDescription
+from berth.contracts import NodeView, Rollout, RolloutAction, RolloutCommand, RolloutPhase, WorkflowDescription
 from berth.errors import BerthError, UserInputError
 from console.render import page, redirect
 from console.routing import ConsoleRoute
@@ -49,8 +49,17 @@ async def live_context(session: Session, workflow_id: str) -> dict[str, Any]:
     except BerthError:  # the node list is a garnish here: the page goes on without the GPU column's facts
         gpus = {}
     events = sorted(description.events or (), key=lambda e: e.at)
-    return {"workflow": description, "gpus": gpus, "events": events,
-            "rollout_actions": [action.value for action in RolloutAction]}
+    return {"workflow": description, "gpus": gpus, "events": events, "log_lines": LOG_LINES,
+            "rollout_actions": rollout_actions(description.rollout)}
+
+
+def rollout_actions(rollout: Rollout | None) -> list[str]:
+    """The commands worth a button now: none once the rollout finished; resume only while paused, pause only
+    while not (the workflow judges every command anyway, and its refusal is shown)."""
+    if rollout is None or rollout.phase in RolloutPhase.finished():
+        return []
+    paused = rollout.phase is RolloutPhase.PAUSED
+    return [a.value for a in RolloutAction if a is not (RolloutAction.PAUSE if paused else RolloutAction.RESUME)]
 
 
 async def logs_context(session: Session, workflow_id: str, job: str) -> dict[str, Any]:

@@ -15,7 +15,17 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from berth.contracts import ReserveRequest, ScalingExplanation
+from berth.api_client import ApiClient
+from berth.contracts import (
+    DownloadProgress,
+    ReserveRequest,
+    Rollout,
+    RolloutCommand,
+    RolloutPhase,
+    ScalingExplanation,
+    WorkflowDescription,
+    WorkflowEndpoint,
+)
 from berth.contracts.workflows import CopyInfo, CopyStatus, Event, Phase, PoolStatus
 from berth.security import Identity
 from catalog.entry import find_entry
@@ -38,6 +48,7 @@ class FakeTemporal:
     statuses: dict[str, PoolStatus] = field(default_factory=dict)
     stopped: list[str] = field(default_factory=list)
     refusal: str | None = None
+    commands: list[str] = field(default_factory=list)
 
     def get_workflow_handle(self, workflow_id: str) -> Any:
         async def describe() -> Any:
@@ -50,9 +61,14 @@ class FakeTemporal:
         async def signal(*_args: Any) -> None:
             self.stopped.append(workflow_id)
 
-        async def execute_update(_update: Any, request: Any, **_kwargs: Any) -> ScaleResult:
+        async def execute_update(_update: Any, request: Any, **_kwargs: Any) -> ScaleResult | Rollout:
             if self.refusal:
                 raise WorkflowUpdateFailedError(ApplicationError(self.refusal))
+            if isinstance(request, RolloutCommand):
+                self.commands.append(request.action.value)
+                rollout = self.statuses[workflow_id].rollout
+                assert rollout is not None
+                return rollout.model_copy(update={"phase": RolloutPhase.PAUSED, "message": "held by hand"})
             previous = self.statuses[workflow_id].desired_copies
             return ScaleResult(previous=previous, desired=request.replicas,
                                message=f"scaling from {previous} to {request.replicas} copies")
@@ -144,6 +160,44 @@ async def test_the_autoscaler_explanation_is_shown(world: World) -> None:
         await sign_in(client, user_token(world.context, "bob"))
         live = (await client.get("/ui/workflows/smol/live")).text
         assert "<strong>scale_out</strong> to 2 — queue 4.0 per copy is above 2.0" in live
+
+
+async def test_a_rollout_shows_its_commands_and_a_command_is_sent(world: World) -> None:
+    rollout = Rollout(from_revision=1, to_revision=2, phase=RolloutPhase.ROLLING, message="1 of 2 new copies ready",
+                      by="bob", started_at=AT, updated_at=AT)
+    world.temporal.statuses["smol"] = world.temporal.statuses["smol"].model_copy(update={"rollout": rollout})
+    async with browser(world.context) as client:
+        await sign_in(client, user_token(world.context, "bob"))
+        detail = (await client.get("/ui/workflows/smol")).text
+        assert 'id="rollout">Revision 1 → 2, rolling' in detail and "1 of 2 new copies ready" in detail
+        assert 'id="rollout-pause"' in detail and 'id="rollout-rollback"' in detail
+        assert 'id="rollout-resume"' not in detail  # not paused: nothing to resume
+        csrf = csrf_of(detail)
+        assert (await client.post("/ui/workflows/smol/rollout", data={"action": "pause"})).status_code == 403
+        unknown = await client.post("/ui/workflows/smol/rollout", data={"csrf": csrf, "action": "explode"})
+        assert unknown.status_code == 400 and "No rollout command &#39;explode&#39;" in unknown.text
+        paused = await client.post("/ui/workflows/smol/rollout", data={"csrf": csrf, "action": "pause"})
+        assert paused.status_code == 303 and world.temporal.commands == ["pause"]
+        shown = (await client.get("/ui/workflows/smol")).text
+        assert "Rollout pause: now paused. held by hand" in shown
+
+
+async def test_download_progress_is_shown_while_weights_arrive(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    described = WorkflowDescription(
+        id="smol", entry=ENTRY, owner="bob", created_at=0.0, endpoint=WorkflowEndpoint(id=world.endpoint_id, url="http://x"),
+        phase="downloading", desired_copies=1, copies=(), events=(),
+        download=DownloadProgress(bytes_done=2_000_000_000, bytes_total=8_000_000_000, rate_bps=50e6, eta_s=120,
+                                  files_done=1, files_total=4))
+
+    async def describe(_api: ApiClient, _workflow_id: str) -> WorkflowDescription:
+        return described
+
+    monkeypatch.setattr(ApiClient, "describe_workflow", describe)
+    async with browser(world.context) as client:
+        await sign_in(client, user_token(world.context, "bob"))
+        live = (await client.get("/ui/workflows/smol/live")).text
+        assert 'id="download">2.0 of 8.0 GB (25%), files 1 of 4, 50.0 MB/s, about 120 s left' in live
+        assert '<progress id="download-progress" max="8000000000" value="2000000000">' in live
 
 
 async def test_another_users_workflow_is_the_apis_not_found(world: World) -> None:
