@@ -12,6 +12,7 @@ COPY cli ./cli
 COPY server ./server
 COPY node ./node
 COPY simulator ./simulator
+COPY console ./console
 RUN pip install --no-cache-dir -e ".[postgres]"
 ENV BERTH_STATE_DIR=/var/lib/berth
 ENTRYPOINT ["berth"]

@@ -45,3 +45,12 @@ def test_temporal_and_its_ui_are_not_published() -> None:
     published = {part for service in services.values() for port in service.get("ports", [])
                  for part in str(port).split(":")}
     assert not published & {"7233", "8233", "8080"}, published
+
+
+def test_dockerfile_copies_every_package() -> None:
+    """The image installs the packages pyproject names; one left out (the console once) breaks it at import."""
+    import tomllib
+
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    copied = {line.split()[1] for line in (REPO / "Dockerfile").read_text().splitlines() if line.startswith("COPY ")}
+    assert {name.rstrip("*") for name in packages} <= copied
