@@ -3,6 +3,7 @@ that exist (CLI commands, files, build contexts)."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -49,8 +50,6 @@ def test_temporal_and_its_ui_are_not_published() -> None:
 
 def test_dockerfile_copies_every_package() -> None:
     """The image installs the packages pyproject names; one left out (the console once) breaks it at import."""
-    import tomllib
-
     packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
     copied = {line.split()[1] for line in (REPO / "Dockerfile").read_text().splitlines() if line.startswith("COPY ")}
     assert {name.rstrip("*") for name in packages} <= copied
