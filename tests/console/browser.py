@@ -51,3 +51,14 @@ def shot(page: Page, tmp_path: Path, name: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+def console_errors(page: Page) -> list[str]:
+    """What the page's JavaScript reports from now on: uncaught errors and console errors, a refused
+    Content-Security-Policy among them. A 4xx/5xx answer's own "Failed to load resource" line is left out:
+    the tests check statuses themselves, and some pages are refusals on purpose."""
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(f"uncaught: {error}"))
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error"
+            and not message.text.startswith("Failed to load resource") else None)
+    return errors
