@@ -142,7 +142,7 @@ def chat_with_what_the_page_shows(page: Page, context: BrowserContext, stack: Ru
     the real curl: what a newcomer does with the console and a terminal."""
     expect(page.locator("#endpoint-ready")).to_be_visible()
     expect(page.locator("#endpoint-scope")).to_be_visible()
-    url = page.locator("#endpoint-url").inner_text().strip()
+    url = shown_text(page, "#endpoint-url")
     expect(page.locator("pre#snippet-curl")).to_contain_text("$BERTH_TOKEN")
     form = page.locator("form#token-form")
     options = form.locator("select[name=expiration] option").evaluate_all("options => options.map(o => o.value)")
@@ -162,6 +162,14 @@ def chat_with_what_the_page_shows(page: Page, context: BrowserContext, stack: Ru
     expect(page.locator("pre#snippet-curl")).to_contain_text(model)
     shot(page, tmp_path, "endpoint-token")
     return curl_chat(stack, url, token, model)
+
+
+def shown_text(page: Page, selector: str) -> str:
+    """What an element shows: a readonly field's value (kept selectable for copying) or its text."""
+    element = page.locator(selector)
+    if element.evaluate("element => element.tagName") in ("INPUT", "TEXTAREA"):
+        return element.input_value().strip()
+    return element.inner_text().strip()
 
 
 def curl_chat(stack: RunningStack, url: str, token: str, model: str) -> dict[str, Any]:
