@@ -91,6 +91,8 @@ def test_sign_in_refuses_a_bad_token_and_admits_a_good_one(
     page.wait_for_url(re.compile(r"/ui/signin"))
     page.fill("form#signin-form input[name=token]", "not-a-berth-token")
     page.locator("form#signin-form").get_by_role("button", name="Sign in").click()
+    # The sign-in page again, its refusal in an alert (not the console's error page: the post was the page's own).
+    expect(page.locator("form#signin-form")).to_be_visible()
     expect(page.locator("[role=alert]")).to_be_visible()
     expect(page.locator("#whoami")).to_have_count(0)
     shot(page, tmp_path, "signin-refused")
