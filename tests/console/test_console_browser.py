@@ -237,6 +237,7 @@ def test_every_page_opens_at_both_widths(
     errors = console_errors(page)
     for name in ("catalog", "workflows", "endpoints", *PAGES):
         response = page.goto(f"{console}/{name}")
+        shot(page, tmp_path, f"{name}-{width}")  # first: a failing page's picture is the one most wanted
         assert response is not None and response.status == 200, (name, response and response.status)
         expect(page.locator("#whoami")).to_be_visible()
         expect(page.locator("[role=alert]")).to_have_count(0)
@@ -245,7 +246,6 @@ def test_every_page_opens_at_both_widths(
         # Usable on a narrow window: nothing pushes the page sideways (wide tables scroll in their own box).
         overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
         assert overflow <= 1, f"/ui/{name} is {overflow}px wider than a {width}px window"
-        shot(page, tmp_path, f"{name}-{width}")
     assert errors == []
 
 
