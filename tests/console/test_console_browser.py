@@ -62,8 +62,11 @@ def sign_in(context: BrowserContext, console: str, token: str) -> Page:
 
 
 def set_field(page: Page, name: str, value: str) -> None:
-    """Set a start-form parameter whichever control the page chose for it (text, select or checkbox)."""
+    """Set a start-form parameter whichever control the page chose for it (text, select or checkbox), folded
+    or not."""
     field = page.locator(f"form#start-form #param-{name}")
+    if not field.is_visible():  # folded under "More parameters": unfold it as a user would
+        page.locator("form#start-form details:not([open]) > summary").first.click()
     kind = field.evaluate("element => element.type || element.tagName.toLowerCase()")
     if kind.startswith("select"):
         field.select_option(value)
