@@ -100,9 +100,12 @@ def test_sign_in_refuses_a_bad_token_and_admits_a_good_one(
     expect(page.locator("[role=alert]")).to_be_visible()
     expect(page.locator("#whoami")).to_have_count(0)
     shot(page, tmp_path, "signin-refused")
-    # The keyboard alone: the token field, then Enter.
+    # What `berth console` prints (the console's URL, then a fresh token alone on the last line), typed with
+    # the keyboard alone: the token field, then Enter.
+    printed = stack.cli("console").stdout.strip().splitlines()
+    assert console in printed[0], printed
     page.locator("form#signin-form input[name=token]").focus()
-    page.keyboard.type(stack.token)
+    page.keyboard.type(printed[-1])
     page.keyboard.press("Enter")
     expect(page.locator("#whoami")).to_have_text("admin")
     nav = page.locator("nav")
@@ -144,8 +147,9 @@ def test_start_from_the_form_turns_ready_live_then_curl_gets_an_answer(
 
 def chat_with_what_the_page_shows(page: Page, context: BrowserContext, stack: RunningStack, model: str,
                                   tmp_path: Path) -> dict[str, Any]:
-    """Generate a token on the endpoint page, copy it with the page's button, and call the shown URL with
-    the real curl: what a newcomer does with the console and a terminal."""
+    """Generate a token on the endpoint page, copy it and the curl snippet with the page's buttons, run the
+    pasted snippet, and call the shown URL with the real curl: what a newcomer does with the console and a
+    terminal. The answer is that last call's."""
     expect(page.locator("#endpoint-ready")).to_be_visible()
     expect(page.locator("#endpoint-scope")).to_be_visible()
     url = shown_text(page, "#endpoint-url")
@@ -167,6 +171,13 @@ def chat_with_what_the_page_shows(page: Page, context: BrowserContext, stack: Ru
     expect(page.locator("pre#snippet-curl")).to_contain_text(url)
     expect(page.locator("pre#snippet-curl")).to_contain_text(model)
     shot(page, tmp_path, "endpoint-token")
+    # The newcomer's way: the curl snippet as its Copy button puts it on the clipboard, run by a shell.
+    page.locator('button.copy[data-copy="#snippet-curl"]').click()
+    snippet = page.evaluate("navigator.clipboard.readText()")
+    assert token in snippet and url in snippet, snippet
+    pasted = subprocess.run(["bash", "-c", snippet], capture_output=True, text=True, timeout=60, check=False)
+    assert pasted.returncode == 0, (pasted.returncode, pasted.stdout, pasted.stderr)
+    assert json.loads(pasted.stdout)["choices"][0]["message"]["content"], pasted.stdout
     return curl_chat(stack, url, token, model)
 
 
