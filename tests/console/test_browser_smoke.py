@@ -40,8 +40,8 @@ def site(tmp_path: Path) -> Iterator[str]:
         thread.join()
 
 
-def test_chromium_loads_runs_submits_and_shoots(context: BrowserContext, site: str, tmp_path: Path) -> None:
-    page = context.new_page()
+def test_chromium_loads_runs_submits_and_shoots(browser_context: BrowserContext, site: str, tmp_path: Path) -> None:
+    page = browser_context.new_page()
     page.goto(site + "/index.html")
     expect(page.locator("#out")).to_have_text("script ran")
     page.fill("input[name=q]", "hello")

@@ -53,8 +53,8 @@ def private_workflow(stack: RunningStack) -> str:
     return stack.start_entry(ENTRY, "Scope=user,Proxy=false", watch=False)
 
 
-def sign_in(context: BrowserContext, console: str, token: str) -> Page:
-    page = context.new_page()
+def sign_in(browser_context: BrowserContext, console: str, token: str) -> Page:
+    page = browser_context.new_page()
     page.goto(console + "/signin")
     page.fill("form#signin-form input[name=token]", token)
     page.locator("form#signin-form").get_by_role("button", name="Sign in").click()
@@ -88,8 +88,8 @@ def open_entry(page: Page, tmp_path: Path) -> None:
 
 
 def test_sign_in_refuses_a_bad_token_and_admits_a_good_one(
-        context: BrowserContext, console: str, stack: RunningStack, tmp_path: Path) -> None:
-    page = context.new_page()
+        browser_context: BrowserContext, console: str, stack: RunningStack, tmp_path: Path) -> None:
+    page = browser_context.new_page()
     errors = console_errors(page)
     page.goto(console + "/catalog")  # signed out: sent to sign in first
     page.wait_for_url(re.compile(r"/ui/signin"))
@@ -116,8 +116,8 @@ def test_sign_in_refuses_a_bad_token_and_admits_a_good_one(
 
 
 def test_start_from_the_form_turns_ready_live_then_curl_gets_an_answer(
-        context: BrowserContext, console: str, stack: RunningStack, tmp_path: Path) -> None:
-    page = sign_in(context, console, stack.token)
+        browser_context: BrowserContext, console: str, stack: RunningStack, tmp_path: Path) -> None:
+    page = sign_in(browser_context, console, stack.token)
     errors = console_errors(page)
     open_entry(page, tmp_path)
     shot(page, tmp_path, "entry")
@@ -140,12 +140,12 @@ def test_start_from_the_form_turns_ready_live_then_curl_gets_an_answer(
     shot(page, tmp_path, "endpoints")
     page.locator(f'tr[data-id="{facts["id"]}"] a').first.click()
     page.wait_for_url(re.compile(rf"/ui/endpoints/{re.escape(facts['id'])}$"))
-    answer = chat_with_what_the_page_shows(page, context, stack, facts["model_id"], tmp_path)
+    answer = chat_with_what_the_page_shows(page, browser_context, stack, facts["model_id"], tmp_path)
     assert answer["choices"][0]["message"]["content"], answer
     assert errors == []
 
 
-def chat_with_what_the_page_shows(page: Page, context: BrowserContext, stack: RunningStack, model: str,
+def chat_with_what_the_page_shows(page: Page, browser_context: BrowserContext, stack: RunningStack, model: str,
                                   tmp_path: Path) -> dict[str, Any]:
     """Generate a token on the endpoint page, copy it and the curl snippet with the page's buttons, run the
     pasted snippet, and call the shown URL with the real curl: what a newcomer does with the console and a
@@ -163,7 +163,7 @@ def chat_with_what_the_page_shows(page: Page, context: BrowserContext, stack: Ru
     expect(token_field).to_be_visible()
     token = token_field.input_value()
     assert token and token_field.get_attribute("readonly") is not None
-    context.grant_permissions(["clipboard-read", "clipboard-write"])
+    browser_context.grant_permissions(["clipboard-read", "clipboard-write"])
     page.locator('button.copy[data-copy="#token-value"]').click()
     assert page.evaluate("navigator.clipboard.readText()") == token
     for snippet in ("curl", "python", "opencode"):
@@ -202,8 +202,8 @@ def curl_chat(stack: RunningStack, url: str, token: str, model: str) -> dict[str
 
 
 def test_a_bad_value_is_stopped_in_the_browser_and_the_apis_words_are_shown(
-        context: BrowserContext, console: str, stack: RunningStack, tmp_path: Path) -> None:
-    page = sign_in(context, console, stack.token)
+        browser_context: BrowserContext, console: str, stack: RunningStack, tmp_path: Path) -> None:
+    page = sign_in(browser_context, console, stack.token)
     open_entry(page, tmp_path)
     entry_url = page.url
     # What the field's type forbids, the browser refuses before anything is sent.
@@ -224,14 +224,14 @@ def test_a_bad_value_is_stopped_in_the_browser_and_the_apis_words_are_shown(
 
 
 def test_a_second_user_cannot_see_a_user_scoped_workflow(
-        context: BrowserContext, console: str, stack: RunningStack, bob: str, private_workflow: str,
+        browser_context: BrowserContext, console: str, stack: RunningStack, bob: str, private_workflow: str,
         tmp_path: Path) -> None:
-    admin = sign_in(context, console, stack.token)
+    admin = sign_in(browser_context, console, stack.token)
     admin.goto(console + "/workflows")
     expect(admin.locator(f'tr[data-id="{private_workflow}"]')).to_have_count(1)
     admin.locator("form#signout-form").get_by_role("button", name="Sign out").click()
     admin.wait_for_url(re.compile(r"/ui/signin"))
-    page = sign_in(context, console, bob)
+    page = sign_in(browser_context, console, bob)
     expect(page.locator("#whoami")).to_have_text("bob")
     expect(page.locator("nav").get_by_role("link", name="Users")).to_have_count(0)
     page.goto(console + "/workflows")
@@ -246,14 +246,14 @@ def test_a_second_user_cannot_see_a_user_scoped_workflow(
 
 @pytest.mark.parametrize("width", [1280, 420])
 def test_every_page_opens_at_both_widths(
-        context: BrowserContext, console: str, stack: RunningStack, private_workflow: str, tmp_path: Path,
+        browser_context: BrowserContext, console: str, stack: RunningStack, private_workflow: str, tmp_path: Path,
         width: int) -> None:
     stack.wait_phase(private_workflow, {"ready"})
     endpoint_id = stack.endpoint(private_workflow)["id"]
     pages = {name: name for name in ("catalog", "workflows", "endpoints", *PAGES)}
     pages |= {"entry": "catalog/entry?name=" + quote(ENTRY), "workflow": f"workflows/{private_workflow}",
               "endpoint": f"endpoints/{endpoint_id}"}
-    page = sign_in(context, console, stack.token)
+    page = sign_in(browser_context, console, stack.token)
     page.set_viewport_size({"width": width, "height": 800})
     errors = console_errors(page)
     too_wide: dict[str, int] = {}  # every page's, not only the first one's
@@ -273,9 +273,9 @@ def test_every_page_opens_at_both_widths(
     assert errors == []
 
 
-def test_sign_out_ends_the_session(context: BrowserContext, console: str, stack: RunningStack,
+def test_sign_out_ends_the_session(browser_context: BrowserContext, console: str, stack: RunningStack,
                                    tmp_path: Path) -> None:
-    page = sign_in(context, console, stack.token)
+    page = sign_in(browser_context, console, stack.token)
     page.locator("form#signout-form").get_by_role("button", name="Sign out").click()
     page.wait_for_url(re.compile(r"/ui/signin"))
     expect(page.locator("#whoami")).to_have_count(0)
