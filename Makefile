@@ -26,6 +26,8 @@ TEST_DEPS += opencode
 TEST_DEPS += postgres
 # Debian's redis-server for the counters several proxies share through Redis: mk/redis.mk.
 TEST_DEPS += redis
+# Debian's chromium, the real browser the console's tests drive through Playwright: mk/chromium.mk.
+TEST_DEPS += chromium
 HF_MIRRORS ?= .state/hf-mirrors
 
 # Everything the suite needs; the real-engine parts come from mk/engines.mk and mk/litellm.mk.
@@ -34,7 +36,7 @@ test: venv $(TEST_DEPS)
 
 # Without the real engine and LiteLLM: the simulator-backed suite only.
 test-fast: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not real_engine and not litellm and not postgres and not redis" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not real_engine and not litellm and not postgres and not redis and not browser" $(PYTEST_ARGS)
 
 demo: venv $(DEMO_DEPS)
 	$(BIN)/python scripts/demo.py --hf-mirror $(HF_MIRRORS) $(DEMO_ARGS)
