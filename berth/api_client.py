@@ -293,7 +293,8 @@ class ApiClient(ModelsApi, RolloutsApi):
         return one(UserView, data)
 
     async def user_token(self, name: str, expiration: str, note: str = "") -> MintedToken:
-        mint = TokenMintBody.model_validate({"expiration": expiration, "note": note})
+        # The note only when given: the body is what it was before notes (tests/berth/test_api_client.py).
+        mint = TokenMintBody.model_validate({"expiration": expiration, **({"note": note} if note else {})})
         data = await self.request("POST", f"/v1/users/{segment(name)}/tokens", json=body(mint))
         return one(MintedToken, data)
 
