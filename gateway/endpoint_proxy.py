@@ -51,7 +51,8 @@ __all__ = ["COOKIE_NAME", "WAKE_EVERY_S", "EndpointProxy", "Route", "find_token"
 
 class EndpointProxy:
     def __init__(self, api: ApiClient, verifier: TokenVerifier, upstream: UpstreamPool | None = None,
-                 refresh_s: float = 1.0, signer: SigningKey | None = None, limiter: Limiter | None = None) -> None:
+                 refresh_s: float = 1.0, signer: SigningKey | None = None, limiter: Limiter | None = None,
+                 metrics: ProxyMetrics | None = None) -> None:
         self.api = api
         self.verifier = verifier
         self.caller_headers = CallerHeaders(verifier, signer)  # signer None: no caller assertions
@@ -78,7 +79,7 @@ class EndpointProxy:
         # ATTEMPT, then SUCCESS or FAILED, per endpoint request; posted in batches by a background task.
         self.audit = AuditWriter(lambda records: self.api.append_audit(records))
         self.limits = ProxyLimits()  # body size, upstream deadline, stream idle (gateway/deadlines.py)
-        self.metrics = ProxyMetrics()  # served at /metrics to loopback callers (docs/operations.md)
+        self.metrics = metrics or ProxyMetrics()  # at /metrics for loopback callers (docs/operations.md)
 
     @property
     def hold_timeout_s(self) -> float:
@@ -288,7 +289,7 @@ class EndpointProxy:
                     clock.upstream_headers_s = time.monotonic() - sent_at
             except UpstreamError as error:
                 failed(outcome)
-                self.metrics.upstream_errors.labels(route.id).inc()
+                self.metrics.upstream_failed(route.id)
                 log.warning("upstream %s failed: %s", target.url, error)
                 target.metrics.failed_at = time.monotonic()  # out until a scrape succeeds again
                 second = await self._second_try(route, target, error, retriable, session_id, method, path,
@@ -297,7 +298,7 @@ class EndpointProxy:
                     await upstream_failed(send, route, target)
                     return
                 target.in_flight -= 1
-                self.metrics.retries.labels(route.id).inc()
+                self.metrics.retried(route.id)
                 target, response = second
                 answered(self._sent(route, target), response.status, 0.0)  # its time is the retry's, not TTFT
                 target.in_flight += 1

@@ -41,7 +41,11 @@ class RequestClock:
 
 
 class ProxyMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    """`enabled=False` (BERTH_METRICS=off) records nothing and serves no /metrics: the baseline the
+    benchmark compares the proxy's added latency against."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, enabled: bool = True) -> None:
+        self.enabled = enabled
         self.registry = registry or CollectorRegistry(auto_describe=True)
         by_endpoint = ("endpoint",)
         self.requests = Counter("berth_proxy_requests", "Requests answered, by endpoint and status code",
@@ -70,6 +74,8 @@ class ProxyMetrics:
     def watch(self, send: Send) -> tuple[Send, RequestClock]:
         """`send` that notes the first body byte and counts the chunks, and the clock it notes them on."""
         clock = RequestClock()
+        if not self.enabled:
+            return send, clock
 
         async def watched(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -84,6 +90,8 @@ class ProxyMetrics:
 
     def finished(self, endpoint: str, status: int, proxied: bool, clock: RequestClock) -> None:
         """Count one request; `proxied` when a copy (or the endpoint's service) answered it."""
+        if not self.enabled:
+            return
         now = time.monotonic()
         self.requests.labels(endpoint, str(status or 0)).inc()
         self.duration.labels(endpoint).observe(now - clock.started)
@@ -97,6 +105,14 @@ class ProxyMetrics:
         if not proxied and status in REFUSALS:
             self.refusals.labels(endpoint, REFUSALS[status]).inc()
 
+    def upstream_failed(self, endpoint_id: str) -> None:
+        if self.enabled:
+            self.upstream_errors.labels(endpoint_id).inc()
+
+    def retried(self, endpoint_id: str) -> None:
+        if self.enabled:
+            self.retries.labels(endpoint_id).inc()
+
     def label(self, endpoint_id: str, known: Callable[[str], bool]) -> str:
         return endpoint_id if known(endpoint_id) else UNKNOWN
 
@@ -104,6 +120,9 @@ class ProxyMetrics:
         """Prometheus's text format, for a scraper on this machine only: the figures name endpoints, which are
         no business of the callers the public port serves (a remote Prometheus scrapes through a local agent
         or an SSH tunnel)."""
+        if not self.enabled:
+            await plain(send, 404, b"Metrics are off (BERTH_METRICS=off)")
+            return
         client = scope.get("client") or ("", 0)
         if client[0] not in LOOPBACK:
             await plain(send, 403, b"Metrics are served to loopback callers only")

@@ -9,11 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from berth.api_client import ApiClient
 from berth.security import TokenVerifier
+from berth.settings import metrics_enabled
 from gateway.endpoint_proxy import EndpointProxy
+from gateway.proxy_metrics import ProxyMetrics
 from gateway.upstream import UpstreamPool
 from server.app import build_context, create_app
 from tests.gateway.test_endpoint_proxy_audit import ADMIN, ALICE, _ask, _copy, _publish
@@ -74,3 +78,30 @@ async def test_the_proxy_counts_requests_refusals_and_latency_by_endpoint(tmp_pa
     assert value("berth_proxy_added_latency_seconds_count", endpoint="ep-up") == 3  # answered by the copy
     assert value("berth_proxy_streamed_chunks_total", endpoint="ep-up") >= 3
     assert "ep-made-up" not in text and "alice" not in text and token not in text
+
+
+async def test_metrics_off_records_nothing_and_serves_no_page(tmp_path: Path) -> None:
+    context = build_context(tmp_path, "127.0.0.1:1")
+    copy, url = await _copy()
+    _publish(context, "ep-up", url)
+    api = ApiClient("http://api", context.signing.api_token(ADMIN),
+                    transport=httpx.ASGITransport(app=create_app(context)))
+    proxy = EndpointProxy(api, TokenVerifier.from_jwks(context.signing.jwks()),
+                          upstream=UpstreamPool(connect_timeout_s=2), metrics=ProxyMetrics(enabled=False))
+    try:
+        await proxy.refresh()
+        assert await _ask(proxy, "ep-up", context.signing.endpoint_token(ALICE, "ep-up", 600)) == 200
+        status, _ = await _scrape(proxy)
+    finally:
+        await api.aclose()
+        await proxy.upstream.aclose()
+        copy.close()
+    assert status == 404
+    assert "ep-up" not in generate_latest(proxy.metrics.registry).decode()
+
+
+def test_berth_metrics_is_on_or_off() -> None:
+    assert metrics_enabled({}) and metrics_enabled({"BERTH_METRICS": "ON "}) and not metrics_enabled(
+        {"BERTH_METRICS": "off"})
+    with pytest.raises(SystemExit, match="BERTH_METRICS must be on or off"):
+        metrics_enabled({"BERTH_METRICS": "sometimes"})
