@@ -71,7 +71,9 @@ class EndpointProxy:
         # and how each copy answered (a canary's health).
         self.load = LoadCounts()
         self._reporter: asyncio.Task[None] | None = None
-        self.holds = Holds(api, lambda route: self.routes.get(route.id, route), self._look_again)
+        self.metrics = metrics or ProxyMetrics()  # at /metrics for loopback callers (docs/operations.md)
+        self.holds = Holds(api, lambda route: self.routes.get(route.id, route), self._look_again, self.metrics.woke)
+        self.metrics.count_held(lambda: sum(self.holds.held.values()))
         # LiteLLM-fronted pools this proxy has seen serving: once one has, a moment with no routable copy
         # (its only copy died and is being re-placed) holds requests instead of passing LiteLLM's 400.
         self._served: set[str] = set()
@@ -79,7 +81,6 @@ class EndpointProxy:
         # ATTEMPT, then SUCCESS or FAILED, per endpoint request; posted in batches by a background task.
         self.audit = AuditWriter(lambda records: self.api.append_audit(records))
         self.limits = ProxyLimits()  # body size, upstream deadline, stream idle (gateway/deadlines.py)
-        self.metrics = metrics or ProxyMetrics()  # at /metrics for loopback callers (docs/operations.md)
 
     @property
     def hold_timeout_s(self) -> float:

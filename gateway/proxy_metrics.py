@@ -105,6 +105,14 @@ class ProxyMetrics:
         if not proxied and status in REFUSALS:
             self.refusals.labels(endpoint, REFUSALS[status]).inc()
 
+    def woke(self, endpoint_id: str) -> None:
+        if self.enabled:
+            self.wakeups.labels(endpoint_id).inc()
+
+    def count_held(self, held: Callable[[], int]) -> None:
+        """Read the held requests at each scrape (the hold loop keeps the count; nothing is done per request)."""
+        self.held.set_function(held)
+
     def upstream_failed(self, endpoint_id: str) -> None:
         if self.enabled:
             self.upstream_errors.labels(endpoint_id).inc()
