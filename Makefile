@@ -26,6 +26,8 @@ TEST_DEPS += opencode
 TEST_DEPS += postgres
 # Debian's redis-server for the counters several proxies share through Redis: mk/redis.mk.
 TEST_DEPS += redis
+# Debian's prometheus for the test that scrapes a stack through a real Prometheus: mk/prometheus.mk.
+TEST_DEPS += prometheus
 # Debian's chromium, the real browser the console's tests drive through Playwright: mk/chromium.mk.
 TEST_DEPS += chromium
 HF_MIRRORS ?= .state/hf-mirrors
@@ -36,7 +38,7 @@ test: venv $(TEST_DEPS)
 
 # Without the real engine and LiteLLM: the simulator-backed suite only.
 test-fast: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not real_engine and not litellm and not postgres and not redis and not browser" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not real_engine and not litellm and not postgres and not redis and not browser and not prometheus" $(PYTEST_ARGS)
 
 demo: venv $(DEMO_DEPS)
 	$(BIN)/python scripts/demo.py --hf-mirror $(HF_MIRRORS) $(DEMO_ARGS)

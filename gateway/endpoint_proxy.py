@@ -33,6 +33,7 @@ from gateway.key_gate import KeyedRequest, KeyGate, KeyRefusal
 from gateway.limits import Limiter, Refused, Ticket
 from gateway.load_report import LoadCounts, Outcome, answered, failed, report_forever
 from gateway.metrics import MetricsScraper
+from gateway.proxy_metrics import ProxyMetrics, RequestClock
 from gateway.route_table import Route, build_route
 from gateway.routing import Replica, ReplicaMetrics
 from gateway.token_identity import TokenIdentities
@@ -50,7 +51,8 @@ __all__ = ["COOKIE_NAME", "WAKE_EVERY_S", "EndpointProxy", "Route", "find_token"
 
 class EndpointProxy:
     def __init__(self, api: ApiClient, verifier: TokenVerifier, upstream: UpstreamPool | None = None,
-                 refresh_s: float = 1.0, signer: SigningKey | None = None, limiter: Limiter | None = None) -> None:
+                 refresh_s: float = 1.0, signer: SigningKey | None = None, limiter: Limiter | None = None,
+                 metrics: ProxyMetrics | None = None) -> None:
         self.api = api
         self.verifier = verifier
         self.caller_headers = CallerHeaders(verifier, signer)  # signer None: no caller assertions
@@ -69,7 +71,9 @@ class EndpointProxy:
         # and how each copy answered (a canary's health).
         self.load = LoadCounts()
         self._reporter: asyncio.Task[None] | None = None
-        self.holds = Holds(api, lambda route: self.routes.get(route.id, route), self._look_again)
+        self.metrics = metrics or ProxyMetrics()  # at /metrics for loopback callers (docs/operations.md)
+        self.holds = Holds(api, lambda route: self.routes.get(route.id, route), self._look_again, self.metrics.woke)
+        self.metrics.count_held(lambda: sum(self.holds.held.values()))
         # LiteLLM-fronted pools this proxy has seen serving: once one has, a moment with no routable copy
         # (its only copy died and is being re-placed) holds requests instead of passing LiteLLM's 400.
         self._served: set[str] = set()
@@ -151,23 +155,29 @@ class EndpointProxy:
         if path == "/healthz":
             await plain(send, 200, b"ok")
             return
+        if path == "/metrics":
+            await self.metrics.serve(scope, send)
+            return
         if not path.startswith("/endpoints/"):
             await plain(send, 404, b"Not Found")
             return
         endpoint_id, _, rest = path[len("/endpoints/"):].partition("/")
         audited = self.audit.request(endpoint_id)
         meter = UsageMeter()  # the answer's usage: the audit row's tokens, a key's tokens per minute
+        timed, clock = self.metrics.watch(send)
         try:
-            await self._endpoint(scope, receive, meter.watch(audited.watch(send)), endpoint_id, rest, audited,
-                                 meter)
+            await self._endpoint(scope, receive, meter.watch(audited.watch(timed)), endpoint_id, rest, audited,
+                                 meter, clock)
         finally:
             usage = meter.usage()
             if usage is not None:
                 audited.tokens_in, audited.tokens_out = usage.prompt, usage.completion
             audited.end()
+            self.metrics.finished(self.metrics.label(endpoint_id, self.routes.__contains__), audited.status,
+                                  audited.copy_id is not None, clock)
 
     async def _endpoint(self, scope: dict[str, Any], receive: Receive, send: Send, endpoint_id: str, rest: str,
-                        audited: AuditedRequest, meter: UsageMeter) -> None:
+                        audited: AuditedRequest, meter: UsageMeter, clock: RequestClock) -> None:
         route = await self._route(endpoint_id)
         if route is None:
             await plain(send, 404, b"Unknown endpoint")
@@ -210,7 +220,8 @@ class EndpointProxy:
             ticket, receive, body = admitted.ticket, admitted.receive, admitted.body
             if keyed is not None:
                 await self.keys.spend(keyed.verdict)
-            await self._admitted(scope, receive, send, route, rest, headers, strip_authorization, identity, audited)
+            await self._admitted(scope, receive, send, route, rest, headers, strip_authorization, identity, audited,
+                                 clock)
         except KeyRefusal as refusal:
             await refusal.answer(send)
         except Refused as refused:
@@ -221,7 +232,7 @@ class EndpointProxy:
 
     async def _admitted(self, scope: dict[str, Any], receive: Receive, send: Send, route: Route, rest: str,
                         headers: list[tuple[bytes, bytes]], strip_authorization: bool, identity: Identity | None,
-                        audited: AuditedRequest) -> None:
+                        audited: AuditedRequest, clock: RequestClock) -> None:
         audited.admit(identity.user if identity is not None else None)
         limits = self.admission.exchange_limits(self.limits, route.limits)  # its body limit: the LimitPolicy's
         if (exchange := await admit(limits, route.service, route.id, headers, receive, send)) is None:
@@ -234,7 +245,7 @@ class EndpointProxy:
             return  # answered: 503 (nothing to wait for, or the deadline passed) or 429 (too many waiting)
         audited.copy_id = target.copy_id
         await exchange.run(self._forward(scope, exchange.receive, exchange.send, route, target, rest, headers,
-                                         strip_authorization, session_id, identity))
+                                         strip_authorization, session_id, identity, clock))
 
     async def _when_none_routable(self, route: Route, send: Send, headers: list[tuple[bytes, bytes]],
                                   session_id: str | None) -> Replica | None:
@@ -252,7 +263,7 @@ class EndpointProxy:
     async def _forward(self, scope: dict[str, Any], receive: Receive, send: Send, route: Route,
                        target: Replica, rest: str, headers: list[tuple[bytes, bytes]],
                        strip_authorization: bool, session_id: str | None = None,
-                       identity: Identity | None = None) -> None:
+                       identity: Identity | None = None, clock: RequestClock | None = None) -> None:
         upstream_headers, renewed = self.caller_headers.build(headers, strip_authorization, identity, route.id)
         path = f"/{rest}"
         if scope.get("query_string"):
@@ -275,8 +286,11 @@ class EndpointProxy:
                 response = await self.upstream.request(method, target.url + path, _to(target, upstream_headers),
                                                        body)
                 answered(outcome, response.status, time.monotonic() - sent_at)
+                if clock is not None:
+                    clock.upstream_headers_s = time.monotonic() - sent_at
             except UpstreamError as error:
                 failed(outcome)
+                self.metrics.upstream_failed(route.id)
                 log.warning("upstream %s failed: %s", target.url, error)
                 target.metrics.failed_at = time.monotonic()  # out until a scrape succeeds again
                 second = await self._second_try(route, target, error, retriable, session_id, method, path,
@@ -285,6 +299,7 @@ class EndpointProxy:
                     await upstream_failed(send, route, target)
                     return
                 target.in_flight -= 1
+                self.metrics.retried(route.id)
                 target, response = second
                 answered(self._sent(route, target), response.status, 0.0)  # its time is the retry's, not TTFT
                 target.in_flight += 1

@@ -35,8 +35,10 @@ class Holds:
     `look_again(age_s)` refreshes the table unless it is younger than `age_s`."""
 
     def __init__(self, api: ApiClient, current: Callable[[Route], Route],
-                 look_again: Callable[[float], Awaitable[None]]) -> None:
+                 look_again: Callable[[float], Awaitable[None]], on_woken: Callable[[str], None] | None = None,
+                 ) -> None:
         self.api = api
+        self._on_woken = on_woken  # told each endpoint id this proxy woke (its wake-ups counter)
         self._current, self._look_again = current, look_again
         self.timeout_s = HOLD_TIMEOUT_S
         self.max_held = MAX_HELD_PER_ENDPOINT
@@ -112,6 +114,8 @@ class Holds:
         self._last_wake[route.id] = time.monotonic()
         if reply.woken:
             self._woken_at[route.id] = time.monotonic()
+            if self._on_woken is not None:
+                self._on_woken(route.id)
             log.info("woke endpoint %s (workflow %s)", route.id, route.workflow_id)
             return True
         self._awake_until[route.id] = time.monotonic() + AWAKE_ANSWER_TTL_S

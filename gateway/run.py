@@ -10,8 +10,9 @@ import uvicorn
 from berth.api_client import ApiClient
 from berth.errors import BerthError
 from berth.security import SigningKey, TokenVerifier
-from berth.settings import ProxyHolding, ProxyLimits, ServerTLS, StateLayout, state_dir_if_set
+from berth.settings import ProxyHolding, ProxyLimits, ServerTLS, StateLayout, metrics_enabled, state_dir_if_set
 from gateway.endpoint_proxy import EndpointProxy
+from gateway.proxy_metrics import ProxyMetrics
 
 
 def load_signer() -> SigningKey | None:
@@ -33,7 +34,8 @@ def run_endpoint_proxy(api_url: str, token: str, host: str, port: int, fd: int |
                 raise SystemExit(f"cannot load the signing keys from {api_url}") from None
 
     verifier = asyncio.run(load_keys())
-    app = EndpointProxy(ApiClient(api_url, token), verifier, signer=load_signer())
+    app = EndpointProxy(ApiClient(api_url, token), verifier, signer=load_signer(),
+                        metrics=ProxyMetrics(enabled=metrics_enabled()))
     # How long a request for a pool at zero is held, and how many may wait per endpoint.
     holding = ProxyHolding.from_env()
     app.holds.timeout_s = holding.timeout_s or app.holds.timeout_s

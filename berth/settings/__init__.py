@@ -321,6 +321,7 @@ from berth.settings.components import (  # noqa: E402, F401 — re-exported: ber
     litellm_assertion_settings,
     litellm_bin_override,
     litellm_hook_settings,
+    metrics_enabled,
     opencode_bin_override,
     replica_keys_token,
     state_dir_if_set,

@@ -185,3 +185,12 @@ def litellm_hook_settings(environ: Mapping[str, str] = os.environ) -> LiteLLMHoo
         replicas_url=replicas_url, interval_s=interval_s, rate_url=environ.get("BERTH_RATE_URL", "").strip(),
         replicas_token=environ.get("BERTH_REPLICAS_TOKEN", "").strip(), tls_ca=environ.get("BERTH_TLS_CA", "").strip())
 
+
+
+def metrics_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """`BERTH_METRICS`: `off` stops a proxy recording its Prometheus figures (its /metrics then answers 404);
+    on by default. Any other value than on/off stops the start in one line."""
+    value = environ.get("BERTH_METRICS", "on").strip().lower()
+    if value not in ("on", "off"):
+        raise SystemExit(f"BERTH_METRICS must be on or off, not {value[:20]!r}.")
+    return value == "on"
