@@ -12,6 +12,7 @@ from fastapi.responses import Response
 
 from berth.contracts import EntryDetail, ParameterView
 from berth.errors import BerthError
+from console.pages.form_values import form_text
 from console.render import page, redirect
 from console.routing import ConsoleRoute
 from console.session import CsrfChecked, Signed
@@ -62,7 +63,7 @@ async def entry(request: Request, session: Signed, name: str) -> Response:
 @router.post("/catalog/entry", dependencies=[CsrfChecked])
 async def start(request: Request, session: Signed, name: str) -> Response:
     detail = await session.api.catalog_entry(name)
-    form = {key: value for key, value in (await request.form()).items() if isinstance(value, str)}
+    form = await form_text(request)
     workflow_name = form.get(NAME_FIELD, "").strip() or None
     try:
         started = await session.api.start_workflow(detail.name, chosen_values(detail, form), workflow_name)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from berth.errors import BerthError
+from console.pages.form_values import form_text
 from console.render import page, redirect
 from console.routing import ConsoleRoute
 from console.session import CsrfChecked, Session, Signed
@@ -23,24 +24,24 @@ async def _people_page(request: Request, session: Session, status_code: int = 20
                 typed=typed or {})
 
 
-def _form_text(form: dict[str, str], name: str) -> str:
+def _field(form: dict[str, str], name: str) -> str:
     return form.get(name, "").strip()
 
 
 async def _change(request: Request, session: Session, form_name: str) -> Response:
     """Apply one form's change through the API; on a refusal, the page again with what was typed."""
-    form = {key: value for key, value in (await request.form()).items() if isinstance(value, str)}
-    org = _form_text(form, "org") or "default"
+    form = await form_text(request)
+    org = _field(form, "org") or "default"
     try:
         if form_name == "user":
             groups = [g.strip() for g in form.get("groups", "").split(",") if g.strip()]
-            await session.api.create_user(_form_text(form, "name"), org, groups, form.get("admin") == "on")
+            await session.api.create_user(_field(form, "name"), org, groups, form.get("admin") == "on")
         elif form_name == "group":
-            await session.api.create_group(_form_text(form, "name"), org)
+            await session.api.create_group(_field(form, "name"), org)
         elif form_name == "member":
-            await session.api.add_member(_form_text(form, "group"), _form_text(form, "user"))
+            await session.api.add_member(_field(form, "group"), _field(form, "user"))
         else:
-            await session.api.revoke_token(_form_text(form, "token_id"))
+            await session.api.revoke_token(_field(form, "token_id"))
     except BerthError as error:
         typed = {f"{form_name}-{key}": value for key, value in form.items() if key != "csrf"}
         return await _people_page(request, session, error.http_status, str(error), typed)

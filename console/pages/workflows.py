@@ -13,6 +13,7 @@ from fastapi.responses import Response
 
 from berth.contracts import NodeView, Rollout, RolloutAction, RolloutCommand, RolloutPhase, WorkflowDescription
 from berth.errors import BerthError, UserInputError
+from console.pages.form_values import form_text
 from console.render import page, redirect
 from console.routing import ConsoleRoute
 from console.session import CsrfChecked, Session, Signed
@@ -121,10 +122,6 @@ async def workflow_live(request: Request, session: Signed, workflow_id: str) -> 
                 **context)
 
 
-async def _form(request: Request) -> dict[str, str]:
-    return {key: value for key, value in (await request.form()).items() if isinstance(value, str)}
-
-
 @router.post("/workflows/{workflow_id}/stop", dependencies=[CsrfChecked])
 async def stop(request: Request, session: Signed, workflow_id: str) -> Response:
     try:
@@ -136,7 +133,7 @@ async def stop(request: Request, session: Signed, workflow_id: str) -> Response:
 
 @router.post("/workflows/{workflow_id}/scale", dependencies=[CsrfChecked])
 async def scale(request: Request, session: Signed, workflow_id: str) -> Response:
-    typed = (await _form(request)).get("copies", "").strip()
+    typed = (await form_text(request)).get("copies", "").strip()
     try:
         if not typed.isdigit():
             raise UserInputError(f"Copies must be a whole number, 0 or more, not '{typed[:40]}'.")
@@ -148,7 +145,7 @@ async def scale(request: Request, session: Signed, workflow_id: str) -> Response
 
 @router.post("/workflows/{workflow_id}/rollout", dependencies=[CsrfChecked])
 async def rollout(request: Request, session: Signed, workflow_id: str) -> Response:
-    action = (await _form(request)).get("action", "")
+    action = (await form_text(request)).get("action", "")
     try:
         if action not in {a.value for a in RolloutAction}:
             raise UserInputError(f"No rollout command '{action[:40]}'; the commands: "
