@@ -18,12 +18,13 @@ from berth.api_client import ApiClient
 from berth.errors import BerthError, PermissionDeniedError
 from berth.kinds import ProcessKind
 from berth.security import TokenVerifier
-from berth.settings import ProxyLimits, limit_policy
+from berth.settings import ProxyLimits, limit_policy, metrics_enabled
 from gateway import deadlines, routing, session_key
 from gateway.credentials import strip_berth_credentials
 from gateway.gateway_auth import KEY_HEADERS, MasterKeyGate
 from gateway.litellm_contract import invalid_model, model_listing
 from gateway.metrics import MetricsScraper
+from gateway.proxy_metrics import ProxyMetrics, RequestClock
 from gateway.upstream import HOP_BY_HOP, Receive, Send, UpstreamError, UpstreamPool, relay
 
 log = logging.getLogger("berth.gateway")
@@ -51,8 +52,12 @@ class ModelGateway:
     def __init__(self, api: ApiClient, upstream: UpstreamPool | None = None, refresh_s: float = 2.0,
                  hold_deadline_s: float = HOLD_DEADLINE_S, keys_api: ApiClient | None = None,
                  routing_policy: str | None = None, gate: MasterKeyGate | None = None,
-                 limits: ProxyLimits | None = None) -> None:
+                 limits: ProxyLimits | None = None, metrics: ProxyMetrics | None = None) -> None:
         self.api = api
+        # At /metrics for loopback callers, by model (docs/operations.md); `held` counts requests waking a pool.
+        self.metrics = metrics or ProxyMetrics(prefix="berth_model_gateway", subject="model")
+        self.held = 0
+        self.metrics.count_held(lambda: self.held)
         # The catalog entry's RoutingPolicy picks among a model's copies; unset, each pool's own policy.
         self.routing_policy = routing_policy
         if routing_policy is not None:
@@ -190,6 +195,18 @@ class ModelGateway:
         if path in ("/health", "/healthz"):
             await _json(send, 200, self.health())
             return
+        if path == "/metrics":
+            await self.metrics.serve(scope, send)
+            return
+        timed, clock = self.metrics.watch(send)
+        clock.subject = "none"  # until the body names a model
+        try:
+            await self._answer(scope, receive, timed, clock)
+        finally:
+            self.metrics.finished(clock.subject, clock.status, clock.proxied, clock)
+
+    async def _answer(self, scope: dict[str, Any], receive: Receive, send: Send, clock: RequestClock) -> None:
+        path: str = scope["path"]
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         refusal = await self.gate.refusal(headers) if self.gate is not None else None
         if refusal is not None:
@@ -201,7 +218,7 @@ class ModelGateway:
         if scope["method"] != "POST":
             await _json(send, 404, _error(f"No route {path}; this gateway serves /v1/models and POST /v1/…", 404))
             return
-        await self._route(scope, receive, send)
+        await self._route(scope, receive, send, clock)
 
     def health(self) -> dict[str, Any]:
         """Alive, and how far discovery has got: counts and times only (the answer precedes the master key),
@@ -209,7 +226,7 @@ class ModelGateway:
         return {"status": "ok", "discovery": {"rounds": self.discovery_rounds,
                                               "last_round_started_at": self.last_round_started_at}}
 
-    async def _route(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    async def _route(self, scope: dict[str, Any], receive: Receive, send: Send, clock: RequestClock) -> None:
         """A POST to a ready copy of the pool serving its `model`, waking the pool when none is ready."""
         path: str = scope["path"]
         headers: list[tuple[bytes, bytes]] = scope["headers"]
@@ -226,6 +243,8 @@ class ModelGateway:
         if not isinstance(model, str) or not model:
             await _json(send, 400, _error('The request names no "model".', 400))
             return
+        # A label only for a model this gateway serves: a caller's made-up name mints no series.
+        clock.subject = model if any(p.model_id == model for p in self.pools.values()) else "unknown"
         session = next((v.decode("latin-1") for k, v in headers if k == b"x-session-id"), None)
         if session is None and self._eligible(model) > 1:
             session = session_key.of_prompt(request)  # a hash: the prompt itself goes nowhere
@@ -235,7 +254,7 @@ class ModelGateway:
         if choice is None:
             await self._refuse_unserved(send, path, model)
             return
-        await exchange.run(self._forward(scope, exchange.receive, exchange.send, body, *choice))
+        await exchange.run(self._forward(scope, exchange.receive, exchange.send, body, *choice, clock))
 
     def _eligible(self, model: str) -> int:
         """How many copies a request for `model` may go to now."""
@@ -256,16 +275,19 @@ class ModelGateway:
                         extra=[(b"retry-after", b"10")])
 
     async def _forward(self, scope: dict[str, Any], receive: Receive, send: Send, body: bytes, pool: Pool,
-                       replica: routing.Replica) -> None:
+                       replica: routing.Replica, clock: RequestClock) -> None:
         forward = [(k, v) for k, v in strip_berth_credentials(scope["headers"], self._berth_tokens)
                    if k not in STRIPPED] + replica.authorization()
         query = scope.get("query_string") or b""
         target = replica.url + scope["path"] + ("?" + query.decode("latin-1") if query else "")
         replica.in_flight += 1
+        sent_at = time.monotonic()
         try:
             try:
                 response = await self.upstream.request("POST", target, forward, body)
+                clock.upstream_headers_s, clock.proxied = time.monotonic() - sent_at, True
             except UpstreamError as error:
+                self.metrics.upstream_failed(pool.model_id)
                 replica.metrics.failed_at = time.monotonic()
                 log.warning("replica %s of %s failed: %s", replica.copy_id, pool.model_id, error)
                 await _json(send, 502, _error("The model server did not answer; retry.", 502))
@@ -279,7 +301,14 @@ class ModelGateway:
         pools = [p for p in self.pools.values() if p.model_id == model]
         if not pools:
             return None
-        deadline = time.monotonic() + deadline_s
+        self.held += 1
+        try:
+            return await self._wait_for_copy(model, session, pools, time.monotonic() + deadline_s)
+        finally:
+            self.held -= 1
+
+    async def _wait_for_copy(self, model: str, session: str | None, pools: list[Pool], deadline: float
+                             ) -> tuple[Pool, routing.Replica] | None:
         last_wake = 0.0
         while time.monotonic() < deadline:
             with contextlib.suppress(BerthError):
@@ -289,6 +318,7 @@ class ModelGateway:
                 for pool in pools:
                     with contextlib.suppress(BerthError):
                         await self.api.wake_endpoint(pool.endpoint_id, f"gateway request for {model}")
+                        self.metrics.woke(model)
             changed = self._changed
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), timeout=min(1.0, max(0.05, deadline - time.monotonic())))
@@ -341,6 +371,8 @@ def run_gateway(api_url: str, token: str, host: str, port: int, keys_token: str 
     api = ApiClient(api_url, token)
     gate = MasterKeyGate(master_key, endpoint_id or "", api.jwks) if master_key else None
     gateway = ModelGateway(api, keys_api=keys_api, refresh_s=refresh_s, routing_policy=routing_policy, gate=gate,
-                           limits=ProxyLimits.from_env(body_limit_bytes=limit_policy().body_limit_bytes))
+                           limits=ProxyLimits.from_env(body_limit_bytes=limit_policy().body_limit_bytes),
+                           metrics=ProxyMetrics(enabled=metrics_enabled(), prefix="berth_model_gateway",
+                                                subject="model"))
     uvicorn.run(gateway, host=host, port=port, log_level="warning",
                 access_log=False, loop="uvloop", http="httptools", lifespan="on")

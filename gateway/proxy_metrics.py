@@ -30,11 +30,14 @@ LOOPBACK = ("127.0.0.1", "::1")
 class RequestClock:
     """One request's moments on the proxy's monotonic clock, noted by the watched `send`."""
 
-    __slots__ = ("answered", "chunks", "first_byte", "started", "upstream_headers_s")
+    __slots__ = ("answered", "chunks", "first_byte", "proxied", "started", "status", "subject", "upstream_headers_s")
 
     def __init__(self) -> None:
         self.started = time.monotonic()
         self.answered: float | None = None  # the answer's headers left the proxy
+        self.status = 0  # the answer's status; 0 while none was sent
+        self.subject = UNKNOWN  # the model gateway's label for this request, once it has read the body
+        self.proxied = False  # a copy answered (the model gateway's note; the endpoint proxy's is the audit's)
         self.first_byte: float | None = None
         self.chunks = 0
         self.upstream_headers_s: float | None = None  # the copy's time to its headers, set by the forwarder
@@ -42,34 +45,36 @@ class RequestClock:
 
 class ProxyMetrics:
     """`enabled=False` (BERTH_METRICS=off) records nothing and serves no /metrics: the baseline the
-    benchmark compares the proxy's added latency against."""
+    benchmark compares the proxy's added latency against.
 
-    def __init__(self, registry: CollectorRegistry | None = None, enabled: bool = True) -> None:
+    The model gateway keeps the same figures under its own names: `prefix="berth_model_gateway"` and
+    `subject="model"` (a model it discovered; any other name counts as `unknown`)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, enabled: bool = True,
+                 prefix: str = "berth_proxy", subject: str = "endpoint") -> None:
         self.enabled = enabled
         self.registry = registry or CollectorRegistry(auto_describe=True)
-        by_endpoint = ("endpoint",)
-        self.requests = Counter("berth_proxy_requests", "Requests answered, by endpoint and status code",
-                                ("endpoint", "code"), registry=self.registry)
-        self.duration = Histogram("berth_proxy_request_duration_seconds", "Whole request time at the proxy",
-                                  by_endpoint, buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.first_byte = Histogram("berth_proxy_time_to_first_byte_seconds",
-                                    "Time until the answer's first body byte left the proxy", by_endpoint,
-                                    buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.added = Histogram("berth_proxy_added_latency_seconds",
+        one, r = (subject,), self.registry
+        self.requests = Counter(f"{prefix}_requests", f"Requests answered, by {subject} and status code",
+                                (subject, "code"), registry=r)
+        self.duration = Histogram(f"{prefix}_request_duration_seconds", "Whole request time at the proxy", one,
+                                  buckets=LATENCY_BUCKETS, registry=r)
+        self.first_byte = Histogram(f"{prefix}_time_to_first_byte_seconds",
+                                    "Time until the answer's first body byte left the proxy", one,
+                                    buckets=LATENCY_BUCKETS, registry=r)
+        self.added = Histogram(f"{prefix}_added_latency_seconds",
                                "The proxy's own share of the time to the answer's headers (proxy time minus the "
-                               "copy's)", by_endpoint, buckets=ADDED_BUCKETS, registry=self.registry)
-        self.chunks = Counter("berth_proxy_streamed_chunks", "Body chunks relayed to callers", by_endpoint,
-                              registry=self.registry)
-        self.refusals = Counter("berth_proxy_refusals", "Requests the proxy refused itself, by reason",
-                                ("endpoint", "reason"), registry=self.registry)
-        self.upstream_errors = Counter("berth_proxy_upstream_errors", "Attempts that got no answer from a copy",
-                                       by_endpoint, registry=self.registry)
-        self.retries = Counter("berth_proxy_retries", "Second attempts (another copy, a restarted LiteLLM)",
-                               by_endpoint, registry=self.registry)
-        self.held = Gauge("berth_proxy_held_requests", "Requests waiting for a copy (scale from zero)",
-                          registry=self.registry)
-        self.wakeups = Counter("berth_proxy_wakeups", "Wake calls sent for endpoints scaled to zero", by_endpoint,
-                               registry=self.registry)
+                               "copy's)", one, buckets=ADDED_BUCKETS, registry=r)
+        self.chunks = Counter(f"{prefix}_streamed_chunks", "Body chunks relayed to callers", one, registry=r)
+        self.refusals = Counter(f"{prefix}_refusals", "Requests the proxy refused itself, by reason",
+                                (subject, "reason"), registry=r)
+        self.upstream_errors = Counter(f"{prefix}_upstream_errors", "Attempts that got no answer from a copy", one,
+                                       registry=r)
+        self.retries = Counter(f"{prefix}_retries", "Second attempts (another copy, a restarted LiteLLM)", one,
+                               registry=r)
+        self.held = Gauge(f"{prefix}_held_requests", "Requests waiting for a copy (scale from zero)", registry=r)
+        self.wakeups = Counter(f"{prefix}_wakeups", f"Wake calls sent for {subject}s scaled to zero", one,
+                               registry=r)
 
     def watch(self, send: Send) -> tuple[Send, RequestClock]:
         """`send` that notes the first body byte and counts the chunks, and the clock it notes them on."""
@@ -80,6 +85,7 @@ class ProxyMetrics:
         async def watched(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 clock.answered = time.monotonic()
+                clock.status = message["status"]
             elif message.get("body"):
                 clock.chunks += 1
                 if clock.first_byte is None:
