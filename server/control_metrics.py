@@ -80,8 +80,10 @@ class PhaseCache:
     """Pool workflows by phase, read through `reader` at most every PHASE_CACHE_S; a failed or slow
     reading keeps the last figures (and is counted), so a Temporal outage never fails a scrape."""
 
-    def __init__(self, reader: PhaseReader, failures: Counter) -> None:
+    def __init__(self, reader: PhaseReader, failures: Counter,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._reader = reader
+        self._clock = clock
         self._failures = failures
         self._lock = asyncio.Lock()
         self._read_at: float | None = None
@@ -90,10 +92,10 @@ class PhaseCache:
 
     async def refresh(self) -> None:
         async with self._lock:  # scrapes at once share one reading
-            if self._read_at is not None and time.monotonic() - self._read_at < PHASE_CACHE_S:
+            if self._read_at is not None and self._clock() - self._read_at < PHASE_CACHE_S:
                 return
             # Noted before the reading: a Temporal that is down is asked again only after PHASE_CACHE_S.
-            self._read_at = time.monotonic()
+            self._read_at = self._clock()
             try:
                 read = await asyncio.wait_for(self._reader(), PHASE_READ_TIMEOUT_S)
             except Exception as error:  # noqa: BLE001 — whatever Temporal does, the scrape goes on
