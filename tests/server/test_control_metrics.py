@@ -156,7 +156,8 @@ async def test_phases_are_cached_and_a_failure_keeps_the_last_figures() -> None:
             raise answer
         return answer
 
-    failures = Counter("failures", "", registry=CollectorRegistry())
+    registry = CollectorRegistry()
+    failures = Counter("failures", "", registry=registry)
     cache = PhaseCache(reader, failures, clock=lambda: now[0])
     await cache.refresh()
     now[0] += 9.9
@@ -165,7 +166,7 @@ async def test_phases_are_cached_and_a_failure_keeps_the_last_figures() -> None:
     now[0] += 0.2
     await cache.refresh()
     assert len(calls) == 2 and cache.figures["ready"] == 2 and cache.figures["scheduling"] == 1
-    assert failures._value.get() == 1
+    assert registry.get_sample_value("failures_total") == 1
 
 
 class _Execution:
