@@ -16,7 +16,7 @@ from berth.api_keys import KeyHasher
 from berth.errors import BerthError
 from berth.security import Cipher, ReplicaKeys, SigningKey, TokenVerifier
 from berth.settings import ClusterSettings, StateLayout, admin_user, key_hmac_secret_file, limit_policy
-from server import request_limits, scheduler
+from server import control_metrics, request_limits, scheduler
 from server.api_keys import ApiKeys
 from server.context import ServerContext
 from server.model_jobs import evict_model_cache, start_model_job
@@ -56,6 +56,7 @@ def create_app(context: ServerContext) -> FastAPI:
                   dependencies=[Depends(request_limits.check_path_ids)])
     app.state.context = context
     request_limits.install(app, context.settings.max_request_body_bytes)
+    control_metrics.install(app, context)  # after the body limit: its timer is the outermost middleware
     app.exception_handler(BerthError)(_berth_error)
     for router in ROUTERS:
         app.include_router(router)

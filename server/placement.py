@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
@@ -21,6 +22,14 @@ from berth.contracts import Placement, RankPlacement, ReserveRequest, ReserveRes
 from berth.errors import NotFoundError, UnavailableError
 from server import fencing, scheduler
 from server.models import AllocationRow, NodeRow, PortRow, ReplicaRow, ReservationRow, StoreLockRow
+
+
+class PlacementObserver(Protocol):
+    """Who is told of each placement decision (the control plane's metrics, server/control_metrics.py)."""
+
+    def reserved(self, request: ReserveRequest, result: ReserveResult, seconds: float) -> None: ...
+
+    def released(self, copy_id: str) -> None: ...
 
 
 class Placements:
@@ -32,6 +41,7 @@ class Placements:
         self._lock = threading.Lock()
         self.node_offline_after_s = node_offline_after_s
         self.policy = policy
+        self.observer: PlacementObserver | None = None  # set by the app that serves metrics
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
@@ -80,6 +90,13 @@ class Placements:
 
     def reserve(self, request: ReserveRequest) -> ReserveResult:
         """Atomically place a copy: GPUs and ports for every rank, or the reason it must wait."""
+        started = time.perf_counter()
+        result = self._reserve(request)
+        if self.observer is not None:  # after the commit: the time told is the whole transaction's
+            self.observer.reserved(request, result, time.perf_counter() - started)
+        return result
+
+    def _reserve(self, request: ReserveRequest) -> ReserveResult:
         with self.transaction() as s:
             existing = s.get(ReservationRow, request.copy_id)
             if existing is not None:  # an activity retry after a lost reply: same answer
@@ -159,6 +176,8 @@ class Placements:
             s.execute(delete(ReservationRow).where(ReservationRow.copy_id == copy_id))
             # A released copy serves nothing: its record goes with it (see `publish`).
             s.execute(delete(ReplicaRow).where(ReplicaRow.copy_id == copy_id))
+        if self.observer is not None:
+            self.observer.released(copy_id)
 
     def publish(self, workflow_id: str, endpoint_id: str, copy_id: str, url: str, ready: bool,
                 revision: int = 1) -> bool:

@@ -14,6 +14,7 @@ from server.routes import (
     internal,
     keys,
     litellm_keys,
+    metrics,
     model_reports,
     models,
     nodes,
@@ -29,4 +30,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     tokens.router, health.router, catalog.router, workflows.router, endpoints.router, endpoint_policy.router,
     secrets.router, identity.router, nodes.router, keys.router, litellm_keys.router, internal.router, audit.router,
     models.router, model_reports.router, revisions.router, scaling.router, traffic.router,
+    metrics.router,
 )

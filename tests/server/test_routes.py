@@ -47,7 +47,9 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          # Issue 17: a rollout's traffic split and a revision's health as the endpoint proxies saw it.
          ("PUT", "/v1/internal/endpoints/{endpoint_id}/traffic"),
          ("GET", "/v1/internal/endpoints/{endpoint_id}/revision-health"),
-         ("PUT", "/v1/internal/workflows/{workflow_id}/served-revision")}
+         ("PUT", "/v1/internal/workflows/{workflow_id}/served-revision"),
+         # Issue 19: the control plane's Prometheus figures (loopback or an administrator).
+         ("GET", "/metrics")}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 CONSOLE = "/ui"  # the web console's HTML pages: not the REST API (tests/console/ covers them)
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema
