@@ -17,6 +17,7 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.download_meter import DownloadTally
 from activities.node_context import NodeContext
 from berth.api_client import ApiClient
 from berth.contracts import ModelProgress, ModelProgressReport
@@ -147,8 +148,9 @@ class ModelJobActivities:
         staging = self.cache.partial_dir(spec.repo or "", resolved.commit, _variant(spec))
         reporter = _Progress(self.api, spec.model_id, request.job_id)
         try:
-            result = await fetch(listing, self._endpoint(), spec.repo or "", staging,  # type: ignore[arg-type]
-                                 await self._hf_token(spec), reporter)
+            with self.context.downloads.download() as reporter.tally:
+                result = await fetch(listing, self._endpoint(), spec.repo or "", staging,  # type: ignore[arg-type]
+                                     await self._hf_token(spec), reporter)
         except WeightsError as error:
             raise _fail(str(error), error.error_type, error.non_retryable) from None
         finally:
@@ -256,8 +258,11 @@ class _Progress:
         self.last = 0.0
         self.sending: asyncio.Task[None] | None = None
         self.latest: ModelProgress | None = None
+        self.tally: DownloadTally | None = None  # the node's download metrics, while the fetch runs
 
     def __call__(self, progress: ModelProgress) -> None:
+        if self.tally is not None:
+            self.tally.progress(progress.bytes_done, progress.rate_bps)
         activity.heartbeat(progress.model_dump())
         self.latest = progress
         now = time.monotonic()

@@ -1,11 +1,13 @@
 """NodeContext: which node an activity runs on (its id, address, engine and state dir), the one fact every
-node activity module (ranks, services, weights) shares; its own module so none of them imports another."""
+node activity module (ranks, services, weights) shares; its own module so none of them imports another.
+It also carries the agent's DownloadMeter, which the download activities feed and the agent's /metrics reads."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from activities.download_meter import DownloadMeter
 from berth.settings import StateLayout
 
 
@@ -15,6 +17,7 @@ class NodeContext:
     address: str
     engine: str
     state: StateLayout
+    downloads: DownloadMeter = field(default_factory=DownloadMeter, compare=False)
 
     @property
     def node_dir(self) -> Path:

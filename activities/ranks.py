@@ -24,7 +24,7 @@ from temporalio.service import RPCError
 from activities.health import until_hung
 from activities.listener import foreign_listener
 from activities.node_context import NodeContext
-from activities.supervision import RANK_PIDFILE, SHUTDOWN_MARKER, Supervisor
+from activities.supervision import RANK_PIDFILE, SHUTDOWN_MARKER, RankState, Supervisor
 from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
 from berth.child_environment import engine_environment
@@ -137,6 +137,7 @@ class NodeActivities:
         process = await self._spawn(spec, argv, env, run_dir, log_path)
         pidfile = run_dir / RANK_PIDFILE
         await self.supervisor.record(pidfile, process.pid, spec=spec.model_dump(mode="json"), log=str(log_path))
+        self.supervisor.rank_started(run_dir, spec.rank)
         segments: set[str] = set()  # /dev/shm names this rank's processes mapped: ours to clean up
 
         def scan() -> None:
@@ -164,6 +165,7 @@ class NodeActivities:
                 log_tail=tail(log_path, 15),
             )
         finally:
+            self.supervisor.rank_ended(run_dir)
             _clean_shm(segments & (_shm_entries() - shm_before))
             remove_file(pidfile)
             remove_file(_short_alias(run_dir / "tmp"))
@@ -223,6 +225,7 @@ class NodeActivities:
     async def _set_routable(self, copy_id: str, routable: bool) -> None:
         """Take the copy out of routing while its /health fails, and back in when it answers again; the
         API being unreachable costs only that (the liveness count goes on)."""
+        self.supervisor.copy_state(copy_id, RankState.RUNNING if routable else RankState.UNHEALTHY)
         if self.api is None:
             return
         try:
@@ -267,6 +270,8 @@ class NodeActivities:
                         models = await client.get(f"{check.url}/v1/models", headers=headers)
                         ids = [m.get("id") for m in models.json().get("data", [])] if models.is_success else []
                         if check.model_id in ids:
+                            if check.copy_id:
+                                self.supervisor.copy_state(check.copy_id, RankState.RUNNING)
                             return
                         last = f"/v1/models lists {ids}, not {check.model_id} yet"
                     else:

@@ -12,6 +12,7 @@ import time
 from asyncio.subprocess import Process
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,17 @@ PIDFILE_PATTERNS = (RANK_PIDFILES, f"services/*/{SERVICE_PIDFILE}")
 log = logging.getLogger("berth.node")
 
 
+class RankState(str, Enum):
+    """What a rank this agent supervises is doing: the bounded label set of berth_node_ranks{state}."""
+
+    STARTING = "starting"  # spawned; its copy has not passed wait_ready on this node yet
+    RUNNING = "running"  # its copy is ready here (a rank above 0 serves no HTTP: running once spawned)
+    UNHEALTHY = "unhealthy"  # its /health probe failed: out of routing until it answers again
+    ORPHANED = "orphaned"  # left running by a previous agent, not adopted yet
+    ADOPTED = "adopted"  # a previous agent's, taken back by this one
+    EXITED = "exited"  # ended during this agent's life: a count that only grows
+
+
 @dataclass(frozen=True)
 class Orphan:
     """A live process a previous agent left running (it died without stopping it)."""
@@ -72,6 +84,30 @@ class Supervisor:
     node_id: str
     node_dir: Path
     adopted: set[Path] = field(default_factory=set)  # pidfiles a restarted agent took back
+    # Rank directory name (`<copy>-r<rank>`) → state; read by the metrics server's thread (a copy of it).
+    rank_states: dict[str, RankState] = field(default_factory=dict)
+    ranks_exited: int = 0
+
+    def rank_started(self, run_dir: Path, rank: int) -> None:
+        self.rank_states[run_dir.name] = RankState.STARTING if rank == 0 else RankState.RUNNING
+
+    def rank_ended(self, run_dir: Path) -> None:
+        if self.rank_states.pop(run_dir.name, None) is not None:
+            self.ranks_exited += 1
+
+    def copy_state(self, copy_id: str, state: RankState) -> None:
+        """Set the state of this copy's ranks on this node (wait_ready passed, a /health probe changed)."""
+        for name, current in self.rank_states.copy().items():
+            if name.startswith(f"{copy_id}-r") and current is not RankState.ORPHANED:
+                self.rank_states[name] = state
+
+    def rank_counts(self) -> dict[RankState, int]:
+        """Ranks by state, every state present (0 when none): what berth_node_ranks reports."""
+        counts = dict.fromkeys(RankState, 0)
+        for state in self.rank_states.copy().values():
+            counts[state] += 1
+        counts[RankState.EXITED] = self.ranks_exited
+        return counts
 
     async def record(self, pidfile: Path, pid: int, **fields: Any) -> None:
         """Write the pidfile a restarted agent adopts from; if it cannot be written, stop the process
@@ -117,6 +153,8 @@ class Supervisor:
                                note="its process ended while the node agent was down (exit status unknown)")
             remove_file(marker)  # marked, but its agent died before stopping it: it serves on, adopted
             self._claim(pidfile, record, log_path, what)
+            if pidfile.name == RANK_PIDFILE:
+                self.rank_states[pidfile.parent.name] = RankState.ADOPTED
             # Beside the watch, not before it: however long the telling takes, the process is watched.
             telling = asyncio.ensure_future(claimed()) if claimed is not None else None
             await self.watch(record["pid"], what)
@@ -128,6 +166,8 @@ class Supervisor:
             remove_file(pidfile)
             remove_file(marker)
             self.adopted.discard(pidfile)
+            if pidfile.name == RANK_PIDFILE:
+                self.rank_ended(pidfile.parent)
 
     def _claim(self, pidfile: Path, record: dict[str, Any], log_path: Path, what: str) -> None:
         """Say in the record and in the process's log that this agent now owns it."""
@@ -145,6 +185,8 @@ class Supervisor:
                 record = read_pidfile(pidfile)
                 if record is not None and same_process(record["pid"], record.get("start_ticks")):
                     orphans.append(Orphan(pidfile, record["pid"], record.get("start_ticks")))
+                    if pidfile.name == RANK_PIDFILE:
+                        self.rank_states[pidfile.parent.name] = RankState.ORPHANED
                 else:
                     remove_file(pidfile)
         return orphans
@@ -183,6 +225,8 @@ class Supervisor:
                 await stop_group(orphan.pid, STOP_GRACE_S)
             if ours:
                 remove_file(orphan.pidfile)
+            if orphan.pidfile.name == RANK_PIDFILE:
+                self.rank_ended(orphan.pidfile.parent)
 
     def mark_shutdown(self) -> list[Path]:
         """Before a shutting-down agent stops its ranks: mark each live one as stopped by shutdown

@@ -77,6 +77,7 @@ async def download_into_volume(context: NodeContext, request: WeightsInput,
     from activities.errors import WeightsError
 
     def report(progress: weights_progress.DownloadProgress) -> None:
+        tally.progress(progress.bytes_done, progress.bytes_per_second)
         activity.heartbeat(DownloadProgress(
             bytes_done=progress.bytes_done, bytes_total=progress.bytes_total, rate_bps=progress.bytes_per_second,
             eta_s=progress.eta_seconds, files_done=progress.files_done, files_total=progress.files_total,
@@ -88,7 +89,8 @@ async def download_into_volume(context: NodeContext, request: WeightsInput,
         ignore_patterns=job.ignore_patterns or None, token=token,
     )
     try:
-        result = await weights.download_weights(request_spec, report)
+        with context.downloads.download() as tally:
+            result = await weights.download_weights(request_spec, report)
     except WeightsError as error:
         raise ApplicationError(str(error), type=error.error_type, non_retryable=error.non_retryable) from None
     return WeightsResult(model_dir=result.local_dir, bytes_total=result.bytes_total,

@@ -116,7 +116,7 @@ def hf_mirror_command(directory: Annotated[Path, typer.Option("--dir")],
 
 
 def run_node_agent(node_id: str | None, engine: str | None, simulate_gpus: str | None, address: str,
-                   port_start: int, taints: tuple[str, ...]) -> None:
+                   port_start: int, taints: tuple[str, ...], metrics_port: int | None = None) -> None:
     """The node agent `berth node` (no subcommand) runs on this machine."""
     import logging
     import socket
@@ -132,5 +132,5 @@ def run_node_agent(node_id: str | None, engine: str | None, simulate_gpus: str |
         node_id=node_id or socket.gethostname(), state_dir=_given(settings.component_state_dir),
         api_url=_given(settings.component_api_url), token=_given(settings.component_token),
         temporal_address=_given(settings.temporal_address), address=address, engine=engine,
-        simulate_gpus=simulate_gpus, port_start=port_start, taints=taints,
+        simulate_gpus=simulate_gpus, port_start=port_start, taints=taints, metrics_port=metrics_port or None,
     ))

@@ -17,6 +17,7 @@ from cli import (
     secret,
     stack,
     tokens,
+    top,
     web_console,
     workflow,
 )
@@ -29,6 +30,7 @@ app.add_typer(components.app)  # server, worker, proxy, gateway, admin-token, hf
 app.add_typer(identity.app)  # login
 app.add_typer(apply.app)  # apply, diff
 app.add_typer(web_console.app)  # console
+app.add_typer(top.app)  # top
 app.add_typer(workflow.app, name="workflow")
 app.add_typer(catalog.app, name="catalog", help="Alias of `berth workflow catalog`.")
 app.add_typer(endpoint.app, name="endpoint")

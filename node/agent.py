@@ -23,9 +23,10 @@ from activities.supervision import Orphan, Supervisor
 from berth.api_client import ApiClient
 from berth.errors import BerthError
 from berth.security import Cipher
-from berth.settings import NODES_TASK_QUEUE, ClusterSettings, StateLayout, node_task_queue
+from berth.settings import NODES_TASK_QUEUE, ClusterSettings, StateLayout, metrics_enabled, node_task_queue
 from berth.temporal import connect
 from node.inventory import host_facts, nvml_gpus, simulated_gpus
+from node.node_metrics import NodeMetrics
 
 log = logging.getLogger("berth.node")
 HEARTBEAT_S = 5.0
@@ -44,6 +45,7 @@ class AgentConfig:
     port_start: int = 20000
     labels: dict[str, str] | None = None
     taints: tuple[str, ...] = ()
+    metrics_port: int | None = None  # /metrics on 127.0.0.1:port; None or 0: not served (BERTH_METRICS=off too)
 
 
 def choose_engine(forced: str | None, simulated: bool, gpus: list[dict[str, Any]]) -> str:
@@ -95,13 +97,23 @@ class NodeAgent:
         await supervisor.stop_unadopted(orphans)
         supervisor.drop_unclaimed_markers(marked)
 
-    async def heartbeat_forever(self, api: ApiClient, supervisor: Supervisor) -> None:
+    async def heartbeat_forever(self, api: ApiClient, supervisor: Supervisor, metrics: NodeMetrics | None) -> None:
         while True:
             try:
                 await api.heartbeat_node(self.config.node_id, self.inventory(supervisor))
+                if metrics is not None:
+                    metrics.heartbeat_accepted()
             except BerthError as error:
                 log.warning("heartbeat failed: %s", error)
             await asyncio.sleep(HEARTBEAT_S)
+
+    def start_metrics(self, supervisor: Supervisor) -> NodeMetrics | None:
+        """The agent's /metrics, when given a port and BERTH_METRICS is not off."""
+        if not self.config.metrics_port or not metrics_enabled():
+            return None
+        metrics = NodeMetrics(supervisor, self.context.downloads)
+        metrics.serve(self.config.metrics_port)
+        return metrics
 
     async def run(self, stop: asyncio.Event) -> None:
         supervisor = Supervisor(self.config.node_id, self.context.node_dir)
@@ -135,9 +147,12 @@ class NodeAgent:
         own = Worker(client, task_queue=node_task_queue(self.config.node_id), max_concurrent_activities=256,
                      **common)
         shared = Worker(client, task_queue=NODES_TASK_QUEUE, max_concurrent_activities=8, **common)
+        metrics = self.start_metrics(supervisor)
         async with ApiClient(self.config.api_url, self.config.token) as api:
             await api.heartbeat_node(self.config.node_id, self.inventory(supervisor))
-            beat = asyncio.create_task(self.heartbeat_forever(api, supervisor))
+            if metrics is not None:
+                metrics.heartbeat_accepted()
+            beat = asyncio.create_task(self.heartbeat_forever(api, supervisor, metrics))
             runs = [asyncio.create_task(own.run()), asyncio.create_task(shared.run())]
             log.info("node %s ready: engine %s, %d GPU(s) (%s)", self.config.node_id, self.engine,
                      len(self.gpus), self.gpu_note)
@@ -153,6 +168,8 @@ class NodeAgent:
                     await run
             # A clean shutdown stops every rank and service it owns; orphans still waiting for adoption too.
             await supervisor.stop_unadopted(orphans)
+            if metrics is not None:
+                metrics.close()
 
 
 def run_agent(config: AgentConfig) -> None:

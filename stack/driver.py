@@ -65,10 +65,11 @@ def _ephemeral_low() -> int:
 def free_port_base() -> int:
     # Below the kernel's ephemeral range: a port found free there can be taken a moment later by any
     # outgoing connection or `bind(0)` (CI saw Temporal's port go that way), one below it cannot.
-    top = _ephemeral_low() - 600  # the stack uses base..base+9 and base+100..base+499
+    # The stack uses base..base+9, base+20.. (its nodes' /metrics) and base+100..base+499.
+    top = _ephemeral_low() - 600
     for _ in range(200):
         base = random.randrange(10000, max(10010, top), 10)
-        if ports_free(base, 10) and ports_free(base + 100, 100 * 4):
+        if ports_free(base, 10) and ports_free(base + 20, 4) and ports_free(base + 100, 100 * 4):
             return base
     raise RuntimeError("no free port range")
 

@@ -201,6 +201,8 @@ class Stack:
                 argv += ["--simulate-gpus", options.simulate_gpus]
             if options.engine:
                 argv += ["--engine", options.engine]
+            if (metrics_port := ports.node_metrics(index)) is not None:
+                argv += ["--metrics-port", str(metrics_port)]
             self._start(f"node-{index + 1}", argv, env)
 
     def _start_proxy(self, settings: ClusterSettings, env: dict[str, str], token: str) -> None:
@@ -233,6 +235,8 @@ class Stack:
             "ca_file": str(self.tls.ca) if self.tls else None,
             "temporal_address": f"127.0.0.1:{ports.temporal}", "temporal_ui": f"http://127.0.0.1:{ports.temporal_ui}",
             "hf_endpoint": settings.hf_endpoint,
+            "node_metrics": [f"http://127.0.0.1:{port}/metrics" for index in range(options.nodes)
+                             if (port := ports.node_metrics(index)) is not None],
             "children": [child.status() for child in self.children],
         }
         write_stack(layout, self.info)

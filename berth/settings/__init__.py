@@ -77,6 +77,11 @@ class StackPorts:
     def temporal_metrics(self) -> int:
         return self.base + 6
 
+    def node_metrics(self, index: int) -> int | None:
+        """The /metrics port of the stack's node `index` (0-based): base+20+index, for the first 80 nodes (the
+        rest serve none: base+100 on is the nodes' port blocks)."""
+        return self.base + 20 + index if 0 <= index < 80 else None
+
     @property
     def node_ports_start(self) -> int:
         """Ranks and services get ports from here on; each node agent owns a block of 100."""
