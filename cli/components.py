@@ -126,6 +126,8 @@ def run_node_agent(node_id: str | None, engine: str | None, simulate_gpus: str |
 
     if engine is not None and engine not in ENGINES:
         raise fail(f"--engine must be one of {', '.join(ENGINES)}, not '{engine}'.")
+    if metrics_port is not None and not 0 <= metrics_port <= 65535:
+        raise fail(f"--metrics-port must be a port number from 0 (not served) to 65535, not {metrics_port}.")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll and scrape drowns the log
     run_agent(AgentConfig(

@@ -22,9 +22,8 @@ def node(
     address: Annotated[str, typer.Option(help="Address other nodes reach this one at")] = "127.0.0.1",
     port_start: Annotated[int, typer.Option(help="First of 100 ports for ranks and services")] = 20000,
     taint: Annotated[list[str] | None, typer.Option(help="Taint this node (no placement)")] = None,
-    metrics_port: Annotated[int | None, typer.Option(
-        min=0, max=65535, help="Serve Prometheus /metrics on 127.0.0.1 at this port (default, or 0: not served; "
-                               "`berth up` gives node N the stack's port base + 19 + N)")] = None,
+    # Unset or 0: not served. `berth up` gives node N the stack's port base + 19 + N (docs/operations.md).
+    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on 127.0.0.1 at this port")] = None,
 ) -> None:
     """Run a node agent on this machine."""
     if ctx.invoked_subcommand is not None:
