@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
+from opentelemetry.trace import Tracer
 from temporalio.api.common.v1 import Payload
-from temporalio.client import Client
+from temporalio.client import Client, Interceptor
 from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import DataConverter, EncodingPayloadConverter, PayloadCodec
 from temporalio.exceptions import ApplicationError
@@ -20,6 +21,7 @@ from temporalio.service import TLSConfig
 from berth.errors import UserInputError
 from berth.security import Cipher
 from berth.settings import TEMPORAL_NAMESPACE, TemporalTLS
+from berth.telemetry import installed_tracer
 
 _ENCODING = b"binary/berth-aes-gcm"
 # What the codec hands on in place of a payload it refuses: the converter turns it into a failure at the
@@ -118,8 +120,22 @@ def tls_config(tls: TemporalTLS | None) -> TLSConfig | bool:
                      client_private_key=read(tls.key), domain=tls.server_name)
 
 
+def interceptors(tracer: Tracer | None) -> list[Interceptor]:
+    """Temporal's tracing interceptor when this process traces (berth/telemetry.py), else none. On the client
+    it also reaches every worker built from it: workflow and activity spans chain across processes through
+    the `_tracer-data` header (a traceparent, nothing else), and workflow spans are made outside the
+    sandbox, once, never on replay (temporalio.contrib.opentelemetry), so workflows stay deterministic."""
+    if tracer is None:
+        return []
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
+    return [TracingInterceptor(tracer)]
+
+
 async def connect(address: str, cipher: Cipher | None, namespace: str = TEMPORAL_NAMESPACE,
-                  tls: TemporalTLS | None = None) -> Client:
-    """`tls` defaults to the `BERTH_TEMPORAL_TLS_*` environment (see `TemporalTLS`)."""
+                  tls: TemporalTLS | None = None, tracer: Tracer | None = None) -> Client:
+    """`tls` defaults to the `BERTH_TEMPORAL_TLS_*` environment (see `TemporalTLS`); `tracer` to the
+    process's when `setup_tracing` turned tracing on (no interceptor otherwise)."""
     return await Client.connect(address, namespace=namespace, data_converter=data_converter(cipher),
-                                tls=tls_config(tls if tls is not None else TemporalTLS.from_env()))
+                                tls=tls_config(tls if tls is not None else TemporalTLS.from_env()),
+                                interceptors=interceptors(tracer or installed_tracer("berth.temporal")))

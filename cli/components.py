@@ -21,6 +21,15 @@ T = TypeVar("T")
 app = typer.Typer()
 
 
+def _observed(component: str) -> None:
+    """A component's log format (BERTH_LOG_FORMAT) and tracing (BERTH_OTEL_ENDPOINT), set before it starts."""
+    from berth.log_format import configure_logging
+    from berth.telemetry import setup_tracing
+
+    configure_logging(component)
+    setup_tracing(f"berth-{component}")
+
+
 def _given(read: Callable[[], T]) -> T:
     """A setting the component is given in its environment (settings.component_…): missing, one line, exit 1."""
     try:
@@ -42,6 +51,7 @@ def server(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 2,
         tls = ServerTLS.from_env()
     except BerthError as error:
         raise fail(str(error)) from None
+    _observed("server")
     context = build_context(_given(settings.component_state_dir), _given(settings.temporal_address),
                             settings.database_url())
     uvicorn.run(create_app(context), host=host, port=port, log_level="warning",
@@ -53,6 +63,7 @@ def worker() -> None:
     """Run the control worker (workflows and control-side activities)."""
     from server.worker import main as worker_main
 
+    _observed("worker")
     worker_main(_given(settings.component_state_dir), _given(settings.temporal_address),
                 _given(settings.component_api_url), _given(settings.component_token))
 
@@ -65,6 +76,7 @@ def proxy(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 3,
     """Run the endpoint proxy (the public entry to every endpoint)."""
     from gateway.run import run_endpoint_proxy
 
+    _observed("proxy")
     run_endpoint_proxy(_given(settings.component_api_url), _given(settings.component_token), host, port, fd=fd)
 
 
@@ -118,7 +130,6 @@ def hf_mirror_command(directory: Annotated[Path, typer.Option("--dir")],
 def run_node_agent(node_id: str | None, engine: str | None, simulate_gpus: str | None, address: str,
                    port_start: int, taints: tuple[str, ...], metrics_port: int | None = None) -> None:
     """The node agent `berth node` (no subcommand) runs on this machine."""
-    import logging
     import socket
 
     from activities.ranks import ENGINES
@@ -128,8 +139,7 @@ def run_node_agent(node_id: str | None, engine: str | None, simulate_gpus: str |
         raise fail(f"--engine must be one of {', '.join(ENGINES)}, not '{engine}'.")
     if metrics_port is not None and not 0 <= metrics_port <= 65535:
         raise fail(f"--metrics-port must be a port number from 0 (not served) to 65535, not {metrics_port}.")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll and scrape drowns the log
+    _observed("node")  # httpx's line per poll and scrape quietened
     run_agent(AgentConfig(
         node_id=node_id or socket.gethostname(), state_dir=_given(settings.component_state_dir),
         api_url=_given(settings.component_api_url), token=_given(settings.component_token),

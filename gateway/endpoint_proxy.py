@@ -22,7 +22,7 @@ from berth.errors import BerthError
 from berth.failure_log import FailureLog
 from berth.scopes import Scope
 from berth.security import Identity, SigningKey, TokenVerifier
-from gateway import answers, litellm_keys, litellm_replay, model_cards, second_try, session_key
+from gateway import answers, litellm_keys, litellm_replay, model_cards, proxy_tracing, second_try, session_key
 from gateway.admission import Admission, limiter_from_settings, refuse
 from gateway.answers import body_stream, deadline, json_answer, plain, upstream_failed
 from gateway.audit_writer import AuditedRequest, AuditWriter
@@ -81,6 +81,7 @@ class EndpointProxy:
         # ATTEMPT, then SUCCESS or FAILED, per endpoint request; posted in batches by a background task.
         self.audit = AuditWriter(lambda records: self.api.append_audit(records))
         self.limits = ProxyLimits()  # body size, upstream deadline, stream idle (gateway/deadlines.py)
+        self.tracing = proxy_tracing.ProxyTracing()  # x-request-id; spans with BERTH_OTEL_ENDPOINT
 
     @property
     def hold_timeout_s(self) -> float:
@@ -163,16 +164,18 @@ class EndpointProxy:
             return
         endpoint_id, _, rest = path[len("/endpoints/"):].partition("/")
         audited = self.audit.request(endpoint_id)
+        traced = self.tracing.begin(scope, audited.endpoint_id, audited.request_id)  # x-request-id, span
         meter = UsageMeter()  # the answer's usage: the audit row's tokens, a key's tokens per minute
-        timed, clock = self.metrics.watch(send)
+        timed, clock = self.metrics.watch(traced.watch(send))
         try:
-            await self._endpoint(scope, receive, meter.watch(audited.watch(timed)), endpoint_id, rest, audited,
-                                 meter, clock)
+            await self._endpoint(traced.scope, receive, meter.watch(audited.watch(timed)), endpoint_id, rest,
+                                 audited, meter, clock)
         finally:
             usage = meter.usage()
             if usage is not None:
                 audited.tokens_in, audited.tokens_out = usage.prompt, usage.completion
             audited.end()
+            traced.end(audited.copy_id, (audited.tokens_in, audited.tokens_out))
             self.metrics.finished(self.metrics.label(endpoint_id, self.routes.__contains__), audited.status,
                                   audited.copy_id is not None, clock)
 

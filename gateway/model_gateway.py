@@ -14,17 +14,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry import trace
+
 from berth.api_client import ApiClient
 from berth.errors import BerthError, PermissionDeniedError
 from berth.kinds import ProcessKind
+from berth.log_format import configure_logging
 from berth.security import TokenVerifier
 from berth.settings import ProxyLimits, limit_policy, metrics_enabled
+from berth.telemetry import setup_tracing
 from gateway import deadlines, routing, session_key
 from gateway.credentials import strip_berth_credentials
 from gateway.gateway_auth import KEY_HEADERS, MasterKeyGate
 from gateway.litellm_contract import invalid_model, model_listing
 from gateway.metrics import MetricsScraper
 from gateway.proxy_metrics import ProxyMetrics, RequestClock
+from gateway.proxy_tracing import ProxyTracing, traced
 from gateway.upstream import HOP_BY_HOP, Receive, Send, UpstreamError, UpstreamPool, relay
 
 log = logging.getLogger("berth.gateway")
@@ -282,6 +287,7 @@ class ModelGateway:
         target = replica.url + scope["path"] + ("?" + query.decode("latin-1") if query else "")
         replica.in_flight += 1
         sent_at = time.monotonic()
+        trace.get_current_span().set_attribute("berth.copy", replica.copy_id)  # the request's span (proxy_tracing)
         try:
             try:
                 response = await self.upstream.request("POST", target, forward, body)
@@ -365,8 +371,8 @@ def run_gateway(api_url: str, token: str, host: str, port: int, keys_token: str 
     turns on LiteLLM's key contract; the catalog entry always passes both."""
     import uvicorn
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll and scrape drowns the log
+    configure_logging("gateway")  # BERTH_LOG_FORMAT; httpx's line per poll and scrape quietened
+    setup_tracing("berth-gateway")  # BERTH_OTEL_ENDPOINT; off: no spans, x-request-id still
     keys_api = ApiClient(api_url, keys_token) if keys_token else None
     api = ApiClient(api_url, token)
     gate = MasterKeyGate(master_key, endpoint_id or "", api.jwks) if master_key else None
@@ -374,5 +380,6 @@ def run_gateway(api_url: str, token: str, host: str, port: int, keys_token: str 
                            limits=ProxyLimits.from_env(body_limit_bytes=limit_policy().body_limit_bytes),
                            metrics=ProxyMetrics(enabled=metrics_enabled(), prefix="berth_model_gateway",
                                                 subject="model"))
-    uvicorn.run(gateway, host=host, port=port, log_level="warning",
+    uvicorn.run(traced(gateway, ProxyTracing(service="gateway"), "gateway"), host=host, port=port,
+                log_level="warning",
                 access_log=False, loop="uvloop", http="httptools", lifespan="on")

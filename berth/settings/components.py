@@ -194,3 +194,17 @@ def metrics_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     if value not in ("on", "off"):
         raise SystemExit(f"BERTH_METRICS must be on or off, not {value[:20]!r}.")
     return value == "on"
+
+
+def otel_endpoint(environ: Mapping[str, str] = os.environ) -> str | None:
+    """`BERTH_OTEL_ENDPOINT`: an OTLP/HTTP collector's base URL (spans go to `<it>/v1/traces`); unset: no
+    tracing at all (berth/telemetry.py)."""
+    return environ.get("BERTH_OTEL_ENDPOINT", "").strip().rstrip("/") or None
+
+
+def log_format(environ: Mapping[str, str] = os.environ) -> str:
+    """`BERTH_LOG_FORMAT`: `json` for one JSON object per line, `text` (the default) for plain lines."""
+    value = environ.get("BERTH_LOG_FORMAT", "text").strip().lower() or "text"
+    if value not in ("text", "json"):
+        raise SystemExit(f"BERTH_LOG_FORMAT must be text or json, not {value[:20]!r}.")
+    return value

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
+from opentelemetry import trace
 from starlette.concurrency import run_in_threadpool
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError
@@ -71,8 +72,12 @@ async def start_workflow(body: StartRequest, context: Context, who: Caller) -> d
                                 definition=definition, timings=copy_timings(context))
         # The control worker runs only an input the API signed (node agents hold no signing key).
         grant = context.signing.workflow_grant(who.user, workflow_id, unsigned.digest())
-        await client.start_workflow(PoolWorkflow.run, unsigned.model_copy(update={"grant": grant}),
-                                    id=workflow_id, task_queue=CONTROL_TASK_QUEUE)
+        # The trace's root (BERTH_OTEL_ENDPOINT): placement, rank start and ready chain under it.
+        with trace.get_tracer("berth.server").start_as_current_span(
+                "berth.catalog.start", kind=trace.SpanKind.SERVER,
+                attributes={"berth.workflow": workflow_id, "berth.endpoint": endpoint_id}):
+            await client.start_workflow(PoolWorkflow.run, unsigned.model_copy(update={"grant": grant}),
+                                        id=workflow_id, task_queue=CONTROL_TASK_QUEUE)
     except (RPCError, UnavailableError) as error:
         await run_in_threadpool(context.store.remove_endpoint, endpoint_id)
         raise UnavailableError(f"Temporal refused to start the workflow ({error}); nothing was created.") from None
