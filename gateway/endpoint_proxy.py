@@ -3,9 +3,7 @@ its per-key limits: gateway/key_gate.py), enforce the endpoint's scope, strip Be
 service who the caller is (a signed `x-berth-caller` assertion), and stream the request to the endpoint's
 service or one of its replicas; each request is recorded in the audit chain, off the hot path
 (gateway/audit_writer.py), with the tokens its answer reports (gateway/usage.py).
-
-A bare ASGI app (no framework) on purpose: it is the hot path for every request.
-"""
+A bare ASGI app (no framework) on purpose: it is the hot path for every request."""
 
 from __future__ import annotations
 

@@ -15,11 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from prometheus_client import generate_latest
 
 from berth.api_client import ApiClient
-from berth.processes import free_port
 from berth.security import TokenVerifier
 from cli.top_figures import Scrape, endpoint_figures, histogram_quantile, increase, parse_scrape
 from gateway.endpoint_proxy import EndpointProxy
@@ -27,6 +25,7 @@ from gateway.proxy_metrics import ProxyMetrics, RequestClock
 from server.app import build_context
 from simulator.testing import start_simulator
 from tests.cli.loopback_api import serve_api
+from tests.gateway.pool_copies import serving
 from tests.gateway.test_endpoint_proxy_audit import ADMIN, ALICE, _publish
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,18 +77,10 @@ async def _proxy(api_url: str, token: str, verifier: TokenVerifier) -> AsyncIter
     api = ApiClient(api_url, token)
     proxy = EndpointProxy(api, verifier)
     await proxy.refresh()
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(proxy, host="127.0.0.1", port=port, lifespan="off",
-                                           log_level="critical", access_log=False))
-    serving = asyncio.create_task(server.serve())
     try:
-        async with asyncio.timeout(10):
-            while not server.started:  # noqa: ASYNC110 — uvicorn offers a flag, not an event
-                await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
+        async with serving(proxy) as url:
+            yield url
     finally:
-        server.should_exit = True
-        await asyncio.wait_for(serving, 10)
         await proxy.upstream.aclose()
         await api.aclose()
 

@@ -11,8 +11,5 @@ from tests.telemetry.otlp_receiver import OtlpReceiver
 
 @pytest.fixture()
 def receiver() -> Iterator[OtlpReceiver]:
-    running = OtlpReceiver().start()
-    try:
+    with OtlpReceiver() as running:
         yield running
-    finally:
-        running.stop()

@@ -79,6 +79,12 @@ class OtlpReceiver:
         self._server.shutdown()
         self._server.server_close()
 
+    def __enter__(self) -> OtlpReceiver:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
     def wait_spans(self, count: int, name: str | None = None, timeout_s: float = 20.0) -> list[ReceivedSpan]:
         deadline = time.monotonic() + timeout_s
         while True:
