@@ -40,7 +40,12 @@ async def metrics_reader(request: Request, context: Context,
 MetricsReader = Annotated[ControlMetrics, Depends(metrics_reader)]
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
+# Not JSON: Prometheus's text exposition format, documented as such in the OpenAPI schema.
+PROMETHEUS_TEXT = {200: {"description": "Prometheus's text exposition format (docs/operations.md)",
+                         "content": {"text/plain": {"schema": {"type": "string"}}}}}
+
+
+@router.get("/metrics", response_class=PlainTextResponse, responses=PROMETHEUS_TEXT)
 async def metrics(reader: MetricsReader) -> Response:
     await reader.phases.refresh()  # Temporal first (async, cached); then the store, read off the event loop
     body = await run_in_threadpool(generate_latest, reader.registry)
