@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from berth.errors import UserInputError
 
@@ -198,8 +199,17 @@ def metrics_enabled(environ: Mapping[str, str] = os.environ) -> bool:
 
 def otel_endpoint(environ: Mapping[str, str] = os.environ) -> str | None:
     """`BERTH_OTEL_ENDPOINT`: an OTLP/HTTP collector's base URL (spans go to `<it>/v1/traces`); unset: no
-    tracing at all (berth/telemetry.py)."""
-    return environ.get("BERTH_OTEL_ENDPOINT", "").strip().rstrip("/") or None
+    tracing at all (berth/telemetry.py). A URL with a user or password in it is refused: the URL is logged when
+    an export fails, and a collector's credentials belong in OTEL_EXPORTER_OTLP_HEADERS (read by the SDK)."""
+    value = environ.get("BERTH_OTEL_ENDPOINT", "").strip().rstrip("/")
+    if not value:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise SystemExit("BERTH_OTEL_ENDPOINT must be a collector's http(s) base URL, e.g. http://127.0.0.1:4318.")
+    if parts.username is not None or parts.password is not None:
+        raise SystemExit("BERTH_OTEL_ENDPOINT must not carry credentials; put them in OTEL_EXPORTER_OTLP_HEADERS.")
+    return value
 
 
 def log_format(environ: Mapping[str, str] = os.environ) -> str:

@@ -66,3 +66,15 @@ def test_text_is_the_default_format() -> None:
     assert lines[0].endswith("berth.test-json INFO plain")
     with pytest.raises(SystemExit):
         formatter("proxy", {"BERTH_LOG_FORMAT": "yaml"})
+
+
+def test_the_collector_url_is_a_plain_http_base_url_without_credentials() -> None:
+    from berth.settings import otel_endpoint
+
+    assert otel_endpoint({}) is None and otel_endpoint({"BERTH_OTEL_ENDPOINT": " "}) is None
+    assert otel_endpoint({"BERTH_OTEL_ENDPOINT": "http://127.0.0.1:4318/"}) == "http://127.0.0.1:4318"
+    with pytest.raises(SystemExit, match="must not carry credentials; put them in OTEL_EXPORTER_OTLP_HEADERS"):
+        otel_endpoint({"BERTH_OTEL_ENDPOINT": "https://user:s3cret@collector:4318"})
+    for bad in ("collector:4318", "ftp://collector", "http://collector:4318/?token=x"):
+        with pytest.raises(SystemExit, match="must be a collector's http"):
+            otel_endpoint({"BERTH_OTEL_ENDPOINT": bad})
