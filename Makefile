@@ -33,12 +33,16 @@ TEST_DEPS += chromium
 HF_MIRRORS ?= .state/hf-mirrors
 
 # Everything the suite needs; the real-engine parts come from mk/engines.mk and mk/litellm.mk.
+# TEST_WORKERS xdist workers (0: in this process); a group (stack profile or module) stays on one worker
+# (tests/conftest.py). --durations keeps the suite's budget visible in every run (docs/performance.md).
+TEST_WORKERS ?= 4
+PYTEST_RUN = $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=25
 test: venv $(TEST_DEPS)
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PYTEST_RUN) $(PYTEST_ARGS)
 
 # Without the real engine and LiteLLM: the simulator-backed suite only.
 test-fast: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not real_engine and not litellm and not postgres and not redis and not browser and not prometheus" $(PYTEST_ARGS)
+	$(PYTEST_RUN) -m "not real_engine and not litellm and not postgres and not redis and not browser and not prometheus" $(PYTEST_ARGS)
 
 demo: venv $(DEMO_DEPS)
 	$(BIN)/python scripts/demo.py --hf-mirror $(HF_MIRRORS) $(DEMO_ARGS)

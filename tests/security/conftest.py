@@ -1,17 +1,15 @@
-"""Shared fixtures for the attack tests: one simulated 2-node stack per session and five people in two
+"""Shared fixtures for the attack tests: the suite's shared simulated 2-node stack and five people in two
 organizations, made with the real CLI. Each attack test reproduces an attack through the real API, endpoint
 proxy and Temporal, and asserts that it now does no harm."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support import RunningStack, free_port_base
+from tests.support import RunningStack
 
 # name → (organization, groups). "admin" is the stack's administrator.
 PEOPLE = {"admin": ("default", ("default",)), "bob": ("default", ("default",)),
@@ -39,14 +37,10 @@ class People:
 
 
 @pytest.fixture(scope="session")
-def security_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
-    state = Path(tmp_path_factory.mktemp("security-stack"))
-    stack = RunningStack(state_dir=state, port_base=free_port_base(), nodes=2, simulate_gpus="4x80GB")
-    stack.start()
-    try:
-        yield stack
-    finally:
-        stack.stop()
+def security_stack(sim_stack: RunningStack) -> RunningStack:
+    """The attack tests share the suite's simulated profile (tests/conftest.py): the same 2 nodes × 4×80 GB
+    configuration they used to boot a second time. Their people are users of their own on it."""
+    return sim_stack
 
 
 @pytest.fixture(scope="session")
