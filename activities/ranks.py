@@ -317,8 +317,9 @@ async def _unless_hung(watching: asyncio.Future[int | None], health: HealthCheck
         await asyncio.wait({watching})
         return None
     hung = asyncio.ensure_future(until_hung(health, functools.partial(set_routable, health.copy_id)))
+    either: set[asyncio.Future[int | None] | asyncio.Future[str]] = {watching, hung}
     try:
-        await asyncio.wait({watching, hung}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:  # the copy stops: the watch stops the group, then the cancel goes on
         for task in (hung, watching):
             task.cancel()

@@ -103,21 +103,21 @@ AUTO_REPLACEMENTS = 3
 class PoolSpec(Frozen):
     """How many copies serve at once."""
 
-    min_replicas: int = Field(1, ge=0)
-    max_replicas: int = Field(1, ge=1)
-    replace_failed_copies: int = Field(0, ge=0, description="Failed copies placed again in a row ('auto' "
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: int = Field(default=1, ge=1)
+    replace_failed_copies: int = Field(default=0, ge=0, description="Failed copies placed again in a row ('auto' "
                                        "resolves at construction: see AUTO_REPLACEMENTS)")
     # Rate autoscaling (Proxy=true): desired copies = ceil(measured rate / this); 0 = no rate autoscaling.
-    target_requests_per_s: float = Field(0.0, ge=0)
-    scale_down_delay_s: float = Field(60.0, ge=0)  # the rate must allow fewer copies this long first
-    scale_to_zero_after_s: float = Field(300.0, ge=0)  # no request this long → 0 copies (MinReplicas=0)
+    target_requests_per_s: float = Field(default=0.0, ge=0)
+    scale_down_delay_s: float = Field(default=60.0, ge=0)  # the rate must allow fewer copies this long first
+    scale_to_zero_after_s: float = Field(default=300.0, ge=0)  # no request this long → 0 copies (MinReplicas=0)
     # Queue/TTFT autoscaling from the ready copies' own /metrics (server/scaling_decision.py); 0 = off.
-    scale_out_queue: float = Field(0.0, ge=0)  # waiting requests per ready copy, held scale_out_s
-    scale_out_s: float = Field(30.0, ge=0)
-    scale_out_ttft_ms: float = Field(0.0, ge=0)  # mean recent time to first token
-    scale_in_queue: float = Field(0.0, ge=0)  # waiting per copy below this, held scale_in_s
-    scale_in_s: float = Field(120.0, ge=0)
-    drain_grace_s: float = Field(30.0, ge=0)  # in-flight requests of a copy scaled in get this long
+    scale_out_queue: float = Field(default=0.0, ge=0)  # waiting requests per ready copy, held scale_out_s
+    scale_out_s: float = Field(default=30.0, ge=0)
+    scale_out_ttft_ms: float = Field(default=0.0, ge=0)  # mean recent time to first token
+    scale_in_queue: float = Field(default=0.0, ge=0)  # waiting per copy below this, held scale_in_s
+    scale_in_s: float = Field(default=120.0, ge=0)
+    drain_grace_s: float = Field(default=30.0, ge=0)  # in-flight requests of a copy scaled in get this long
     routing_policy: str = "least_queue"  # gateway.routing.POLICIES
 
     @model_validator(mode="before")
@@ -176,10 +176,7 @@ class WorkflowDefinition(Frozen):
     # served from there; `weights` is then None (the API fills this at submission, never the template).
     model_ref: str | None = Field(None, max_length=200, pattern=r"^model://[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     replica: ReplicaSpec | None = None
-    # Spelled out so mypy (no pydantic plugin here) sees every field given.
-    pool: PoolSpec = Field(
-        default_factory=lambda: PoolSpec(min_replicas=1, max_replicas=1, replace_failed_copies=0)
-    )
+    pool: PoolSpec = Field(default_factory=PoolSpec)
     proxy: bool = True
     endpoint: EndpointSpec = EndpointSpec()
     api_key: str | None = Field(None, description="LiteLLM master key (generated at start if unset)")

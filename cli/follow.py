@@ -21,7 +21,7 @@ def watch(workflow_id: str, timeout_s: float = 3600) -> None:
     try:
         while time.monotonic() < deadline:
             info = call(lambda api: api.describe_workflow(workflow_id))
-            events = info.events or []
+            events = info.events or ()
             for event in events[seen_events:]:
                 console.print(f"  [dim]{clock(event.at)}[/] {event.kind}: {event.message}", highlight=False)
             seen_events = len(events)

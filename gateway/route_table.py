@@ -40,7 +40,10 @@ class Route:
     fronts_pool: bool = field(init=False, default=True)
 
     def __post_init__(self) -> None:
-        kind = REGISTRY.get(self.service)  # a str finds its StrEnum key
+        try:
+            kind = REGISTRY.get(ProcessKind(self.service))
+        except ValueError:  # not a ProcessKind at all
+            kind = None
         self.fronts_pool = kind.fronts_pool if kind is not None else True
 
     def target(self, session_id: str | None = None, exclude: frozenset[str] = frozenset()) -> Replica | None:

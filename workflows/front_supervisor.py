@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import timedelta
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -163,10 +163,22 @@ class FrontSupervisor:
         await self.host.report(FrontReport(ready=url is not None))
 
 
+class _FrontCommon(TypedDict):
+    """The FrontRun fields a service entry's front and a pool's LiteLLM proxy share."""
+
+    workflow_id: str
+    endpoint_id: str
+    owner: str
+    address: str
+    port: int
+    api_key_secret: str | None
+
+
 def front_run(input: PoolInput, port: FrontPort) -> FrontRun:
     definition = input.definition
-    common = {"workflow_id": input.workflow_id, "endpoint_id": input.endpoint_id, "owner": input.owner.user,
-              "address": port.address, "port": port.port, "api_key_secret": definition.api_key_secret}
+    common: _FrontCommon = {"workflow_id": input.workflow_id, "endpoint_id": input.endpoint_id,
+                            "owner": input.owner.user, "address": port.address, "port": port.port,
+                            "api_key_secret": definition.api_key_secret}
     if definition.service is not None and definition.replica is None:
         options = {k: str(v) for k, v in definition.service.options.items() if v is not None and k != "password"}
         if definition.service.volume:

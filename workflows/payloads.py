@@ -232,8 +232,8 @@ class FrontRun(Payload):
     options: dict[str, str] = Field(default_factory=dict)
     api_key: str | None = None
     api_key_secret: str | None = None
-    password: str | None = Field(None, description="OpenCode's server password (encrypted in the history)")
-    endpoint_url: str = Field("", description="The service's own stable Berth URL, for the show-server job")
+    password: str | None = Field(default=None, description="OpenCode's server password (encrypted in the history)")
+    endpoint_url: str = Field(default="", description="The service's own stable Berth URL, for the show-server job")
 
     @property
     def url(self) -> str:

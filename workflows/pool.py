@@ -156,13 +156,13 @@ class PoolMixin(RolloutMixin, FrontLink):
                         drains.append(asyncio.create_task(self._drain(copy_id, running, grace_s)))
             self.next_grace_s = None
             self.pool_nudged = False
+
+            def woken(paused: bool = pause is not None) -> bool:
+                return (self.state.stop_requested or bool(self.state.finished) or self._unbalanced(running, paused)
+                        or self.pool_nudged or bool(self.moves) or self._may_continue(running))
+
             with contextlib.suppress(asyncio.TimeoutError):  # the back-off ran out: place the replacement
-                await workflow.wait_condition(
-                    lambda paused=pause is not None: self.state.stop_requested or bool(self.state.finished)
-                    or self._unbalanced(running, paused) or self.pool_nudged or bool(self.moves)
-                    or self._may_continue(running),
-                    timeout=pause,
-                )
+                await workflow.wait_condition(woken, timeout=pause)
             if self.state.stop_requested:
                 self.state.phase = Phase.STOPPING
                 self.stop_driver()

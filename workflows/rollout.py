@@ -134,8 +134,9 @@ class RolloutMixin:
             self._set(phase=phase, paused_reason="", resume_phase=None, step_started_at=None)
             self.state.event("rollout_resumed", f"{who}: rollout to revision {rollout.to_revision} resumed")
         elif command.action is RolloutAction.PROMOTE:
-            phase = rollout.resume_phase if rollout.phase is RolloutPhase.PAUSED else rollout.phase
-            self._set(promoted=True, phase=phase or RolloutPhase.ROLLING, paused_reason="", resume_phase=None)
+            phase = (rollout.resume_phase if rollout.phase is RolloutPhase.PAUSED else rollout.phase) \
+                or RolloutPhase.ROLLING
+            self._set(promoted=True, phase=phase, paused_reason="", resume_phase=None)
             self.state.event("rollout_promoted", f"{who}: revision {rollout.to_revision} promoted")
         else:
             self._set(phase=RolloutPhase.ROLLING_BACK, paused_reason="", resume_phase=None)

@@ -168,14 +168,14 @@ class ModelStateReport(Payload):
 
     job_id: str
     state: ModelState
-    message: str | None = Field(None, max_length=2000)
+    message: str | None = Field(default=None, max_length=2000)
     retries: int | None = None
     commit: str | None = None
-    digest: str | None = Field(None, pattern=DIGEST_PATTERN)
+    digest: str | None = Field(default=None, pattern=DIGEST_PATTERN)
     verified: bool | None = None
-    size_bytes: int | None = Field(None, ge=0)
-    files: int | None = Field(None, ge=0)
-    safetensors_files: int | None = Field(None, ge=0)
+    size_bytes: int | None = Field(default=None, ge=0)
+    files: int | None = Field(default=None, ge=0)
+    safetensors_files: int | None = Field(default=None, ge=0)
 
 
 class ModelProgressReport(Payload):

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from pydantic import BaseModel, Field
 
@@ -298,6 +299,13 @@ def tls_ca_file(environ: Mapping[str, str] = os.environ) -> str | None:
     return environ.get("BERTH_TLS_CA", "").strip() or None
 
 
+class UvicornTLS(TypedDict, total=False):
+    """uvicorn's keyword arguments for an HTTPS listener (uvicorn.run, uvicorn.Config); none for plain HTTP."""
+
+    ssl_certfile: str
+    ssl_keyfile: str
+
+
 @dataclass(frozen=True)
 class ServerTLS:
     """The certificate and key an HTTPS listener (the API, the endpoint proxy) serves with, from
@@ -317,7 +325,7 @@ class ServerTLS:
                                  "or neither.")
         return cls(cert=Path(cert), key=Path(key))
 
-    def uvicorn_options(self) -> dict[str, str]:
+    def uvicorn_options(self) -> UvicornTLS:
         return {"ssl_certfile": str(self.cert), "ssl_keyfile": str(self.key)}
 
 

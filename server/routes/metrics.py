@@ -4,7 +4,7 @@ copies, which are no business of other users)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import PlainTextResponse, Response
@@ -41,8 +41,9 @@ MetricsReader = Annotated[ControlMetrics, Depends(metrics_reader)]
 
 
 # Not JSON: Prometheus's text exposition format, documented as such in the OpenAPI schema.
-PROMETHEUS_TEXT = {200: {"description": "Prometheus's text exposition format (docs/operations.md)",
-                         "content": {"text/plain": {"schema": {"type": "string"}}}}}
+PROMETHEUS_TEXT: dict[int | str, dict[str, Any]] = {
+    200: {"description": "Prometheus's text exposition format (docs/operations.md)",
+          "content": {"text/plain": {"schema": {"type": "string"}}}}}
 
 
 @router.get("/metrics", response_class=PlainTextResponse, responses=PROMETHEUS_TEXT)
