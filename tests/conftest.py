@@ -20,6 +20,10 @@ from tests.support import RunningStack, free_port_base
 def pytest_configure(config: pytest.Config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    # xdist sets COLUMNS=80 in its workers; Rich consoles made at import (cli/common.py) would then be 80 wide
+    # whatever a test's CliRunner sets, so the CLI's tables wrap differently than in a plain run.
+    if worker.startswith("gw"):
+        os.environ.pop("COLUMNS", None)
     if worker.startswith("gw") and count > 1:
         # The stack driver and every process it starts read this: worker K keeps to the K-th port slice.
         os.environ["BERTH_PORT_SLICE"] = f"{int(worker[2:])}/{count}"
@@ -31,6 +35,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
+
+
+# The fixtures that hand a test the shared simulated stack (tests/security/conftest.py adds the last two).
+SHARED_STACK = {"sim_stack", "security_stack", "people"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def shared_stack_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A module on the shared stack stops the workflows it started when it ends: nothing of one module (a
+    LiteLLM front of ~390 MB, simulated ranks, GPUs held) stays up for the rest of the session."""
+    module = request.module
+    if not any(item.module is module and SHARED_STACK & set(getattr(item, "fixturenames", ()))
+               for item in request.session.items):
+        yield
+        return
+    stack: RunningStack = request.getfixturevalue("sim_stack")
+    before = {row["id"] for row in stack.api("GET", "/v1/workflows").json()}
+    yield
+    for row in stack.api("GET", "/v1/workflows").json():
+        if row["id"] not in before and row["status"].lower() == "running":
+            stack.api("POST", f"/v1/workflows/{row['id']}/stop")
 
 
 @pytest.fixture(scope="session")
