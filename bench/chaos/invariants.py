@@ -52,6 +52,9 @@ class InvariantMonitor:
         self._known: dict[str, set[str]] = {w: set() for w in self.workflow_ids}
         self._every_copy: set[str] = set()
         self._vanished: dict[tuple[str, str], float] = {}  # (workflow, copy) → when it was last seen
+        # The latest tick's reads (empty when the API did not answer): what the soak's recovery check reads.
+        self.nodes: list[dict[str, Any]] = []
+        self.described: dict[str, dict[str, Any]] = {}
 
     def close(self) -> None:
         self._client.close()
@@ -66,8 +69,10 @@ class InvariantMonitor:
             described = {w: self._client.get(f"/v1/workflows/{w}").json() for w in self.workflow_ids}
         except (httpx.HTTPError, ValueError):
             self.api_unavailable_ticks += 1  # a killed API or Temporal: the next tick looks again
+            self.nodes, self.described = [], {}
             self._check_processes(rank_processes(self.state_dir), {}, {})
             return
+        self.described = described
         self._check_processes(ranks, before, after)
         self.most_rank_processes = max(self.most_rank_processes, len(ranks))
         self.most_gpus_allocated = max(self.most_gpus_allocated, len(after))
@@ -77,8 +82,9 @@ class InvariantMonitor:
     def _allocations(self) -> dict[GpuKey, str]:
         response = self._client.get("/v1/nodes")
         response.raise_for_status()
+        self.nodes = response.json()
         return {(node["id"], int(gpu["index"])): gpu["allocated_to"]
-                for node in response.json() for gpu in node["gpus"] if gpu.get("allocated_to")}
+                for node in self.nodes for gpu in node["gpus"] if gpu.get("allocated_to")}
 
     def _check_processes(self, ranks: list[RankProcess], before: dict[GpuKey, str], after: dict[GpuKey, str]) -> None:
         holders: dict[GpuKey, set[str]] = {}

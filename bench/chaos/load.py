@@ -41,6 +41,8 @@ class LoadTally:
     broken_samples: list[dict[str, Any]] = field(default_factory=list)
     plain_seconds: list[float] = field(default_factory=list)  # each successful non-streamed request's time
     failed_samples: list[dict[str, Any]] = field(default_factory=list)  # non-streamed failures, named by time
+    # (target, "non_streamed" or "stream") → when the latest request that succeeded began (monotonic)
+    served_since: dict[tuple[str, str], float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def count_plain(self, target: Target, outcome: str, began: float, ended: float) -> None:
@@ -48,19 +50,38 @@ class LoadTally:
             self.plain[outcome] += 1
             if outcome == "ok":
                 self.plain_seconds.append(ended - began)
+                self._served(target, "non_streamed", began)
                 return
             self.failures_by_target[f"{target.name}: {outcome}"] += 1
             if len(self.failed_samples) < 50:
                 self.failed_samples.append({"target": target.name, "outcome": outcome,
                                             "began_mono": began, "ended_mono": ended})
 
-    def count_stream(self, target: Target, outcome: str, sample: dict[str, Any] | None = None) -> None:
+    def count_stream(self, target: Target, outcome: str, sample: dict[str, Any] | None = None,
+                     began: float | None = None) -> None:
         with self.lock:
             self.streams[outcome] += 1
-            if outcome != "done":
+            if outcome == "done" and began is not None:
+                self._served(target, "stream", began)
+            elif outcome != "done":
                 self.failures_by_target[f"{target.name}: stream {outcome}"] += 1
             if sample is not None and len(self.broken_samples) < 20:
                 self.broken_samples.append(sample)
+
+    def _served(self, target: Target, how: str, began: float) -> None:
+        key = (target.name, how)
+        self.served_since[key] = max(began, self.served_since.get(key, began))
+
+    def non_streamed_total(self) -> int:
+        with self.lock:
+            return sum(self.plain.values())
+
+    def served_after(self, targets: list[Target], moment: float) -> bool:
+        """Whether every target has answered both a non-streamed and a streamed request that began after
+        `moment` (monotonic): each endpoint serves again, end to end."""
+        with self.lock:
+            return all(self.served_since.get((t.name, how), moment) > moment
+                       for t in targets for how in ("non_streamed", "stream"))
 
     def summary(self) -> dict[str, Any]:
         with self.lock:
@@ -148,7 +169,7 @@ def stream_request(client: httpx.Client, target: Target, tally: LoadTally) -> No
         tally.count_stream(target, "refused")  # no response at all: nothing was streamed
         return
     if done:
-        tally.count_stream(target, "done")
+        tally.count_stream(target, "done", began=started)
     elif errored:
         tally.count_stream(target, "error_event")
     else:

@@ -1,6 +1,9 @@
 """The chaos loop: every 20–40 s (configurable) SIGKILL one Berth process of a running stack, of a kind
 drawn from a seeded shuffled deck so every kind comes up and a seed reproduces the sequence. Nothing is
-restarted from here: the stack (supervisor, workflows) must bring each one back itself."""
+restarted from here: the stack (supervisor, workflows) must bring each one back itself.
+
+With `rounds` (the smoke test's shape) the loop ends after that many decks, each kind killed once per
+deck: a kind with nothing running when drawn goes back under its deck and is drawn again last."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import random
 import signal
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,8 @@ class ChaosMonkey:
     # Workflow id → the soak's name for it: targets are named, and drawn, by role rather than by the
     # random workflow ids, so one seed picks the same rank of the same workflow in every run.
     labels: dict[str, str] = field(default_factory=dict)
+    # None: kill until the soak ends. N: stop after N decks, every kind killed N times.
+    rounds: int | None = None
     kills: list[Kill] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -50,6 +56,20 @@ class ChaosMonkey:
             self._deck = list(self.kinds)
             self.random.shuffle(self._deck)
         return self._deck.pop()
+
+    @property
+    def finished(self) -> bool:
+        """With `rounds`: every kind killed `rounds` times, i.e. every deck played (never, without). Read
+        from the kills done, so it turns true only once the last kill was made and logged."""
+        if self.rounds is None:
+            return False
+        done = Counter(k.kind for k in self.kills if k.pid is not None)
+        return all(done[kind] >= self.rounds for kind in self.kinds)
+
+    @property
+    def last_kill_at(self) -> float | None:
+        """Seconds since the soak began of the latest kill that killed something."""
+        return max((k.at for k in self.kills if k.pid is not None), default=None)
 
     def candidates(self, kind: str) -> list[tuple[str, int]]:
         """(name, pid) of the live processes of one kind, read from what the stack itself records."""
@@ -75,7 +95,7 @@ class ChaosMonkey:
 
     def kill_one(self, elapsed: float) -> Kill:
         kind = self._next_kind()
-        live = [(name, pid) for name, pid in self.candidates(kind) if _alive(pid)]
+        live = [(name, pid) for name, pid in self.candidates(kind) if alive(pid)]
         if not live:
             kill = Kill(elapsed, kind, "-", None)
         else:
@@ -85,12 +105,14 @@ class ChaosMonkey:
                 kill = Kill(elapsed, kind, name, pid)
             except ProcessLookupError:  # it exited between the look and the kill
                 kill = Kill(elapsed, kind, name, None)
+        if kill.pid is None and self.rounds is not None:
+            self._deck.insert(0, kind)  # its round is not over until it was killed
         self.kills.append(kill)
         print(f"chaos: {kill.row()}", flush=True)
         return kill
 
     def run(self, stop: threading.Event, began: float) -> None:
-        while not stop.wait(self.random.uniform(*self.interval_s)):
+        while not self.finished and not stop.wait(self.random.uniform(*self.interval_s)):
             self.kill_one(time.monotonic() - began)
 
     def summary(self) -> dict[str, Any]:
@@ -103,7 +125,7 @@ class ChaosMonkey:
                 "kill_log": [k.row() for k in self.kills]}
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Alive and not a zombie (a dead rank its agent has not reaped yet is no target)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -1,19 +1,24 @@
 """One chaos soak: a simulated 4-node stack with three workflows (a 2-node copy, a 3-copy pool, a
 Proxy=true model behind its LiteLLM proxy), steady load through their endpoints, a process killed every
-few seconds, the invariants checked each second, then `berth down` and the orphan count."""
+few seconds, the invariants checked each second, then `berth down` and the orphan count.
+
+The bench's soak lasts `minutes`. The smoke test's (`rounds`) ends once the monkey has killed every kind
+`rounds` times, the stack has recovered from the last kill (see `_recovered`) and at least
+`min_non_streamed` non-streamed requests were counted — `minutes` is then only its longest."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.chaos.invariants import InvariantMonitor, processes_under
 from bench.chaos.load import LoadTally, Target, drive
-from bench.chaos.monkey import ChaosMonkey
+from bench.chaos.monkey import ChaosMonkey, alive
 from stack.driver import RunningStack, free_port_base, wait_for
 
 # Model, catalog values: the three shapes the issue names. Distinct models, so each has its own endpoint.
@@ -22,16 +27,21 @@ WORKFLOWS = {
     "pool_of_3": ("Qwen/Qwen3-0.6B", "GpusPerNode=1,Proxy=false,MinReplicas=3,MaxReplicas=3,Scope=user"),
     "proxy_true": ("meta-llama/Llama-3.2-1B-Instruct", "GpusPerNode=1,Proxy=true"),
 }
+START_ORDER = ("proxy_true", "two_node_copy", "pool_of_3")
 ORPHAN_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
 class SoakOptions:
-    minutes: float
+    minutes: float  # the soak's length; with `rounds`, the longest it may last
     seed: int
     interval_s: tuple[float, float] = (20.0, 40.0)
     rate_per_s: float = 3.0
     nodes: int = 4
+    rounds: int | None = None  # stop killing after this many decks (every kind killed once per deck)
+    min_non_streamed: int = 0  # with `rounds`: the soak runs on until this many were counted
+    # Cluster settings for the stack (BERTH_… variables; berth/settings), beyond the simulator's below.
+    stack_env: dict[str, str] = field(default_factory=dict)
 
 
 class CpuMeter:
@@ -64,13 +74,31 @@ def machine_busy() -> tuple[float, float]:
 
 
 def start_workflows(stack: RunningStack) -> tuple[dict[str, str], list[Target]]:
-    ids, targets = {}, []
-    for name, (model, values) in WORKFLOWS.items():
-        workflow_id = stack.start_entry("vLLM", f"Model=hf://{model},{values}")
-        endpoint = stack.endpoint(workflow_id)
-        ids[name] = workflow_id
-        targets.append(Target(name, endpoint["url"], stack.token_for(endpoint["id"], "8h"), model))
+    """Each workflow started once the one before has placed its copy (so one seed sees one placement), the
+    Proxy=true one first: its LiteLLM, the slowest to start, comes up while the others start. Then each
+    until ready, their endpoints (read once), and a token for each, minted through the API."""
+    ids: dict[str, str] = {}
+    for name in START_ORDER:
+        model, values = WORKFLOWS[name]
+        ids[name] = stack.start_entry("vLLM", f"Model=hf://{model},{values}", watch=False)
+        _placed_or_failed(stack, ids[name], {"starting", "ready"})
+    for workflow_id in ids.values():
+        _placed_or_failed(stack, workflow_id, {"ready"})
+    ids = {name: ids[name] for name in WORKFLOWS}
+    endpoints = {row["workflow_id"]: row for row in stack.cli_json("endpoint", "list")}
+    targets = []
+    for name, workflow_id in ids.items():
+        endpoint = endpoints[workflow_id]
+        response = stack.api("POST", f"/v1/endpoints/{endpoint['id']}/tokens", json={"expiration": "8h"})
+        response.raise_for_status()
+        targets.append(Target(name, endpoint["url"], response.json()["token"], WORKFLOWS[name][0]))
     return ids, targets
+
+
+def _placed_or_failed(stack: RunningStack, workflow_id: str, phases: set[str]) -> None:
+    info = stack.wait_phase(workflow_id, phases | {"failed", "stopped"}, timeout=240)
+    if info.get("phase") not in phases:
+        raise AssertionError(f"{workflow_id} {info.get('phase')} before the soak: {info.get('last_error')}")
 
 
 def restarts(stack: RunningStack) -> dict[str, int]:
@@ -81,15 +109,20 @@ def restarts(stack: RunningStack) -> dict[str, int]:
 def run_soak(options: SoakOptions, state_dir: Path) -> dict[str, Any]:
     """The soak, start to orphan count; returns the figures (the caller prints them)."""
     print(f"chaos soak: seed={options.seed} minutes={options.minutes} interval_s={options.interval_s} "
-          f"rate_per_s={options.rate_per_s}", flush=True)
+          f"rate_per_s={options.rate_per_s} rounds={options.rounds}", flush=True)
     stack = RunningStack(state_dir=state_dir, port_base=free_port_base(), nodes=options.nodes,
                          simulate_gpus="4x80GB",
-                         extra_env={"BERTH_SIM_STARTUP_DELAY": "0", "BERTH_SIM_TOKENS_PER_SECOND": "60"})
+                         extra_env={"BERTH_SIM_STARTUP_DELAY": "0", "BERTH_SIM_TOKENS_PER_SECOND": "60",
+                                    **options.stack_env})
     started = time.monotonic()
     stack.start()
     result: dict[str, Any] = {"seed": options.seed, "minutes": options.minutes,
                               "kill_interval_s": list(options.interval_s), "rate_per_s": options.rate_per_s,
                               "nodes": options.nodes, "workflows": {k: v[1] for k, v in WORKFLOWS.items()}}
+    if options.rounds is not None:
+        result.update({"rounds": options.rounds, "min_non_streamed": options.min_non_streamed})
+    if options.stack_env:
+        result["stack_env"] = dict(options.stack_env)
     try:
         ids, targets = start_workflows(stack)
         result["stack_start_s"] = round(time.monotonic() - started, 1)
@@ -109,17 +142,24 @@ def run_soak(options: SoakOptions, state_dir: Path) -> dict[str, Any]:
 def _chaos(stack: RunningStack, options: SoakOptions, ids: dict[str, str], targets: list[Target]) -> dict[str, Any]:
     monitor = InvariantMonitor(stack.state_dir, stack.info["api_url"], stack.token, list(ids.values()))
     monkey = ChaosMonkey(stack.state_dir, options.seed, options.interval_s,
-                         labels={workflow_id: name for name, workflow_id in ids.items()})
+                         labels={workflow_id: name for name, workflow_id in ids.items()}, rounds=options.rounds)
     tally, stop, cpu = LoadTally(), threading.Event(), CpuMeter(stack.state_dir)
     busy_before = machine_busy()
     began = time.monotonic()
     threads = drive(targets, options.rate_per_s, stop, tally)
     chaos = threading.Thread(target=monkey.run, args=(stop, began), name="chaos", daemon=True)
     chaos.start()
+    recovered_s: float | None = None
     try:
         while time.monotonic() - began < options.minutes * 60:
             monitor.check()
             cpu.sample()
+            if monkey.finished and monkey.last_kill_at is not None:
+                if recovered_s is None and _recovered(stack, monitor, tally, targets, began + monkey.last_kill_at,
+                                                      options.nodes):
+                    recovered_s = time.monotonic() - began - monkey.last_kill_at
+                if recovered_s is not None and tally.non_streamed_total() >= options.min_non_streamed:
+                    break
             time.sleep(1.0)  # the invariant poll period
     finally:
         stop.set()
@@ -133,8 +173,10 @@ def _chaos(stack: RunningStack, options: SoakOptions, ids: dict[str, str], targe
     _name_kills(tally.broken_samples, monkey, began)
     _name_kills(tally.failed_samples, monkey, began)
     machine = (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1])
+    ending = {} if options.rounds is None else {
+        "recovered_after_last_kill_s": None if recovered_s is None else round(recovered_s, 1)}
     return {
-        "workflow_ids": ids, **monitor.summary(),
+        "workflow_ids": ids, **monitor.summary(), **ending,
         **_requests_in_the_killed_proxy(_streams_cut_by_the_proxys_death(tally.summary())),
         **monkey.summary(),
         "component_restarts": restarts(stack),
@@ -143,6 +185,26 @@ def _chaos(stack: RunningStack, options: SoakOptions, ids: dict[str, str], targe
         "machine_cpu_busy_fraction": round(machine, 3),
         "machine_cores": os.cpu_count(),
     }
+
+
+def _recovered(stack: RunningStack, monitor: InvariantMonitor, tally: LoadTally, targets: list[Target],
+               last_kill: float, nodes: int) -> bool:
+    """The stack is whole again after the last kill: every component in stack.json running, every node
+    agent ready, every workflow ready with all its copies ready (the monitor's latest reads), and every
+    endpoint has answered a non-streamed and a streamed request begun after that kill."""
+    try:
+        children = json.loads((stack.state_dir / "stack.json").read_text())["children"]
+    except (OSError, ValueError, KeyError):
+        return False
+    if not children or not all(alive(int(c["pid"])) for c in children):
+        return False
+    if sum(1 for node in monitor.nodes if node.get("state") == "ready") < nodes:
+        return False
+    for info in monitor.described.values():
+        ready = [c for c in info.get("copies") or [] if c.get("status") == "ready"]
+        if info.get("phase") != "ready" or len(ready) < (info.get("desired_copies") or 1):
+            return False
+    return len(monitor.described) == len(targets) and tally.served_after(targets, last_kill)
 
 
 def _name_kills(samples: list[dict[str, Any]], monkey: ChaosMonkey, began: float) -> None:

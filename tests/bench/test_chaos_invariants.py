@@ -148,3 +148,44 @@ def test_requests_lost_inside_the_killed_proxy_are_counted_beside_the_raw_rate()
     assert result["non_streamed_lost_in_the_killed_proxy"] == 1
     assert result["non_streamed_success_rate_besides_the_killed_proxy"] == round(997 / 999, 5)
     assert result["non_streamed_success_rate"] == 0.997  # the raw rate, which the goal is judged on
+
+
+def test_with_rounds_every_kind_is_killed_and_one_with_nothing_running_is_drawn_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.chaos import monkey as monkey_module
+
+    killed: list[int] = []
+    monkeypatch.setattr(monkey_module, "alive", lambda pid: True)
+    monkeypatch.setattr(monkey_module.os, "kill", lambda pid, _signal: killed.append(pid))
+    monkey = ChaosMonkey(tmp_path, 1212, rounds=1)
+    first = monkey._next_kind()
+    monkey._deck.append(first)  # put back on top: the first kill draws it
+    looked: list[str] = []
+
+    def candidates(kind: str) -> list[tuple[str, int]]:
+        looked.append(kind)
+        if kind == first and looked.count(kind) == 1:
+            return []  # nothing of the first kind running, the first time
+        return [(kind, 100 + KINDS.index(kind))]
+
+    monkeypatch.setattr(monkey, "candidates", candidates)
+    kills: list[Any] = []
+    while not monkey.finished:
+        assert len(kills) <= len(KINDS), kills
+        kills.append(monkey.kill_one(float(len(kills))))
+    assert kills[0].pid is None and kills[-1].kind == kills[0].kind  # skipped, then drawn again last
+    assert sorted(k.kind for k in kills[1:]) == sorted(KINDS) and len(killed) == len(KINDS)
+    assert monkey.last_kill_at == len(KINDS) and monkey.summary()["kills"] == len(KINDS)
+    assert not ChaosMonkey(tmp_path, 1212).finished  # without rounds: kills until the soak ends
+
+
+def test_a_target_serves_again_only_with_both_kinds_of_request_begun_after_the_moment() -> None:
+    tally, target = LoadTally(), Target("pool", "http://endpoint", "t", "m")
+    tally.count_plain(target, "ok", 5.0, 5.1)
+    tally.count_stream(target, "done", began=4.0)
+    assert not tally.served_after([target], 4.5)  # the stream began before
+    tally.count_stream(target, "broken", {}, began=6.0)
+    assert not tally.served_after([target], 4.5)  # a broken stream does not count
+    tally.count_stream(target, "done", began=6.0)
+    tally.count_plain(target, "http_500", 7.0, 7.1)
+    assert tally.served_after([target], 4.5) and not tally.served_after([target], 5.5)
