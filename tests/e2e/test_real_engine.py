@@ -7,13 +7,14 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import openai
 import pytest
 
 from activities.ranks import _shm_names
-from tests.e2e.conftest import REAL_ENGINE_GROUP
+from tests.e2e.conftest import REAL_ENGINE_GROUP, ServedSmolLM2
 from tests.support import SMOLLM2_QUESTION, RunningStack, processes_mentioning, rank_record
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -34,14 +35,15 @@ def cpu_stack(real_stack: RunningStack) -> RunningStack:
     return real_stack
 
 
-def test_smollm2_end_to_end(cpu_stack: RunningStack) -> None:
+def test_smollm2_end_to_end(cpu_stack: RunningStack, serve_smollm2: Callable[[], ServedSmolLM2]) -> None:
+    """The profile's shared copy (tests/e2e/conftest.py), which the real clients used first: its start as
+    `--watch` showed it, the SDK through its endpoint, then its stop and everything the stop must clean up."""
     stack = cpu_stack
     nodes = stack.cli_json("node", "list")
     assert {n["engine"] for n in nodes} == {"vllm-cpu"} and all(n["gpus"] == [] for n in nodes)
-    shm_before_start = set(os.listdir("/dev/shm"))
-    watched = stack.cli("workflow", "catalog", "start", "SmolLM2 135M Instruct", "--watch", timeout=900)
-    workflow_id = watched.stdout.strip().splitlines()[0]
-    assert "Ready." in watched.stdout and "downloaded" in watched.stdout
+    served = serve_smollm2()
+    workflow_id, shm_before_start = served.workflow_id, served.shm_before_start
+    assert "Ready." in served.watched and "downloaded" in served.watched
     info = stack.describe(workflow_id)
     assert info["weights"]["bytes_total"] > 200_000_000 and not info["weights"]["dry_run"]
     endpoint = stack.endpoint(workflow_id)
