@@ -172,7 +172,7 @@ def test_api_server_and_control_worker_restart_keep_copies_serving(cluster: Clus
 
 def test_restarted_node_agent_readopts_its_live_ranks(cluster: Cluster) -> None:
     stack = cluster.stack
-    workflow_id, copy_id = cluster.serve()
+    workflow_id, copy_id = cluster.serve(COPY + ",Proxy=false")  # the ranks' adoption: no LiteLLM needed
     follower = rank_record(stack.state_dir, copy_id, 1)
     node = follower["node_id"]
     cluster.kill(node)

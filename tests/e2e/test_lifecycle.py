@@ -44,8 +44,8 @@ def _chat(url: str, token: str) -> str:
 
 def test_second_start_waits_for_the_gpu_then_serves(one_gpu_stack: RunningStack) -> None:
     stack = one_gpu_stack
-    first = stack.start_entry("GPT-OSS 20B")
-    second = stack.start_entry("GPT-OSS 20B", watch=False)
+    first = stack.start_entry("GPT-OSS 20B", "Proxy=false")
+    second = stack.start_entry("GPT-OSS 20B", "Proxy=false", watch=False)
     info = stack.wait_phase(second, {"scheduling"})
     deadline = time.monotonic() + 30
     while not any(e["kind"] == "scheduling_blocked" for e in info["events"]) and time.monotonic() < deadline:
@@ -65,7 +65,7 @@ def test_control_worker_restart_during_start(one_gpu_stack: RunningStack) -> Non
     stack = one_gpu_stack
     worker = next(c for c in stack.info["children"] if c["name"] == "worker")
     stop_group_sync(worker["pid"], 5)
-    workflow_id = stack.start_entry("GPT-OSS 20B", watch=False)  # accepted while no worker runs
+    workflow_id = stack.start_entry("GPT-OSS 20B", "Proxy=false", watch=False)  # accepted while no worker runs
 
     def held_by_temporal() -> dict[str, Any] | None:
         info = stack.describe(workflow_id)

@@ -63,7 +63,7 @@ def _serving_copy(stack: RunningStack, workflow_id: str) -> dict[str, object]:
 @pytest.mark.litellm
 def test_two_node_copy_fails_as_a_unit_at_the_minimum(stack: RunningStack) -> None:
     # ReplaceFailedCopies=0: this test is about the failure itself (the default would place the copy again).
-    workflow_id = stack.start_entry("vLLM", MODEL + ",ExtraEnv=NCCL_SOCKET_IFNAME=lo,ReplaceFailedCopies=0")
+    workflow_id = stack.start_entry("vLLM", MODEL + ",ExtraEnv=NCCL_SOCKET_IFNAME=lo,ReplaceFailedCopies=0,Proxy=false")
     copy = _serving_copy(stack, workflow_id)
     copy_id = str(copy["copy_id"])
     leader, follower = rank_record(stack.state_dir, copy_id, 0), rank_record(stack.state_dir, copy_id, 1)
@@ -97,7 +97,7 @@ def test_two_node_copy_fails_as_a_unit_at_the_minimum(stack: RunningStack) -> No
 @pytest.mark.litellm
 def test_above_the_minimum_the_copy_is_dropped(stack: RunningStack) -> None:
     # ReplaceFailedCopies=0: the drop is under test (the default would place the copy again first).
-    workflow_id = stack.start_entry("vLLM", MODEL + ",MinReplicas=0,ReplaceFailedCopies=0")
+    workflow_id = stack.start_entry("vLLM", MODEL + ",MinReplicas=0,ReplaceFailedCopies=0,Proxy=false")
     copy_id = str(_serving_copy(stack, workflow_id)["copy_id"])
     follower = rank_record(stack.state_dir, copy_id, 1)
     os.kill(int(follower["pid"]), signal.SIGTERM)
@@ -113,7 +113,7 @@ def test_above_the_minimum_the_copy_is_dropped(stack: RunningStack) -> None:
 
 @pytest.mark.litellm
 def test_replace_failed_copies_places_the_copy_again(stack: RunningStack) -> None:
-    workflow_id = stack.start_entry("vLLM", MODEL + ",ReplaceFailedCopies=1")
+    workflow_id = stack.start_entry("vLLM", MODEL + ",ReplaceFailedCopies=1,Proxy=false")
     first = str(_serving_copy(stack, workflow_id)["copy_id"])
     os.kill(int(rank_record(stack.state_dir, first, 1)["pid"]), signal.SIGKILL)
 
@@ -148,8 +148,9 @@ def test_more_nodes_than_the_cluster_has_is_rejected(stack: RunningStack) -> Non
 
 @pytest.mark.litellm
 def test_three_copies_on_two_free_nodes_one_waits_then_serves(stack: RunningStack) -> None:
-    occupant = stack.start_entry("vLLM", "Model=hf://org/occupant,GpusPerNode=4")
-    pool = stack.start_entry("vLLM", "Model=hf://nvidia/some-model,GpusPerNode=4,MinReplicas=3,MaxReplicas=3")
+    occupant = stack.start_entry("vLLM", "Model=hf://org/occupant,GpusPerNode=4,Proxy=false")
+    pool = stack.start_entry("vLLM",
+                             "Model=hf://nvidia/some-model,GpusPerNode=4,MinReplicas=3,MaxReplicas=3,Proxy=false")
 
     def one_blocked() -> dict[str, object] | None:
         info = stack.describe(pool)

@@ -82,7 +82,8 @@ def test_data_parallel_copy_across_two_cpu_nodes_fails_as_a_unit(cpu_stack: Runn
     after rank 1 dies; Berth must notice, stop rank 0 and say which rank, node and signal."""
     stack = cpu_stack
     # ReplaceFailedCopies=0: the failure itself is under test (by default the copy would be placed again).
-    workflow_id = stack.start_entry("SmolLM2 135M Instruct", "Nodes=2,DataParallel=true,ReplaceFailedCopies=0")
+    workflow_id = stack.start_entry("SmolLM2 135M Instruct",
+                                    "Nodes=2,DataParallel=true,ReplaceFailedCopies=0,Proxy=false")
     endpoint = stack.endpoint(workflow_id)
     client = openai.OpenAI(base_url=endpoint["url"] + "/v1", api_key=stack.token_for(endpoint["id"]), max_retries=0)
     reply = client.chat.completions.create(model=MODEL, max_tokens=16, temperature=0,
@@ -119,7 +120,7 @@ def test_smollm2_materialized_once_and_served_through_model_ref(cpu_stack: Runni
     assert model["state"] == "Ready" and model["verified"] is True and model["safetensors_files"] >= 1
     directory = stack.state_dir / "models" / "sha256" / model["digest"]
     assert (directory / "config.json").is_file()
-    workflow_id = stack.start_entry("SmolLM2 135M Instruct", "Model=model://smol")
+    workflow_id = stack.start_entry("SmolLM2 135M Instruct", "Model=model://smol,Proxy=false")
     info = stack.describe(workflow_id)
     assert info["weights"]["digest"] == model["digest"] and info["weights"]["model_dir"] == str(directory)
     assert info["weights"]["model"] == "model://smol" and info["weights"]["cache_hit"] is True

@@ -154,7 +154,7 @@ def test_workflow_list(sim_stack: RunningStack, served: dict[str, str]) -> None:
 
 @pytest.mark.litellm
 def test_stop_frees_everything(sim_stack: RunningStack) -> None:
-    workflow_id = sim_stack.start_entry("vLLM", "Model=hf://Qwen/Qwen3-0.6B,GpusPerNode=4")
+    workflow_id = sim_stack.start_entry("vLLM", "Model=hf://Qwen/Qwen3-0.6B,GpusPerNode=4,Proxy=false")
     endpoint = sim_stack.endpoint(workflow_id)
     nodes = sim_stack.cli_json("node", "list")
     held = [g for n in nodes for g in n["gpus"] if g["allocated_to"] and g["allocated_to"].startswith(workflow_id)]
@@ -171,8 +171,8 @@ def test_stop_frees_everything(sim_stack: RunningStack) -> None:
 @pytest.mark.litellm
 def test_rank_dying_during_startup_shows_its_log(sim_stack: RunningStack) -> None:
     # vLLM (and the simulator) refuse --enable-auto-tool-choice without --tool-call-parser and exit 2.
-    workflow_id = sim_stack.start_entry("vLLM", "Model=hf://Qwen/Qwen3-0.6B,ExtraArgs=--enable-auto-tool-choice",
-                                        watch=False)
+    workflow_id = sim_stack.start_entry(
+        "vLLM", "Model=hf://Qwen/Qwen3-0.6B,Proxy=false,ExtraArgs=--enable-auto-tool-choice", watch=False)
     info = sim_stack.wait_phase(workflow_id, {"failed"}, timeout=60)
     error = info["last_error"]
     assert "rank 0 on node" in error and "exited with status 2" in error
