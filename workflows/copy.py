@@ -146,13 +146,26 @@ class CopyWorkflow:
         request = ReserveRequest(workflow_id=input.workflow_id, copy_id=input.copy_id, nodes=input.nodes,
                                  gpus_per_node=input.gpus_per_node, gpu_memory_gb=input.gpu_memory_gb,
                                  prefer_volume=input.volume, prefer_model=input.model_digest)
+        settle = workflow.patched("reserve-settles-before-release")
         backoff = 0.5
         last_reason = None
         while True:
-            result: ReserveResult = await workflow.execute_activity(
+            attempt = workflow.start_activity(
                 "reserve_placement", request, result_type=ReserveResult, task_queue=CONTROL_TASK_QUEUE,
                 start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
             )
+            if not settle:  # older histories: the cancel went to the attempt, which the release could outrun
+                result: ReserveResult = await attempt
+            else:
+                try:
+                    result = await asyncio.shield(attempt)
+                except asyncio.CancelledError:
+                    # Stopped mid-attempt: let the attempt end before _run releases, or a reservation made
+                    # after the release holds GPUs with no copy to free them (seen under load: a pool that
+                    # gave up while re-placing a copy, the worker logging "Activity not found on completion").
+                    with contextlib.suppress(ActivityError):
+                        await attempt
+                    raise
             if result.placement is not None:
                 return result.placement
             if result.blocked_reason != last_reason:

@@ -174,7 +174,10 @@ def test_two_workflows_of_one_model_download_it_once_and_eviction_keeps_it(model
 def test_a_node_agent_killed_mid_download_resumes_without_fetching_bytes_twice(models: Models) -> None:
     stack = models.stack
     models.cli("add", "slow", "--source", "hf://acme/slow")
-    models.proxy.delay_s = 0.05  # about 5 MB/s: the download is still running when the agents die
+    # About 1.25 MB/s: after the first 6 MB, some 14 s of download are left when the agents die, even when a busy
+    # machine (parallel test workers) makes each status poll take seconds. At 5 MB/s a late poll could see
+    # the 6 MB only once the whole 24 MB were in, and the kill then found nothing to interrupt.
+    models.proxy.delay_s = 0.2
     try:
         models.cli("materialize", "slow")
         wait_for(lambda: (models.status("slow").get("progress") or {}).get("bytes_done", 0) >= 6 * MB, 120,
