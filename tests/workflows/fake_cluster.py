@@ -81,6 +81,7 @@ class FakeCluster:
     fronts_running: int = 0
     front_goes_live: bool = True  # False: its liveness probe waits until the test sets it
     publish_gate: asyncio.Event | None = None  # set: publish_replica waits for it before it writes
+    reserve_gate: asyncio.Event | None = None  # set: reserve_placement waits for it before it places
     _ports: itertools.count[int] = field(default_factory=lambda: itertools.count(20000))
 
     # --- what the test reads and does -----------------------------------------------------------
@@ -119,6 +120,8 @@ class FakeCluster:
     @activity.defn(name="reserve_placement")
     async def reserve_placement(self, request: ReserveRequest) -> ReserveResult:
         self._record("reserve_placement", request)
+        if self.reserve_gate is not None:
+            await self.reserve_gate.wait()
         if request.copy_id in self.placements:  # a retried reserve gets what the first one placed
             return ReserveResult(placement=self.placements[request.copy_id])
         free = [n for n in self.nodes if not n.silent and self._free_gpus(n) >= max(request.gpus_per_node, 1)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 
 from tests.workflows.fake_cluster import FakeCluster, FakeNode
 from tests.workflows.harness import OWNER, Harness, copy_ids, eventually, node_ids, pool_definition
@@ -62,3 +63,26 @@ async def test_a_stop_that_lands_while_the_copy_publishes_leaves_no_record(harne
         cluster.publish_gate.set()  # the control plane answers the publish only now
         await eventually(lambda: cluster.called("publish_landed"), "the late publish to land")
         assert cluster.published == {}
+
+
+async def test_a_stop_that_lands_while_the_copy_reserves_holds_no_gpu(harness: Harness) -> None:
+    """A copy stopped while its reserve_placement runs lets that attempt end before it releases: a release that
+    outran it would leave the late reservation holding GPUs with no copy to free them (the parallel suite saw a
+    pool that gave up while re-placing a copy keep a GPU that way)."""
+    cluster = FakeCluster(nodes=[FakeNode(node_id) for node_id in node_ids(1)], reserve_gate=asyncio.Event())
+    async with harness.running(cluster):
+        handle = await harness.start(pool_definition(min_replicas=1, max_replicas=1))
+        await eventually(lambda: cluster.called("reserve_placement"), "the copy's reserve under way")
+        await handle.signal(PoolWorkflow.stop, StopRequest(by=OWNER.user))
+        copy = harness.client.get_workflow_handle(f"{handle.id}.copy-0")
+
+        async def cancel_reached_the_copy() -> bool:
+            events = [e.event_type for e in (await copy.fetch_history()).events]
+            return EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED in events
+
+        await eventually(cancel_reached_the_copy, "the stop to reach the reserving copy")
+        assert cluster.reserve_gate is not None
+        cluster.reserve_gate.set()  # the control plane answers the reserve only now, after the stop
+        final = await asyncio.wait_for(handle.result(), 60)
+        assert final.phase is Phase.STOPPED
+        assert cluster.placements == {}, "a reservation made after the copy's release still holds its GPU"
