@@ -4,7 +4,9 @@ with ReplaceFailedCopies=1 whose crashed copy was replaced, then stopped; one wi
 failed at its minimum by one crash. Payloads decrypted, generated API keys removed. And the shape after
 `front-child-and-continue-as-new` (tests/workflows/record_histories.py): a Proxy=true pool's run that continued
 as new, its last run (scaled up and in, stopped), its FrontWorkflow and a copy that outlived a continue-as-new.
-And model jobs (tests/workflows/record_model_histories.py): a pool that waited for `model://smol`, and its job."""
+And model jobs (tests/workflows/record_model_histories.py): a pool that waited for `model://smol`, and its job.
+And `reserve-settles-before-release` (tests/workflows/record_reserve_histories.py): a pool stopped while its copy's
+reserve_placement still ran, and that copy."""
 
 from __future__ import annotations
 
@@ -25,8 +27,9 @@ HISTORIES = Path(__file__).parent / "histories"
 
 async def test_recorded_histories_replay_on_the_current_code() -> None:
     paths = sorted(HISTORIES.glob("*.json"))
-    assert len(paths) == 14
-    assert {"ServiceWorkflow-7-continued", "ServiceWorkflow-8-after-continue", "FrontWorkflow-9"} <= {
+    assert len(paths) == 16
+    assert {"ServiceWorkflow-7-continued", "ServiceWorkflow-8-after-continue", "FrontWorkflow-9",
+            "ServiceWorkflow-14-stopped-reserving", "CopyWorkflow-15-stopped-reserving"} <= {
         path.stem for path in paths}
 
     async def histories() -> AsyncIterator[WorkflowHistory]:
