@@ -38,6 +38,7 @@ from server.autoscaler import (
 )
 from server.copy_activity import CopyActivity, CopyTarget
 from server.load_reports import KEEP_S, AutoscaledPool, AutoscalerLease, AutoscalerView, LoadReport, Source
+from server.pool_query import pool_status
 from server.scaling_decision import CopyReading, QueueMemory, ScalingDecision, combine, decide_queue, measure
 from workflows.payloads import PoolStatus, ScaleRequest
 from workflows.pool_workflow import PoolWorkflow
@@ -115,7 +116,7 @@ class Autoscaler:
 
     async def _scale(self, pool: AutoscaledPool, policy: PoolPolicy, now: float) -> None:
         handle = self.temporal.get_workflow_handle(pool.workflow_id)
-        status: PoolStatus = await handle.query(PoolWorkflow.status, rpc_timeout=timedelta(seconds=5))
+        status: PoolStatus = await pool_status(handle, rpc_timeout=timedelta(seconds=5))
         if status.phase.value != "ready":
             return  # starting copies are not idle, a pool at zero waits for a request, stopping is final
         memory = self.memories.setdefault(pool.endpoint_id, PoolMemory())

@@ -112,7 +112,7 @@ class PhaseCache:
 def temporal_phases(client: Callable[[], Awaitable[Any]]) -> PhaseReader:
     """A PhaseReader asking Temporal: its running pool workflows (one visibility listing), then each one's
     status query, PHASE_QUERIES at a time; one that does not answer counts as `unknown`."""
-    from workflows.pool_workflow import PoolWorkflow  # the workflow's code only when phases are read
+    from server.pool_query import pool_status  # the workflow's code only when phases are read
 
     async def read() -> Mapping[str, int]:
         temporal = await client()
@@ -127,8 +127,8 @@ def temporal_phases(client: Callable[[], Awaitable[Any]]) -> PhaseReader:
         async def phase_of(workflow_id: str) -> str:
             async with limit:
                 try:
-                    status = await temporal.get_workflow_handle(workflow_id).query(
-                        PoolWorkflow.status, rpc_timeout=timedelta(seconds=PHASE_QUERY_TIMEOUT_S))
+                    status = await pool_status(temporal.get_workflow_handle(workflow_id),
+                                               rpc_timeout=timedelta(seconds=PHASE_QUERY_TIMEOUT_S))
                 except Exception:  # noqa: BLE001 — a query fails many ways; the workflow still counts
                     return UNKNOWN_PHASE
                 return str(status.phase.value)

@@ -25,6 +25,7 @@ from server import opencode as opencode_checks
 from server.access import in_scope
 from server.context import Context
 from server.guards import Caller, ReachableEndpoint, VisibleEndpoint
+from server.pool_query import pool_status
 from server.views import endpoint_url, endpoint_view
 from workflows.payloads import PoolStatus
 from workflows.pool_workflow import PoolWorkflow
@@ -57,7 +58,7 @@ async def wake_endpoint(endpoint_id: str, body: WakeRequest, endpoint: VisibleEn
     try:
         # Whether the pool was asleep tells the caller to hold the request (a copy is coming) or not
         # (copies are already wanted: starting, or waiting for capacity).
-        status: PoolStatus = await handle.query(PoolWorkflow.status, rpc_timeout=timedelta(seconds=5))
+        status: PoolStatus = await pool_status(handle, rpc_timeout=timedelta(seconds=5))
         if status.desired_copies == 0:  # else a no-op for the workflow: spare its history the signal
             await handle.signal(PoolWorkflow.wake, body.reason or f"a request from {who.user}")
     except RPCError as error:

@@ -26,6 +26,7 @@ from catalog.definition import WorkflowDefinition
 from server.access import WorkflowAccess
 from server.context import Context, ServerContext
 from server.guards import ReadableWorkflow, owned_workflow
+from server.pool_query import pool_status
 from server.revision_store import Revision
 from server.revisions import NothingToChange, prepare_update
 from server.routes.workflows import QUERY_TIMEOUT, DefinitionReader
@@ -95,8 +96,8 @@ async def _execute(context: ServerContext, workflow_id: str, update: Any, argume
 async def _status(context: ServerContext, workflow_id: str) -> PoolStatus | None:
     try:
         client = await context.temporal()
-        status: PoolStatus = await client.get_workflow_handle(workflow_id).query(
-            PoolWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+        status: PoolStatus = await pool_status(client.get_workflow_handle(workflow_id),
+                                                rpc_timeout=QUERY_TIMEOUT)
     except Exception:  # noqa: BLE001 — a query can fail many ways; the listing goes on without states
         return None
     return status

@@ -35,6 +35,7 @@ from server.context import Context, ServerContext
 from server.guards import Caller, ReadableWorkflow, owned_workflow
 from server.model_refs import register_first_use
 from server.models import EndpointRow
+from server.pool_query import pool_status
 from server.submission import StartRequest, copy_timings, new_rows, prepare, with_generated_keys
 from server.views import endpoint_url, endpoint_view, scaling_of
 from workflows.payloads import Owner, PoolInput, PoolStatus, ScaleRequest, StopRequest
@@ -118,7 +119,7 @@ async def describe_workflow(workflow_id: str, access: ReadableWorkflow, context:
     except RPCError as error:
         raise NotFoundError(f"Temporal has no workflow '{workflow_id}' ({error.message}).") from None
     try:
-        status: PoolStatus = await handle.query(PoolWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+        status: PoolStatus = await pool_status(handle, rpc_timeout=QUERY_TIMEOUT)
         result.update(status.model_dump(mode="json"))
     except (RPCError, Exception) as error:  # noqa: BLE001 — a query can fail many ways; say so
         result["phase"] = "unknown"
@@ -223,7 +224,7 @@ async def _listed_state(client: Client, workflow_id: str, limit: asyncio.Semapho
         if status is not WorkflowExecutionStatus.RUNNING:
             return _temporal_status(status), _CLOSED_PHASES.get(status, _temporal_status(status))
         try:
-            answer: PoolStatus = await handle.query(PoolWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+            answer: PoolStatus = await pool_status(handle, rpc_timeout=QUERY_TIMEOUT)
         except (RPCError, Exception):  # noqa: BLE001 — a query can fail many ways; the listing goes on
             return "running", "unknown"
         return "running", answer.phase.value

@@ -21,6 +21,7 @@ from activities.authorization import InputAuthority
 from berth.security import SigningKey, TokenVerifier
 from berth.settings import CONTROL_TASK_QUEUE, NODES_TASK_QUEUE, node_task_queue
 from catalog.definition import EngineSpec, PoolSpec, ReplicaSpec, WorkflowDefinition
+from server.pool_query import pool_status
 from tests.workflows.fake_cluster import FakeCluster
 from tests.workflows.fake_models import FakeModels
 from workflows.copy import CopyWorkflow
@@ -89,8 +90,7 @@ class Harness:
         return self.client.get_workflow_handle(handle.id)
 
     async def status(self, handle: WorkflowHandle[Any, Any]) -> PoolStatus:
-        status: PoolStatus = await self.latest(handle).query(PoolWorkflow.status)
-        return status
+        return await pool_status(self.latest(handle))
 
     async def wait_status(self, handle: WorkflowHandle[Any, Any], condition: Callable[[PoolStatus], bool],
                           what: str, timeout_s: float = WAIT_S) -> PoolStatus:
