@@ -20,7 +20,16 @@ from berth.errors import BerthError
 from berth.failure_log import FailureLog
 from berth.scopes import Scope
 from berth.security import Identity, SigningKey, TokenVerifier
-from gateway import answers, litellm_keys, litellm_replay, model_cards, proxy_tracing, second_try, session_key
+from gateway import (
+    answers,
+    litellm_keys,
+    litellm_replay,
+    model_cards,
+    openai_routes,
+    proxy_tracing,
+    second_try,
+    session_key,
+)
 from gateway.admission import Admission, limiter_from_settings, refuse
 from gateway.answers import body_stream, deadline, json_answer, plain, upstream_failed
 from gateway.audit_writer import AuditedRequest, AuditWriter
@@ -185,6 +194,8 @@ class EndpointProxy:
             return
         if await litellm_keys.serve(self, route, scope, receive, send, rest):  # LiteLLM's /key/* from Berth's keys
             return
+        if route.service in openai_routes.MODEL_UPSTREAMS and await openai_routes.refused(send, rest):
+            return  # only the OpenAI routes reach a copy: the rest of vLLM's answer without its key
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         keyed: KeyedRequest | None = None
         presented = find_key(headers)

@@ -23,7 +23,7 @@ from berth.log_format import configure_logging
 from berth.security import TokenVerifier
 from berth.settings import ProxyLimits, limit_policy, metrics_enabled
 from berth.telemetry import setup_tracing
-from gateway import deadlines, routing, session_key
+from gateway import deadlines, openai_routes, routing, session_key
 from gateway.credentials import strip_berth_credentials
 from gateway.gateway_auth import KEY_HEADERS, MasterKeyGate
 from gateway.litellm_contract import invalid_model, model_listing
@@ -223,6 +223,8 @@ class ModelGateway:
         if scope["method"] != "POST":
             await _json(send, 404, _error(f"No route {path}; this gateway serves /v1/models and POST /v1/…", 404))
             return
+        if await openai_routes.refused(send, path[1:]):
+            return  # the copy key it adds must not reach vLLM's unguarded routes (/tokenize, /invocations, …)
         await self._route(scope, receive, send, clock)
 
     def health(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from simulator import unguarded
 from simulator.api_error import ApiError, FailShare, api_error_response
 from simulator.api_key import ApiKeyMiddleware
 from simulator.cli import EngineConfig
@@ -211,6 +212,7 @@ def create_app(config: EngineConfig, engine: Engine | None = None) -> Starlette:
             Route("/v1/models", routes.models, methods=["GET"]),
             Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
             Route("/v1/completions", routes.completions, methods=["POST"]),
+            *unguarded.routes(config, routes.chat_completions, routes.completions, routes.health),
         ],
         exception_handlers={ApiError: api_error_response},
     )

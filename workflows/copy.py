@@ -194,7 +194,7 @@ class CopyWorkflow:
             spec = RankSpec(
                 workflow_id=input.workflow_id, copy_id=input.copy_id, rank=rank.rank, nnodes=input.nodes,
                 engine=input.engine, gpus_per_node=input.gpus_per_node, gpus=rank.gpus,
-                host="0.0.0.0" if input.nodes > 1 else rank.address, port=rank.port,
+                host=rank.address, port=rank.port,  # its node's cluster address, never 0.0.0.0 (issue 29)
                 master_addr=leader.address, master_port=placement.master_port, model_dir=input.model_dir,
                 log_name=f"vllm-rank-{rank.rank}", health=health if rank.rank == leader.rank else None,
             )

@@ -23,11 +23,11 @@ def chunk(data: bytes) -> bytes:
 
 
 class Copy:
-    """One copy: answers its /metrics scrape, and a POST by the last part of its path — `slow` (never
-    answers), `stall` (one event, then silence), `trickle` (an event every `trickle_every_s`, `trickle_count`
-    of them, then [DONE]); anything else gets `{"copy": name, "bytes": n}` (or a 500 while `fails`). `ended`
-    is set when the proxy closes a connection it left unanswered or cut short; `cut` when it closed one
-    mid-request-body."""
+    """One copy: answers its /metrics scrape, and a POST by its `?copy=` query (else the last part of its
+    path) — `slow` (never answers), `stall` (one event, then silence), `trickle` (an event every
+    `trickle_every_s`, `trickle_count` of them, then [DONE]); anything else gets `{"copy": name, "bytes": n}`
+    (or a 500 while `fails`). `ended` is set when the proxy closes a connection it left unanswered or cut
+    short; `cut` when it closed one mid-request-body."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -66,7 +66,8 @@ class Copy:
                     writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
                     continue
                 self.seen.append((path, body))
-                if not await self._answer(path.rsplit(b"/", 1)[-1], body, reader, writer):
+                what = path.split(b"?copy=", 1)[1] if b"?copy=" in path else path.rsplit(b"/", 1)[-1]
+                if not await self._answer(what, body, reader, writer):
                     return
         except (asyncio.IncompleteReadError, ConnectionError):
             return

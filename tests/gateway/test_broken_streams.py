@@ -33,16 +33,16 @@ def _chunk(data: bytes) -> bytes:
 
 
 async def _half_a_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Answers with two events, then breaks as the request path says: `close` (between events), `cut`
+    """Answers with two events, then breaks as the request's model says: `close` (between events), `cut`
     (in the middle of an event), `reset` (RST, as a killed host's kernel does)."""
     head = await reader.readuntil(b"\r\n\r\n")
     length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-    await reader.readexactly(length)
+    body = await reader.readexactly(length)
     writer.write(HEAD + _chunk(EVENT) + _chunk(EVENT))
-    if b"/v1/cut" in head:
+    if b'"cut"' in body:
         writer.write(_chunk(b'data: {"choices": [{"ind'))
     await writer.drain()
-    if b"/v1/reset" in head:
+    if b'"reset"' in body:
         sock = writer.get_extra_info("socket")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     writer.close()
@@ -113,7 +113,7 @@ async def test_a_stream_broken_by_its_upstream_ends_with_an_error_and_an_abort(h
     upstream_url = f"http://127.0.0.1:{upstream.sockets[0].getsockname()[1]}"
     try:
         async with _serve_proxy(upstream_url, key) as url:
-            lines, ended = await _stream(f"{url}/v1/{how}", {"model": "m", "stream": True})
+            lines, ended = await _stream(f"{url}/v1/chat/completions", {"model": how, "stream": True})
             assert isinstance(ended, httpx.RemoteProtocolError), ended
             assert lines[:2] == [EVENT.decode().strip()] * 2
             error = _upstream_error(lines[-1])

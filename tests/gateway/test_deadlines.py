@@ -67,9 +67,9 @@ async def _stream(client: httpx.AsyncClient, url: str, headers: dict[str, str] |
 
 async def test_a_body_at_the_limit_passes_and_one_byte_over_is_413_before_it_is_read(tmp_path: Path) -> None:
     async with _proxy(tmp_path) as (url, copy), httpx.AsyncClient(timeout=30) as client:
-        at_limit = await client.post(f"{url}/v1/echo", content=b"x" * MIB)
+        at_limit = await client.post(f"{url}/v1/completions?copy=echo", content=b"x" * MIB)
         assert at_limit.status_code == 200 and at_limit.json() == {"copy": "c1", "bytes": MIB}
-        over = await client.post(f"{url}/v1/echo", content=b"x" * (MIB + 1))
+        over = await client.post(f"{url}/v1/completions?copy=echo", content=b"x" * (MIB + 1))
         assert over.status_code == 413
         assert over.json() == {"error": {
             "message": "Request body is over the 1 MiB limit of this proxy; send a smaller one.",
@@ -86,9 +86,9 @@ async def test_a_chunked_body_is_counted_as_it_streams(tmp_path: Path) -> None:
             yield b"y" * part
 
     async with _proxy(tmp_path) as (url, copy), httpx.AsyncClient(timeout=30) as client:
-        under = await client.post(f"{url}/v1/echo", content=body(MIB))  # no Content-Length: chunked
+        under = await client.post(f"{url}/v1/completions?copy=echo", content=body(MIB))  # no Content-Length: chunked
         assert under.status_code == 200 and under.json()["bytes"] == MIB
-        over = await client.post(f"{url}/v1/echo", content=body(MIB + 1))
+        over = await client.post(f"{url}/v1/completions?copy=echo", content=body(MIB + 1))
         assert over.status_code == 413 and _error(over)["code"] == "body_limit_bytes"
         # The copy had the start of it: the proxy closed that connection mid-body, so it answers nothing.
         async with asyncio.timeout(10):
@@ -99,7 +99,8 @@ async def test_a_chunked_body_is_counted_as_it_streams(tmp_path: Path) -> None:
 @pytest.mark.parametrize("asked", ["0", "301", "abc", "", "nan"])
 async def test_an_x_request_timeout_outside_1_to_300_s_is_a_400(tmp_path: Path, asked: str) -> None:
     async with _proxy(tmp_path) as (url, copy), httpx.AsyncClient(timeout=30) as client:
-        response = await client.post(f"{url}/v1/echo", json={"model": "m"}, headers={"x-request-timeout": asked})
+        response = await client.post(f"{url}/v1/completions?copy=echo", json={"model": "m"},
+            headers={"x-request-timeout": asked})
         assert response.status_code == 400
         error = _error(response)
         assert error["param"] == "x-request-timeout" and error["type"] == "invalid_request_error"
@@ -110,7 +111,8 @@ async def test_an_x_request_timeout_outside_1_to_300_s_is_a_400(tmp_path: Path, 
 @pytest.mark.parametrize("asked", ["1", "300", "2.5"])
 async def test_an_x_request_timeout_inside_the_range_is_taken(tmp_path: Path, asked: str) -> None:
     async with _proxy(tmp_path) as (url, _copy), httpx.AsyncClient(timeout=30) as client:
-        response = await client.post(f"{url}/v1/echo", json={"model": "m"}, headers={"x-request-timeout": asked})
+        response = await client.post(f"{url}/v1/completions?copy=echo", json={"model": "m"},
+            headers={"x-request-timeout": asked})
         assert response.status_code == 200
 
 
@@ -119,7 +121,8 @@ async def test_a_slow_upstream_is_a_504_at_the_asked_deadline(tmp_path: Path, ca
     async with _proxy(tmp_path) as (url, copy), httpx.AsyncClient(timeout=30) as client:
         started = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="berth.limits"):
-            response = await client.post(f"{url}/v1/slow", json={"model": "m"}, headers={"x-request-timeout": "2"})
+            response = await client.post(f"{url}/v1/completions?copy=slow", json={"model": "m"},
+                headers={"x-request-timeout": "2"})
         took = time.monotonic() - started
         assert response.status_code == 504 and 1.9 <= took < 4.0, took
         error = _error(response)
@@ -135,14 +138,14 @@ async def test_the_default_deadline_applies_without_the_header(tmp_path: Path) -
     async with _proxy(tmp_path, ProxyLimits(upstream_deadline_s=1.0)) as (url, _copy), \
             httpx.AsyncClient(timeout=30) as client:
         started = time.monotonic()
-        response = await client.post(f"{url}/v1/slow", json={"model": "m"})
+        response = await client.post(f"{url}/v1/completions?copy=slow", json={"model": "m"})
         assert response.status_code == 504 and time.monotonic() - started < 3.0
 
 
 @pytest.mark.timeout(20)
 async def test_the_deadline_passing_mid_stream_ends_it_with_an_error_event(tmp_path: Path) -> None:
     async with _proxy(tmp_path) as (url, copy), httpx.AsyncClient(timeout=30) as client:
-        lines, ended, took = await _stream(client, f"{url}/v1/trickle", {"x-request-timeout": "2"})
+        lines, ended, took = await _stream(client, f"{url}/v1/completions?copy=trickle", {"x-request-timeout": "2"})
         assert isinstance(ended, httpx.RemoteProtocolError), ended  # aborted, never a clean end
         assert 1.9 <= took < 4.0, took
         assert lines[0] == EVENT.decode().strip() and "[DONE]" not in "".join(lines)
@@ -158,7 +161,7 @@ async def test_a_stream_that_stalls_is_ended_after_the_idle_timeout(tmp_path: Pa
     async with _proxy(tmp_path, ProxyLimits(stream_idle_s=1.0)) as (url, copy), \
             httpx.AsyncClient(timeout=30) as client:
         with caplog.at_level(logging.WARNING, logger="berth.limits"):
-            lines, ended, took = await _stream(client, f"{url}/v1/stall")
+            lines, ended, took = await _stream(client, f"{url}/v1/completions?copy=stall")
         assert isinstance(ended, httpx.RemoteProtocolError), ended
         assert 0.9 <= took < 3.0, took
         assert lines[0] == EVENT.decode().strip()
@@ -175,7 +178,7 @@ async def test_a_stream_whose_chunks_come_within_the_idle_timeout_runs_to_its_en
     async with _proxy(tmp_path, ProxyLimits(stream_idle_s=1.0)) as (url, copy), \
             httpx.AsyncClient(timeout=30) as client:
         copy.trickle_every_s, copy.trickle_count = 0.3, 6  # 1.8 s in all: past the idle timeout, never idle
-        lines, ended, _took = await _stream(client, f"{url}/v1/trickle")
+        lines, ended, _took = await _stream(client, f"{url}/v1/completions?copy=trickle")
         assert ended is None and lines[-1] == "data: [DONE]" and len(lines) == 7
 
 

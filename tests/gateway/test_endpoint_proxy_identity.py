@@ -116,7 +116,8 @@ def test_assertion_added_cached_and_client_copy_stripped(key: SigningKey) -> Non
 
 
 def test_basic_authorization_passes_through_with_berth_authorization(key: SigningKey) -> None:
-    proxy, upstream = make_proxy(key, endpoint("ep-1", "user"))
+    # An OpenCode service endpoint: its web app's paths go through (only a model copy's are allow-listed).
+    proxy, upstream = make_proxy(key, {**endpoint("ep-1", "user"), "service": "opencode"})
     token = key.endpoint_token(OWNER, "ep-1", 3600)
     basic = b"Basic " + base64.b64encode(b"opencode:password")
     sent = [(b"authorization", basic), (b"berth-authorization", token.encode())]

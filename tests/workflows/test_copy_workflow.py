@@ -32,6 +32,9 @@ async def test_a_copy_stops_as_a_unit_when_one_of_its_ranks_ends(harness: Harnes
         assert event_kinds(status).count("copy_replaced") == 1
         assert first not in cluster.placements and cluster.called("fence_placement") == []
         assert (leader.rank, worker.rank) == (0, 1)
+        # Every rank of a multi-node copy binds its node's cluster address, never 0.0.0.0 (issue 29).
+        specs = [spec for spec in cluster.called("run_rank") if spec.copy_id == first]
+        assert sorted(spec.host for spec in specs) == sorted([leader.address, worker.address]) and len(specs) == 2
         await harness.stop(handle)
 
 
