@@ -44,18 +44,20 @@ def server(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 2,
     """Run the control-plane REST API."""
     import uvicorn
 
+    from berth.http_guard import guarded_protocol
     from berth.settings import ServerTLS
+    from berth.settings.connections import ConnectionLimits
     from server.app import build_context, create_app
 
     try:
-        tls = ServerTLS.from_env()
+        tls, limits = ServerTLS.from_env(), ConnectionLimits.from_env()
     except BerthError as error:
         raise fail(str(error)) from None
     _observed("server")
     context = build_context(_given(settings.component_state_dir), _given(settings.temporal_address),
                             settings.database_url())
     uvicorn.run(create_app(context), host=host, port=port, log_level="warning",
-                **(tls.uvicorn_options() if tls else {}))
+                http=guarded_protocol(limits), **(tls.uvicorn_options() if tls else {}))
 
 
 @app.command()

@@ -18,10 +18,12 @@ from opentelemetry import trace
 
 from berth.api_client import ApiClient
 from berth.errors import BerthError, PermissionDeniedError
+from berth.http_guard import guarded_protocol
 from berth.kinds import ProcessKind
 from berth.log_format import configure_logging
 from berth.security import TokenVerifier
 from berth.settings import ProxyLimits, limit_policy, metrics_enabled
+from berth.settings.connections import ConnectionLimits
 from berth.telemetry import setup_tracing
 from gateway import deadlines, openai_routes, routing, session_key
 from gateway.credentials import strip_berth_credentials
@@ -384,4 +386,4 @@ def run_gateway(api_url: str, token: str, host: str, port: int, keys_token: str 
                                                 subject="model"))
     uvicorn.run(traced(gateway, ProxyTracing(service="gateway"), "gateway"), host=host, port=port,
                 log_level="warning",
-                access_log=False, loop="uvloop", http="httptools", lifespan="on")
+                access_log=False, loop="uvloop", http=guarded_protocol(ConnectionLimits.from_env()), lifespan="on")

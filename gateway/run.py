@@ -9,8 +9,10 @@ import uvicorn
 
 from berth.api_client import ApiClient
 from berth.errors import BerthError
+from berth.http_guard import guarded_protocol
 from berth.security import SigningKey, TokenVerifier
 from berth.settings import ProxyHolding, ProxyLimits, ServerTLS, StateLayout, metrics_enabled, state_dir_if_set
+from berth.settings.connections import ConnectionLimits
 from gateway.endpoint_proxy import EndpointProxy
 from gateway.proxy_metrics import ProxyMetrics
 
@@ -43,7 +45,8 @@ def run_endpoint_proxy(api_url: str, token: str, host: str, port: int, fd: int |
     app.limits = ProxyLimits.from_env()  # BERTH_UPSTREAM_DEADLINE_S, BERTH_STREAM_IDLE_S; body limit: the LimitPolicy
     tls = ServerTLS.from_env()
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, loop="uvloop",
-                            http="httptools", lifespan="on", **(tls.uvicorn_options() if tls else {}))
+                            http=guarded_protocol(ConnectionLimits.from_env()), lifespan="on",
+                            **(tls.uvicorn_options() if tls else {}))
     if fd is None:
         uvicorn.Server(config).run()
         return
