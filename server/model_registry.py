@@ -22,7 +22,7 @@ from berth.model_paths import allowed_model_dirs, staged_path
 from berth.security import Identity
 from catalog.entry import parse_hf_uri
 from server.models import ModelRow, ModelUseRow, NodeRow
-from server.secrets import owner_key, parse_reference
+from server.secrets import check_covers, owner_key
 from server.store import Store
 
 MODEL_REF = re.compile(r"^model://([A-Za-z0-9][A-Za-z0-9._-]{0,127})$")
@@ -79,7 +79,7 @@ class ModelRegistry:
                 raise UserInputError("--include and --exclude choose an hf:// repository's files; a pre-staged "
                                      "directory is the model as it lies (stage only the files to serve).")
         if body.hf_token_secret is not None:
-            parse_reference(body.hf_token_secret)
+            check_covers(body.hf_token_secret, body.scope.value, "model")
         key = owner_key(body.scope.value, who, body.group, what="model")
         now = time.time()
         row = ModelRow(id=f"mdl-{secrets.token_hex(6)}", name=body.name, scope=body.scope.value, owner_key=key,

@@ -28,6 +28,7 @@ from berth.security import Identity
 from catalog.entry import parse_hf_uri
 from server.model_registry import MODEL_REF, ModelRegistry, record, resolution_order, visible
 from server.models import ModelRow, ModelUseRow
+from server.secrets import check_covers
 from server.store import Store
 
 JOB_KINDS = ("materialize", "verify")
@@ -70,6 +71,8 @@ class ModelUsage:
         now = time.time()
         with self.store.session() as s:
             row = ModelRegistry.row_by_id(s, model_id)
+            if row.hf_token_secret:  # registered before the rule: refused at the job, not spent
+                check_covers(row.hf_token_secret, row.scope, "model")
             if kind == "verify" and row.digest is None:
                 raise UserInputError(f"Model {row.name} has no digest to verify yet; `berth model materialize "
                                      f"{row.name}` first.")

@@ -29,6 +29,20 @@ def parse_reference(ref: str) -> tuple[str, str]:
     return match.group(1), match.group(2)
 
 
+# How widely each scope reaches: a secret must reach at least as far as whatever uses it.
+SCOPE_WIDTH = {"user": 0, "group": 1, "organization": 2}
+
+
+def check_covers(ref: str, scope: str, what: str) -> None:
+    """Refuse (one line) a secret narrower than the `scope`-wide `what` that uses it (issue 29): an
+    organization's model carrying one user's HF token would spend that user's token on every member's
+    download."""
+    secret_scope, _name = parse_reference(ref)
+    if SCOPE_WIDTH[secret_scope] < SCOPE_WIDTH[scope]:
+        raise UserInputError(f"A {scope} {what} cannot use {ref}: a {secret_scope} secret is narrower than the "
+                             f"{what}, whose every member would use it; reference a secret://{scope}/NAME instead.")
+
+
 def owner_key(scope: str, who: Identity, group: str | None = None, what: str = "secret") -> str:
     """The user, group or organization a name of `scope` belongs to (secrets' and models' alike)."""
     if scope == "user":
