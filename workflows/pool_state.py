@@ -3,8 +3,9 @@ its round trip through PoolCarry when the workflow continues as new."""
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -24,6 +25,11 @@ with workflow.unsafe.imports_passed_through():
     )
 
 MAX_EVENTS = 200
+
+
+def _when(event: Event) -> datetime:
+    at = event.at
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # a naive time must not fail the task
 
 
 @dataclass
@@ -56,7 +62,10 @@ class PoolState:
     want: tuple[int, int] | None = None
 
     def append(self, event: Event) -> None:
-        self.events.append(event)
+        # Listed by when each happened, not by arrival: a copy's report can wait in its outbox while the
+        # adopting agent signals straight away (rank_readopted arrived before the rank_unresponsive it
+        # answers). Equal times keep their arrival order.
+        bisect.insort_right(self.events, event, key=_when)
         del self.events[:-MAX_EVENTS]
 
     def event(self, kind: str, message: str, copy_id: str | None = None) -> None:
