@@ -38,6 +38,19 @@ class Admitted:
     ticket: Ticket
     receive: Receive
     body: bytes | None
+    priority_denied: bool = False  # asked `high` without the policy's grant: runs as normal, and says so
+
+
+PRIORITY_DENIED = (b"x-berth-priority", b"normal; high is not granted to this endpoint")
+
+
+def saying_priority_denied(send: Send) -> Send:
+    """`send` with the answer's head carrying PRIORITY_DENIED."""
+    async def sending(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), PRIORITY_DENIED]}
+        await send(message)
+    return sending
 
 
 def limiter_from_settings() -> Limiter:
@@ -48,8 +61,10 @@ def limiter_from_settings() -> Limiter:
 
 
 async def refuse(refused: Refused, send: Send) -> None:
-    retry = [] if refused.retry_after_s is None else [(b"retry-after", str(refused.retry_after_s).encode())]
-    await json_answer(send, refused.status, refused.body(), retry)
+    extra = [] if refused.retry_after_s is None else [(b"retry-after", str(refused.retry_after_s).encode())]
+    if refused.priority_denied:
+        extra.append(PRIORITY_DENIED)
+    await json_answer(send, refused.status, refused.body(), extra)
 
 
 class Admission:
@@ -95,6 +110,7 @@ class Admission:
             limiter.check_body(len(body), override)
         data = _json(body) if body is not None else {}  # parsed once, for every limit that reads it
         prompt_chars, max_tokens = _asks(data)
+        priority, denied = limiter.granted_priority(header(headers, b"x-request-priority"), override)
         asked = Asked(
             endpoint_id=route.id, model=_model(data, verdict), user=identity.user if identity else None,
             org=identity.org if identity else None, groups=tuple(identity.groups) if identity else (),
@@ -102,12 +118,16 @@ class Admission:
             key_id=verdict.key_id if verdict else None,
             key_tokens_per_minute=verdict.limits.tokens_per_minute if verdict else None,
             key_max_concurrent=verdict.limits.max_concurrent if verdict else None,
-            prompt_chars=prompt_chars, max_tokens=max_tokens,
-            priority=header(headers, b"x-request-priority") or "normal", max_context=route.max_context)
+            prompt_chars=prompt_chars, max_tokens=max_tokens, priority=priority, max_context=route.max_context)
         # Load shedding reads each ready copy's queue: the requests its engine has waiting (vLLM's
         # num_requests_waiting, scraped every 2 s), not the ones it is running.
         depths = [copy.metrics.waiting for copy in route.pool if copy.ready and not copy.draining]
-        return Admitted(await limiter.admit(asked, override, depths), receive, body)
+        try:
+            ticket = await limiter.admit(asked, override, depths)
+        except Refused as refused:
+            refused.priority_denied = denied
+            raise
+        return Admitted(ticket, receive, body, denied)
 
 
 def _member(value: str | None) -> str | None:

@@ -30,7 +30,7 @@ from gateway import (
     second_try,
     session_key,
 )
-from gateway.admission import Admission, limiter_from_settings, refuse
+from gateway.admission import Admission, limiter_from_settings, refuse, saying_priority_denied
 from gateway.answers import body_stream, deadline, json_answer, plain, upstream_failed
 from gateway.audit_writer import AuditedRequest, AuditWriter
 from gateway.credentials import COOKIE_NAME, find_key, find_token
@@ -230,6 +230,8 @@ class EndpointProxy:
             admitted = await self.admission.admit(route, headers, identity, keyed.verdict if keyed else None,
                                                   body, receive)
             ticket, receive, body = admitted.ticket, admitted.receive, admitted.body
+            if admitted.priority_denied:
+                send = saying_priority_denied(send)
             if keyed is not None:
                 await self.keys.spend(keyed.verdict)
             await self._admitted(scope, receive, send, route, rest, headers, strip_authorization, identity, audited,

@@ -55,6 +55,7 @@ class Refused(Exception):
         self.limit = limit
         self.message = message
         self.retry_after_s = retry_after_s
+        self.priority_denied = False  # the request asked `high` without the grant (said in the answer)
 
     def body(self) -> bytes:
         """An OpenAI-style error body; `code` is the limit's name."""
@@ -177,6 +178,14 @@ class Limiter:
         plan = _plan(self.policy, override)
         self._plans[id(override)] = (override, plan)  # the override kept alive: its id stays its own
         return plan
+
+    def granted_priority(self, asked: str | None, override: LimitPolicy | None = None) -> tuple[str, bool]:
+        """(the priority a request runs at, whether it asked for more): `high` is the policy's to grant (an
+        endpoint's override or the cluster's `high_priority`), not the caller's; anything unknown is a 400."""
+        priority = check_priority(asked)
+        if priority == "high" and not self._plan_for(override).policy.high_priority:
+            return "normal", True
+        return priority, False
 
     def needs_body(self, override: LimitPolicy | None = None) -> bool:
         """Whether a limit set needs the prompt or `max_tokens` (the proxy parses the JSON body only then)."""

@@ -73,6 +73,10 @@ class LimitPolicy(_Strict):
     shed_queue_depth: float | None = Field(default=None, gt=0, description="Load shedding: refuse when every ready "
                                            "copy's queue depth is above this × ½ / 1 / 2 for priority "
                                            "low / normal / high")
+    high_priority: bool | None = Field(default=None, description="Whether a caller's `x-request-priority: high` "
+                                       "is granted (load shedding waits twice as long for it); off by default: "
+                                       "an ungranted high counts as normal and the answer says so in "
+                                       "`x-berth-priority`")
 
     def scope(self, name: str) -> ScopeLimits:
         limits: ScopeLimits = getattr(self, "global_" if name == "global" else name)

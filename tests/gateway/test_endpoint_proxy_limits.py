@@ -159,8 +159,9 @@ async def test_the_context_check_uses_the_pools_max_context(tmp_path: Path) -> N
 @pytest.mark.parametrize(("threshold", "admitted"), [(4, set()), (8, {"high"}), (12, {"normal", "high"}),
                                                      (24, {"low", "normal", "high"})])
 async def test_load_shedding_by_priority(tmp_path: Path, threshold: int, admitted: set[str]) -> None:
-    """10 waiting on the only copy: shed at ½×, 1×, 2× the threshold for low, normal, high."""
-    async with _proxies(tmp_path, [_memory({"shed_queue_depth": threshold})], copy=Copy(metrics=BUSY)) as stack:
+    """10 waiting on the only copy: shed at ½×, 1×, 2× the threshold for low, normal, high (granted)."""
+    policy = _memory({"shed_queue_depth": threshold, "high_priority": True})
+    async with _proxies(tmp_path, [policy], copy=Copy(metrics=BUSY)) as stack:
         token = stack.token()
         passed = set()
         for priority in ("low", "normal", "high"):
