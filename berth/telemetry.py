@@ -4,7 +4,8 @@ a TracerProvider with a BatchSpanProcessor exports from a background thread, so 
 never delays or fails a request. An export failure is logged once, then nothing until an export succeeds.
 
 What a span records is chosen by its caller (gateway/proxy_tracing.py, server/routes/workflows.py, the
-Temporal interceptor in berth/temporal.py); docs/operations.md lists it, and what is never recorded."""
+Temporal interceptor in berth/temporal.py) and by FastAPI's own server spans on the API; docs/operations.md lists
+it, and what is never recorded. A URL's query is recorded with its values redacted (QueryRedactor)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from berth.settings import otel_endpoint
@@ -27,6 +30,44 @@ EXPORT_TIMEOUT_S = 5.0
 # The exporter's own logger: a line per retry and per failed batch, which OnceLoggingExporter replaces
 # with one line per outage.
 EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp.proto.http", "opentelemetry.exporter.otlp.common")
+# Where a span may carry a URL's query: FastAPI's server spans set `url.query` (`DELETE /v1/secrets?ref=secret://…`);
+# OpenTelemetry's HTTP instrumentations set the others. A query may name a secret or carry a token.
+QUERY_ATTRIBUTES = ("url.query",)
+URL_ATTRIBUTES = ("url.full", "http.url", "http.target")
+REDACTED = "REDACTED"
+
+
+def redacted_query(query: str) -> str:
+    """The query with every value replaced (`ref=secret%3A…&x=1` → `ref=REDACTED&x=REDACTED`): the names say
+    what was asked, the values stay out."""
+    names = (part.split("=", 1)[0] for part in query.split("&") if part)
+    return "&".join(f"{name}={REDACTED}" for name in names)
+
+
+class QueryRedactor(SpanProcessor):
+    """Redacts the values of a URL's query in a span's attributes as the span starts, which is when FastAPI and
+    the HTTP instrumentations record the URL (an ended span's attributes can no longer change)."""
+
+    def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
+        attributes: Mapping[str, Any] = span.attributes or {}
+        for name in QUERY_ATTRIBUTES:
+            value = attributes.get(name)
+            if isinstance(value, str) and value:
+                span.set_attribute(name, redacted_query(value))
+        for name in URL_ATTRIBUTES:
+            value = attributes.get(name)
+            if isinstance(value, str) and "?" in value:
+                path, _, query = value.partition("?")
+                span.set_attribute(name, f"{path}?{redacted_query(query.partition('#')[0])}")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
 
 
 class OnceLoggingExporter(SpanExporter):
@@ -97,6 +138,7 @@ def make_tracing(service_name: str, endpoint: str | None, timeout_s: float = EXP
     url = f"{endpoint}/v1/traces"
     inner = exporter or OTLPSpanExporter(endpoint=url, timeout=timeout_s)
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    provider.add_span_processor(QueryRedactor())  # first: before any other processor sees the span
     provider.add_span_processor(BatchSpanProcessor(OnceLoggingExporter(inner, url), schedule_delay_millis=1000))
     return Tracing(provider.get_tracer("berth"), provider)
 

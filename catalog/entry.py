@@ -10,9 +10,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from berth.bounded_parse import load_yaml
 from berth.child_environment import user_environment_problem
 from berth.errors import NotFoundError, UserInputError, shown
 from berth.kinds import SERVICE_ENTRIES
@@ -310,7 +310,7 @@ def load_catalog() -> dict[str, Entry]:
     """Every entry under catalog/, keyed by display name."""
     entries: dict[str, Entry] = {}
     for path in sorted(CATALOG_DIR.glob("*/entry.yaml")):
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text(), str(path))
         data.setdefault("slug", path.parent.name)
         data["parameters"] = _expand_parameters(data)
         entry = Entry.model_validate(data)
@@ -326,7 +326,7 @@ def _expand_parameters(data: dict[str, Any]) -> list[dict[str, Any]]:
     overrides: dict[str, dict[str, Any]] = data.pop("overrides", None) or {}
     if shared:
         shared_file = CATALOG_DIR / "_shared" / f"{shared}-parameters.yaml"
-        parameters = [dict(p) for p in yaml.safe_load(shared_file.read_text())]
+        parameters = [dict(p) for p in load_yaml(shared_file.read_text(), str(shared_file))]
     known = {p["name"] for p in parameters}
     unknown = set(overrides) - known
     if unknown:

@@ -6,11 +6,11 @@ import json
 import math
 from typing import Any
 
-import yaml
 from jinja2 import FileSystemLoader, StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import ValidationError
 
+from berth.bounded_parse import load_yaml
 from berth.errors import UserInputError
 from catalog.definition import WorkflowDefinition
 from catalog.entry import CATALOG_DIR, Entry, parse_hf_uri, split_args, split_env
@@ -112,7 +112,7 @@ def render(entry: Entry, values: dict[str, Any]) -> WorkflowDefinition:
     except TemplateError as error:
         raise RuntimeError(f"catalog entry {entry.name} failed to render: {error}") from error
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, f"The rendered '{entry.name}' workflow")
         return WorkflowDefinition.model_validate(data)
     except ValidationError as error:
         problems = "; ".join(

@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from berth.bounded_parse import load_yaml
 from berth.errors import UserInputError, shown
 
 _KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*=")
@@ -59,7 +60,7 @@ def parse_values(text: str) -> dict[str, str]:
 
 def load_values_file(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text(), f"--values-file {path}")
     except OSError as error:
         raise UserInputError(f"Cannot read --values-file {path}: {error.strerror}.") from None
     except yaml.YAMLError as error:

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from berth.bounded_parse import load_yaml_all
 from berth.contracts import RolloutStrategy, WorkflowDescription, WorkflowRevision
 from berth.errors import UserInputError
 
@@ -79,7 +80,7 @@ def parse_documents(text: str) -> list[ApplyDocument]:
     if len(text.encode()) > MAX_FILE_BYTES:
         raise UserInputError(f"the file is larger than {MAX_FILE_BYTES // 1024} KiB")
     try:
-        raw = [d for d in yaml.safe_load_all(text) if d is not None]
+        raw = [d for d in load_yaml_all(text, "the file") if d is not None]
     except yaml.YAMLError as error:
         raise UserInputError(f"the file is not YAML: {' '.join(str(error).split())}") from None
     if not raw:

@@ -62,8 +62,8 @@ def endpoint_opencode_config(
         facts = await api.endpoint_client_config(endpoint_id)
         if not verify:
             return facts, None, None
-        token = (await api.generate_token(endpoint_id, "5m")).token
-        try:
+        try:  # an administrator outside the endpoint's scope is refused a token: the catalog's model id then
+            token = (await api.generate_token(endpoint_id, "5m")).token
             return facts, await preflight(facts.url, token, ca_file=api.ca_file), None
         except BerthError as error:
             return facts, None, str(error)

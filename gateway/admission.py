@@ -10,10 +10,10 @@ One Limiter per proxy: counters in its memory, or shared with the other proxies 
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from berth.bounded_parse import TooDeep, load_json
 from berth.contracts import KeyVerdict, LimitPolicy
 from berth.security import Identity
 from berth.settings import ProxyLimits, limit_policy, redis_url
@@ -92,7 +92,8 @@ class Admission:
 
     async def admit(self, route: Route, headers: list[tuple[bytes, bytes]], identity: Identity | None,
                     verdict: KeyVerdict | None, body: bytes | None, receive: Receive) -> Admitted:
-        """Admit the request (Refused: 429 a limit, 413 a size, 400 a bad header, 503 counters down).
+        """Admit the request (Refused: 429 a limit, 413 a size, 400 a bad header or a body nested too deep,
+        503 counters down).
         `body`: the request body when the key check read it already."""
         limiter, override = self.limiter, route.limits
         # The body limit itself is the deadlines' (gateway/deadlines.py: declared, or counted as it streams);
@@ -144,8 +145,12 @@ def _model(data: dict[str, Any], verdict: KeyVerdict | None) -> str | None:
 
 
 def _json(body: bytes) -> dict[str, Any]:
+    """The body's JSON object; {} for a body that is not one (the service answers it); Refused 400 for one
+    nested too deep to parse."""
     try:
-        data = json.loads(body) if body.strip() else {}
+        data = load_json(body, "The request body") if body.strip() else {}
+    except TooDeep as error:
+        raise Refused(400, "nesting_depth", str(error)) from None
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}

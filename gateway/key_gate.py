@@ -13,13 +13,13 @@ shared through Redis, with every other limit (gateway/admission.py passes them o
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from dataclasses import dataclass, field
 
 from berth.api_client import ApiClient
 from berth.api_keys import model_refusal
+from berth.bounded_parse import TooDeep, load_json
 from berth.contracts import KeyVerdict, KeyVerifyRequest
 from berth.errors import AuthenticationError, BerthError, NotFoundError, PermissionDeniedError
 from berth.security import Identity
@@ -86,11 +86,14 @@ class KeyedRequest:
 
 
 def requested_model(body: bytes) -> str | None:
-    """The `model` a JSON body names (None: none, e.g. a listing); KeyRefusal 400 for a body not JSON."""
+    """The `model` a JSON body names (None: none, e.g. a listing); KeyRefusal 400 for a body not JSON, or nested
+    too deep to parse."""
     if not body.strip():
         return None
     try:
-        data = json.loads(body)
+        data = load_json(body, "The request body")
+    except TooDeep as error:
+        raise KeyRefusal(400, "nesting_depth", str(error)) from None
     except ValueError:
         raise KeyRefusal(400, "key_model", "This API key is scoped to one model: send a JSON body naming "
                          "its `model`.") from None

@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, unquote
 from pydantic import BaseModel
 
 from berth.api_client import ApiClient
+from berth.bounded_parse import TooDeep, load_json
 from berth.contracts import LiteLLMKeyCall
 from berth.errors import AuthenticationError, BerthError, UserInputError
 from berth.security import TokenVerifier
@@ -84,7 +85,9 @@ async def _body(receive: Receive) -> dict[str, Any]:
     if not raw:
         return {}
     try:
-        data = json.loads(raw)
+        data = load_json(raw, "The request body")
+    except TooDeep:
+        raise  # its own line: not JSON is not what is wrong
     except (ValueError, UnicodeDecodeError):
         raise UserInputError("The request body is not JSON.") from None
     if not isinstance(data, dict):

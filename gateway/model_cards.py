@@ -10,6 +10,7 @@ import json
 import logging
 from typing import Any
 
+from berth.bounded_parse import load_json
 from gateway.upstream import HOP_BY_HOP, Send, UpstreamError, UpstreamResponse
 
 # A listing names a handful of models; one larger than this is not a listing worth buffering.
@@ -24,8 +25,8 @@ def is_listing(method: str, rest: str) -> bool:
 def scrub(body: bytes) -> bytes:
     """The listing with every card's `root` set to its id; anything not a listing unchanged."""
     try:
-        listing: Any = json.loads(body)
-    except ValueError:
+        listing: Any = load_json(body, "The model listing")
+    except ValueError:  # not JSON, or nested too deep: not a listing
         return body
     cards = listing.get("data") if isinstance(listing, dict) else None
     if not isinstance(cards, list):

@@ -17,6 +17,7 @@ from typing import Any
 from opentelemetry import trace
 
 from berth.api_client import ApiClient
+from berth.bounded_parse import TooDeep
 from berth.errors import BerthError, PermissionDeniedError
 from berth.http_guard import guarded_protocol
 from berth.kinds import ProcessKind
@@ -247,7 +248,11 @@ class ModelGateway:
             if exchange.over:
                 await exchange.refuse_body()
             return  # or the client left
-        request = session_key.parsed(body)
+        try:
+            request = session_key.parsed(body)
+        except TooDeep as error:
+            await _json(send, 400, _error(str(error), 400))
+            return
         model = request.get("model") if isinstance(request, dict) else None
         if not isinstance(model, str) or not model:
             await _json(send, 400, _error('The request names no "model".', 400))

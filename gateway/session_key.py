@@ -8,13 +8,14 @@ the body is parsed only when more than one copy is eligible."""
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from typing import Any
 
+from berth.bounded_parse import TooDeep, load_json
 from gateway import routing
 from gateway.answers import header
 from gateway.deadlines import Exchange
+from gateway.limits import Refused
 from gateway.route_table import Route
 
 Headers = list[tuple[bytes, bytes]]
@@ -52,20 +53,26 @@ def _last_user_text(messages: Any) -> str | None:
 
 
 def parsed(body: bytes) -> Any:
-    """The JSON body, or None when it is not JSON."""
+    """The JSON body, or None when it is not JSON; TooDeep (a one-line 400) when it is nested too deep to parse."""
     try:
-        return json.loads(body)
+        return load_json(body, "The request body")
+    except TooDeep:
+        raise
     except ValueError:
         return None
 
 
 async def of_request(route: Route, headers: Headers, exchange: Exchange) -> str | None:
     """The endpoint proxy's session for a request: `x-session-id`, else the prompt's hash when the route
-    picks among more than one eligible copy (the body is then read whole; `exchange` hands it on)."""
+    picks among more than one eligible copy (the body is then read whole; `exchange` hands it on). Refused 400: a
+    body nested too deep to parse."""
     session = header(headers, b"x-session-id")
     if session is not None or route.service_url or route.fronts_pool or len(route.pool) < 2:
         return session
     if len(routing.eligible(route.pool, time.monotonic())) < 2:
         return None
     body = await exchange.whole_body()
-    return of_prompt(parsed(body)) if body is not None else None
+    try:
+        return of_prompt(parsed(body)) if body is not None else None
+    except TooDeep as error:
+        raise Refused(400, "nesting_depth", str(error)) from None

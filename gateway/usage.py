@@ -7,11 +7,11 @@ in a last event before `[DONE]` when asked (`stream_options: {"include_usage": t
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from berth.bounded_parse import load_json
 from gateway.upstream import Send
 
 MAX_JSON_BYTES = 1 << 20  # a bigger answer is not parsed: its usage is charged as if absent
@@ -80,8 +80,8 @@ class UsageMeter:
 
     def _parse(self) -> Usage | None:
         if self._json and self._chunks:
-            with contextlib.suppress(ValueError):  # malformed: no usage to read
-                answer = json.loads(b"".join(self._chunks))
+            with contextlib.suppress(ValueError):  # malformed, or nested too deep: no usage to read
+                answer = load_json(b"".join(self._chunks), "The answer")
                 return _read(answer.get("usage")) if isinstance(answer, dict) else None
             return None
         if self._event_stream:
@@ -103,7 +103,7 @@ def _last_in_events(text: bytes) -> Usage | None:
         if USAGE not in event:
             continue
         with contextlib.suppress(ValueError):  # malformed: no usage to read
-            data = json.loads(event.strip())
+            data = load_json(event.strip(), "An answer's event")
             found = _read(data.get("usage")) if isinstance(data, dict) else None
             if found is not None:
                 return found

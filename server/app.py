@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
+from opentelemetry.trace import TracerProvider
 
 import console
 from berth.api_keys import KeyHasher
@@ -51,8 +52,13 @@ async def _berth_error(_request: Request, error: BerthError) -> JSONResponse:
     return JSONResponse({"detail": str(error)}, status_code=error.http_status)
 
 
-def create_app(context: ServerContext) -> FastAPI:
+def create_app(context: ServerContext, tracer_provider: TracerProvider | None = None) -> FastAPI:
+    """The API. `tracer_provider`: a test's own; None: the process's (berth/telemetry.setup_tracing), whose spans
+    carry a URL's query with its values redacted."""
+    # FastAPI's own telemetry: its server spans, yes; its OpenTelemetry log records, never (they would carry
+    # validation messages and exception texts that may quote what a caller sent); no exporters of its choosing.
     app = FastAPI(title="Berth control plane",
+                  telemetry={"tracer_provider": tracer_provider, "logs": False, "auto_configure": False},
                   dependencies=[Depends(request_limits.check_path_ids)])
     app.state.context = context
     request_limits.install(app, context.settings.max_request_body_bytes)

@@ -1,5 +1,6 @@
-"""What the API refuses before any route runs: bodies over the cluster's limit (413), path IDs outside
-the ID grammar (400), and malformed bodies — each as one short line that never echoes the input."""
+"""What the API refuses before any route runs: bodies over the cluster's limit (413), JSON bodies nested deeper
+than berth.bounded_parse allows (400), path IDs outside the ID grammar (400), and malformed bodies — each as one
+short line that never echoes the input."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from berth.bounded_parse import MAX_NESTING_DEPTH, json_depth_exceeds
 from berth.errors import UserInputError, shown
 
 # Every ID a path carries (workflow, endpoint, copy, node, user, group, token): what Berth mints and
@@ -93,10 +95,53 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": self.refusal})
 
 
+class NestingLimit:
+    """Refuse a JSON body nested deeper than `limit` with 400 and one line, before FastAPI parses it: its parser
+    recurses per level (100,000 levels: RecursionError, answered with a vague 400; a few hundred: parsed, and
+    handed to code that walks it). The body, already bounded by BodyLimit outside this, is read whole here and
+    handed on unchanged; a body FastAPI would not read as JSON (a form, text) passes unread."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_NESTING_DEPTH) -> None:
+        self.app = app
+        self.limit = limit
+        self.refusal = json.dumps({"detail": f"The request body nests JSON deeper than {limit} levels; send a "
+                                             "flatter document."}).encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS") or not _json_body(scope):
+            await self.app(scope, receive, send)
+            return
+        messages = [await receive()]  # BodyLimit's receive: past the size limit it raises, and answers 413
+        while messages[-1]["type"] == "http.request" and messages[-1].get("more_body"):
+            messages.append(await receive())
+        body = b"".join(message.get("body", b"") for message in messages if message["type"] == "http.request")
+        if json_depth_exceeds(body, self.limit):
+            await send({"type": "http.response.start", "status": 400,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(self.refusal)).encode())]})
+            await send({"type": "http.response.body", "body": self.refusal})
+            return
+
+        async def replayed() -> dict[str, Any]:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replayed, send)
+
+
+def _json_body(scope: dict[str, Any]) -> bool:
+    """Whether FastAPI reads the body as JSON: no content type, application/json or application/…+json."""
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            kind = value.split(b";", 1)[0].strip().lower()
+            return kind == b"application/json" or (kind.startswith(b"application/") and kind.endswith(b"+json"))
+    return True
+
+
 def install(app: FastAPI, max_body_bytes: int) -> None:
-    """Refuse oversized bodies, and answer a malformed one with one line (FastAPI's own answer is a
-    list of errors that quotes the offending input whole)."""
-    app.add_middleware(BodyLimit, limit=max_body_bytes)  # type: ignore[arg-type]
+    """Refuse oversized and too deeply nested bodies, and answer a malformed one with one line (FastAPI's own
+    answer is a list of errors that quotes the offending input whole)."""
+    app.add_middleware(NestingLimit)  # type: ignore[arg-type]
+    app.add_middleware(BodyLimit, limit=max_body_bytes)  # type: ignore[arg-type]  # added last: outside, first
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, error: RequestValidationError) -> JSONResponse:

@@ -3,7 +3,6 @@ resolved only for the activity that uses them."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from berth.bounded_parse import TooDeep, load_json
 from berth.errors import NotFoundError, PermissionDeniedError, UserInputError
 from berth.security import Identity
 from catalog.entry import Entry, ParameterType
@@ -63,7 +63,9 @@ def validate_value(kind: str, value: str) -> str:
         raise UserInputError(f"Secret type must be one of {', '.join(TYPES)}, not '{kind}'.")
     if kind == "hf":
         try:
-            data = json.loads(value)
+            data = load_json(value, "An hf secret")
+        except TooDeep:
+            raise
         except ValueError:
             raise UserInputError('An hf secret is JSON like \'{"token":"hf_…"}\'.') from None
         if not isinstance(data, dict) or not isinstance(data.get("token"), str) or not data["token"]:

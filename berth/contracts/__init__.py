@@ -111,7 +111,9 @@ from berth.contracts.model_registry import (
     ModelUseAnswer,
 )
 from berth.contracts.nodes import (
+    GpuReport,
     GpuView,
+    NodeInventory,
     NodeState,
     NodeView,
 )
@@ -220,6 +222,7 @@ __all__ = [
     "EntrySummary",
     "Event",
     "FenceRequest",
+    "GpuReport",
     "GpuView",
     "GroupRequest",
     "GroupView",
@@ -248,6 +251,7 @@ __all__ = [
     "MemoryRow",
     "MintedToken",
     "NodeHolding",
+    "NodeInventory",
     "NodeState",
     "NodeView",
     "Number",

@@ -1,8 +1,48 @@
-"""Node answers: a node's state after a heartbeat or a drain, and the node list with its GPUs."""
+"""Node contracts: a node agent's heartbeat (its inventory), a node's state after a heartbeat or a drain, and the
+node list with its GPUs."""
 
 from __future__ import annotations
 
-from berth.contracts.base import Number, OpenResponse, Response
+from typing import Any
+
+from pydantic import ConfigDict, Field
+
+from berth.contracts.base import Number, OpenResponse, Payload, Response
+
+
+class GpuReport(Payload):
+    """One GPU as a node agent reports it (node/inventory.py: NVML's facts or a simulated GPU's): the fields the
+    API reads are typed and bounded, the rest kept as they came. Declared in the agent's order, as GpuView."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    index: int = Field(ge=0, le=1023)
+    name: str = Field("", max_length=256)
+    memory_gb: Number = Field(0, ge=0)
+    memory_free_gb: Number | None = Field(None, ge=0)
+    uuid: str | None = Field(None, max_length=256)  # a simulated GPU's holds its node's id (128 at most)
+    pci_bus_id: str | None = Field(None, max_length=64)
+    temperature_c: int | None = None
+    simulated: bool | None = None
+
+
+class NodeInventory(Payload):
+    """A node agent's heartbeat (`POST /v1/nodes/{node_id}/heartbeat`): what the node has, and what its live rank
+    processes hold (`held`, checked by server/fencing.py; None from an agent too old to say). A heartbeat that is
+    not one is refused in one line (422), never stored."""
+
+    address: str = Field(min_length=1, max_length=255)
+    engine: str = Field(min_length=1, max_length=64)
+    gpus: list[GpuReport] = Field(default=[], max_length=256)
+    gpu_source: str | None = Field(None, max_length=1024)  # "nvml", or why NVML is unavailable
+    cpus: int = Field(0, ge=0)
+    memory_gb: Number = Field(0, ge=0)
+    labels: dict[str, str] = {}
+    taints: list[str] = []
+    volumes: list[str] = []
+    port_start: int = Field(0, ge=0, le=65535)
+    models: list[Any] | None = None  # cache digests: the store keeps the well-formed ones (server/store.py)
+    held: list[Any] | None = None
 
 
 class NodeState(Response):

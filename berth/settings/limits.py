@@ -4,12 +4,12 @@ re-exports every name: import from there."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import yaml
 
+from berth.bounded_parse import load_json, load_yaml
 from berth.contracts.limits import LimitPolicy, limit_policy_from
 from berth.errors import UserInputError
 
@@ -37,7 +37,9 @@ def read_limit_policy(path: Path, where: str) -> LimitPolicy:
     except OSError as error:
         raise UserInputError(f"{where} cannot be read: {error.strerror or error}.") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = load_json(text, where) if path.suffix == ".json" else load_yaml(text, where)
+    except UserInputError:
+        raise  # nested too deep, or a YAML alias: its own line, naming `where`
     except (ValueError, yaml.YAMLError) as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UserInputError(f"{where} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "

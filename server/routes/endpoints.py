@@ -19,7 +19,7 @@ from berth.contracts import (
     WakeRequest,
     WakeResult,
 )
-from berth.errors import NotFoundError, UserInputError
+from berth.errors import NotFoundError, PermissionDeniedError, UserInputError
 from berth.tokens import parse_duration
 from server import opencode as opencode_checks
 from server.access import in_scope
@@ -69,8 +69,14 @@ async def wake_endpoint(endpoint_id: str, body: WakeRequest, endpoint: VisibleEn
 
 
 @router.post("/v1/endpoints/{endpoint_id}/tokens", response_model=EndpointToken)
-async def generate_token(endpoint_id: str, body: EndpointTokenRequest, _endpoint: ReachableEndpoint, who: Caller,
+async def generate_token(endpoint_id: str, body: EndpointTokenRequest, endpoint: ReachableEndpoint, who: Caller,
                          context: Context) -> dict[str, Any]:
+    """An endpoint token for the caller. The proxy admits a token's holder only inside the endpoint's scope,
+    administrators included (berth/scopes.py), so a token it would refuse is refused here instead."""
+    if not in_scope(endpoint, who):
+        raise PermissionDeniedError(f"You are outside endpoint {endpoint_id}'s scope ({endpoint.scope}, owner "
+                                    f"{endpoint.owner}): the endpoint proxy would refuse a token of yours, even an "
+                                    "administrator's. Ask its owner to widen the scope.")
     ttl = parse_duration(body.expiration)
     limit = context.settings.max_token_expiration_s
     if ttl > limit:

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from berth.contracts import NodeState, NodeView, WorkflowDrainRequest
+from berth.contracts import NodeInventory, NodeState, NodeView, WorkflowDrainRequest
 from server import fencing
 from server.access import allocation_labels
 from server.context import Context, ServerContext
@@ -22,10 +22,12 @@ log = logging.getLogger(__name__)
 
 
 @router.post("/v1/nodes/{node_id}/heartbeat", response_model=NodeState)
-async def node_heartbeat(node_id: str, inventory: dict[str, Any], context: Context, _who: Admin) -> dict[str, Any]:
-    port_start = int(inventory.get("port_start", 0))
-    held = fencing.holdings(inventory)
-    row = await run_in_threadpool(context.store.heartbeat_node, node_id, inventory, port_start, held)
+async def node_heartbeat(node_id: str, inventory: NodeInventory, context: Context, _who: Admin) -> dict[str, Any]:
+    # Stored as the agent sent it, less what it left out (a GPU's extra facts kept): typed, so that no malformed
+    # heartbeat reaches the store (it answered 500 from a missing `address` or a `port_start` not a number).
+    reported = inventory.model_dump(mode="json", exclude_unset=True)
+    held = fencing.holdings(reported)
+    row = await run_in_threadpool(context.store.heartbeat_node, node_id, reported, inventory.port_start, held)
     return {"id": row.id, "state": context.store.node_state(row)}
 
 

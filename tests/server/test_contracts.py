@@ -29,7 +29,9 @@ from server.context import ServerContext
 from server.models import EndpointRow, WorkflowRow
 from server.routes import ROUTERS
 
-ADMIN = Identity(user="admin", groups=("default",), org="default", admin=True)
+# In team-a: an endpoint token is minted only inside the endpoint's scope, an administrator's too (the seeded
+# endpoints are team-a's).
+ADMIN = Identity(user="admin", groups=("default", "team-a"), org="default", admin=True)
 ALICE = Identity(user="alice", groups=("team-a",), org="acme")
 NO_TEMPORAL = "127.0.0.1:1"  # no route below reaches Temporal
 
