@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from catalog.extra_args import in_model_dir
 from workflows.payloads import RankSpec
 
 
@@ -47,7 +48,9 @@ def vllm_serve_args(spec: RankSpec) -> list[str]:
     if engine.expert_parallel and (spec.nnodes > 1 or spec.gpus_per_node > 1):
         args.append("--enable-expert-parallel")
     args += list(engine.args)
-    args += list(engine.extra_args)
+    # A path ExtraArgs gives (`--chat-template chat_template.jinja`) is the model directory's: the submission
+    # let through only relative paths that stay inside it, and the rank's working directory is its run dir.
+    args += in_model_dir(engine.extra_args, spec.model_dir)
     return args
 
 

@@ -16,8 +16,10 @@ from berth.bounded_parse import load_yaml
 from berth.child_environment import user_environment_problem
 from berth.errors import NotFoundError, UserInputError, shown
 from berth.kinds import SERVICE_ENTRIES
-from catalog.berth_flags import check_extra_args, check_extra_env
+from catalog.berth_flags import check_extra_env
 from catalog.definition import HF_REPO, HF_REVISION, REVISION_HELP, SECRET_REF
+from catalog.extra_args import check_engine_args
+from catalog.extra_env import check_listed_env
 from catalog.limits import check_name_length, check_value_length
 
 CATALOG_DIR = Path(__file__).resolve().parent
@@ -177,13 +179,14 @@ class Parameter(BaseModel):
         if kind is ParameterType.HF_MODEL:
             parse_hf_uri(text, self.name)
         elif kind is ParameterType.ARGS:
-            check_extra_args(split_args(self.name, text))
+            check_engine_args(split_args(self.name, text))
         elif kind is ParameterType.ENV:
             pairs = split_env(self.name, text)
             problem = user_environment_problem(pairs, self.name)
             if problem is not None:
                 raise UserInputError(problem)
             check_extra_env(pairs)
+            check_listed_env(pairs)
         else:
             if self.pattern is not None and not re.fullmatch(self.pattern, text):
                 like = f" like {self.example}" if self.example else ""

@@ -11,19 +11,25 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from berth.child_environment import ENGINE_PREFIXES, user_variable_problem
-from catalog.berth_flags import extra_args_refusal
 from catalog.definition import WorkflowDefinition
 from catalog.entry import Entry, Parameter, ParameterType, load_catalog
+from catalog.extra_args import engine_args_refusal
+from catalog.extra_env import ALLOWED
 from catalog.render import render, resolve_values
 
 SAFE = string.ascii_letters + string.digits + "._-"
-WORD = st.text(SAFE, min_size=1, max_size=12)
 NAME = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True)
-# In bounds = a name ExtraEnv allows (berth.child_environment): an engine family's knob, no path, no credential.
-ENV_NAME = st.builds(lambda family, rest: family + rest, st.sampled_from(ENGINE_PREFIXES),
-                     st.from_regex(r"[A-Za-z0-9_]{1,15}", fullmatch=True)).filter(
-    lambda name: user_variable_problem(name) is None)
+# In bounds = a name ExtraEnv's allow-list names (catalog/extra_env.py).
+ENV_NAME = st.sampled_from(sorted(ALLOWED))
+# In bounds = flags ExtraArgs allows (catalog/extra_args.py): switches, numbers, choices, paths inside the model.
+FLAG_WORDS = st.one_of(
+    st.sampled_from(["--enforce-eager", "--no-enable-prefix-caching", "--enable-auto-tool-choice",
+                     "--disable-log-stats"]).map(lambda flag: [flag]),
+    st.builds(lambda number: ["--max-num-seqs", str(number)], st.integers(1, 1024)),
+    st.builds(lambda dtype: [f"--dtype={dtype}"], st.sampled_from(["auto", "half", "bfloat16"])),
+    st.builds(lambda path: ["--chat-template", path],
+              st.from_regex(r"[a-z0-9_]{1,8}(/[a-z0-9_]{1,8})?\.jinja", fullmatch=True)),
+)
 
 
 def secret(parameter: Parameter) -> st.SearchStrategy[str]:
@@ -62,9 +68,9 @@ def strategy(entry: Entry, parameter: Parameter) -> st.SearchStrategy[Any]:
     if kind is ParameterType.HF_MODEL:
         return hf_model(entry)
     if kind is ParameterType.ARGS:
-        words = st.one_of(WORD.map(lambda w: f"--{w}"), st.text(SAFE + " ,=", max_size=10))
-        # Flags Berth sets itself (and their abbreviations) are refused on purpose: tests/catalog/test_berth_flags.py.
-        return st.lists(words, max_size=5).filter(lambda w: extra_args_refusal(w) is None).map(shlex.join)
+        # Everything else is refused on purpose: tests/catalog/test_berth_flags.py, tests/security/test_engine_flags*.
+        joined = st.lists(FLAG_WORDS, max_size=4).map(lambda groups: [word for group in groups for word in group])
+        return joined.filter(lambda words: engine_args_refusal(words) is None).map(shlex.join)
     if kind is ParameterType.ENV:
         pairs = st.dictionaries(ENV_NAME, st.text(SAFE + " ,=:/", max_size=12), max_size=4)
         return pairs.map(lambda env: " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()))

@@ -82,7 +82,7 @@ def _leaks(environment: dict[str, str], people: People) -> list[str]:
 
 def test_a_started_rank_holds_no_credential_and_gets_its_allowed_extra_env(people: People) -> None:
     result = people.cli("bob", "workflow", "catalog", "start", MODEL, "--values",
-                        "Proxy=false,ExtraEnv='VLLM_FOO=1 NCCL_SOCKET_IFNAME=lo'", check=True)
+                        "Proxy=false,ExtraEnv='VLLM_LOGGING_LEVEL=INFO NCCL_SOCKET_IFNAME=lo'", check=True)
     workflow_id = result.stdout.strip().splitlines()[0]
     try:
         info: dict[str, Any] = wait_for(
@@ -91,7 +91,7 @@ def test_a_started_rank_holds_no_credential_and_gets_its_allowed_extra_env(peopl
         copy_id = str(info["replicas"][0]["copy_id"])
         rank = rank_record(people.stack.state_dir, copy_id, 0)
         environment = process_environment(int(rank["pid"]))
-        assert environment["VLLM_FOO"] == "1" and environment["NCCL_SOCKET_IFNAME"] == "lo"
+        assert environment["VLLM_LOGGING_LEVEL"] == "INFO" and environment["NCCL_SOCKET_IFNAME"] == "lo"
         assert "PATH" in environment and "CUDA_VISIBLE_DEVICES" in environment
         assert _leaks(environment, people) == []
         # The node agent it runs under does hold the admin token: the rank got it no longer.
