@@ -73,6 +73,7 @@ class MetricsScraper:
         self.clock = clock
         self._client = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(SCRAPE_TIMEOUT_S))
         self._task: asyncio.Task[None] | None = None
+        self.last_round_started_at: float | None = None  # wall clock, of the last completed round
 
     async def scrape_now(self, url: str, metrics: ReplicaMetrics) -> bool:
         try:
@@ -90,8 +91,9 @@ class MetricsScraper:
 
     async def _run(self) -> None:
         while True:
-            started = self.clock()
+            started, started_at = self.clock(), time.time()
             await self.scrape_all()
+            self.last_round_started_at = started_at
             await asyncio.sleep(max(0.05, self.interval_s - (self.clock() - started)))
 
     def start(self) -> None:

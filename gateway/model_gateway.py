@@ -231,10 +231,12 @@ class ModelGateway:
         await self._route(scope, receive, send, clock)
 
     def health(self) -> dict[str, Any]:
-        """Alive, and how far discovery has got: counts and times only (the answer precedes the master key),
-        so a caller can wait for a round that started after a change it saw, instead of sleeping."""
+        """Alive, and how far discovery and the copies' scrape have got: counts and times only (the answer
+        precedes the master key), so a caller can wait for a round that started after a change it saw,
+        instead of sleeping."""
         return {"status": "ok", "discovery": {"rounds": self.discovery_rounds,
-                                              "last_round_started_at": self.last_round_started_at}}
+                                              "last_round_started_at": self.last_round_started_at},
+                "scrape": {"last_round_started_at": self._scraper.last_round_started_at}}
 
     async def _route(self, scope: dict[str, Any], receive: Receive, send: Send, clock: RequestClock) -> None:
         """A POST to a ready copy of the pool serving its `model`, waking the pool when none is ready."""

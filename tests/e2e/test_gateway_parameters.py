@@ -65,6 +65,22 @@ def _served(stack: RunningStack, workflow_id: str) -> list[float]:
     return counts
 
 
+def _idle(stack: RunningStack, workflow_id: str) -> bool:
+    """Whether every copy's engine reports nothing running or waiting."""
+    for replica in stack.describe(workflow_id)["copies"]:
+        text = httpx.get(replica["url"] + "/metrics", timeout=5).text
+        if any(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting"))):
+            return False
+    return True
+
+
+def _service_url(stack: RunningStack, endpoint_id: str) -> str:
+    """The gateway process's own URL (its /health answers before the master key)."""
+    routes = stack.api("GET", "/v1/internal/routes").json()["endpoints"]
+    return str(next(r["service_url"] for r in routes if r["id"] == endpoint_id))
+
+
 def test_master_key_secret_is_enforced_as_litellm_does(world: dict[str, Any]) -> None:
     stack, url = world["stack"], world["keyed"]["url"]
     anonymous = httpx.get(url + "/v1/models", timeout=10)
@@ -120,8 +136,13 @@ def test_routing_policy_is_the_gateways(world: dict[str, Any]) -> None:
     after = _served(stack, qwen)
     assert [b - a for a, b in zip(before, after, strict=True)] == [5, 5]
     # most_free_kv: idle copies tie on free KV and queue, so every sequential request goes to one copy
-    # (the pools' own least_queue would spread them).
-    before = after
+    # (the pools' own least_queue would spread them) — once the gateway's view of the queues is from after
+    # the requests above ended (it is up to one scrape old: a busy machine showed a 3/7 split without this).
+    wait_for(lambda: _idle(stack, qwen), 30, "Qwen's copies to be idle")
+    idle_at, service = time.time(), _service_url(stack, generated["id"])
+    wait_for(lambda: (httpx.get(service + "/health", timeout=10).json()["scrape"]["last_round_started_at"] or 0)
+             > idle_at, 30, "the most_free_kv gateway to scrape the idle copies")
+    before = _served(stack, qwen)
     for _ in range(10):
         assert _chat(generated["url"], QWEN, token).status_code == 200
     after = _served(stack, qwen)

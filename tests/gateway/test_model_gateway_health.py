@@ -1,8 +1,10 @@
 """The discovering gateway's /health says how far discovery has got (completed rounds, when the last one
-started) and nothing else, before the master key: what a caller waits on instead of sleeping."""
+started) and when its last scrape of the copies started, and nothing else, before the master key: what a
+caller waits on instead of sleeping."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import httpx
@@ -11,6 +13,7 @@ import pytest
 from berth.api_client import ApiClient
 from berth.errors import BerthError
 from gateway.gateway_auth import MasterKeyGate
+from gateway.metrics import MetricsScraper
 from gateway.model_gateway import ModelGateway
 
 
@@ -30,7 +33,7 @@ async def test_health_counts_completed_discovery_rounds_without_the_master_key()
         async def discovery() -> dict[str, object]:
             reply = await http.get("/health")  # no key: the answer holds counts and times only
             assert reply.status_code == 200
-            assert set(reply.json()) == {"status", "discovery"}
+            assert set(reply.json()) == {"status", "discovery", "scrape"}
             return reply.json()["discovery"]  # type: ignore[no-any-return]
 
         assert await discovery() == {"rounds": 0, "last_round_started_at": None}
@@ -52,3 +55,17 @@ async def test_health_counts_completed_discovery_rounds_without_the_master_key()
         assert second["rounds"] == 2
         assert second["last_round_started_at"] >= first["last_round_started_at"]  # type: ignore[operator]
     await client.aclose()
+
+
+async def test_the_scrape_says_when_its_last_completed_round_started() -> None:
+    scraper = MetricsScraper(lambda: [], interval_s=0.05)
+    assert scraper.last_round_started_at is None
+    before = time.time()
+    scraper.start()
+    try:
+        async with asyncio.timeout(5):
+            while scraper.last_round_started_at is None:  # noqa: ASYNC110 — a field, not an event
+                await asyncio.sleep(0.01)
+        assert before <= scraper.last_round_started_at <= time.time()
+    finally:
+        await scraper.aclose()
