@@ -9,6 +9,7 @@ limit across a window boundary is the price, accepted here as in most gateways."
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -20,6 +21,9 @@ IN_FLIGHT = "c"  # requests admitted and not finished: refused when one more wou
 
 MINUTE = 60
 DAY = 86400
+# Windowed counters one proxy keeps (about 200 bytes each): far more scope members than a cluster has in a
+# minute, and a bound on what distinct ids can cost.
+MAX_WINDOWED = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +82,18 @@ class MemoryCounters:
         index = int(now // check.window)
         slot = self._windowed.get(check.key)
         if slot is None or slot[1] != index:
+            if slot is None and len(self._windowed) >= MAX_WINDOWED:
+                self._evict()
             self._windowed[check.key] = [check.window, index, amount]
         else:
             slot[2] += amount
+
+    def _evict(self) -> None:
+        """Forget the oldest tenth of the counters. A stranger sending a new `x-session-id` or
+        `x-project-id` on every request would otherwise grow them without bound within a minute (issue 29);
+        a forgotten member starts again at zero, which a caller choosing new ids gets anyway."""
+        for key in list(itertools.islice(self._windowed, MAX_WINDOWED // 10)):
+            del self._windowed[key]
 
     def _sweep(self, now: float) -> None:
         """Drop every window that has ended: once a minute, so O(1) amortized per admit."""

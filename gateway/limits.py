@@ -246,7 +246,9 @@ def _check_sizes(policy: LimitPolicy, asked: Asked) -> None:
 
 _MEMBER_FIELDS = {"org": "org", "model": "model", "user": "user", "project": "project", "session": "session",
                   "key": "key_id"}
-_CHECK_CACHE_SIZE = 65_536  # scope members whose checks are kept built: cleared when full, rebuilt on demand
+# Scope members whose checks are kept built (about 1 KB each): cleared when full, rebuilt on demand; small, so
+# that a stranger's stream of new x-session-id values costs little (issue 29).
+_CHECK_CACHE_SIZE = 4096
 
 
 def _members(scope: str, asked: Asked) -> tuple[str, ...]:
