@@ -98,7 +98,8 @@ class Admission:
         limiter, override = self.limiter, route.limits
         # The body limit itself is the deadlines' (gateway/deadlines.py: declared, or counted as it streams);
         # here only a body read whole for a limit's sake is bounded by it.
-        if body is None and limiter.needs_body(override):
+        key_tokens = verdict is not None and verdict.limits.tokens_per_minute is not None  # it reserves an estimate
+        if body is None and (key_tokens or limiter.needs_body(override)):
             size = header(headers, b"content-length")
             if size is not None and size.isdigit():
                 limiter.check_body(int(size), override)  # refused before a byte of it is read

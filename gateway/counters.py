@@ -16,7 +16,9 @@ from typing import Protocol
 
 # What a check counts (one letter: the Redis script reads them too).
 REQUESTS = "r"  # requests in the window: refused when one more would pass the limit; admitting counts one
-TOKENS = "t"  # tokens in the window: refused once they reached the limit; charged by finish, not by admit
+# tokens in the window: admitting reserves the request's estimate (prompt + max_tokens), refused when the
+# reservation would pass the limit (or the limit is reached); finish settles it to the answer's usage
+TOKENS = "t"
 IN_FLIGHT = "c"  # requests admitted and not finished: refused when one more would pass the limit
 
 MINUTE = 60
@@ -40,21 +42,33 @@ def window_index(now: float, window: int) -> int:
     return int(now // window)
 
 
+def settle(check: Check, tokens: int, reserved: int, admitted_at: float | None, now: float) -> int:
+    """What `finish` adds to a TOKENS counter in the window holding `now`: the answer's tokens, less what the
+    admission reserved when that reservation sits in the same window (a request that crossed into a new
+    window is charged there in full; its reservation stays in the window that ended)."""
+    if reserved and admitted_at is not None and \
+            window_index(admitted_at, check.window) == window_index(now, check.window):
+        return tokens - reserved
+    return tokens
+
+
 def window_left(now: float, window: int) -> int:
     """Whole seconds until the window holding `now` ends (at least 1): a refusal's Retry-After."""
     return max(1, int(window - now % window + 0.999))
 
 
 class Counters(Protocol):
-    async def admit(self, checks: Sequence[Check], ticket: str, now: float) -> int:
-        """All or nothing: when every check passes, count the REQUESTS and IN_FLIGHT ones and answer -1;
-        otherwise count nothing and answer the index of the first check that refused."""
+    async def admit(self, checks: Sequence[Check], ticket: str, now: float, reserve: int = 0) -> int:
+        """All or nothing: when every check passes, count the REQUESTS and IN_FLIGHT ones, reserve `reserve`
+        tokens in the TOKENS ones, and answer -1; otherwise count nothing and answer the index of the first
+        check that refused."""
         ...
 
     async def finish(self, charges: Sequence[Check], releases: Sequence[Check], ticket: str, tokens: int,
-                     now: float) -> None:
-        """Add `tokens` to the TOKENS counters `charges` (in the window holding `now`) and release the
-        IN_FLIGHT slots `releases` that `ticket` held. Never raises for a store it cannot reach."""
+                     now: float, reserved: int = 0, admitted_at: float | None = None) -> None:
+        """Settle the TOKENS counters `charges` to `tokens` (`settle`: less the reservation made at
+        `admitted_at`) and release the IN_FLIGHT slots `releases` that `ticket` held. Never raises for a
+        store it cannot reach."""
         ...
 
 
@@ -103,33 +117,38 @@ class MemoryCounters:
         self._swept_minute = minute
         self._windowed = {key: slot for key, slot in self._windowed.items() if slot[1] == int(now // slot[0])}
 
-    async def admit(self, checks: Sequence[Check], ticket: str, now: float) -> int:
-        return self.admit_now(checks, now)
+    async def admit(self, checks: Sequence[Check], ticket: str, now: float, reserve: int = 0) -> int:
+        return self.admit_now(checks, now, reserve)
 
-    def admit_now(self, checks: Sequence[Check], now: float) -> int:
+    def admit_now(self, checks: Sequence[Check], now: float, reserve: int = 0) -> int:
         self._sweep(now)
         windowed, in_flight = self._windowed, self._in_flight
         for index, check in enumerate(checks):
-            # REQUESTS and IN_FLIGHT: refused when one more would pass the limit; TOKENS: once reached.
+            # REQUESTS and IN_FLIGHT: refused when one more would pass the limit; TOKENS: once reached, or
+            # when the reservation would pass it.
             if check.kind == IN_FLIGHT:
                 if in_flight.get(check.key, 0) >= check.limit:
                     return index
                 continue
             slot = windowed.get(check.key)
-            if slot is not None and slot[2] >= check.limit and slot[1] == int(now // check.window):
+            used = slot[2] if slot is not None and slot[1] == int(now // check.window) else 0
+            if used >= check.limit or (check.kind == TOKENS and used + reserve > check.limit):
                 return index
         for check in checks:
             if check.kind == REQUESTS:
                 self._add(check, 1, now)
             elif check.kind == IN_FLIGHT:
                 in_flight[check.key] = in_flight.get(check.key, 0) + 1
+            elif reserve:
+                self._add(check, reserve, now)
         return -1
 
     async def finish(self, charges: Sequence[Check], releases: Sequence[Check], ticket: str, tokens: int,
-                     now: float) -> None:
-        if tokens > 0:
-            for check in charges:
-                self._add(check, tokens, now)
+                     now: float, reserved: int = 0, admitted_at: float | None = None) -> None:
+        for check in charges:
+            amount = settle(check, tokens, reserved, admitted_at, now)
+            if amount > 0 or (amount < 0 and check.key in self._windowed):  # a forgotten counter stays forgotten
+                self._add(check, amount, now)
         in_flight = self._in_flight
         for check in releases:
             left = in_flight.get(check.key, 0) - 1

@@ -119,9 +119,11 @@ def _plan(policy: LimitPolicy, override: LimitPolicy | None) -> _Plan:
         if limit is not None:
             own = override is not None and override.set_by(budget)
             counted.append(_Counted(scope, TOKENS, limit, DAY, "daily_tokens", own))
-    # The body is parsed for the sizes, and for the `model` it names when a model scope counts.
+    # The body is parsed for the sizes, for the `model` it names when a model scope counts, and for the
+    # estimate a token limit reserves (prompt + max_tokens).
     needs_body = (merged.max_prompt_tokens is not None or merged.max_tokens is not None
-                  or bool(merged.context_check) or merged.model.any_set())
+                  or bool(merged.context_check) or merged.model.any_set()
+                  or any(item.kind == TOKENS for item in counted))
     scopes = tuple((scope, tuple(item for item in counted if item.scope == scope))
                    for scope in dict.fromkeys(item.scope for item in counted))
     return _Plan(merged, scopes, needs_body)
@@ -130,28 +132,31 @@ def _plan(policy: LimitPolicy, override: LimitPolicy | None) -> _Plan:
 class Ticket:
     """An admitted request: `finish(tokens)` once it is answered (or failed, or its client left)."""
 
-    __slots__ = ("_counters", "_charges", "_releases", "_id", "_done", "_clock")
+    __slots__ = ("_counters", "_charges", "_releases", "_id", "_done", "_clock", "_reserved", "_admitted_at")
 
     def __init__(self, counters: Counters, charges: tuple[Check, ...], releases: tuple[Check, ...],
-                 ticket_id: str, clock: Callable[[], float] = time.time) -> None:
+                 ticket_id: str, clock: Callable[[], float] = time.time, reserved: int = 0,
+                 admitted_at: float | None = None) -> None:
         self._clock = clock
         self._counters = counters
         self._charges = charges
         self._releases = releases
         self._id = ticket_id
         self._done = not charges and not releases
+        self._reserved, self._admitted_at = reserved, admitted_at  # the tokens admission reserved, and when
 
     @property
     def finished(self) -> bool:
         return self._done
 
     async def finish(self, tokens: int) -> None:
-        """Charge `tokens` to the TPM windows and daily budgets and release the concurrency slots; a second
-        call does nothing, so it is safe in a `finally`."""
+        """Settle the TPM windows and daily budgets to `tokens` (the reservation given back or topped up) and
+        release the concurrency slots; a second call does nothing, so it is safe in a `finally`."""
         if self._done:
             return
         self._done = True
-        await self._counters.finish(self._charges, self._releases, self._id, max(0, tokens), self._clock())
+        await self._counters.finish(self._charges, self._releases, self._id, max(0, tokens), self._clock(),
+                                    self._reserved, self._admitted_at)
 
 
 class Limiter:
@@ -220,14 +225,22 @@ class Limiter:
         checks = _checks(plan, asked)
         if not checks:
             return Ticket(self.counters, (), (), "")
+        charges = tuple(check for check in checks if check.kind == TOKENS)
+        # As OpenAI and LiteLLM do: the estimate (prompt + max_tokens) is reserved at admission, so that
+        # concurrent requests cannot all pass a limit the first answers have not been charged to yet.
+        reserve = estimate_tokens(asked.prompt_chars) + (asked.max_tokens or 0) if charges else 0
+        for check in charges:
+            if reserve > check.limit:
+                raise Refused(429, check.key.split(":", 1)[0], f"request of about {reserve} tokens (prompt "
+                              f"estimate + max_tokens) is over the limit of {check.limit} for "
+                              f"{_label(check.key)}; lower max_tokens")
         ticket_id = f"{self._ticket_prefix}.{next(self._ticket_numbers)}"
         now = self.clock()
-        refused = await self.counters.admit(checks, ticket_id, now)
+        refused = await self.counters.admit(checks, ticket_id, now, reserve)
         if refused >= 0:
             raise _refusal(checks[refused], now)
-        charges = tuple(check for check in checks if check.kind == TOKENS)
         releases = tuple(check for check in checks if check.kind == IN_FLIGHT)
-        return Ticket(self.counters, charges, releases, ticket_id, self.clock)
+        return Ticket(self.counters, charges, releases, ticket_id, self.clock, reserve, now)
 
 
 def _check_sizes(policy: LimitPolicy, asked: Asked) -> None:

@@ -22,7 +22,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from gateway.counters import IN_FLIGHT, TOKENS, Check, window_index
+from gateway.counters import IN_FLIGHT, TOKENS, Check, settle, window_index
 from gateway.limits import Refused
 
 log = logging.getLogger(__name__)
@@ -30,15 +30,17 @@ log = logging.getLogger(__name__)
 # Longer than any request may be in flight (the upstream deadline is at most 300 s) with a margin.
 DEFAULT_LEASE_S = 900.0
 
-# KEYS: the counters. ARGV: lease (ms), ticket, then per key its kind, limit and time to live (s).
+# KEYS: the counters. ARGV: lease (ms), ticket, the tokens to reserve, then per key its kind, limit and time
+# to live (s).
 _ADMIT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
 local ticket = ARGV[2]
+local reserve = tonumber(ARGV[3])
 for i = 1, #KEYS do
-  local kind = ARGV[i * 3]
-  local limit = tonumber(ARGV[i * 3 + 1])
+  local kind = ARGV[i * 3 + 1]
+  local limit = tonumber(ARGV[i * 3 + 2])
   local used
   if kind == 'c' then
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - lease)
@@ -46,31 +48,34 @@ for i = 1, #KEYS do
   else
     used = tonumber(redis.call('GET', KEYS[i]) or '0')
   end
-  if used >= limit then return i end
+  if used >= limit or (kind == 't' and used + reserve > limit) then return i end
 end
 for i = 1, #KEYS do
-  local kind = ARGV[i * 3]
+  local kind = ARGV[i * 3 + 1]
   if kind == 'r' then
     redis.call('INCR', KEYS[i])
-    redis.call('EXPIRE', KEYS[i], tonumber(ARGV[i * 3 + 2]))
+    redis.call('EXPIRE', KEYS[i], tonumber(ARGV[i * 3 + 3]))
   elseif kind == 'c' then
     redis.call('ZADD', KEYS[i], now, ticket)
     redis.call('PEXPIRE', KEYS[i], lease)
+  elseif reserve > 0 then
+    redis.call('INCRBY', KEYS[i], reserve)
+    redis.call('EXPIRE', KEYS[i], tonumber(ARGV[i * 3 + 3]))
   end
 end
 return 0
 """
 
-# KEYS: the TOKENS counters, then the IN_FLIGHT sets. ARGV: how many TOKENS counters, tokens, their ttl (s),
-# the ticket.
+# KEYS: the TOKENS counters, then the IN_FLIGHT sets. ARGV: how many TOKENS counters, then per counter the
+# tokens to add (less its reservation: may be negative) and its ttl (s), then the ticket.
 _FINISH = """
 local charges = tonumber(ARGV[1])
-local tokens = tonumber(ARGV[2])
 for i = 1, #KEYS do
   if i <= charges then
-    if tokens > 0 then
-      redis.call('INCRBY', KEYS[i], tokens)
-      redis.call('EXPIRE', KEYS[i], tonumber(ARGV[2 + i]))
+    local amount = tonumber(ARGV[i * 2])
+    if amount > 0 or (amount < 0 and redis.call('EXISTS', KEYS[i]) == 1) then
+      redis.call('INCRBY', KEYS[i], amount)
+      redis.call('EXPIRE', KEYS[i], tonumber(ARGV[i * 2 + 1]))
     end
   else
     redis.call('ZREM', KEYS[i], ARGV[#ARGV])
@@ -101,9 +106,9 @@ class RedisCounters:
             return f"{self.prefix}{check.key}"
         return f"{self.prefix}{check.key}:{window_index(now, check.window)}"
 
-    async def admit(self, checks: Sequence[Check], ticket: str, now: float) -> int:
+    async def admit(self, checks: Sequence[Check], ticket: str, now: float, reserve: int = 0) -> int:
         keys = [self._key(check, now) for check in checks]
-        args: list[str | int] = [self._lease_ms, ticket]
+        args: list[str | int] = [self._lease_ms, ticket, reserve]
         for check in checks:
             args += [check.kind, check.limit, 2 * check.window]
         call = asyncio.ensure_future(self._admit(keys=keys, args=args))
@@ -129,15 +134,18 @@ class RedisCounters:
         task.add_done_callback(self._background.discard)
 
     async def finish(self, charges: Sequence[Check], releases: Sequence[Check], ticket: str, tokens: int,
-                     now: float) -> None:
+                     now: float, reserved: int = 0, admitted_at: float | None = None) -> None:
         # Shielded: a finish in the `finally` of a request whose client left still reaches Redis.
-        await asyncio.shield(self._finish_now(charges, releases, ticket, tokens, now))
+        await asyncio.shield(self._finish_now(charges, releases, ticket, tokens, now, reserved, admitted_at))
 
     async def _finish_now(self, charges: Sequence[Check], releases: Sequence[Check], ticket: str, tokens: int,
-                          now: float) -> None:
+                          now: float, reserved: int, admitted_at: float | None) -> None:
         charged = [check for check in charges if check.kind == TOKENS]
         keys = [self._key(check, now) for check in charged] + [self._key(check, now) for check in releases]
-        args: list[str | int] = [len(charged), tokens, *(2 * check.window for check in charged), ticket]
+        args: list[str | int] = [len(charged)]
+        for check in charged:
+            args += [settle(check, tokens, reserved, admitted_at, now), 2 * check.window]
+        args.append(ticket)
         try:
             await self._finish(keys=keys, args=args)
         except (RedisError, OSError) as error:

@@ -300,11 +300,12 @@ async def test_tokens_per_minute_are_charged_from_streamed_usage_or_max_tokens(t
         refused = await stack.chat(key, **streamed)
         assert refused.status_code == 429 and _error(refused)["code"] == "tokens_per_minute"
         assert 1 <= int(refused.headers["retry-after"]) <= 60
-        # Without usage in the answer, the request's max_tokens is charged.
+        # Without usage in the answer, the request's max_tokens is charged: 98 of 100, so a request that
+        # reserves 6 more (a 1-token prompt + max_tokens 5) is refused.
         other, _ = await stack.key(tokens_per_minute=100)
-        assert (await stack.chat(other, max_tokens=150, messages=[{"role": "user", "content": "nousage"}])
+        assert (await stack.chat(other, max_tokens=98, messages=[{"role": "user", "content": "nousage"}])
                 ).status_code == 200
-        assert (await stack.chat(other)).status_code == 429
+        assert (await stack.chat(other, max_tokens=5)).status_code == 429
         fresh, _ = await stack.key(tokens_per_minute=100)
         assert (await stack.chat(fresh, max_tokens=40, messages=[{"role": "user", "content": "nousage"}])
                 ).status_code == 200
