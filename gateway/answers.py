@@ -70,12 +70,17 @@ async def upstream_failed(send: Send, route: Route, target: Replica) -> None:
     or resets the connection is down and being started again (PoolWorkflow's back-off): 503 with
     Retry-After, as documented (docs/architecture.md), not a 502 that reads as a broken model."""
     if route.fronts_pool and target.copy_id == "service":
-        await json_answer(send, 503, b'{"error":{"message":"The endpoint\'s LiteLLM proxy is not answering (it is '
-                    b'being restarted); retry shortly.","type":"service_unavailable","code":503}}',
-                    [(b"retry-after", b"5")])
+        await front_restarting(send)
         return
     await json_answer(send, 502, b'{"error":{"message":"The model service did not answer; '
                            b'retry shortly.","type":"bad_gateway","code":502}}')
+
+
+async def front_restarting(send: Send) -> None:
+    """A Proxy=true endpoint's LiteLLM is down and being started again: the documented 503."""
+    await json_answer(send, 503, b'{"error":{"message":"The endpoint\'s LiteLLM proxy is not answering (it is '
+                      b'being restarted); retry shortly.","type":"service_unavailable","code":503}}',
+                      [(b"retry-after", b"5")])
 
 
 async def json_answer(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:

@@ -272,7 +272,9 @@ class EndpointProxy:
             # Copies are already wanted (the pool's first start, or waiting for capacity), not asleep:
             # LiteLLM answers as the documents say ("Invalid model name", an empty /v1/models).
             return Replica(copy_id="service", url=route.service_url)
-        return await self.holds.hold(route, send, headers, session_id)
+        # Copies serve but the pool's LiteLLM is down (being restarted): a short hold, then its 503.
+        restarting = route.fronts_pool and not route.service_url and bool(route.ready_copies())
+        return await self.holds.hold(route, send, headers, session_id, front_restarting=restarting)
 
     async def _forward(self, scope: dict[str, Any], receive: Receive, send: Send, route: Route,
                        target: Replica, rest: str, headers: list[tuple[bytes, bytes]],
@@ -376,7 +378,8 @@ class EndpointProxy:
             def service_url() -> str | None:
                 return self.routes.get(route.id, route).service_url or None
             return await second_try.await_service(self.upstream, service_url, method, path, renewed, body,
-                                                  deadline(self.hold_timeout_s, headers), log,
+                                                  deadline(min(self.hold_timeout_s, self.holds.front_hold_s),
+                                                           headers), log,
                                                   # its one replay is spent when LiteLLM died with this request
                                                   replayable=error.refused)
         if not error.sent_nothing:

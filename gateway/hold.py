@@ -22,6 +22,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("berth.proxy")
 
 HOLD_TIMEOUT_S = 120.0
+# A Proxy=true pool whose copies serve while its LiteLLM is being restarted: held this long at most, then
+# the documented "being restarted" 503 (BERTH_PROXY_FRONT_HOLD_S). As long as the wake's hold by default: a
+# LiteLLM restart takes 20-45 s on a busy machine, and a request held through it is served where a shorter
+# bound would fail it; an operator whose clients time out sooner sets it shorter (issue 29).
+FRONT_HOLD_S = HOLD_TIMEOUT_S
 LITELLM_SYNC_SETTLE_S = 1.5
 AWAKE_ANSWER_TTL_S = 2.0  # how long a LiteLLM-fronted pool's "not asleep" answer is trusted
 HELD_POLL_S = 0.05  # while requests are held: how often to look for a routable copy (a routes read)
@@ -41,6 +46,7 @@ class Holds:
         self._on_woken = on_woken  # told each endpoint id this proxy woke (its wake-ups counter)
         self._current, self._look_again = current, look_again
         self.timeout_s = HOLD_TIMEOUT_S
+        self.front_hold_s = FRONT_HOLD_S
         self.max_held = MAX_HELD_PER_ENDPOINT
         self.held: dict[str, int] = {}  # per endpoint id, not per Route (see `current`)
         self._last_wake: dict[str, float] = {}
@@ -49,15 +55,17 @@ class Holds:
         self._awake_until: dict[str, float] = {}  # a pool that said "not asleep", until when to believe it
 
     async def hold(self, route: Route, send: Send, headers: list[tuple[bytes, bytes]],
-                   session_id: str | None) -> Replica | None:
+                   session_id: str | None, front_restarting: bool = False) -> Replica | None:
         """Wake the pool, then wait for a routable copy until the deadline; None once answered (429: too
-        many waiting; 503: the deadline passed)."""
+        many waiting; 503: the deadline passed). `front_restarting`: the copies serve and the pool's LiteLLM
+        is being restarted: held `FRONT_HOLD_S` at most, and its 503 says so."""
         if self.held.get(route.id, 0) >= self.max_held:
             await answers.json_answer(send, 429, b'{"error":{"message":"Too many requests are waiting for this '
                                       b'endpoint to wake up; retry later.","type":"too_many_requests","code":429}}',
                                       [(b"retry-after", b"5")])
             return None
-        deadline_s = answers.deadline(self.timeout_s, headers)
+        deadline_s = answers.deadline(min(self.timeout_s, self.front_hold_s) if front_restarting else self.timeout_s,
+                                      headers)
         started = time.monotonic()
         self.held[route.id] = self.held.get(route.id, 0) + 1
         try:
@@ -83,6 +91,9 @@ class Holds:
                 await self._look_again(HELD_POLL_S)
         finally:
             self.held[route.id] -= 1
+        if front_restarting:
+            await answers.front_restarting(send)
+            return None
         waited = f"{time.monotonic() - started:.0f}"
         await answers.json_answer(send, 503, b'{"error":{"message":"No replica of this endpoint became ready '
                                   b'within ' + waited.encode() + b' s; it is starting, retry shortly.",'

@@ -42,6 +42,7 @@ def run_endpoint_proxy(api_url: str, token: str, host: str, port: int, fd: int |
     holding = ProxyHolding.from_env()
     app.holds.timeout_s = holding.timeout_s or app.holds.timeout_s
     app.holds.max_held = holding.max_held or app.holds.max_held
+    app.holds.front_hold_s = holding.front_hold_s or app.holds.front_hold_s
     app.limits = ProxyLimits.from_env()  # BERTH_UPSTREAM_DEADLINE_S, BERTH_STREAM_IDLE_S; body limit: the LimitPolicy
     tls = ServerTLS.from_env()
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, loop="uvloop",

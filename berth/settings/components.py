@@ -70,19 +70,23 @@ def replica_keys_token() -> str | None:
 @dataclass(frozen=True)
 class ProxyHolding:
     """How long the endpoint proxy holds a request for a pool with no routable copy, and how many may wait
-    per endpoint (None: the proxy's own defaults)."""
+    per endpoint; how long for a Proxy=true pool whose LiteLLM is being restarted (None: the proxy's own
+    defaults)."""
 
     timeout_s: float | None
     max_held: int | None
+    front_hold_s: float | None = None
 
     @classmethod
     def from_env(cls) -> ProxyHolding:
         timeout, most = os.environ.get("BERTH_PROXY_HOLD_TIMEOUT_S"), os.environ.get("BERTH_PROXY_MAX_HELD")
+        front = os.environ.get("BERTH_PROXY_FRONT_HOLD_S")
         try:
-            return cls(timeout_s=float(timeout) if timeout else None, max_held=int(most) if most else None)
+            return cls(timeout_s=float(timeout) if timeout else None, max_held=int(most) if most else None,
+                       front_hold_s=float(front) if front else None)
         except ValueError:
-            raise SystemExit("BERTH_PROXY_HOLD_TIMEOUT_S must be a number of seconds and BERTH_PROXY_MAX_HELD "
-                             "a whole number") from None
+            raise SystemExit("BERTH_PROXY_HOLD_TIMEOUT_S and BERTH_PROXY_FRONT_HOLD_S must be numbers of seconds "
+                             "and BERTH_PROXY_MAX_HELD a whole number") from None
 
 
 # What a client may ask with `x-request-timeout` (seconds): anything outside is refused with a 400.
