@@ -157,6 +157,9 @@ class EndpointProxy:
         if kind == "lifespan":
             await self._lifespan(receive, send)
             return
+        if kind == "websocket":
+            await openai_routes.refuse_websocket(scope, send)
+            return
         if kind != "http":
             return
         path: str = scope["path"]

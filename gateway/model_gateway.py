@@ -197,6 +197,9 @@ class ModelGateway:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
+        if scope["type"] == "websocket":
+            await openai_routes.refuse_websocket(scope, send)
+            return
         if scope["type"] != "http":
             return
         path: str = scope["path"]

@@ -10,7 +10,7 @@ applies this only to endpoints whose upstream is a copy or a LiteLLM in front of
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from berth.kinds import ProcessKind
 from gateway.answers import json_answer
@@ -54,6 +54,10 @@ def refusal(rest: str) -> tuple[int, str, str] | None:
     if not canonical(rest):
         return 400, "path_not_canonical", (
             f"The path /{rest} has an empty, '.' or '..' segment; send the route itself (e.g. /v1/chat/completions).")
+    if rest.startswith("key/"):  # a Proxy=true endpoint answers these before (gateway/litellm_keys.py)
+        return 404, "keys_not_minted_here", (
+            f"This endpoint does not mint LiteLLM keys (/{rest}): create one with `berth key create --endpoint ID` "
+            "for the endpoint that serves the model (a Proxy=true endpoint also answers LiteLLM's /key/generate).")
     if not served(rest):
         return 404, "route_not_served", f"No route /{rest} on a model endpoint; it serves {SERVED}."
     return None
@@ -67,3 +71,16 @@ async def refused(send: Send, rest: str) -> bool:
     status, code, message = found
     await json_answer(send, status, error_body(message, "invalid_request_error", code))
     return True
+
+
+async def refuse_websocket(scope: dict[str, Any], send: Send) -> None:
+    """A WebSocket upgrade on an endpoint path: Berth bridges none yet, so one 501 line (uvicorn's denial
+    response extension), where an unanswered handshake was a bare 500 and a log line."""
+    body = b"WebSocket upgrades are not supported on Berth endpoints yet; use HTTP (streamed answers are SSE).\n"
+    if "websocket.http.response" in scope.get("extensions", {}):
+        await send({"type": "websocket.http.response.start", "status": 501,
+                    "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "websocket.http.response.body", "body": body})
+    else:
+        await send({"type": "websocket.close", "code": 1003})
