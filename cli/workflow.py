@@ -46,11 +46,24 @@ def workflow_describe(workflow_id: str, output: OutputOption = Format.TABLE) -> 
     _describe(info)
 
 
+# What the phase means for a caller, one line under it (a failed or stopped workflow is not "not ready yet").
+READINESS = {
+    "ready": "Ready: service running and health check passed.",
+    "scaled_to_zero": "Scaled to zero: the next request wakes it.",
+    "stopping": "Stopping: it takes no new requests.",
+    "stopped": "Stopped: it serves nothing.",
+    "failed": "Failed: it serves nothing; the last error below says why.",
+}
+
+
+def readiness(phase: str | None) -> str:
+    return READINESS.get(phase or "", "Not ready yet.")
+
+
 def _describe(info: WorkflowDescription) -> None:
-    ready = info.phase == "ready"
     console.print(f"[bold]{info.id}[/] ({info.entry}) — phase [bold]{info.phase}[/], "
                   f"Temporal status {info.status}", highlight=False)
-    console.print(f"  {'Ready: service running and health check passed.' if ready else 'Not ready yet.'}")
+    console.print(f"  {readiness(info.phase)}")
     console.print(f"  Endpoint {info.endpoint.id}: {client_url(info.endpoint)}", highlight=False)
     if info.endpoint.note:
         console.print(f"  [yellow]{info.endpoint.note}[/]", highlight=False)
