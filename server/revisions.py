@@ -25,21 +25,24 @@ class NothingToChange(Exception):
         self.revision = revision
 
 
-def prepare_update(context: ServerContext, row: WorkflowRow, body: WorkflowUpdateRequest,
-                   who: Identity) -> tuple[int, WorkflowDefinition, dict[str, Any]]:
-    """(the next revision's number, its definition, its merged values). Raises NothingToChange when the
-    values change nothing, UserInputError for a change no rollout can make. Reads the store: off the loop."""
+def prepare_update(context: ServerContext, row: WorkflowRow, body: WorkflowUpdateRequest, who: Identity,
+                   serving_revision: int | None = None) -> tuple[int, WorkflowDefinition, dict[str, Any]]:
+    """(the next revision's number, its definition, its merged values): the values of the revision that
+    serves (`serving_revision`, the pool's answer; the latest when unknown) with the update's over them — a
+    rolled-back revision's values never come back (issue 31). Raises NothingToChange when the values change
+    nothing, UserInputError for a change no rollout can make. Reads the store: off the loop."""
     latest = context.store.revisions.latest(row)
-    serving = WorkflowDefinition.model_validate(latest.definition)
+    base = (context.store.revisions.revision(row, serving_revision) if serving_revision else None) or latest
+    serving = WorkflowDefinition.model_validate(base.definition)
     if serving.replica is None:
         raise UserInputError(f"Workflow '{row.id}' is a service: only replica pools roll to a new revision; "
                              "stop and start a service.")
-    merged = {**latest.values, **body.values}
+    merged = {**base.values, **body.values}
     _entry, definition = prepare(context, StartRequest(entry=row.entry, values=merged), who)
     definition = with_generated_keys(_carried_over(serving, definition))
     refuse_unrollable(row.id, serving, definition, body)
     if definition.model_dump(mode="json") == serving.model_dump(mode="json"):
-        raise NothingToChange(latest.revision)
+        raise NothingToChange(base.revision)
     return latest.revision + 1, definition, merged
 
 

@@ -315,6 +315,7 @@ class PoolCarry(Payload):
     revision_of: dict[str, int] = {}
     ready_since: dict[str, datetime] = {}
     rollout: Rollout | None = None  # the last rollout (finished), for its status
+    rolled_back: tuple[int, ...] = ()  # revisions rolled back, for their listing
 
 
 PoolInput.model_rebuild()

@@ -60,6 +60,7 @@ class PoolState:
     ready_since: dict[str, datetime] = field(default_factory=dict)
     rollout: Rollout | None = None
     want: tuple[int, int] | None = None
+    rolled_back: list[int] = field(default_factory=list)  # revisions rolled back (never served), newest last
 
     def append(self, event: Event) -> None:
         # Listed by when each happened, not by arrival: a copy's report can wait in its outbox while the
@@ -82,6 +83,7 @@ class PoolState:
             continued=continued, revision=self.revision,
             revision_of={c: r for c, r in self.revision_of.items() if c in running},
             ready_since={c: t for c, t in self.ready_since.items() if c in running}, rollout=self.rollout,
+            rolled_back=tuple(self.rolled_back),
         )
 
     @staticmethod
@@ -93,7 +95,7 @@ class PoolState:
             replace_paused_until=carry.replace_paused_until, last_error=carry.last_error, weights=carry.weights,
             draining=list(carry.draining), service_ready=carry.service_ready,
             service_restarts=carry.service_restarts, revision=carry.revision, revision_of=dict(carry.revision_of),
-            ready_since=dict(carry.ready_since), rollout=carry.rollout,
+            ready_since=dict(carry.ready_since), rollout=carry.rollout, rolled_back=list(carry.rolled_back),
         )
 
     # --- how a pool answers a copy's end ------------------------------------------------------------

@@ -64,7 +64,7 @@ class PoolWorkflow(PoolMixin, ModelMixin):
             workflow_id=self.input.workflow_id, phase=self.state.phase, desired_copies=self.state.desired,
             copies=tuple(self.state.copies.values()), events=tuple(self.state.events),
             last_error=self.state.last_error, weights=self.state.weights, revision=self.state.revision,
-            rollout=self.state.rollout,
+            rollout=self.state.rollout, rolled_back=tuple(self.state.rolled_back),
         )
 
     @workflow.signal

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.rollout_payloads import HealthInput, MoveRequest, RolloutRequest, ServeInput, TrafficInput
     from workflows.rollout_plan import Plan, Side, plan
 
+MAX_ROLLED_BACK = 100  # rolled-back revisions a pool remembers (for their listing)
 TICK = timedelta(seconds=2)  # the driver looks again this often while a clock runs (min-ready, a hold)
 JUDGE_EVERY_S = 5.0  # a canary's health is read this often during a step
 CONTROL = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
@@ -335,6 +336,7 @@ class RolloutMixin:
         else:
             self.state.event("rollout_rolled_back", f"revision {rollout.from_revision} serves; revision "
                              f"{rollout.to_revision}'s copies stopped")
+            self.state.rolled_back = [*self.state.rolled_back, rollout.to_revision][-MAX_ROLLED_BACK:]
         self._set(phase=how, traffic={}, message="")
         self.target, self.state.want = None, None
         self.state.revision_of = {c: r for c, r in self.state.revision_of.items() if c in self.state.copies}

@@ -102,6 +102,7 @@ class PoolStatus(Payload, Renamed):
     weights: WeightsResult | None = None
     revision: int = 1  # the revision the pool serves (a rollout's target becomes it when it completes)
     rollout: Rollout | None = None  # the current or last rollout
+    rolled_back: tuple[int, ...] = ()  # revisions rolled back (they never served), newest last
 
 
 # --- REST answers ----------------------------------------------------------------------------------------
@@ -153,6 +154,7 @@ class WorkflowDescription(Response, Renamed):
     weights: WeightsResult | None = None
     revision: int | None = None
     rollout: Rollout | None = None
+    rolled_back: tuple[int, ...] | None = None  # revisions rolled back (they never served)
     scaling: ScalingExplanation | None = None  # the autoscaler's last decision and why (explain-scaling)
     note: str | None = None
 

@@ -50,8 +50,10 @@ async def update_workflow(workflow_id: str, body: WorkflowUpdateRequest, context
                           access: Updater) -> dict[str, Any]:
     row, who = access.row, access.who
     url = endpoint_url(context, row.endpoint_id)
+    status = await _status(context, workflow_id)  # which revision serves: the update builds on it
     try:
-        revision, definition, merged = await run_in_threadpool(prepare_update, context, row, body, who)
+        revision, definition, merged = await run_in_threadpool(prepare_update, context, row, body, who,
+                                                               status.revision if status else None)
     except NothingToChange as nothing:
         return {"id": workflow_id, "revision": nothing.revision, "url": url, "message": str(nothing), "rollout": None}
     signed = await run_in_threadpool(_signed_input, context, access, definition)
@@ -108,7 +110,8 @@ def revision_state(revision: int, status: PoolStatus | None) -> str:
     if status is None:
         return ""
     rollout = status.rollout
-    if rollout is not None and revision == rollout.to_revision and rollout.phase is RolloutPhase.ROLLED_BACK:
+    if revision in status.rolled_back or (rollout is not None and revision == rollout.to_revision
+                                          and rollout.phase is RolloutPhase.ROLLED_BACK):
         return "rolled back"
     if rollout is not None and revision == rollout.to_revision and rollout.phase not in RolloutPhase.finished():
         return "rolling out"

@@ -78,7 +78,8 @@ def test_the_status_parts_keep_their_json_shape() -> None:
     The old names of the renamed fields come last, with the same values."""
     status = _status().model_dump(mode="json")
     assert list(status) == ["workflow_id", "phase", "desired_copies", "copies", "events", "last_error", "weights",
-                            "revision", "rollout", "desired_replicas", "replicas"]
+                            "revision", "rollout", "rolled_back", "desired_replicas", "replicas"]
+    assert status["rolled_back"] == []  # added after the rollout (issue 31): an older answer reads without it
     assert status["desired_replicas"] == status["desired_copies"] == 2 and status["replicas"] == status["copies"]
     assert status["phase"] == "ready"
     assert status["copies"][0] == {"copy_id": "wf-1.copy-0", "status": "ready", "url": "http://10.0.0.1:8000",

@@ -127,6 +127,27 @@ def test_a_revision_state_follows_the_pool_status() -> None:
     assert revision_state(2, status(1, RolloutPhase.ROLLED_BACK)) == "rolled back"
     assert revision_state(1, status(2, RolloutPhase.COMPLETE)) == "replaced"
     assert revision_state(2, status(2, RolloutPhase.COMPLETE)) == "serving"
+    # Issue 31: a rolled-back revision stays "rolled back" after a later rollout completes (it never served).
+    later = status(4, RolloutPhase.COMPLETE).model_copy(update={"rolled_back": (3,)})
+    assert [revision_state(n, later) for n in (2, 3, 4)] == ["replaced", "rolled back", "serving"]
+
+
+def test_an_update_after_a_rollback_builds_on_the_serving_revision(context: ServerContext, alice: Identity) -> None:
+    """Issue 31: revision 3 (a failing ExtraArgs) was rolled back, revision 2 serves; the next update is
+    revision 2's values plus what it names, never revision 3's."""
+    row = start(context, alice, {"MaxContextSize": 4096})
+    updates = ((2, {"MaxContextSize": 2048}), (3, {"MaxContextSize": 2048, "ExtraArgs": "--fail-share 0.6"}))
+    for number, values in updates:
+        _, definition, merged = prepare_update(context, row, WorkflowUpdateRequest(values=values), alice,
+                                               serving_revision=number - 1)
+        context.store.revisions.add_revision(row.id, number, definition.model_dump(mode="json"), merged, "alice")
+    number, definition, merged = prepare_update(context, row, WorkflowUpdateRequest(values={"MaxContextSize": 8192}),
+                                                alice, serving_revision=2)
+    assert number == 4 and merged == {"MaxContextSize": 8192}
+    assert definition.replica is not None and "--fail-share" not in definition.replica.engine.extra_args
+    with pytest.raises(NothingToChange, match="revision 2"):  # equal to the serving revision, not the latest
+        prepare_update(context, row, WorkflowUpdateRequest(values={"MaxContextSize": 2048}), alice,
+                       serving_revision=2)
 
 
 @asynccontextmanager

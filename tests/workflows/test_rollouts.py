@@ -113,6 +113,7 @@ async def test_a_failing_canary_pauses_by_itself_and_rolls_back_to_the_old_revis
             handle, lambda s: s.rollout is not None and s.rollout.phase.value == "rolled_back", "rolled back")
         assert back.revision == 1 and {rev for _, rev in serving_copies(back)} == {1}
         assert len(serving_copies(back)) == 2 and cluster.traffic is None
+        assert back.rolled_back == (2,)  # listed "rolled back" even after a later rollout (issue 31)
         await harness.stop(handle)
 
 
