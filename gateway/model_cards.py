@@ -31,10 +31,14 @@ def scrub(body: bytes) -> bytes:
     cards = listing.get("data") if isinstance(listing, dict) else None
     if not isinstance(cards, list):
         return body
+    changed = False
     for card in cards:
-        if isinstance(card, dict) and "root" in card:
-            card["root"] = card.get("id")
-    return json.dumps(listing).encode()
+        if isinstance(card, dict) and "root" in card and card["root"] != card.get("id"):
+            card["root"], changed = card.get("id"), True
+    if not changed:
+        return body  # byte for byte what the server sent (LiteLLM's listing carries no root): issue 31
+    # Compact, as vLLM's and LiteLLM's FastAPI answers are: only `root` differs from what was sent.
+    return json.dumps(listing, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 async def relay_listing(response: UpstreamResponse, send: Send, log: logging.Logger, name: str) -> None:
