@@ -12,7 +12,7 @@ from fastapi import Depends, Header
 from starlette.concurrency import run_in_threadpool
 
 from berth.contracts import KeyCreateRequest, KeyRecord
-from berth.errors import AuthenticationError, NotFoundError, PermissionDeniedError
+from berth.errors import AuthenticationError, NotFoundError, PermissionDeniedError, UserInputError
 from berth.security import API_AUDIENCE, REPLICA_KEYS_AUDIENCE, Identity
 from server.access import WorkflowAccess, in_scope, workflow_access
 from server.context import Context
@@ -147,6 +147,12 @@ async def creatable_key(body: KeyCreateRequest, context: Context, who: Caller) -
     if not who.admin and not in_scope(endpoint, who):
         raise PermissionDeniedError(f"You are outside endpoint {endpoint.id}'s scope ({endpoint.scope}); "
                                     "a key can only call what its creator may.")
+    if body.model is not None and endpoint.model_id is not None and body.model != endpoint.model_id:
+        # Every request of such a key would be refused (issue 31): say so now. A gateway (no model_id) serves
+        # many models and is not checked here.
+        raise UserInputError(f"Endpoint {endpoint.id} serves {endpoint.model_id}, not {body.model[:200]}; a key "
+                             f"for that model would be refused on every request. Use --model {endpoint.model_id} "
+                             "or leave --model out.")
     return body, endpoint
 
 

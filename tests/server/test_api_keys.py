@@ -60,3 +60,20 @@ async def test_a_key_is_created_verified_rotated_and_revoked(context: ServerCont
         assert grants == [1, 1, 0]
         assert (await api.delete(f"/v1/keys/{key_id}")).json()["state"] == "revoked"
         assert (await verify(rotated)).status_code == 401
+
+
+async def test_a_key_for_a_model_the_endpoint_does_not_serve_is_refused_at_creation(context: ServerContext) -> None:
+    """Issue 31, item 9: every request of such a key was a 403; now its creation says why, in one line."""
+    with context.store.session() as s:
+        s.add(EndpointRow(id="ep-m", workflow_id="wf-m", service="vllm", scope="group", owner="admin",
+                          org="default", groups=["default"], created_at=time.time(), annotations={},
+                          model_id="org/served"))
+    token = context.signing.api_token(context.store.identity("admin"), 600)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(context)), base_url="http://api",
+                                 headers={"Authorization": f"Bearer {token}"}) as api:
+        refused = await api.post("/v1/keys", json={"name": "k", "endpoint_id": "ep-m", "model": "other/model"})
+        detail = refused.json()["detail"]
+        assert refused.status_code == 400 and "serves org/served, not other/model" in detail and "\n" not in detail
+        for model in ("org/served", None):
+            made = await api.post("/v1/keys", json={"name": "k", "endpoint_id": "ep-m", "model": model})
+            assert made.status_code == 201, made.text
