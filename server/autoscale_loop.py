@@ -35,6 +35,7 @@ from server.autoscaler import (
     ProxiedRates,
     decide,
     policy_from_annotations,
+    resized_elsewhere,
 )
 from server.copy_activity import CopyActivity, CopyTarget
 from server.load_reports import KEEP_S, AutoscaledPool, AutoscalerLease, AutoscalerView, LoadReport, Source
@@ -120,6 +121,7 @@ class Autoscaler:
         if status.phase.value != "ready":
             return  # starting copies are not idle, a pool at zero waits for a request, stopping is final
         memory = self.memories.setdefault(pool.endpoint_id, PoolMemory())
+        resized = resized_elsewhere(memory, status.desired_copies, self.queue_memories.get(pool.endpoint_id))
         # Proxy=true: the rate measured at the pool's LiteLLM proxy; Proxy=false: at the endpoint proxy.
         fronted = bool(pool.annotations.get("proxy"))
         source = CountingCopies(self.meters.proxied if fronted else self.meters.front_door, self.copies)
@@ -133,6 +135,9 @@ class Autoscaler:
             queue_memory = self.queue_memories.setdefault(pool.endpoint_id, QueueMemory())
             queue = decide_queue(policy, status.desired_copies, readings, queue_memory, now)
         decision = combine(status.desired_copies, rate, queue, measure(readings, now, load.rate_rps))
+        if resized:
+            decision = dataclasses.replace(decision, reason=f"{decision.reason}; its windows started again: the "
+                                           f"pool was resized to {status.desired_copies} outside the autoscaler")
         await self._record(pool, policy, decision, now)
         if decision.desired == status.desired_copies:
             return
@@ -140,6 +145,7 @@ class Autoscaler:
         with contextlib.suppress(WorkflowUpdateFailedError):  # e.g. stopping meanwhile
             await handle.execute_update(PoolWorkflow.scale, ScaleRequest(
                 replicas=decision.desired, reason=decision.reason, source="autoscaler"))
+            memory.size = decision.desired  # its own change: no window restarts for it
 
     def _readings(self, pool: AutoscaledPool) -> list[CopyReading]:
         readings = []

@@ -133,6 +133,22 @@ class PoolMemory:
     """What the autoscaler remembers between ticks about one pool."""
 
     below_since: float | None = None  # since when the rate has allowed fewer copies
+    size: int | None = None  # the pool's size as the autoscaler last saw or set it
+
+
+def resized_elsewhere(memory: PoolMemory, current: int, *windows: object) -> bool:
+    """Whether the pool's size moved since the autoscaler last saw or set it (a manual `workflow scale`, a
+    drain); if so, its windows start again (`memory`'s and each of `windows`' `above_since`/`below_since`):
+    a scale-in window that was counting before a manual scale-out must not undo it a second later (issue 31)."""
+    moved = memory.size is not None and memory.size != current
+    if moved:
+        memory.below_since = None
+        for window in windows:
+            for name in ("above_since", "below_since"):
+                if hasattr(window, name):
+                    setattr(window, name, None)
+    memory.size = current
+    return moved
 
 
 def decide(policy: PoolPolicy, current: int, load: Load, memory: PoolMemory,

@@ -11,7 +11,9 @@ from server.autoscaler import (
     ProxiedRates,
     decide,
     policy_from_annotations,
+    resized_elsewhere,
 )
+from server.scaling_decision import QueueMemory
 
 POLICY = PoolPolicy(min_replicas=0, max_replicas=3, target_requests_per_s=2, scale_down_delay_s=5,
                     scale_to_zero_after_s=30)
@@ -91,3 +93,19 @@ def test_proxied_pool_is_idle_only_when_no_door_saw_a_request() -> None:
     front_door.add("ep", 1, now=8.0)  # a request held while the pool had no copy
     load = rates.load("ep", 9.0)
     assert load.rate_rps == 0.5 and load.idle_s == 1.0
+
+
+def test_a_manual_scale_starts_the_windows_again() -> None:
+    """Issue 31, item 3: `workflow scale --replicas 2` was undone a second later by a scale-in window that had
+    been counting before it; a size the autoscaler did not set restarts its windows (the queue rule's too)."""
+    memory, queue = PoolMemory(), QueueMemory(above_since=50.0, below_since=60.0)
+    assert not resized_elsewhere(memory, 1, queue)  # first look: nothing to compare with
+    assert decide(POLICY, 1, Load(rate_rps=0.5, idle_s=0.5), memory, 100) is None
+    memory.below_since = 90.0  # counting toward a scale-in
+    assert resized_elsewhere(memory, 2, queue)  # someone scaled to 2
+    assert memory.below_since is None and (queue.above_since, queue.below_since) == (None, None)
+    assert decide(POLICY, 2, Load(rate_rps=0.5, idle_s=0.5), memory, 101) is None  # the delay counts from now
+    assert decide(POLICY, 2, Load(rate_rps=0.5, idle_s=0.5), memory, 105) is None
+    assert not resized_elsewhere(memory, 2, queue)  # unchanged: windows keep counting
+    decision = decide(POLICY, 2, Load(rate_rps=0.5, idle_s=0.5), memory, 106)
+    assert decision is not None and decision[0] == 1
