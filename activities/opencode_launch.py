@@ -122,6 +122,11 @@ async def _providers(api: ApiClient, run: FrontRun, candidates: list[tuple[str, 
     return found
 
 
+# Bun's TLS errors reach an OpenCode client as `Session not found` and nothing else (issue 31).
+CA_HINT = ("https: if the cluster uses a private CA, OpenCode must trust it or it answers only \"Session not "
+           "found\": `berth ca-cert > cluster-ca.pem; export NODE_EXTRA_CA_CERTS=$PWD/cluster-ca.pem`")
+
+
 def _show_server(node: NodeContext, run: FrontRun, local_url: str, endpoints: list[str], expires: float,
                  api_key: bool) -> None:
     """The show-server job's log: where to attach, the password, the endpoints, when the token lapses."""
@@ -132,7 +137,8 @@ def _show_server(node: NodeContext, run: FrontRun, local_url: str, endpoints: li
         f"OpenCode server: {url}\nuser: {opencode.SERVER_USERNAME}\n"
         f"password: {run.password}\nattach: opencode attach {url} -p {run.password}\n"
         f"model endpoints: {', '.join(endpoints)}\n"
-        f"{_token_line(expires, api_key)}\n")
+        f"{_token_line(expires, api_key)}\n"
+        + (f"{CA_HINT}\n" if url.startswith("https://") else ""))
 
 
 def _workspace(node: NodeContext, run: FrontRun) -> Path:

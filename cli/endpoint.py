@@ -90,8 +90,9 @@ def endpoint_opencode_config(
                  f"{TOKEN_ENV}=$(berth endpoint generate-token {endpoint_id} --expiration 8h)",
                  highlight=False, soft_wrap=True)
     if facts.url.startswith("https://"):
-        errors.print("If the cluster uses a private CA (`berth ca-cert` prints it), OpenCode must trust it: "
-                     "export NODE_EXTRA_CA_CERTS=/path/to/cluster-ca.pem", highlight=False, soft_wrap=True)
+        errors.print("If the cluster uses a private CA (`berth ca-cert` prints it), OpenCode must trust it, or "
+                     "it answers only \"Session not found\": berth ca-cert > cluster-ca.pem; "
+                     "export NODE_EXTRA_CA_CERTS=$PWD/cluster-ca.pem", highlight=False, soft_wrap=True)
 
 
 app.add_typer(endpoint_policy.app, name="policy")
