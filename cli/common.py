@@ -14,6 +14,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from pydantic import BaseModel
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from berth.api_client import ApiClient
@@ -26,6 +27,8 @@ M = TypeVar("M", bound=BaseModel)
 
 console = Console()
 errors = Console(stderr=True)
+MAX_UNBROKEN_WORD = 48  # a table cell's word longer than this may be folded on a terminal
+NATURAL_WIDTH_CAP = 10_000  # a piped table's widest row: no real listing comes near it
 
 
 class Format(str, Enum):
@@ -93,12 +96,22 @@ def emit_json(data: Any) -> None:
 
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], title: str | None = None) -> None:
+    """Through a pipe or into a file: every row whole, at its natural width (as kubectl prints), so that a
+    script's `grep` and `awk` see whole cells. On a terminal: fitted to its width, folding between words;
+    a word is broken only when it alone is wider than the terminal (issue 31: `simulato`/`r`)."""
+    cells = [[_cell(row.get(key)) for key, _ in columns] for row in rows]
     view = Table(title=title, show_lines=False, header_style="bold")
-    for _, heading in columns:
-        view.add_column(heading, overflow="fold")
-    for row in rows:
-        view.add_row(*(_cell(row.get(key)) for key, _ in columns))
-    console.print(view)
+    for index, (_, heading) in enumerate(columns):
+        longest = max([len(word) for line in cells for word in line[index].split()] + [len(heading)])
+        view.add_column(heading, overflow="fold", min_width=min(longest, MAX_UNBROKEN_WORD),
+                        no_wrap=not console.is_terminal)
+    for line in cells:
+        view.add_row(*line)
+    if console.is_terminal:
+        console.print(view)
+    else:
+        natural = Measurement.get(console, console.options.update_width(NATURAL_WIDTH_CAP), view).maximum
+        Console(file=console.file, width=max(console.width, natural), color_system=None).print(view)
 
 
 def _cell(value: Any) -> str:
