@@ -29,6 +29,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.rollout import RolloutMixin
 
 Running = dict[str, asyncio.Task[None]]
+# A moved copy drains once its replacement is ready (patched: histories of earlier moves replay as they ran),
+# or after this long without one (the node's drain must end: a pool with no capacity to move to).
+MOVE_PATCH = "move-replacement-first"
+MOVE_WAIT = timedelta(minutes=10)
 
 
 class PoolMixin(RolloutMixin, FrontLink):
@@ -191,7 +195,7 @@ class PoolMixin(RolloutMixin, FrontLink):
         for copy_id, grace_s in moves:
             if copy_id in running and copy_id not in self.state.draining:
                 self.state.draining.append(copy_id)
-                drains.append(asyncio.create_task(self._drain(copy_id, running, grace_s)))
+                drains.append(asyncio.create_task(self._drain(copy_id, running, grace_s, moved=True)))
 
     async def _handle_finished(self, input: PoolInput, running: Running, healing: bool) -> None:
         pool = input.definition.pool
@@ -222,6 +226,20 @@ class PoolMixin(RolloutMixin, FrontLink):
         if running:  # workflow.wait refuses an empty list (e.g. a pool scaled to zero)
             await workflow.wait(list(running.values()))
 
+    async def _replacement_ready(self, copy_id: str) -> None:
+        """Until the moved copy's revision has as many ready copies besides it as it wants (its replacement
+        serves), the pool stops, or MOVE_WAIT went by (no capacity for a replacement: the node's drain
+        goes on, as it must)."""
+        revision = self.revision_of(copy_id)
+
+        def replaced() -> bool:
+            ready = sum(1 for c, info in self.state.copies.items() if c != copy_id and c not in self.state.draining
+                        and info.status is CopyStatus.READY and self.revision_of(c) == revision)
+            return self.state.stop_requested or ready >= max(1, self.wants().get(revision, 0))
+
+        with contextlib.suppress(asyncio.TimeoutError):
+            await workflow.wait_condition(replaced, timeout=MOVE_WAIT)
+
     def _scale_in_order(self, running: Running, count: int, revision: int) -> list[str]:
         """Which copies of a revision to scale in: ones not yet serving first (nothing to drain), then the newest."""
         candidates = [c for c in running if c not in self.state.draining and self.revision_of(c) == revision]
@@ -229,8 +247,12 @@ class PoolMixin(RolloutMixin, FrontLink):
         candidates.sort(key=lambda c: (c in serving, -int(c.rsplit("-", 1)[-1])))
         return candidates[:count]
 
-    async def _drain(self, copy_id: str, running: Running, grace_s: float) -> None:
-        """Scale one copy in: no new requests, in-flight ones finish (up to the grace), then stop it."""
+    async def _drain(self, copy_id: str, running: Running, grace_s: float, moved: bool = False) -> None:
+        """Scale one copy in: no new requests, in-flight ones finish (up to the grace), then stop it. A copy
+        moved off a drained node first waits for its replacement to be ready (issue 31: a one-copy pool was
+        left with none for seconds); histories recorded before replay without the wait."""
+        if moved and workflow.patched(MOVE_PATCH):
+            await self._replacement_ready(copy_id)
         info = self.state.copies.get(copy_id)
         task = running.get(copy_id)
         try:

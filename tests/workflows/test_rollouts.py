@@ -188,3 +188,29 @@ async def test_a_drain_scales_in_with_its_grace_and_a_moved_copy_is_replaced_fir
         await harness.wait_status(handle, lambda s: len(s.copies) == 1, "one copy left")
         assert cluster.called("drain_replica")[-1].grace_s == 3
         await harness.stop(handle)
+
+
+async def test_a_moved_copy_of_a_one_copy_pool_serves_until_its_replacement_is_ready(harness: Harness) -> None:
+    """Issue 31, item 2: `node drain` of a one-copy pool stopped the old copy 4 s before its replacement was
+    ready (a request held meanwhile). The moved copy takes traffic until the replacement is published."""
+    cluster = cluster_of(2)
+    async with harness.running(cluster):
+        handle = await harness.start(pool_definition(min_replicas=1, max_replicas=1))
+        wf = handle.id
+        await harness.wait_status(handle, lambda s: len(serving_copies(s)) == 1, "a ready copy")
+        await harness.settled([f"{wf}.copy-0"])
+        cluster.publish_gate = asyncio.Event()  # the replacement's publish waits until the test says
+        moved = await harness.latest(handle).execute_update(
+            "move_copies", MoveRequest(copy_ids=(f"{wf}.copy-0",), grace_s=5, reason="node n0 drained"),
+            result_type=int)
+        assert moved == 1
+        await eventually(lambda: any(r.copy_id == f"{wf}.copy-1" for r in cluster.called("publish_replica")),
+                         "the replacement to reach its publish")
+        status = await harness.status(handle)
+        assert cluster.called("drain_replica") == [] and f"{wf}.copy-0" in {c for c, _ in serving_copies(status)}
+        cluster.publish_gate.set()
+        done = await harness.wait_status(
+            handle, lambda s: {c for c, _ in serving_copies(s)} == {f"{wf}.copy-1"}, "copy-1 alone serving")
+        assert [d.copy_id for d in cluster.called("drain_replica")] == [f"{wf}.copy-0"]
+        assert "copies_moving" in event_kinds(done)
+        await harness.stop(handle)
