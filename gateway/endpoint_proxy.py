@@ -31,7 +31,7 @@ from gateway import (
     session_key,
 )
 from gateway.admission import Admission, limiter_from_settings, refuse, saying_priority_denied
-from gateway.answers import body_stream, deadline, json_answer, plain, upstream_failed
+from gateway.answers import body_stream, deadline, plain, upstream_failed
 from gateway.audit_writer import AuditedRequest, AuditWriter
 from gateway.credentials import COOKIE_NAME, find_key, find_token
 from gateway.deadlines import ProxyLimits, admit
@@ -257,27 +257,13 @@ class EndpointProxy:
         if route.wakeable:
             self.load.admitted(route.id)
         session_id = await session_key.of_request(route, headers, exchange)  # x-session-id or the prompt's hash
-        target = route.target(session_id) or await self._when_none_routable(route, send, headers, session_id)
+        target = route.target(session_id) or await self.holds.when_none_routable(route, send, headers, session_id,
+                                                                                 self._served)
         if target is None:
             return  # answered: 503 (nothing to wait for, or the deadline passed) or 429 (too many waiting)
         audited.copy_id = target.copy_id
         await exchange.run(self._forward(scope, exchange.receive, exchange.send, route, target, rest, headers,
                                          strip_authorization, session_id, identity, clock))
-
-    async def _when_none_routable(self, route: Route, send: Send, headers: list[tuple[bytes, bytes]],
-                                  session_id: str | None) -> Replica | None:
-        if not route.wakeable:
-            await json_answer(send, 503, b'{"error":{"message":"No replica of this endpoint is ready yet; '
-                                         b'retry shortly.","type":"service_unavailable","code":503}}')
-            return None
-        if (route.fronts_pool and route.service_url and route.id not in self._served
-                and not await self.holds.asleep(route)):
-            # Copies are already wanted (the pool's first start, or waiting for capacity), not asleep:
-            # LiteLLM answers as the documents say ("Invalid model name", an empty /v1/models).
-            return Replica(copy_id="service", url=route.service_url)
-        # Copies serve but the pool's LiteLLM is down (being restarted): a short hold, then its 503.
-        restarting = route.fronts_pool and not route.service_url and bool(route.ready_copies())
-        return await self.holds.hold(route, send, headers, session_id, front_restarting=restarting)
 
     async def _forward(self, scope: dict[str, Any], receive: Receive, send: Send, route: Route,
                        target: Replica, rest: str, headers: list[tuple[bytes, bytes]],

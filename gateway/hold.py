@@ -100,6 +100,23 @@ class Holds:
                                   b'"type":"service_unavailable","code":503}}', [(b"retry-after", b"10")])
         return None
 
+    async def when_none_routable(self, route: Route, send: Send, headers: list[tuple[bytes, bytes]],
+                                 session_id: str | None, served: set[str]) -> Replica | None:
+        """A request with no routable copy: refused (a service), sent to a pool's LiteLLM (copies are
+        already wanted), or held (`served`: the pools this proxy has seen serving)."""
+        if not route.wakeable:
+            await answers.json_answer(send, 503, b'{"error":{"message":"No replica of this endpoint is ready yet; '
+                                         b'retry shortly.","type":"service_unavailable","code":503}}')
+            return None
+        if (route.fronts_pool and route.service_url and route.id not in served
+                and not await self.asleep(route)):
+            # Copies are already wanted (the pool's first start, or waiting for capacity), not asleep:
+            # LiteLLM answers as the documents say ("Invalid model name", an empty /v1/models).
+            return Replica(copy_id="service", url=route.service_url)
+        # Copies serve but the pool's LiteLLM is down (being restarted): a short hold, then its 503.
+        restarting = route.fronts_pool and not route.service_url and bool(route.ready_copies())
+        return await self.hold(route, send, headers, session_id, front_restarting=restarting)
+
     async def asleep(self, route: Route) -> bool:
         """Whether a request to this LiteLLM-fronted pool with no ready copy should be held: the pool was
         at zero (this call wakes it) or a wake from here is still under way. Concurrent first requests
