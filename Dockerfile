@@ -13,6 +13,7 @@ COPY server ./server
 COPY node ./node
 COPY simulator ./simulator
 COPY console ./console
+COPY rank ./rank
 RUN pip install --no-cache-dir -e ".[postgres]"
 ENV BERTH_STATE_DIR=/var/lib/berth
 ENTRYPOINT ["berth"]

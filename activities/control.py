@@ -21,6 +21,7 @@ from berth.contracts import (
     RevisionHealth,
     TrafficSplit,
 )
+from berth.security import ReplicaKeys
 from gateway.metrics import parse
 from workflows.payloads import CleanupInput, DrainInput, DrainResult
 from workflows.rollout_payloads import HealthInput, ServeInput, TrafficInput
@@ -30,8 +31,9 @@ ROUTES_SETTLE_S = 1.5
 
 
 class ControlActivities:
-    def __init__(self, api: ApiClient) -> None:
+    def __init__(self, api: ApiClient, replica_keys: ReplicaKeys | None = None) -> None:
         self.api = api
+        self.replica_keys = replica_keys  # the copies' keys: a drain reads the copy's /metrics with its own
 
     @activity.defn(name="reserve_placement")
     async def reserve_placement(self, request: ReserveRequest) -> ReserveResult:
@@ -66,12 +68,19 @@ class ControlActivities:
         await asyncio.sleep(min(ROUTES_SETTLE_S, request.grace_s))
         if request.url is None:
             return DrainResult(drained=True, waited_s=time.monotonic() - started)
-        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as client:
+        key = self.replica_keys.for_copy(request.copy_id) if self.replica_keys is not None else ""
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0), headers=headers) as client:
             while time.monotonic() - started < request.grace_s:
                 try:
-                    figures = parse((await client.get(f"{request.url}/metrics")).text)
+                    response = await client.get(f"{request.url}/metrics")
                 except httpx.HTTPError:
                     break  # the engine is gone: nothing left to wait for
+                if response.status_code != 200:  # a refusal is not "nothing running": say it, stop waiting
+                    activity.logger.warning("drain of %s: its /metrics answered %d", request.copy_id,
+                                            response.status_code)
+                    break
+                figures = parse(response.text)
                 if figures.get("running", 0.0) + figures.get("waiting", 0.0) == 0:
                     return DrainResult(drained=True, waited_s=time.monotonic() - started)
                 activity.heartbeat()

@@ -176,7 +176,7 @@ class NodeActivities:
         the keys."""
         context = self.context
         env = engine_environment(os.environ, simulator=context.engine == "simulator")
-        env.update(rank_environment(spec, self.replica_keys.for_copy(spec.copy_id)))
+        env.update(rank_environment(spec, self.replica_keys.for_copy(spec.copy_id), env.get("PYTHONPATH", "")))
         # Each rank's scratch under the state dir: nothing lands in a shared /tmp or ~/.cache.
         env["TMPDIR"] = str(_short_alias(run_dir / "tmp"))
         # vLLM's cache (model-class inspection, compile artifacts) is keyed by content hash and made to be
@@ -257,7 +257,7 @@ class NodeActivities:
         deadline = time.monotonic() + check.timeout_s
         last = "no answer yet"
         # The key goes only to /v1/models, once the listener is proven the copy's own: never to a foreign
-        # process on the port (/health asks for no key, in vLLM as in the simulator).
+        # process on the port (/health asks for no key: the one path the rank's guard leaves open).
         headers = {"Authorization": f"Bearer {self.replica_keys.for_copy(check.copy_id)}"} if check.copy_id else {}
         async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as client:
             while time.monotonic() < deadline:

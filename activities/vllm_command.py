@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 from catalog.extra_args import in_model_dir
+from rank import GUARD_DIR, GUARD_MIDDLEWARE
 from workflows.payloads import RankSpec
 
 
@@ -22,6 +25,9 @@ def vllm_serve_args(spec: RankSpec) -> list[str]:
         "--port", str(spec.port),
         "--max-model-len", str(engine.max_model_len),
         "--gpu-memory-utilization", f"{engine.gpu_memory_utilization:g}",
+        # vLLM's key check covers /v1 and a few prefixes; this one wants the key on every other path too
+        # (rank/berth_rank_guard.py). ExtraArgs may not name a middleware (catalog/extra_args.py).
+        "--middleware", GUARD_MIDDLEWARE,
     ]
     if spec.gpus_per_node > 1:
         args += ["--tensor-parallel-size", str(spec.gpus_per_node)]
@@ -54,12 +60,15 @@ def vllm_serve_args(spec: RankSpec) -> list[str]:
     return args
 
 
-def rank_environment(spec: RankSpec, api_key: str | None = None) -> dict[str, str]:
+def rank_environment(spec: RankSpec, api_key: str, python_path: str = "") -> dict[str, str]:
+    """What Berth sets for a rank on top of what it inherits: the user's ExtraEnv, its GPUs, its key, and
+    the guard's folder first on `python_path` (the inherited PYTHONPATH, if any)."""
     env = dict(spec.engine.extra_env)
     if spec.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
-    if api_key:
-        # vLLM guards /v1 with VLLM_API_KEY as with --api-key, which would put the key in argv
-        # (/proc/PID/cmdline, readable by every local user); set last, so nothing overrides it.
-        env["VLLM_API_KEY"] = api_key
+    # vLLM guards /v1 with VLLM_API_KEY as with --api-key, which would put the key in argv
+    # (/proc/PID/cmdline, readable by every local user); the guard reads it too. Set last, so nothing
+    # overrides it.
+    env["VLLM_API_KEY"] = api_key
+    env["PYTHONPATH"] = os.pathsep.join(part for part in (str(GUARD_DIR), python_path) if part)
     return env

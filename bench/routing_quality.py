@@ -69,8 +69,8 @@ async def open_loop(url: str, token: str, offsets: list[float]) -> list[float]:
     return latencies
 
 
-def served(replica_url: str) -> float:
-    text = httpx.get(replica_url + "/metrics", timeout=5).text
+def served(stack: RunningStack, copy: dict[str, Any]) -> float:
+    text = stack.copy_metrics(copy)  # with the copy's key: its port answers only Berth
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("vllm:request_success_total"))
 
@@ -92,10 +92,10 @@ def run_policy(stack: RunningStack, policy: str) -> dict[str, Any]:
         time.sleep(2.5)  # the proxy has the three copies and a scrape of each
         result: dict[str, Any] = {}
         for index, (load, rate) in enumerate(LOADS.items()):
-            before = {c["copy_id"]: served(c["url"]) for c in copies}
+            before = {c["copy_id"]: served(stack, c) for c in copies}
             latencies = asyncio.run(open_loop(url, token, arrivals(rate, SECONDS, seed=index)))
-            share_slow = (served(slow[0]["url"]) - before[slow[0]["copy_id"]]) / max(
-                1.0, sum(served(c["url"]) - before[c["copy_id"]] for c in copies))
+            share_slow = (served(stack, slow[0]) - before[slow[0]["copy_id"]]) / max(
+                1.0, sum(served(stack, c) - before[c["copy_id"]] for c in copies))
             result[load] = {"latency_s": summary(latencies), "share_to_slow_copy": round(share_slow, 3)}
             time.sleep(3)  # queues empty, scrapes settle
         return result

@@ -42,7 +42,7 @@ from gateway.load_report import LoadCounts, Outcome, answered, failed, report_fo
 from gateway.metrics import MetricsScraper
 from gateway.proxy_metrics import ProxyMetrics, RequestClock
 from gateway.route_table import Route, build_route
-from gateway.routing import Replica, ReplicaMetrics
+from gateway.routing import Replica
 from gateway.token_identity import TokenIdentities
 from gateway.upstream import Receive, Send, UpstreamError, UpstreamPool, UpstreamResponse, relay
 from gateway.upstream_headers import CallerHeaders
@@ -104,8 +104,8 @@ class EndpointProxy:
             with contextlib.suppress(BerthError):
                 await self.refresh(unless_newer_than_s=age_s)
 
-    def _scrape_targets(self) -> list[tuple[str, ReplicaMetrics]]:
-        return [(r.url, r.metrics) for r in self._replicas.values()]
+    def _scrape_targets(self) -> list[Replica]:
+        return list(self._replicas.values())
 
     # --- routing table ----------------------------------------------------------------------------
     async def refresh(self, unless_newer_than_s: float = 0.0) -> None:
@@ -122,7 +122,7 @@ class EndpointProxy:
             # A copy that just became ready is scraped now, not at the next round: it serves at once.
             fresh = [r for r in known.values() if r.ready and r.metrics.scraped_at is None]
             if fresh:
-                await asyncio.gather(*(self.scraper.scrape_now(r.url, r.metrics) for r in fresh))
+                await asyncio.gather(*(self.scraper.scrape_now(r) for r in fresh))
             self.routes = routes
             self._served.update(r.id for r in routes.values() if r.fronts_pool and r.serving())
             self._last_refresh = time.monotonic()

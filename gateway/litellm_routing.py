@@ -25,7 +25,7 @@ import httpx
 
 from gateway import routing
 from gateway.metrics import MetricsScraper
-from gateway.routing import Replica, ReplicaMetrics
+from gateway.routing import Replica
 
 if TYPE_CHECKING:
     from litellm.router import Router
@@ -80,8 +80,8 @@ class PolicyRouting:
         # LiteLLM reports the call's end (gateway.litellm_sync's CallEnds), by id, so a report counts once.
         self._calls: dict[str, tuple[Replica, float]] = {}
 
-    def _scrape_targets(self) -> list[tuple[str, ReplicaMetrics]]:
-        return [(replica.url, replica.metrics) for replica in list(self.replicas.values())]
+    def _scrape_targets(self) -> list[Replica]:
+        return list(self.replicas.values())
 
     def set_policy(self, name: str) -> None:
         # Compared with the name last asked for (an empty or unknown one resolves to the default, whose
@@ -92,13 +92,15 @@ class PolicyRouting:
         self.policy = routing.make_or_default(name)
         logger.info("berth routing: %s routes by %s", self.model_name, self.policy.name)
 
-    async def follow(self, ready: Mapping[str, str]) -> None:
-        """Track the ready replicas (id -> api_base); a new one is scraped before LiteLLM may route to it."""
+    async def follow(self, ready: Mapping[str, str], keys: Mapping[str, str]) -> None:
+        """Track the ready replicas (id -> api_base, id -> the copy's key, which its /metrics wants); a new
+        one is scraped before LiteLLM may route to it."""
         followed: Final[dict[str, Replica]] = {}
         for replica_id, api_base in ready.items():
             known = self.replicas.get(api_base)
             if known is None or known.copy_id != replica_id:
                 known = Replica(copy_id=replica_id, url=api_base.rstrip("/").removesuffix("/v1"))
+            known.api_key = keys.get(replica_id, "")
             followed[api_base] = known
         # Only never-tried replicas: one whose scrapes keep failing must not stall every tick on a timeout.
         new: Final = [replica for replica in followed.values()
@@ -107,7 +109,7 @@ class PolicyRouting:
         forgotten: Final = time.monotonic() - CALL_FORGOTTEN_AFTER_S
         for call_id in [call_id for call_id, (_, sent_at) in self._calls.items() if sent_at < forgotten]:
             self.finished(call_id)
-        await asyncio.gather(*(self.scraper.scrape_now(replica.url, replica.metrics) for replica in new))
+        await asyncio.gather(*(self.scraper.scrape_now(replica) for replica in new))
 
     def queues(self) -> dict[str, float]:
         """Replica id -> its queue as the policy weighs it (last scrape's running + waiting, plus the calls

@@ -252,10 +252,10 @@ class ReplicaSync:
         listing: Final = await self._fetch_replicas()
         if listing is not None:
             ready: Final = {copy.copy_id: copy.url for copy in listing.copies if copy.ready}
+            keys: Final = {copy.copy_id: copy.api_key for copy in listing.copies if copy.ready}
             self.routing.set_policy(listing.routing_policy)
             # Scraped before LiteLLM learns of it, so a new replica is eligible from its first request.
-            await self.routing.follow(ready)
-            keys: Final = {copy.copy_id: copy.api_key for copy in listing.copies if copy.ready}
+            await self.routing.follow(ready, keys)
             added, removed = apply_replicas(router, self.settings, ready, keys)
             # Read back from the router, so the counters say what LiteLLM routes to, not what it was told.
             routed: Final = current_deployments(router, self.settings.model_name)

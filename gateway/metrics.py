@@ -1,4 +1,5 @@
-"""MetricsScraper: read each replica's vLLM /metrics every few seconds into the routing figures."""
+"""MetricsScraper: read each replica's vLLM /metrics every few seconds into the routing figures (with the
+copy's key: a copy's port answers only Berth, /metrics included — rank/berth_rank_guard.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable, Iterable
 
 import httpx
 
-from gateway.routing import ReplicaMetrics
+from gateway.routing import Replica, ReplicaMetrics
 
 log = logging.getLogger("berth.metrics")
 
@@ -65,7 +66,7 @@ def apply(metrics: ReplicaMetrics, figures: dict[str, float], now: float) -> Non
 class MetricsScraper:
     """Scrapes every URL `targets()` names, every `interval_s`; `scrape_now` serves new replicas at once."""
 
-    def __init__(self, targets: Callable[[], Iterable[tuple[str, ReplicaMetrics]]],
+    def __init__(self, targets: Callable[[], Iterable[Replica]],
                  interval_s: float = SCRAPE_INTERVAL_S, transport: httpx.AsyncBaseTransport | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.targets = targets
@@ -75,9 +76,10 @@ class MetricsScraper:
         self._task: asyncio.Task[None] | None = None
         self.last_round_started_at: float | None = None  # wall clock, of the last completed round
 
-    async def scrape_now(self, url: str, metrics: ReplicaMetrics) -> bool:
+    async def scrape_now(self, replica: Replica) -> bool:
+        url, metrics = replica.url, replica.metrics
         try:
-            response = await self._client.get(f"{url}/metrics")
+            response = await self._client.get(f"{url}/metrics", headers=replica.authorization())
             response.raise_for_status()
         except httpx.HTTPError as error:
             metrics.failed_at = self.clock()
@@ -87,7 +89,7 @@ class MetricsScraper:
         return True
 
     async def scrape_all(self) -> None:
-        await asyncio.gather(*(self.scrape_now(url, metrics) for url, metrics in self.targets()))
+        await asyncio.gather(*(self.scrape_now(replica) for replica in self.targets()))
 
     async def _run(self) -> None:
         while True:

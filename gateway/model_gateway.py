@@ -92,8 +92,8 @@ class ModelGateway:
         self._scraper = MetricsScraper(self._targets)
         self._tasks: list[asyncio.Task[None]] = []
 
-    def _targets(self) -> list[tuple[str, routing.ReplicaMetrics]]:
-        return [(r.url, r.metrics) for pool in self.pools.values() for r in pool.replicas.values()]
+    def _targets(self) -> list[routing.Replica]:
+        return [r for pool in self.pools.values() for r in pool.replicas.values()]
 
     # --- discovery --------------------------------------------------------------------------------
     async def _replica_keys(self) -> dict[str, str] | None:
@@ -155,13 +155,15 @@ class ModelGateway:
                     del pool.replicas[copy_id]
             for copy_id, item in current.items():
                 replica = pool.replicas.get(copy_id)
+                fresh = replica is None
                 if replica is None:
                     replica = routing.Replica(copy_id=copy_id, url=item.url)
                     pool.replicas[copy_id] = replica
-                    await self._scraper.scrape_now(replica.url, replica.metrics)
                 replica.ready, replica.draining = item.ready, item.draining
                 if keys is not None:
                     replica.api_key = keys.get(copy_id, "")
+                if fresh:  # with its key: the copy's /metrics answers only Berth
+                    await self._scraper.scrape_now(replica)
         for endpoint_id in list(self.pools):
             if endpoint_id not in seen:
                 log.info("dropped %s (endpoint %s is gone or out of reach)", self.pools[endpoint_id].model_id,

@@ -26,6 +26,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from berth.api_client import ApiClient
 from berth.contracts.rollouts import ScalingExplanation
 from berth.errors import BerthError
+from berth.security import ReplicaKeys
 from server.autoscaler import (
     CountingCopies,
     FrontDoorRates,
@@ -74,8 +75,10 @@ class Meters:
 
 
 class Autoscaler:
-    def __init__(self, api: ApiClient, temporal: Client, holder: str | None = None) -> None:
+    def __init__(self, api: ApiClient, temporal: Client, holder: str | None = None,
+                 replica_keys: ReplicaKeys | None = None) -> None:
         self.api, self.temporal = api, temporal
+        self.replica_keys = replica_keys  # the copies' keys, for their /metrics (None: tests' unguarded copies)
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.copies = CopyActivity(clock=time.time)  # wall time, as the reports' times are
         self.meters = Meters()
@@ -108,12 +111,16 @@ class Autoscaler:
                                              or policy.queue_autoscaling)]
         # A pool that may go to zero needs its copies' own counters (its idleness decides a cold start); one
         # with queue/TTFT thresholds, their queues and TTFT. The others' copies are not scraped.
-        await self.copies.observe(CopyTarget(endpoint_id=pool.endpoint_id, copy_id=copy_id, url=url)
+        await self.copies.observe(CopyTarget(endpoint_id=pool.endpoint_id, copy_id=copy_id, url=url,
+                                             api_key=self._key(copy_id))
                                   for pool, policy in active if policy.min_replicas == 0 or policy.queue_autoscaling
                                   for copy_id, url in pool.ready_copies.items())
         now = time.time()
         for pool, policy in active:
             await self._scale(pool, policy, now)
+
+    def _key(self, copy_id: str) -> str:
+        return self.replica_keys.for_copy(copy_id) if self.replica_keys is not None else ""
 
     async def _scale(self, pool: AutoscaledPool, policy: PoolPolicy, now: float) -> None:
         handle = self.temporal.get_workflow_handle(pool.workflow_id)

@@ -7,7 +7,8 @@ whatever path it took (gateway, endpoint proxy, LiteLLM), so they are the source
 
 A copy is active when its completed-request counter (`vllm:request_success_total`, summed over finish
 reasons) moved since the last scrape, or while it has requests running or waiting (a long generation
-has not completed yet but is work). `/metrics` is open on vLLM (no key): the scrape sends no credential.
+has not completed yet but is work). A copy's port answers only Berth (rank/berth_rank_guard.py), /metrics
+included: the scrape sends the copy's own key and nothing else.
 Each scrape is bounded in time and size, so a copy answering slowly or at length costs only itself.
 The same scrape keeps each copy's queue, recent TTFT and last good scrape time for the queue/TTFT rules
 (server/scaling_decision.py), which judge freshness from that time.
@@ -20,7 +21,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -42,6 +43,7 @@ class CopyTarget:
     endpoint_id: str
     copy_id: str
     url: str
+    api_key: str = field(default="", repr=False)  # the copy's key: its /metrics answers only Berth
 
 
 @dataclass
@@ -60,7 +62,8 @@ class CopyActivity:
     def __init__(self, transport: httpx.AsyncBaseTransport | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        # No auth, no cookies, no redirects: a copy's answer can lead the API server nowhere else.
+        # No cookies, no redirects, no credential but the copy's own key: a copy's answer can lead the API
+        # server nowhere else.
         self._client = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(SCRAPE_TIMEOUT_S),
                                          follow_redirects=False)
         self._seen: dict[str, _Seen] = {}  # copy id → its URL and counter at the last good scrape
@@ -95,7 +98,7 @@ class CopyActivity:
     async def _observe_one(self, target: CopyTarget) -> None:
         try:
             async with asyncio.timeout(SCRAPE_TIMEOUT_S):
-                text = await self._fetch(target.url)
+                text = await self._fetch(target.url, target.api_key)
         except (httpx.HTTPError, TimeoutError, MetricsTooLargeError, UnicodeDecodeError) as error:
             if target.copy_id not in self._failing:
                 self._failing.add(target.copy_id)
@@ -119,8 +122,9 @@ class CopyActivity:
         if moved or busy:
             self._last_active[target.endpoint_id] = self.clock()
 
-    async def _fetch(self, url: str) -> str:
-        async with self._client.stream("GET", f"{url.rstrip('/')}/metrics") as response:
+    async def _fetch(self, url: str, api_key: str) -> str:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        async with self._client.stream("GET", f"{url.rstrip('/')}/metrics", headers=headers) as response:
             response.raise_for_status()
             body = bytearray()
             async for chunk in response.aiter_bytes():

@@ -14,7 +14,7 @@ from activities.authorization import InputAuthority
 from activities.control import ControlActivities
 from activities.model_reports import ModelReportActivities
 from berth.api_client import ApiClient
-from berth.security import Cipher, TokenVerifier
+from berth.security import Cipher, ReplicaKeys, TokenVerifier
 from berth.settings import CONTROL_TASK_QUEUE, StateLayout
 from berth.temporal import connect
 from server.autoscale_loop import Autoscaler
@@ -26,10 +26,13 @@ from workflows.pool_workflow import PoolWorkflow
 
 async def run_worker(state_dir: Path, temporal_address: str, api_url: str, token: str,
                      stop: asyncio.Event, task_queue: str = CONTROL_TASK_QUEUE) -> None:
-    cipher = Cipher.load_or_create(StateLayout(state_dir).keys)
+    keys_dir = StateLayout(state_dir).keys
+    cipher = Cipher.load_or_create(keys_dir)
+    # Each copy's key (derived from one secret in keys/): drains and the autoscaler read a copy's /metrics.
+    replica_keys = ReplicaKeys.load_or_create(keys_dir)
     client = await connect(temporal_address, cipher)
     async with ApiClient(api_url, token) as api:
-        control = ControlActivities(api)
+        control = ControlActivities(api, replica_keys)
         models = ModelReportActivities(api)
         # The public key only: this worker can check the API's grants but never mint one.
         authority = InputAuthority(TokenVerifier.from_jwks(await api.internal_keys_when_up()), task_queue)
@@ -46,7 +49,7 @@ async def run_worker(state_dir: Path, temporal_address: str, api_url: str, token
                         models.use_model, models.release_models],
         )
         async with worker:
-            autoscaler = asyncio.create_task(Autoscaler(api, client).run_forever())
+            autoscaler = asyncio.create_task(Autoscaler(api, client, replica_keys=replica_keys).run_forever())
             try:
                 await stop.wait()
             finally:

@@ -58,6 +58,8 @@ class EngineConfig:
     reply: str | None = None
     exit_after: float | None = None
     exit_code: int = 1
+    # --middleware, as vLLM takes it: ASGI middleware by import path, outermost last (Berth's copy guard).
+    middleware: tuple[str, ...] = ()
     fail_share: float = 0.0  # --fail-share: this share of completion requests answers 500 (a canary's fault)
     # Flags vLLM might know but the simulator does not, kept so the caller can warn about them.
     ignored_args: tuple[str, ...] = ()
@@ -120,6 +122,7 @@ def _build_parser() -> _RaisingParser:
     parser.add_argument("--tool-call-parser", default=None)
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--trust-remote-code", action=argparse.BooleanOptionalAction, default=False)
+    parser.add_argument("--middleware", action="append", default=[])
     # Simulator only (vLLM has no such flag): a catalog entry passes it through its ExtraArgs.
     parser.add_argument("--fail-share", type=float, default=0.0, metavar="SHARE",
                         help="simulator only: this share (0 to 1) of completion requests answers HTTP 500 with "
@@ -223,6 +226,7 @@ def parse_command_line(argv: Sequence[str], environ: Mapping[str, str]) -> Engin
         reply=environ.get("BERTH_SIM_REPLY") or None,
         exit_after=_env_optional_float(environ, "BERTH_SIM_EXIT_AFTER"),
         exit_code=_env_int(environ, "BERTH_SIM_EXIT_CODE", 1),
+        middleware=tuple(namespace.middleware),
         fail_share=namespace.fail_share,
         ignored_args=_group_unknown(extras),
     )

@@ -5,6 +5,8 @@ and the `--api-key` check in `api_key.py`."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -12,6 +14,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -220,4 +223,19 @@ def create_app(config: EngineConfig, engine: Engine | None = None) -> Starlette:
     app.state.config = config
     if config.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=config.api_key)
+    for dotted in config.middleware:
+        _add_middleware(app, dotted)
     return app
+
+
+def _add_middleware(app: Starlette, dotted: str) -> None:
+    """vLLM's `--middleware` (vllm/entrypoints/serve/middleware/register.py, 0.32): a class is added as ASGI
+    middleware, a coroutine function as an HTTP one, anything else refused; each added outside the last."""
+    module_path, _, name = dotted.rpartition(".")
+    imported = getattr(importlib.import_module(module_path), name)
+    if inspect.isclass(imported):
+        app.add_middleware(imported)  # type: ignore[arg-type]  # any ASGI middleware class, as vLLM takes it
+    elif inspect.iscoroutinefunction(imported):
+        app.add_middleware(BaseHTTPMiddleware, dispatch=imported)
+    else:
+        raise ValueError(f"Invalid middleware {dotted}. Must be a function or a class.")

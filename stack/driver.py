@@ -11,6 +11,7 @@ import socket
 import ssl
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,6 +206,14 @@ class RunningStack:
         from berth.security import ReplicaKeys
 
         return ReplicaKeys.load_or_create(self.state_dir / "keys").for_copy(copy_id)
+
+    def copy_metrics(self, copy: Mapping[str, Any]) -> str:
+        """A copy's own /metrics text (`copy`: a copy or replica as `describe` lists it), read with its key:
+        a copy's port answers only Berth on every path but /health."""
+        headers = {"Authorization": f"Bearer {self.replica_key(copy['copy_id'])}"}
+        response = httpx.get(f"{copy['url']}/metrics", headers=headers, timeout=5)
+        response.raise_for_status()
+        return response.text
 
 
 def start_gateway(stack: RunningStack, token: str, keys_token: str | None = None

@@ -3,8 +3,11 @@ data parallel, expert parallel)."""
 
 from __future__ import annotations
 
+import os
+
 from activities.vllm_command import rank_environment, vllm_serve_args
 from catalog.definition import EngineSpec
+from rank import GUARD_DIR, GUARD_MIDDLEWARE
 from workflows.payloads import RankSpec
 
 
@@ -42,6 +45,7 @@ def test_single_node_copy_is_tensor_parallel_only() -> None:
     assert after(args, "--tensor-parallel-size") == "4"
     assert not {"--nnodes", "--headless", "-dp", "--master-addr"} & set(args)
     assert args[-1] == "--enforce-eager"
+    assert after(args, "--middleware") == GUARD_MIDDLEWARE  # every rank's port wants the key on every path
 
 
 def test_multi_node_copy_spans_nodes_with_the_leaders_address() -> None:
@@ -85,5 +89,6 @@ def test_expert_parallel_rides_on_data_parallel() -> None:
 
 def test_extra_env_and_gpus_reach_every_rank() -> None:
     for rank in (0, 1):
-        env = rank_environment(spec(rank))
-        assert env == {"NCCL_SOCKET_IFNAME": "eth0", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+        env = rank_environment(spec(rank), "copy-key", "/operator/path")
+        assert env == {"NCCL_SOCKET_IFNAME": "eth0", "CUDA_VISIBLE_DEVICES": "0,1,2,3", "VLLM_API_KEY": "copy-key",
+                       "PYTHONPATH": f"{GUARD_DIR}{os.pathsep}/operator/path"}

@@ -12,6 +12,7 @@ import pytest
 from activities.vllm_command import rank_environment, vllm_serve_args
 from catalog.entry import load_catalog
 from catalog.render import render, resolve_values
+from rank import GUARD_DIR
 from workflows.payloads import RankSpec
 
 GOLDEN = Path(__file__).parent / "golden" / "vllm_commands.json"
@@ -52,7 +53,10 @@ def _commands() -> dict[str, object]:
                     port=20000, master_addr="10.0.0.1", master_port=20001, model_dir="/volumes/model",
                     log_name=f"vllm-rank-{rank}",
                 )
-                ranks.append({"argv": vllm_serve_args(spec), "env": rank_environment(spec)})
+                # The guard's folder is where this checkout is: the golden file names it by a placeholder.
+                env = rank_environment(spec, "copy-key")
+                env["PYTHONPATH"] = env["PYTHONPATH"].replace(str(GUARD_DIR), "<rank guard dir>")
+                ranks.append({"argv": vllm_serve_args(spec), "env": env})
             out[f"{name} / {case}"] = ranks
     return out
 

@@ -116,8 +116,8 @@ def test_follows_scaling_and_wakes_a_pool_at_zero(world: dict[str, object]) -> N
              "bob's second copy ready")
 
     def served() -> list[float]:
-        return [sum(float(line.rsplit(" ", 1)[1]) for line in httpx.get(r["url"] + "/metrics", timeout=5).text
-                    .splitlines() if line.startswith("vllm:request_success_total"))
+        return [sum(float(line.rsplit(" ", 1)[1]) for line in stack.copy_metrics(r).splitlines()
+                    if line.startswith("vllm:request_success_total"))
                 for r in stack.describe(bob)["replicas"]]
 
     looks = iter(range(10_000))

@@ -59,7 +59,7 @@ def _chat(url: str, model: str, headers: dict[str, str]) -> httpx.Response:
 def _served(stack: RunningStack, workflow_id: str) -> list[float]:
     counts = []
     for replica in sorted(stack.describe(workflow_id)["copies"], key=lambda r: r["url"]):
-        text = httpx.get(replica["url"] + "/metrics", timeout=5).text
+        text = stack.copy_metrics(replica)
         counts.append(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                           if line.startswith("vllm:request_success_total")))
     return counts
@@ -68,7 +68,7 @@ def _served(stack: RunningStack, workflow_id: str) -> list[float]:
 def _idle(stack: RunningStack, workflow_id: str) -> bool:
     """Whether every copy's engine reports nothing running or waiting."""
     for replica in stack.describe(workflow_id)["copies"]:
-        text = httpx.get(replica["url"] + "/metrics", timeout=5).text
+        text = stack.copy_metrics(replica)
         if any(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting"))):
             return False

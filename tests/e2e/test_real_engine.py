@@ -9,7 +9,9 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -62,6 +64,7 @@ def test_smollm2_end_to_end(cpu_stack: RunningStack, serve_smollm2: Callable[[],
     completion = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=8,
                                            temperature=0)
     assert "Paris" in completion.choices[0].text
+    _copy_port_answers_only_berth(stack, info)
     shm_before_stop = set(os.listdir("/dev/shm"))
     stack.cli("workflow", "stop", workflow_id)
     assert not [p for p in processes_mentioning("vllm") if str(stack.state_dir) in p], "a rank is still running"
@@ -75,6 +78,22 @@ def test_smollm2_end_to_end(cpu_stack: RunningStack, serve_smollm2: Callable[[],
     created = {n for n in set(os.listdir("/dev/shm")) - shm_before_start if n.startswith(("psm_", "sem.mp-"))}
     rank_segments = created - shm_mapped_by_live_processes()
     assert not rank_segments, rank_segments
+
+
+def _copy_port_answers_only_berth(stack: RunningStack, info: dict[str, Any]) -> None:
+    """Issue 29, finding 1, on vLLM itself: its own key check leaves /invocations (a full chat completion)
+    and /tokenize open; the rank's guard (rank/berth_rank_guard.py) wants the copy's key there too."""
+    copy = next(c for c in info["copies"] if c["status"] == "ready")
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": SMOLLM2_QUESTION}], "max_tokens": 4}
+    for headers in ({}, {"Authorization": "Bearer guessed"}):
+        for path, body in (("/invocations", chat), ("/tokenize", {"model": MODEL, "prompt": "Paris"})):
+            refused = httpx.post(copy["url"] + path, json=body, headers=headers, timeout=30)
+            assert refused.status_code == 401 and "answers only Berth" in refused.text, (path, refused.text)
+        assert httpx.get(copy["url"] + "/metrics", headers=headers, timeout=30).status_code == 401
+    assert httpx.get(copy["url"] + "/health", timeout=30).status_code == 200  # liveness: the one open path
+    key = {"Authorization": f"Bearer {stack.replica_key(copy['copy_id'])}"}
+    tokens = httpx.post(copy["url"] + "/tokenize", json={"model": MODEL, "prompt": "Paris"}, headers=key, timeout=30)
+    assert tokens.status_code == 200 and tokens.json()["count"] >= 1, tokens.text
 
 
 def test_data_parallel_copy_across_two_cpu_nodes_fails_as_a_unit(cpu_stack: RunningStack) -> None:

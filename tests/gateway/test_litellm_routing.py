@@ -30,7 +30,8 @@ def prometheus(running: float = 0, waiting: float = 0, kv: float = 0, ttft_sum: 
 
 @dataclass
 class Engines:
-    """What each replica's /metrics answers, by host; a host missing from `pages` refuses the connection."""
+    """What each replica's /metrics answers, by host; a host missing from `pages` refuses the connection.
+    Like a guarded copy, each wants its own key (`key-HOST`) on /metrics, and answers 401 without it."""
 
     pages: dict[str, str] = field(default_factory=dict)
 
@@ -38,6 +39,8 @@ class Engines:
         page = self.pages.get(request.url.host)
         if page is None:
             raise httpx.ConnectError("refused", request=request)
+        if request.headers.get("authorization") != f"Bearer key-{request.url.host}":
+            return httpx.Response(401, json={"error": "Unauthorized"})
         return httpx.Response(200, text=page)
 
 
@@ -76,7 +79,7 @@ async def setup() -> AsyncIterator[tuple[PolicyRouting, StandInRouter, Engines]]
 async def serve(strategy: PolicyRouting, engines: Engines, policy: str = "least_queue", **pages: str) -> None:
     engines.pages.update(pages)
     strategy.set_policy(policy)
-    await strategy.follow({name: f"http://{name}:8000/v1" for name in ("a", "b")})
+    await strategy.follow({name: f"http://{name}:8000/v1" for name in ("a", "b")}, {"a": "key-a", "b": "key-b"})
 
 
 async def picks(router: StandInRouter, count: int, headers: Mapping[str, str] | None = None,

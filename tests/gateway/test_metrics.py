@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 
 import httpx
 
 from gateway import metrics as scraping
-from gateway.routing import ReplicaMetrics
+from gateway.routing import Replica, ReplicaMetrics
+from rank import GUARD_DIR, GUARD_MIDDLEWARE
 from simulator.testing import start_simulator
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SAMPLE = """# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -44,7 +49,7 @@ def test_failed_scrape_marks_the_replica_failed() -> None:
 
     async def scenario() -> ReplicaMetrics:
         metrics = ReplicaMetrics(scraped_at=0.5)
-        scraper = scraping.MetricsScraper(lambda: [("http://replica", metrics)],
+        scraper = scraping.MetricsScraper(lambda: [Replica("copy-a", "http://replica", metrics=metrics)],
                                           transport=httpx.MockTransport(refuse), clock=lambda: 1.0)
         await scraper.scrape_all()
         await scraper.aclose()
@@ -56,17 +61,21 @@ def test_failed_scrape_marks_the_replica_failed() -> None:
 
 def test_scrapes_a_real_simulator_under_load() -> None:
     async def scenario() -> ReplicaMetrics:
-        sim = await start_simulator("sim/model", env={"BERTH_SIM_TOKENS_PER_SECOND": "20",
-                                                      "BERTH_SIM_MAX_NUM_SEQS": "2"})
-        metrics = ReplicaMetrics()
-        scraper = scraping.MetricsScraper(lambda: [(sim.base_url, metrics)])
+        # Guarded as a rank is: its /metrics answers only a caller with the copy's key.
+        sim = await start_simulator("sim/model", ["--middleware", GUARD_MIDDLEWARE], env={
+            "BERTH_SIM_TOKENS_PER_SECOND": "20", "BERTH_SIM_MAX_NUM_SEQS": "2", "VLLM_API_KEY": "copy-key",
+            "PYTHONPATH": os.pathsep.join((str(GUARD_DIR), str(ROOT)))})
+        replica = Replica("copy-a", sim.base_url, api_key="copy-key")
+        metrics = replica.metrics
+        scraper = scraping.MetricsScraper(lambda: [replica])
         try:
-            async with httpx.AsyncClient(timeout=30) as client:
+            assert not await scraping.MetricsScraper(lambda: []).scrape_now(Replica("copy-a", sim.base_url))
+            async with httpx.AsyncClient(timeout=30, headers={"Authorization": "Bearer copy-key"}) as client:
                 body = {"model": "sim/model", "prompt": "hi", "max_tokens": 40, "ignore_eos": True}
                 requests = [asyncio.create_task(client.post(f"{sim.base_url}/v1/completions", json=body))
                             for _ in range(5)]
                 async with asyncio.timeout(20):  # until the simulator has admitted all five
-                    while not (await scraper.scrape_now(sim.base_url, metrics)  # noqa: ASYNC110 — polling
+                    while not (await scraper.scrape_now(replica)  # noqa: ASYNC110 — polling
                                and metrics.running + metrics.waiting == 5):
                         await asyncio.sleep(0.05)
                 await asyncio.gather(*requests)

@@ -1,7 +1,9 @@
 """Issue 11, item 8: a copy is reachable only through Berth. `ExtraArgs` may not move a copy's address or
 drop its key (refused at submission); each copy has its own API key that only Berth's components hold
 (endpoint proxy, LiteLLM, gateway), handed to vLLM in its environment (never argv), so a copy reached
-directly on the cluster network answers 401 on /v1, and no user ever reads its key."""
+directly on the cluster network answers 401 — on /v1 by vLLM's own check, and (issue 29, finding 1) on
+every other path but `GET /health` by the rank's guard (rank/berth_rank_guard.py) — and no user ever
+reads its key."""
 
 from __future__ import annotations
 
@@ -83,13 +85,24 @@ def test_extra_args_may_not_set_berths_flags(people: People, extra_args: str, fl
 def test_a_copy_reached_directly_refuses_the_caller_and_berth_reaches_it(
         people: People, pools: dict[str, str]) -> None:
     for kind, workflow_id in pools.items():
-        copy_url = _ready_copy(people, workflow_id)["url"]
+        copy = _ready_copy(people, workflow_id)
+        copy_url = copy["url"]
         # What anyone on the cluster network can do: no key, or a guessed one.
         for headers in ({}, {"Authorization": "Bearer none"}, {"Authorization": f"Bearer {people.tokens['bob']}"}):
             assert httpx.post(copy_url + "/v1/chat/completions", json=CHAT, headers=headers,
                               timeout=30).status_code == 401, kind
             assert httpx.get(copy_url + "/v1/models", headers=headers, timeout=30).status_code == 401, kind
-        assert httpx.get(copy_url + "/health", timeout=30).status_code == 200  # open in vLLM too
+            # vLLM's routes outside /v1 (no key there in vLLM) and the engine's figures: the rank's guard.
+            for path in ("/invocations", "/tokenize", "/detokenize", "/pooling", "/score", "/classify", "/rerank"):
+                answer = httpx.post(copy_url + path, json=CHAT, headers=headers, timeout=30)
+                assert answer.status_code == 401 and "answers only Berth" in answer.text, (kind, path)
+            for path in ("/metrics", "/version", "/ping", "/health/"):
+                assert httpx.get(copy_url + path, headers=headers, timeout=30).status_code == 401, (kind, path)
+        assert httpx.get(copy_url + "/health", timeout=30).status_code == 200  # liveness only: no key, no body
+        copy_key = {"Authorization": f"Bearer {people.stack.replica_key(copy['copy_id'])}"}
+        assert httpx.post(copy_url + "/tokenize", json={"model": MODEL_ID, "prompt": "hi"}, headers=copy_key,
+                          timeout=30).status_code == 200  # Berth's own callers pass on every path
+        assert "vllm:num_requests_running" in httpx.get(copy_url + "/metrics", headers=copy_key, timeout=30).text
         # Through the endpoint proxy (and, for Proxy=true, LiteLLM): the copy gets its key and answers.
         endpoint = _endpoint(people, "carol", workflow_id)  # carol: bob's organization, another group
         token = _endpoint_token(people, "carol", endpoint["id"])

@@ -10,7 +10,7 @@ import httpx
 from server.autoscaler import CountingCopies, FrontDoorRates, PoolMemory, PoolPolicy, decide
 from server.copy_activity import MAX_METRICS_BYTES, CopyActivity, CopyTarget
 
-COPY = CopyTarget(endpoint_id="ep1", copy_id="c1", url="http://copy-1:8000")
+COPY = CopyTarget(endpoint_id="ep1", copy_id="c1", url="http://copy-1:8000", api_key="sk-berth-replica-c1")
 ZERO_AFTER_6 = PoolPolicy(min_replicas=0, max_replicas=1, scale_to_zero_after_s=6, rate_autoscaling=False)
 
 
@@ -67,7 +67,8 @@ def test_requests_past_every_proxy_keep_the_pool_awake() -> None:
             await copies.observe([COPY])
         decision = decide(ZERO_AFTER_6, 1, source.load("ep1", 126.0), PoolMemory(), 126.0)
         assert decision is not None and decision[0] == 0 and "ScaleToZeroAfter=6" in decision[1]
-        assert all("authorization" not in h and "cookie" not in h for h in copy.headers)
+        # The copy's own key and nothing else: its port answers only Berth (rank/berth_rank_guard.py).
+        assert all(h["authorization"] == "Bearer sk-berth-replica-c1" and "cookie" not in h for h in copy.headers)
         await copies.aclose()
 
     asyncio.run(scenario())
