@@ -7,6 +7,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
@@ -97,29 +98,39 @@ async def _providers(api: ApiClient, run: FrontRun, candidates: list[tuple[str, 
         # The key beside a token is for a LiteLLM proxy behind the endpoint proxy; nothing behind a
         # gateway or a Proxy=false pool checks one, and they would carry the owner's key to the copies.
         sent_key = litellm_key if not token or facts(service).fronts_pool else None
+        number = len(found.targets) + 1
+        token_env = opencode.TOKEN_ENV if number == 1 else f"{opencode.TOKEN_ENV}_{number}"
+        api_key = "{env:LITELLM_KEY}" if sent_key and not token else "{env:" + token_env + "}"
+        headers = {"x-litellm-api-key": "{env:LITELLM_KEY}"} if sent_key and token else {}
         try:
             models = await opencode.preflight(url, token, sent_key)
+            target = await _target(api, run, url, endpoint_id, service, models, api_key=api_key, headers=headers)
         except BerthError as error:
             problems.append(str(error))
             if options.get("endpoint"):
                 raise ApplicationError(f"Endpoint {url}: {error}", type="EndpointUnreachable",
                                        non_retryable=True) from None
             continue
-        number = len(found.targets) + 1
-        key = "berth" if number == 1 else f"berth-{number}"
-        token_env = opencode.TOKEN_ENV if number == 1 else f"{opencode.TOKEN_ENV}_{number}"
         if token:
             found.tokens[token_env] = token
-        api_key = "{env:LITELLM_KEY}" if sent_key and not token else "{env:" + token_env + "}"
-        headers = {"x-litellm-api-key": "{env:LITELLM_KEY}"} if sent_key and token else {}
         found.key_used = found.key_used or bool(sent_key)
-        found.targets[key] = opencode.ProviderTarget(url=url, model_ids=tuple(models),
-                                                     max_context=int(options.get("max_context") or 32768),
-                                                     api_key=api_key, headers=headers)
+        found.targets["berth" if number == 1 else f"berth-{number}"] = target
     if not found.targets:
         raise ApplicationError(f"OpenCode has no model endpoint to use: {'; '.join(problems)}",
                                type="EndpointUnreachable", non_retryable=True)
     return found
+
+
+async def _target(api: ApiClient, run: FrontRun, url: str, endpoint_id: str | None, service: str | None,
+                  models: tuple[str, ...], **more: Any) -> opencode.ProviderTarget:
+    """A pinned model endpoint's models get MaxContextSize (submission held it to the model's); a gateway's,
+    each its own pool's context (issue 31: one MaxContextSize for all made SmolLM2's 8,192-token pool the
+    default with room for 32,768, and OpenCode's first prompt failed)."""
+    fallback = int(run.options.get("max_context") or 32768)
+    if service != ProcessKind.GATEWAY.value or endpoint_id is None:
+        return opencode.ProviderTarget(url=url, model_ids=models, max_context=fallback, **more)
+    served = (await api.endpoint_client_config(endpoint_id)).models
+    return opencode.served_target(url, models, served, fallback_context=fallback, **more)
 
 
 # Bun's TLS errors reach an OpenCode client as `Session not found` and nothing else (issue 31).

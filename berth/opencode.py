@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from berth.contracts import ServedModel
 from berth.errors import UserInputError
 from berth.settings import opencode_bin_override, repo_root, tls_ca_file
 from berth.tls import client_context
@@ -56,9 +57,19 @@ def default_output_limit(context: int) -> int:
     return max(1, min(8192, context // 4))
 
 
+def pick_default_model(contexts: Sequence[tuple[str, int]]) -> str:
+    """OpenCode's default model among (name, context) pairs: the largest context, the first listed among
+    equals. OpenCode's first prompt (its system prompt and tool definitions) must fit beside the reply: a
+    gateway that also serves SmolLM2 (8,192 tokens) made it the default, and that prompt failed (issue 31)."""
+    if not contexts:
+        raise UserInputError("No model to make OpenCode's default: the endpoint(s) list none.")
+    return max(contexts, key=lambda pair: pair[1])[0]  # max keeps the first of equals
+
+
 @dataclass(frozen=True)
 class ProviderTarget:
-    """One OpenAI-compatible base (a Berth endpoint or an outside API) and the models it lists."""
+    """One OpenAI-compatible base (a Berth endpoint or an outside API) and the models it lists, each with
+    its context: its own in `contexts` (a gateway's models, each from its pool), else `max_context`."""
 
     url: str  # without /v1
     model_ids: tuple[str, ...]
@@ -67,18 +78,28 @@ class ProviderTarget:
     api_key: str = "{env:" + TOKEN_ENV + "}"
     headers: Mapping[str, str] = field(default_factory=dict)
     label: str = "Berth"
+    contexts: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.model_ids:
             raise UserInputError(f"{self.url} lists no model yet: retry once /v1/models lists one.")
-        output = self.output_limit or default_output_limit(self.max_context)
-        if output >= self.max_context:
-            raise UserInputError(f"The output limit ({output}) must be below the context "
-                                 f"({self.max_context}).")
+        for model in self.model_ids:
+            limit = self.limit(model)
+            if limit["output"] >= limit["context"]:
+                whose = f" of {model}" if len(self.model_ids) > 1 else ""
+                raise UserInputError(f"The output limit ({limit['output']}) must be below the context{whose} "
+                                     f"({limit['context']}).")
+
+    def context(self, model: str) -> int:
+        return self.contexts.get(model, self.max_context)
+
+    def limit(self, model: str) -> dict[str, int]:
+        """OpenCode's `limit` for one model: its context, and the reply's share of it."""
+        context = self.context(model)
+        return {"context": context, "output": self.output_limit or default_output_limit(context)}
 
     def block(self) -> dict[str, Any]:
         """The `provider.<key>` object of opencode.json (seeds/001 "Configure OpenCode")."""
-        output = self.output_limit or default_output_limit(self.max_context)
         options: dict[str, Any] = {"baseURL": self.url.rstrip("/") + "/v1", "apiKey": self.api_key}
         if self.headers:
             options["headers"] = dict(self.headers)
@@ -86,29 +107,44 @@ class ProviderTarget:
             "npm": "@ai-sdk/openai-compatible",
             "name": self.label,
             "options": options,
-            "models": {model: {"name": f"{model} on {self.label}",
-                               "limit": {"context": self.max_context, "output": output}}
+            "models": {model: {"name": f"{model} on {self.label}", "limit": self.limit(model)}
                        for model in self.model_ids},
         }
 
 
+def served_target(url: str, listed: Sequence[str] | None, served: Sequence[ServedModel],
+                  fallback_context: int | None = None, **more: Any) -> ProviderTarget:
+    """A provider for an endpoint whose models' contexts the API gave (`served`: one for a model endpoint,
+    one per discovered pool's model for a gateway). `listed`: what its /v1/models answered (None: not
+    asked, so `served`'s). A listed model `served` lacks (a pool discovered in between) gets the smallest
+    context known, else `fallback_context`: too small a context costs a longer prompt, too large a refusal."""
+    contexts = {model.model_id: model.max_context for model in served}
+    fallback = min(contexts.values(), default=fallback_context)
+    if fallback is None:
+        raise UserInputError(f"{url} reports no model's context: retry once it serves one.")
+    model_ids = tuple(listed) if listed is not None else tuple(contexts)
+    return ProviderTarget(url=url, model_ids=model_ids, max_context=fallback, contexts=contexts, **more)
+
+
 def opencode_config(targets: Mapping[str, ProviderTarget], default_model: str | None = None,
                     offline: bool = False) -> dict[str, Any]:
-    """A whole opencode.json: one provider per key, `model` = `<provider key>/<model id>` exactly."""
+    """A whole opencode.json: one provider per key, `model` = `<provider key>/<model id>` exactly: the
+    `default_model` named, else pick_default_model's (the largest context)."""
     if not targets:
         raise UserInputError("No model endpoint to configure OpenCode with.")
     config: dict[str, Any] = {"$schema": "https://opencode.ai/config.json"}
     if offline:
         config.update(OFFLINE_CONFIG)
     config["provider"] = {key: target.block() for key, target in targets.items()}
-    known = [f"{key}/{model}" for key, target in targets.items() for model in target.model_ids]
+    known = [(f"{key}/{model}", target.context(model)) for key, target in targets.items()
+             for model in target.model_ids]
     if default_model is None:
-        config["model"] = known[0]
+        config["model"] = pick_default_model(known)
     else:
-        chosen = [name for name in known if name == default_model or name.split("/", 1)[1] == default_model]
+        chosen = [name for name, _ in known if name == default_model or name.split("/", 1)[1] == default_model]
         if not chosen:
             raise UserInputError(f"Model={default_model} is not listed by the endpoint(s); they list "
-                                 f"{', '.join(n.split('/', 1)[1] for n in known)}. Use exactly an id from "
+                                 f"{', '.join(n.split('/', 1)[1] for n, _ in known)}. Use exactly an id from "
                                  "/v1/models.")
         config["model"] = chosen[0]
     return config
@@ -238,5 +274,5 @@ def check_context(requested: int, served: int, where: str) -> None:
 __all__: Sequence[str] = (
     "OFFLINE_CONFIG", "OFFLINE_ENV", "OPENCODE_VERSION", "EndpointUnreachableError", "ProviderTarget",
     "ServeCommand", "basic_credentials", "check_context", "default_output_limit", "generate_password",
-    "opencode_binary", "opencode_config", "preflight", "render_serve",
+    "opencode_binary", "opencode_config", "pick_default_model", "preflight", "render_serve", "served_target",
 )

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from berth.api_client import ApiClient
-from berth.contracts import EndpointClientFacts
+from berth.contracts import EndpointClientFacts, ServedModel
 from berth.errors import BerthError
 from cli import endpoint_policy
 from cli.common import Format, OutputOption, answer, call, emit_json, errors, fail, listing
@@ -56,7 +56,9 @@ def endpoint_opencode_config(
     verify: Annotated[bool, typer.Option(help="Ask the endpoint's /v1/models for the exact model id")] = True,
 ) -> None:
     """Print a ready opencode.json for an endpoint: base URL, {env:BERTH_TOKEN}, exact model id, limits."""
-    from berth.opencode import TOKEN_ENV, ProviderTarget, opencode_config, preflight
+    # The help above is pinned (tests/cli/help_before_split.json). A gateway endpoint gets every model it
+    # serves, each with its own pool's context, and the largest context as the default (issue 31).
+    from berth.opencode import TOKEN_ENV, opencode_config, preflight, served_target
 
     async def work(api: ApiClient) -> tuple[EndpointClientFacts, tuple[str, ...] | None, str | None]:
         facts = await api.endpoint_client_config(endpoint_id)
@@ -72,20 +74,21 @@ def endpoint_opencode_config(
         raise fail(f"--provider '{provider}' must be a plain name such as berth (it prefixes model ids).")
     facts, listed, problem = call(work)
     if problem:
-        errors.print(f"[yellow]warning:[/] could not ask the endpoint ({problem}); using the model id its "
-                     "workflow serves.", highlight=False, soft_wrap=True)
-    model_ids = listed or (facts.model_id,)
+        errors.print(f"[yellow]warning:[/] could not ask the endpoint ({problem}); using the model ids the API "
+                     "gives.", highlight=False, soft_wrap=True)
+    served = facts.models or [ServedModel(model_id=facts.model_id, max_context=facts.max_context,
+                                          tool_calling=facts.tool_calling)]  # an API before `models`
     try:
-        target = ProviderTarget(url=facts.url, model_ids=tuple(model_ids),
-                                max_context=facts.max_context, output_limit=output_limit, label="Berth")
-        config = opencode_config({provider: target})
+        config = opencode_config({provider: served_target(facts.url, listed, served, output_limit=output_limit,
+                                                          label="Berth")})
     except BerthError as error:
         raise fail(str(error)) from None
     emit_json(config)
-    if not facts.tool_calling:
-        errors.print("[yellow]note:[/] this endpoint was started without --enable-auto-tool-choice: OpenCode "
-                     "can chat but cannot read or edit files (add the tool-calling flags to ExtraArgs).",
-                     highlight=False, soft_wrap=True)
+    without_tools = [model.model_id for model in served if not model.tool_calling]
+    if without_tools:
+        errors.print(f"[yellow]note:[/] {', '.join(without_tools)}: started without --enable-auto-tool-choice: "
+                     "OpenCode can chat but cannot read or edit files with it (add the tool-calling flags to "
+                     "ExtraArgs).", highlight=False, soft_wrap=True)
     errors.print(f"Save as ~/.config/opencode/opencode.json (or a project's opencode.json), then: export "
                  f"{TOKEN_ENV}=$(berth endpoint generate-token {endpoint_id} --expiration 8h)",
                  highlight=False, soft_wrap=True)

@@ -5,10 +5,12 @@ the page has just generated one, else the snippets read $BERTH_TOKEN."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from berth.contracts import ServedModel
 from berth.errors import BerthError
-from berth.opencode import TOKEN_ENV, ProviderTarget, opencode_config
+from berth.opencode import TOKEN_ENV, opencode_config, served_target
 
 HELLO = [{"role": "user", "content": "Hello!"}]
 
@@ -50,23 +52,22 @@ def python_snippet(url: str, model: str, token: str | None) -> str:
     return "\n".join(lines)
 
 
-def opencode_snippet(url: str, model: str | None, max_context: int | None, token: str | None
-                     ) -> tuple[str | None, str | None]:
-    """The opencode.json text, or None and why not (no model id or context known for this endpoint)."""
-    if not model or not max_context:
+def opencode_snippet(url: str, served: Sequence[ServedModel], token: str | None) -> tuple[str | None, str | None]:
+    """The opencode.json text, or None and why not (no model known for this endpoint). `served`: the models
+    of its client facts, each with its context (a gateway's: every pool's)."""
+    if not served:
         return None, "This endpoint's client facts are not known, so no opencode.json can be written for it."
     try:
-        # ProviderTarget adds /v1 itself: give it the URL without.
+        # The provider adds /v1 itself: give it the URL without.
         base = api_base(url).removesuffix("/v1")
-        target = ProviderTarget(url=base, model_ids=(model,), max_context=max_context,
-                                api_key=token or "{env:" + TOKEN_ENV + "}", label="Berth")
+        target = served_target(base, None, served, api_key=token or "{env:" + TOKEN_ENV + "}", label="Berth")
         return json.dumps(opencode_config({"berth": target}), indent=2), None
     except BerthError as error:
         return None, str(error)
 
 
-def snippets(url: str, model: str | None, max_context: int | None, token: str | None) -> Snippets:
+def snippets(url: str, model: str | None, served: Sequence[ServedModel], token: str | None) -> Snippets:
     shown_model = model or "MODEL_ID"
-    opencode, note = opencode_snippet(url, model, max_context, token)
+    opencode, note = opencode_snippet(url, served, token)
     return Snippets(curl=curl_snippet(url, shown_model, token), python=python_snippet(url, shown_model, token),
                     opencode=opencode, opencode_note=note)

@@ -28,6 +28,12 @@ def replica_view(replica: Any) -> dict[str, Any]:
             "draining": bool(replica.draining)}
 
 
+def discoverable(endpoint: EndpointRow) -> bool:
+    """Whether a discovering gateway serves this endpoint's pool: a pool started with Proxy=false."""
+    facts = endpoint.annotations or {}
+    return bool(facts.get("pool")) and not facts.get("proxy", True)
+
+
 def endpoint_view(context: ServerContext, endpoint: EndpointRow, replicas: list[Any]) -> dict[str, Any]:
     """An endpoint as the endpoints API lists it, with its per-replica addresses and discovery annotations.
 
@@ -38,13 +44,13 @@ def endpoint_view(context: ServerContext, endpoint: EndpointRow, replicas: list[
     ready = [r for r in mine if r["ready"] and not r["draining"]]
     facts = endpoint.annotations or {}
     is_pool = bool(facts.get("pool"))
-    discoverable = is_pool and not facts.get("proxy", True)
+    found = discoverable(endpoint)
     annotations: dict[str, Any] = {
         "model_id": endpoint.model_id, "workflow_id": endpoint.workflow_id, "owner": endpoint.owner,
-        "scope": endpoint.scope, "ready": bool(ready), "discoverable": discoverable,
+        "scope": endpoint.scope, "ready": bool(ready), "discoverable": found,
         "routing_policy": facts.get("routing_policy"),
     }
-    if is_pool and not discoverable:
+    if is_pool and not found:
         annotations["not_discoverable_reason"] = (
             "started with Proxy=true: its replicas are behind its LiteLLM proxy; restart the model with "
             "Proxy=false to make it discoverable by a gateway")
@@ -55,9 +61,9 @@ def endpoint_view(context: ServerContext, endpoint: EndpointRow, replicas: list[
         "model_id": endpoint.model_id,
         "ready": (bool(endpoint.service_url) and bool(ready)) if kinds.facts(endpoint.service).fronts_pool
         else bool(ready) or bool(endpoint.service_url),
-        "ready_copies": len(ready), "copies": mine if discoverable else [], "annotations": annotations,
+        "ready_copies": len(ready), "copies": mine if found else [], "annotations": annotations,
         # Their old names, for one release (berth.contracts.EndpointView).
-        "ready_replicas": len(ready), "replicas": mine if discoverable else [],
+        "ready_replicas": len(ready), "replicas": mine if found else [],
     }
 
 

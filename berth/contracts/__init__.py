@@ -35,6 +35,7 @@ from berth.contracts.endpoints import (
     EndpointToken,
     EndpointTokenRequest,
     EndpointView,
+    ServedModel,
     WakeRequest,
     WakeResult,
 )
@@ -191,6 +192,7 @@ __all__ = [
     "ScalingExplanation",
     "ScalingSignal",
     "ServedRevision",
+    "ServedModel",
     "TrafficSplit",
     "WorkflowDrainRequest",
     "WorkflowRevision",

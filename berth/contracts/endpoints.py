@@ -63,8 +63,22 @@ class EndpointToken(Response):
     expires_at: float
 
 
+class ServedModel(Response):
+    """One model an endpoint serves: the id /v1/models lists, its pool's MaxContextSize (the engine's
+    --max-model-len; a model several pools serve: the smallest, since a request may reach any of them),
+    and whether it calls tools (--enable-auto-tool-choice; several pools: only if all do)."""
+
+    model_id: str
+    max_context: int
+    tool_calling: bool
+
+
 class EndpointClientFacts(Response):
-    """What OpenCode or an SDK needs: URL, the model id /v1/models lists, its context, tool calling."""
+    """What OpenCode or an SDK needs: URL, the model id /v1/models lists, its context, tool calling.
+
+    `models` lists every model the endpoint serves: a model endpoint its one, a gateway each model of the
+    pools it discovers. For a gateway, `model_id`, `max_context` and `tool_calling` are those of its default
+    model (berth.opencode.default_model's choice), for the readers of one model."""
 
     endpoint_id: str
     workflow_id: str
@@ -74,6 +88,7 @@ class EndpointClientFacts(Response):
     max_context: int
     tool_calling: bool
     proxy: bool
+    models: list[ServedModel] = []
 
 
 # --- requests ------------------------------------------------------------------------------------------

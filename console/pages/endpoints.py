@@ -41,7 +41,7 @@ async def _endpoint_page(request: Request, session: Session, endpoint_id: str, *
     facts, facts_error = await _facts(session, endpoint_id)
     url = facts.url if facts else endpoint.url
     model = facts.model_id if facts else endpoint.model_id
-    shown = snippets(url, model, facts.max_context if facts else None, token.token if token else None)
+    shown = snippets(url, model, facts.models if facts else [], token.token if token else None)
     return page(request, session, "endpoint.html", status_code, endpoint=endpoint, facts=facts,
                 facts_error=facts_error, url=url, snippets=shown, token=token, expirations=EXPIRATIONS,
                 expiration=expiration, error=error, private_ca=url.startswith("https://"))

@@ -157,6 +157,10 @@ def test_opencode_entry_with_password_and_bad_endpoint(stack: RunningStack) -> N
     claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
     assert claims["aud"] == f"endpoint:{gateway_endpoint['id']}"
     assert "openai/gpt-oss-20b" in providers[gateway_endpoint["url"]]["models"]
+    # Issue 31: a gateway's model gets its own pool's MaxContextSize (GPT-OSS 20B's default, 131072), not the
+    # OpenCode entry's (32768), and the reply a quarter of it, at most 8192.
+    limit = providers[gateway_endpoint["url"]]["models"]["openai/gpt-oss-20b"]["limit"]
+    assert limit == {"context": 131072, "output": 8192}, limit
     # The gateway admits OpenCode by the proxy's caller assertion (its own MasterKeySecret is another key):
     # ApiKeySecret, the owner's LiteLLM key, is added only towards a LiteLLM endpoint.
     assert "headers" not in providers[gateway_endpoint["url"]]["options"]
