@@ -27,15 +27,16 @@ def rows(records: list[EndpointTokenRecord]) -> Rows:
 
 
 def tokens_list(endpoint_id: str, output: OutputOption = Format.TABLE) -> None:
-    """List an endpoint's unexpired tokens (never the tokens): all of them for its owner and administrators,
-    your own otherwise."""
+    """List an endpoint's unexpired tokens by id (never the tokens themselves).
+
+    Its owner and administrators see every token of the endpoint; anyone else their own."""
     listing(output, lambda api: api.endpoint_tokens(endpoint_id), COLUMNS, rows)
 
 
 def revoke_token(endpoint_id: str,
                  token_id: Annotated[str, typer.Argument(help="The token's id (`berth endpoint tokens EP`)")],
                  output: OutputOption = Format.TABLE) -> None:
-    """Revoke one endpoint token by id: the endpoint proxies refuse it within a couple of seconds."""
+    """Revoke one endpoint token by id; the endpoint proxies refuse it within seconds."""
     revoked = answer(output, lambda api: api.revoke_endpoint_token(endpoint_id, token_id))
     if revoked is None:
         return  # printed as JSON

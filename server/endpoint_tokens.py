@@ -42,7 +42,9 @@ class EndpointTokens:
             s.execute(delete(EndpointTokenRow).where(EndpointTokenRow.expires_at < now - KEEP_EXPIRED_S))
             s.add(EndpointTokenRow(id=str(claims["jti"]), endpoint_id=endpoint_id, user=str(claims["sub"]),
                                    minted_by=minted_by, note=note[:200],
-                                   minted_at=float(claims.get("iat", now)), expires_at=float(claims["exp"])))
+                                   # The clock's, not the claims' whole-second `iat`: tokens minted in one
+                                   # second still list in the order they were minted.
+                                   minted_at=now, expires_at=float(claims["exp"])))
 
     def records(self, endpoint: EndpointRow, who: Identity) -> list[EndpointTokenRecord]:
         """The endpoint's unexpired tokens the caller may see, oldest first."""
