@@ -23,7 +23,9 @@ from berth.contracts import (
     EndpointFront,
     EndpointPolicy,
     EndpointToken,
+    EndpointTokenRecord,
     EndpointTokenRequest,
+    EndpointTokenRevoked,
     EndpointView,
     EntryDetail,
     EntrySummary,
@@ -128,10 +130,18 @@ class ApiClient(ModelsApi, RolloutsApi):
     async def endpoints(self) -> list[EndpointView]:
         return many(EndpointView, await self.request("GET", "/v1/endpoints"))
 
-    async def generate_token(self, endpoint_id: str, expiration: str) -> EndpointToken:
-        data = await self.request("POST", f"/v1/endpoints/{segment(endpoint_id)}/tokens",
-                                  json=body(EndpointTokenRequest(expiration=expiration)))
+    async def generate_token(self, endpoint_id: str, expiration: str, note: str = "") -> EndpointToken:
+        # A note only when there is one: the body stays what it was for a server that predates notes.
+        request = EndpointTokenRequest(expiration=expiration, **({"note": note} if note else {}))
+        data = await self.request("POST", f"/v1/endpoints/{segment(endpoint_id)}/tokens", json=body(request))
         return one(EndpointToken, data)
+
+    async def endpoint_tokens(self, endpoint_id: str) -> list[EndpointTokenRecord]:
+        return many(EndpointTokenRecord, await self.request("GET", f"/v1/endpoints/{segment(endpoint_id)}/tokens"))
+
+    async def revoke_endpoint_token(self, endpoint_id: str, token_id: str) -> EndpointTokenRevoked:
+        path = f"/v1/endpoints/{segment(endpoint_id)}/tokens/{segment(token_id)}"
+        return one(EndpointTokenRevoked, await self.request("DELETE", path))
 
     async def endpoint_client_config(self, endpoint_id: str) -> EndpointClientFacts:
         data = await self.request("GET", f"/v1/endpoints/{segment(endpoint_id)}/client-config")

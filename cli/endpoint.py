@@ -1,5 +1,6 @@
 """`berth endpoint …` (and `berth workflow endpoints …`): list endpoints, mint endpoint tokens, write a
-ready OpenCode config for one; `berth endpoint policy` (cli/endpoint_policy.py) sets an endpoint's policy."""
+ready OpenCode config for one; `berth endpoint tokens|revoke-token` (cli/endpoint_tokens.py) list and revoke
+the tokens, `berth endpoint policy` (cli/endpoint_policy.py) sets an endpoint's policy."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import typer
 from berth.api_client import ApiClient
 from berth.contracts import EndpointClientFacts, ServedModel
 from berth.errors import BerthError
-from cli import endpoint_policy
+from cli import endpoint_policy, endpoint_tokens
 from cli.common import Format, OutputOption, answer, call, emit_json, errors, fail, listing
 
 endpoints_app = typer.Typer(help="Workflow endpoints.", no_args_is_help=True)
@@ -33,12 +34,19 @@ app.command("list", help="List endpoints you may reach (alias of `berth workflow
 @app.command("generate-token")
 def endpoint_generate_token(endpoint_id: str,
                             expiration: Annotated[str, typer.Option(help="e.g. 30m, 8h, 7d")] = "8h",
-                            output: OutputOption = Format.TABLE) -> None:
+                            output: OutputOption = Format.TABLE,
+                            note: Annotated[str, typer.Option(help="Why it exists (`berth endpoint tokens` shows "
+                                                                   "it)")] = "") -> None:
     """Mint a token bound to one endpoint, carrying your identity."""
-    data = answer(output, lambda api: api.generate_token(endpoint_id, expiration))
+    data = answer(output, lambda api: api.generate_token(endpoint_id, expiration, note))
     if data is None:
-        return  # printed as JSON
+        return  # printed as JSON, its id included
+    # Standard output is the token alone (`export BERTH_TOKEN=$(berth endpoint generate-token …)`); its id,
+    # for revoking it, goes to standard error.
     sys.stdout.write(data.token + "\n")
+    if data.id:
+        errors.print(f"Token id {data.id} (`berth endpoint revoke-token {endpoint_id} {data.id}` ends it).",
+                     highlight=False, soft_wrap=True)
 
 
 @endpoints_app.command("generate-token")
@@ -98,4 +106,6 @@ def endpoint_opencode_config(
                      "export NODE_EXTRA_CA_CERTS=$PWD/cluster-ca.pem", highlight=False, soft_wrap=True)
 
 
+app.command("tokens")(endpoint_tokens.tokens_list)
+app.command("revoke-token")(endpoint_tokens.revoke_token)
 app.add_typer(endpoint_policy.app, name="policy")

@@ -212,7 +212,7 @@ class EndpointProxy:
             identity: Identity | None = keyed.identity
             strip_authorization, receive, audited.key_id = True, keyed.receive, keyed.verdict.key_id
         else:
-            identity, strip_authorization = self.tokens.of(headers, endpoint_id)
+            identity, strip_authorization = self.tokens.of(headers, endpoint_id, route.revoked_tokens)
         audited.user = identity.user if identity is not None else None  # a refusal names whom it refused
         if route.scope is Scope.PUBLIC:
             # Public: everyone passes; a token only identifies a caller of the endpoint's organization.

@@ -35,6 +35,8 @@ class Route:
     limits: LimitPolicy | None = None  # the endpoint's override of the cluster's limits (gateway/limits.py)
     max_context: int | None = None  # the copies' MaxContextSize (the limits' context check); None: not known
     traffic: TrafficSplit | None = None  # a rollout's split by revision; None: every copy alike
+    # Ids of the endpoint's tokens revoked before they expire: a valid signature is not enough for these.
+    revoked_tokens: frozenset[str] = frozenset()
     # A front that stands in front of the pool (berth/kinds.py: LiteLLM): never routed around. A kind this
     # proxy does not know (a newer control plane) is taken as one: closed.
     fronts_pool: bool = field(init=False, default=True)
@@ -112,6 +114,7 @@ def build_route(item: RouteEntry, old: Route | None, known: dict[str, Replica],
         limits=old.limits if old is not None and _same_limits(old.limits, item.limits) else item.limits,
         max_context=item.max_context,
         traffic=refreshed(old.traffic if old is not None else None, item.traffic),
+        revoked_tokens=frozenset(item.revoked_tokens or ()),
     )
 
 

@@ -182,6 +182,23 @@ class TokenCutoffRow(Base):
     by: Mapped[str] = mapped_column(String(128))
 
 
+class EndpointTokenRow(Base):
+    """An endpoint token Berth minted (by its `jti`, never the token): whom it names, who asked for it, and
+    whether it was revoked (server/endpoint_tokens.py). The endpoint proxies learn the revoked ids of
+    unexpired tokens from the routes table; a row is dropped a day after its token expired."""
+
+    __tablename__ = "endpoint_tokens"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    endpoint_id: Mapped[str] = mapped_column(String(64), index=True)
+    user: Mapped[str] = mapped_column(String(128))  # whom the token names (its `sub`)
+    minted_by: Mapped[str] = mapped_column(String(128))  # who asked for it: the user, or a service's minter
+    note: Mapped[str] = mapped_column(String(200), default="")
+    minted_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float, index=True)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
+    revoked_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+
+
 class LoadReportRow(Base):
     """One load report an API process received: the requests the endpoint proxy admitted since its last
     report, or a LiteLLM worker's running total. Kept only for the autoscaler's window (server/load_reports.py),

@@ -1,6 +1,7 @@
 """The control plane's store: identity, workflows, endpoints, replicas and nodes; reservations in
 `store.placements` (server/placement.py), load reports in `store.load` (server/load_reports.py), the audit
-chain in `store.audit` (server/audit.py), a workflow's revisions in `store.revisions` (server/revision_store.py).
+chain in `store.audit` (server/audit.py), a workflow's revisions in `store.revisions` (server/revision_store.py),
+the endpoint tokens minted in `store.endpoint_tokens` (server/endpoint_tokens.py).
 
 Synchronous SQLAlchemy; the API calls it from a thread pool. The schema is migrated to its head on open
 (server/schema.py).
@@ -25,6 +26,7 @@ from berth.security import Cipher, Identity
 from server import fencing, scheduler, schema
 from server.audit import AuditChain
 from server.copy_outcomes import CopyOutcomeStore
+from server.endpoint_tokens import EndpointTokens
 from server.load_reports import LoadReports
 from server.models import EndpointRow, GroupRow, MembershipRow, NodeRow, ReplicaRow, UserRow, WorkflowRow
 from server.placement import Placements, upsert_replica_row
@@ -68,6 +70,7 @@ class Store:
         self.load = LoadReports(self.session)
         self.outcomes = CopyOutcomeStore(self.session)  # a rollout's split and its copies' health
         self.audit = AuditChain(self.session)
+        self.endpoint_tokens = EndpointTokens(self.session)  # their ids, never the tokens; revoked ones
         self.placements = Placements(self.session, node_offline_after_s, policy)
         self.cipher = cipher
         self.revisions = Revisions(self.session, cipher)

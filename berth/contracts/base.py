@@ -24,6 +24,13 @@ class Response(BaseModel):
     model_config = ConfigDict(frozen=True, protected_namespaces=())
 
 
+class Refusal(Response):
+    """What the API answers for a refusal it makes itself (server/app.py maps each Berth error): one line,
+    never the caller's input whole. Routes name it in their OpenAPI `responses`, status by status."""
+
+    detail: str
+
+
 class OpenResponse(Response):
     """An answer part that is open by nature (a node's GPU facts, a model's facts, a heartbeat detail):
     the fields Berth reads are typed, the rest are kept as they came."""

@@ -1,7 +1,9 @@
 """Endpoint answers: an endpoint with its copies and discovery annotations, a wake-up, an endpoint
-token, and the facts a client needs to call one."""
+token and the records of those minted (never the tokens), and the facts a client needs to call one."""
 
 from __future__ import annotations
+
+from pydantic import Field
 
 from berth.contracts.base import OpenResponse, Payload, Renamed, Response, formerly
 
@@ -59,8 +61,32 @@ class WakeResult(Response):
 
 class EndpointToken(Response):
     endpoint_id: str
-    token: str
+    token: str = Field(repr=False)
     expires_at: float
+    # Its id, for `berth endpoint revoke-token` (absent from a control plane older than the token records).
+    id: str | None = None
+
+
+class EndpointTokenRecord(Response):
+    """One endpoint token as `berth endpoint tokens` lists it: facts about it, never the token itself."""
+
+    id: str = Field(description="The token's id (its `jti`): what `berth endpoint revoke-token` takes")
+    endpoint_id: str
+    user: str = Field(description="Whom the token names: the endpoint proxy admits its holder as this user")
+    minted_by: str = Field(description="Who asked for it: the user, or the service that minted it for them")
+    minted_at: float
+    expires_at: float
+    note: str = ""
+    revoked: bool
+    revoked_at: float | None = None
+    revoked_by: str | None = None
+
+
+class EndpointTokenRevoked(Response):
+    """A revocation's answer: the token's record, revoked now or (`already_revoked`) before this call."""
+
+    record: EndpointTokenRecord
+    already_revoked: bool
 
 
 class ServedModel(Response):
@@ -94,6 +120,7 @@ class EndpointClientFacts(Response):
 # --- requests ------------------------------------------------------------------------------------------
 class EndpointTokenRequest(Payload):
     expiration: str = "8h"
+    note: str = Field("", max_length=200)  # why it exists, shown by `berth endpoint tokens`
 
 
 class WakeRequest(Payload):

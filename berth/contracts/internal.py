@@ -98,6 +98,9 @@ class RouteEntry(Response, Renamed):
     max_context: int | None = None  # the pool's MaxContextSize (sent only when known)
     # A rollout's split: revision → percent of requests (sent only while one is set; None: by copy count).
     traffic: dict[int, int] | None = None
+    # The ids of its endpoint tokens revoked before they expire: the proxy refuses them (sent only while there
+    # is one; an expired token is refused by its signature's `exp` and leaves the list).
+    revoked_tokens: list[str] | None = None
 
 
 class RoutesTable(Response):

@@ -8,6 +8,7 @@ from server.routes import (
     audit,
     catalog,
     endpoint_policy,
+    endpoint_tokens,
     endpoints,
     health,
     identity,
@@ -27,8 +28,8 @@ from server.routes import (
 )
 
 ROUTERS: tuple[APIRouter, ...] = (
-    tokens.router, health.router, catalog.router, workflows.router, endpoints.router, endpoint_policy.router,
-    secrets.router, identity.router, nodes.router, keys.router, litellm_keys.router, internal.router, audit.router,
-    models.router, model_reports.router, revisions.router, scaling.router, traffic.router,
-    metrics.router,
+    tokens.router, health.router, catalog.router, workflows.router, endpoints.router, endpoint_tokens.router,
+    endpoint_policy.router, secrets.router, identity.router, nodes.router, keys.router, litellm_keys.router,
+    internal.router, audit.router, models.router, model_reports.router, revisions.router, scaling.router,
+    traffic.router, metrics.router,
 )

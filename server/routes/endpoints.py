@@ -1,9 +1,8 @@
-"""Endpoint routes: list and show the endpoints in the caller's scope, wake a pool at zero, mint an
-endpoint token, and the facts a client needs to call one."""
+"""Endpoint routes: list and show the endpoints in the caller's scope, wake a pool at zero, and the facts a
+client needs to call one (its tokens: server/routes/endpoint_tokens.py)."""
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -13,14 +12,11 @@ from temporalio.service import RPCError
 
 from berth.contracts import (
     EndpointClientFacts,
-    EndpointToken,
-    EndpointTokenRequest,
     EndpointView,
     WakeRequest,
     WakeResult,
 )
-from berth.errors import NotFoundError, PermissionDeniedError, UserInputError
-from berth.tokens import parse_duration
+from berth.errors import NotFoundError
 from server import opencode as opencode_checks
 from server.access import in_scope
 from server.context import Context
@@ -66,24 +62,6 @@ async def wake_endpoint(endpoint_id: str, body: WakeRequest, endpoint: VisibleEn
             f"Workflow '{endpoint.workflow_id}' is not running ({error.message}).") from None
     return {"endpoint_id": endpoint_id, "workflow_id": endpoint.workflow_id,
             "woken": status.desired_copies == 0, "phase": status.phase.value}
-
-
-@router.post("/v1/endpoints/{endpoint_id}/tokens", response_model=EndpointToken)
-async def generate_token(endpoint_id: str, body: EndpointTokenRequest, endpoint: ReachableEndpoint, who: Caller,
-                         context: Context) -> dict[str, Any]:
-    """An endpoint token for the caller. The proxy admits a token's holder only inside the endpoint's scope,
-    administrators included (berth/scopes.py), so a token it would refuse is refused here instead."""
-    if not in_scope(endpoint, who):
-        raise PermissionDeniedError(f"You are outside endpoint {endpoint_id}'s scope ({endpoint.scope}, owner "
-                                    f"{endpoint.owner}): the endpoint proxy would refuse a token of yours, even an "
-                                    "administrator's. Ask its owner to widen the scope.")
-    ttl = parse_duration(body.expiration)
-    limit = context.settings.max_token_expiration_s
-    if ttl > limit:
-        raise UserInputError(f"Expiration {body.expiration} is longer than this cluster allows "
-                             f"({limit // 3600} h). Choose a shorter --expiration.")
-    token = context.signing.endpoint_token(who, endpoint_id, ttl)
-    return {"endpoint_id": endpoint_id, "token": token, "expires_at": time.time() + ttl}
 
 
 @router.get("/v1/endpoints/{endpoint_id}/client-config", response_model=EndpointClientFacts)

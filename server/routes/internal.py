@@ -46,6 +46,7 @@ from server.copy_outcomes import traffic_of
 from server.guards import Admin, replica_keys_owner, service_audience, service_or_admin
 from server.load_reports import AutoscalerLease, AutoscalerView
 from server.replica_keys import REPLICA_KEYS_TOKEN_TTL_S, discoverable
+from server.routes.endpoint_tokens import issue
 from server.secrets import Secrets
 from server.views import replica_view
 
@@ -88,7 +89,9 @@ async def owner_token_for_service(user: str, body: OwnerTokenRequest, context: C
     owner = await run_in_threadpool(context.store.identity, user)
     ttl = min(body.ttl_s, 7 * 24 * 3600, context.settings.max_token_expiration_s)
     if body.endpoint_id:
-        token = context.signing.endpoint_token(owner, body.endpoint_id, ttl)
+        # Recorded like any endpoint token: `berth endpoint tokens` lists it, and it can be revoked.
+        token, _claims = await run_in_threadpool(issue, context, owner, body.endpoint_id, ttl, _who.user,
+                                                 "a workflow service's, as its owner")
     else:
         token = context.signing.api_token(owner, ttl, TokenKind.SERVICE.value, "a workflow service's, as its owner")
         await run_in_threadpool(_record_minted, context, token, _who.user)
@@ -234,6 +237,7 @@ async def endpoint_replicas(endpoint_id: str, context: Context) -> ServiceCopies
 async def routes(context: Context, _who: Admin) -> dict[str, Any]:
     endpoints = await run_in_threadpool(context.store.endpoints)
     routed = await run_in_threadpool(context.store.load.litellm_routed)
+    revoked = await run_in_threadpool(context.store.endpoint_tokens.revoked_ids)
     replicas = await run_in_threadpool(context.store.replicas)
     by_endpoint: dict[str, list[str]] = {}
     for replica in replicas:
@@ -259,6 +263,8 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
         **_limits(e.id, e.annotations or {}),
         **_max_context(e.annotations or {}),
         **_traffic(e.annotations or {}),
+        # Sent only while the endpoint has one: a table without revocations reads as before.
+        **({"revoked_tokens": revoked[e.id]} if e.id in revoked else {}),
     } for e in endpoints]}
 
 

@@ -27,13 +27,15 @@ ADDED = ("berth key",  # API keys (issue 15)
          "berth workflow update", "berth workflow revisions", "berth workflow drain", "berth workflow rollout",
          "berth workflow explain-scaling",  # the autoscaler's last decision and why (issue 17)
          "berth console",  # the web console's URL and a sign-in token (issue 18)
-         "berth top")  # a live table of the endpoints' figures from the proxy's /metrics (issue 19)
+         "berth top",  # a live table of the endpoints' figures from the proxy's /metrics (issue 19)
+         "berth endpoint tokens", "berth endpoint revoke-token")  # endpoint tokens one by one (issue 31, item 10)
 # Options added since to commands that were there, each with the change that needed it: their lines in the
 # command's help are the only change to it (pinned in tests/cli/test_rollout_cli.py).
 ADDED_OPTIONS = {"berth workflow get": ("--revision",), "berth node drain": ("--grace-seconds",),  # issue 17
                  "berth workflow catalog start": ("--name",),  # a chosen workflow ID (issue 17)
                  "berth catalog start": ("--name",),
-                 "berth node": ("--metrics-port",)}  # the node agent's loopback /metrics (issue 19)
+                 "berth node": ("--metrics-port",),  # the node agent's loopback /metrics (issue 19)
+                 "berth endpoint generate-token": ("--note",)}  # shown by `berth endpoint tokens` (issue 31)
 
 
 def _before_additions(after: dict[str, str]) -> dict[str, str]:

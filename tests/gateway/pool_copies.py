@@ -145,10 +145,11 @@ class PoolRoutes:
 
 
 @contextlib.asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[str]:
-    """`app` under uvicorn on loopback (httptools, as in production); yields its base URL."""
+async def serving(app: Any, lifespan: str = "off") -> AsyncIterator[str]:
+    """`app` under uvicorn on loopback (httptools, as in production); yields its base URL. With
+    `lifespan="on"` the proxy starts its background tasks (the routes table's refresh among them)."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, http="httptools", lifespan="off",
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, http="httptools", lifespan=lifespan,
                                            log_level="critical", access_log=False))
     task = asyncio.create_task(server.serve())
     try:

@@ -155,6 +155,22 @@ def test_public_identifies_only_callers_of_its_organization(key: SigningKey) -> 
     assert header(other_org, b"authorization") == []  # a valid Berth token is still consumed
 
 
+def test_a_revoked_token_is_refused_and_identifies_nobody_on_a_public_endpoint(key: SigningKey) -> None:
+    """Issue 31, item 10: the routes table's `revoked_tokens` outweighs a valid signature (401 as for any
+    invalid token); on a public endpoint the request passes as anyone's, with no caller assertion."""
+    tokens = {endpoint_id: key.endpoint_token(OWNER, endpoint_id, 3600) for endpoint_id in ("ep-1", "ep-2")}
+    revoked = {endpoint_id: [jwt.decode(token, options={"verify_signature": False})["jti"]]
+               for endpoint_id, token in tokens.items()}
+    proxy, upstream = make_proxy(key, {**endpoint("ep-1", "group"), "revoked_tokens": revoked["ep-1"]},
+                                 {**endpoint("ep-2", "public"), "revoked_tokens": revoked["ep-2"]})
+    status, body = call(proxy, "/endpoints/ep-1/v1/models", [(b"authorization", f"Bearer {tokens['ep-1']}".encode())])
+    assert (status, body) == (401, b"Unauthorized") and upstream.seen == []
+    status, _ = call(proxy, "/endpoints/ep-2/v1/models", [(b"authorization", f"Bearer {tokens['ep-2']}".encode())])
+    assert status == 200
+    (_, forwarded), = upstream.seen
+    assert header(forwarded, b"x-berth-caller") == [] and header(forwarded, b"authorization") == []
+
+
 def test_pool_behind_litellm_is_never_reached_around_it(key: SigningKey) -> None:
     route = endpoint("ep-1", "public", service_url=None)
     route["replicas"] = ["http://replica"]

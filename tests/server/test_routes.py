@@ -49,7 +49,9 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          ("GET", "/v1/internal/endpoints/{endpoint_id}/revision-health"),
          ("PUT", "/v1/internal/workflows/{workflow_id}/served-revision"),
          # Issue 19: the control plane's Prometheus figures (loopback or an administrator).
-         ("GET", "/metrics")}
+         ("GET", "/metrics"),
+         # Issue 31, item 10: an endpoint's tokens, listed (never the tokens) and revoked one by one.
+         ("GET", "/v1/endpoints/{endpoint_id}/tokens"), ("DELETE", "/v1/endpoints/{endpoint_id}/tokens/{token_id}")}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 CONSOLE = "/ui"  # the web console's HTML pages: not the REST API (tests/console/ covers them)
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema
