@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from berth.contracts import IssuedKey, KeyCreateRequest, KeyRecord, KeyRotateRequest
+from berth.contracts import IssuedKey, KeyCreateRequest, KeyRecord, KeyRequests, KeyRotateRequest
 from cli.common import Format, OutputOption, answer, console, listing
 
 app = typer.Typer(help="API keys: create one for an endpoint, list, describe, rotate or revoke yours.",
@@ -75,10 +75,20 @@ def key_describe(key_id: Annotated[str, typer.Argument(help="The key's id (`bert
                          ("State", record.state), ("Created", _when(record.created_at)),
                          ("Expires", _when(record.expires_at)),
                          ("Previous secret until", _when(record.previous_valid_until)),
-                         ("Requests", f"{limits.requests_used} of {limits.request_quota or 'unlimited'}"),
+                         ("Requests", _requests(record)),
                          ("Tokens per minute", limits.tokens_per_minute or "-"),
                          ("Max concurrent", limits.max_concurrent or "-")):
         console.print(f"{label + ':':<23}{value}", highlight=False)
+
+
+def _requests(record: KeyRecord) -> str:
+    """`12 made, 11 answered; quota 40 of 100 reserved` (or `no quota`): what the key did, from the audit chain,
+    beside what its quota holds (reserved in batches by the proxies, so at most a batch ahead of `made`)."""
+    used = record.requests or KeyRequests()
+    limits = record.limits
+    quota = (f"quota {limits.requests_used} of {limits.request_quota} reserved" if limits.request_quota is not None
+             else "no quota")
+    return f"{used.made} made, {used.answered} answered; {quota}"
 
 
 @app.command("rotate")

@@ -17,10 +17,11 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
-from berth.contracts import MAX_AUDIT_LIST, AuditAppended, AuditRecord, AuditRow, AuditVerdict
+from berth.contracts import MAX_AUDIT_LIST, AuditAppended, AuditRecord, AuditRow, AuditVerdict, KeyRequests
+from berth.contracts.audit import AuditPhase
 from server.models import AuditChainRow, StoreLockRow
 
 GENESIS = "0" * 64  # the first row's prev_hash
@@ -90,6 +91,17 @@ class AuditChain:
         with self._session() as s:
             rows = [AuditRow.model_validate(row, from_attributes=True) for row in s.scalars(query).all()]
         return rows[::-1]
+
+    def key_requests(self, key_id: str) -> KeyRequests:
+        """How many requests a key made (ATTEMPT rows) and how many were answered below 400 (SUCCESS): the
+        chain sees every request whatever the key's limits, so a key without a quota is counted too."""
+        query = (select(AuditChainRow.phase, func.count()).where(AuditChainRow.key_id == key_id)
+                 .where(AuditChainRow.phase.in_((AuditPhase.ATTEMPT.value, AuditPhase.SUCCESS.value)))
+                 .group_by(AuditChainRow.phase))
+        with self._session() as s:
+            counts = {str(phase): int(count) for phase, count in s.execute(query).all()}
+        return KeyRequests(made=counts.get(AuditPhase.ATTEMPT.value, 0),
+                           answered=counts.get(AuditPhase.SUCCESS.value, 0))
 
     def verify(self) -> AuditVerdict:
         """Recompute every row's hash and its link to the row before, page by page; name the first row

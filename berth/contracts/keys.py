@@ -17,6 +17,14 @@ class KeyLimits(Response):
     max_concurrent: int | None = None
 
 
+class KeyRequests(Response):
+    """What a key was used for, as the audit chain records every request (a quota or not): requests made,
+    and those answered with a status below 400."""
+
+    made: int = 0
+    answered: int = 0
+
+
 class KeyRecord(Response):
     """One key as `berth key list|describe` shows it."""
 
@@ -34,6 +42,8 @@ class KeyRecord(Response):
     previous_valid_until: float | None = None  # the secret before the last rotation works until then
     limits: KeyLimits
     state: str = Field(description="active, expired or revoked")
+    requests: KeyRequests | None = Field(default=None, description="`describe` only: what the key was used for, "
+                                         "from the audit chain (recorded within seconds of each request)")
 
 
 class IssuedKey(Response):

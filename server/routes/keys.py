@@ -40,8 +40,11 @@ async def list_keys(context: Context, who: Caller) -> list[KeyRecord]:
 
 
 @router.get("/v1/keys/{key_id}")
-async def describe_key(key: OwnedKey) -> KeyRecord:
-    return key
+async def describe_key(key: OwnedKey, context: Context) -> KeyRecord:
+    """One key, with what it was used for: requests made and answered, counted from the audit chain, which
+    records every request (a key without a quota too: `requests_used` counts only quota reservations)."""
+    requests = await run_in_threadpool(context.store.audit.key_requests, key.id)
+    return key.model_copy(update={"requests": requests})
 
 
 @router.post("/v1/keys/{key_id}/rotate")

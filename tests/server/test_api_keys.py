@@ -77,3 +77,38 @@ async def test_a_key_for_a_model_the_endpoint_does_not_serve_is_refused_at_creat
         for model in ("org/served", None):
             made = await api.post("/v1/keys", json={"name": "k", "endpoint_id": "ep-m", "model": model})
             assert made.status_code == 201, made.text
+
+
+async def test_a_key_without_a_quota_still_counts_its_requests(context: ServerContext) -> None:
+    """Issue 31, item 9: `key describe` said `0 of unlimited` for a key that had served requests (only quota
+    reservations were counted). The audit chain records every request a key makes; describe counts them."""
+    token = context.signing.api_token(context.store.identity("admin"), 600)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(context)), base_url="http://api",
+                                 headers={"Authorization": f"Bearer {token}"}) as api:
+        key_id = (await api.post("/v1/keys", json={"name": "k", "endpoint_id": "ep-a"})).json()["record"]["id"]
+        other = (await api.post("/v1/keys", json={"name": "o", "endpoint_id": "ep-a"})).json()["record"]["id"]
+        now = time.time()
+
+        def phase(request: str, name: str, key: str, status: int = 0) -> dict[str, object]:
+            return {"at": now, "phase": name, "request_id": request, "status": status, "key_id": key,
+                    "user": "admin", "endpoint_id": "ep-a"}
+        records = [phase("r1", "ATTEMPT", key_id), phase("r1", "SUCCESS", key_id, 200),
+                   phase("r2", "ATTEMPT", key_id), phase("r2", "FAILED", key_id, 429),
+                   phase("r3", "ATTEMPT", key_id), phase("r3", "SUCCESS", key_id, 200),
+                   phase("r4", "ATTEMPT", other), phase("r4", "SUCCESS", other, 200)]
+        assert (await api.post("/v1/internal/audit", json={"records": records})).status_code == 200
+        described = (await api.get(f"/v1/keys/{key_id}")).json()
+        assert described["requests"] == {"made": 3, "answered": 2}
+        assert described["limits"]["request_quota"] is None
+        assert all(record.get("requests") is None for record in (await api.get("/v1/keys")).json())
+
+
+def test_key_describe_says_what_a_key_did_beside_its_quota() -> None:
+    from berth.contracts import KeyLimits, KeyRecord, KeyRequests
+    from cli.key import _requests
+
+    record = KeyRecord(id="k1", prefix="p", name="k", owner="a", org="o", groups=[], endpoint_id="ep",
+                       created_at=0.0, limits=KeyLimits(), state="active", requests=KeyRequests(made=3, answered=2))
+    assert _requests(record) == "3 made, 2 answered; no quota"
+    quota = record.model_copy(update={"limits": KeyLimits(request_quota=100, requests_used=32)})
+    assert _requests(quota) == "3 made, 2 answered; quota 32 of 100 reserved"
