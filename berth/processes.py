@@ -107,15 +107,24 @@ def signal_group(pgid: int, sig: int) -> None:
 
 def stop_group_sync(pgid: int, grace_s: float = 10.0) -> None:
     """SIGTERM the whole group, wait up to `grace_s`, then SIGKILL whatever is left."""
-    signal_group(pgid, signal.SIGTERM)
+    stop_groups_sync([pgid], grace_s)
+
+
+def stop_groups_sync(pgids: Sequence[int], grace_s: float = 10.0) -> None:
+    """SIGTERM every group at once, wait up to `grace_s` for all of them, then SIGKILL whatever is left:
+    several groups that stop independently (a stack's node agents) take the longest one's time, not the sum."""
+    for pgid in pgids:
+        signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not group_alive(pgid):
-            return
-        time.sleep(0.05)
-    signal_group(pgid, signal.SIGKILL)
+    alive = list(pgids)
+    while alive and time.monotonic() < deadline:
+        alive = [pgid for pgid in alive if group_alive(pgid)]
+        if alive:
+            time.sleep(0.05)
+    for pgid in alive:
+        signal_group(pgid, signal.SIGKILL)
     deadline = time.monotonic() + 5
-    while group_alive(pgid) and time.monotonic() < deadline:
+    while any(group_alive(pgid) for pgid in alive) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 

@@ -21,6 +21,7 @@ from berth.processes import (
     port_open,
     spawn,
     stop_group_sync,
+    stop_groups_sync,
     tail,
     wait_http_sync,
     wait_port_sync,
@@ -252,9 +253,15 @@ class Stack:
         for child in reversed(self.children):
             if child.name == "worker" and nodes_stopped and temporal_up:
                 wait_copies_released(self.api_url, self.layout.client_config, self.verify, 15)
-            if child.process.poll() is None:
-                stop_group_sync(child.process.pid, grace_s=40 if child.name.startswith("node") else 15)
-                nodes_stopped = nodes_stopped or child.name.startswith("node")
+            if child.name.startswith("node"):
+                if not nodes_stopped:
+                    # Every node agent at once: each stops its own ranks and fronts, none waits on another,
+                    # so `down` takes the slowest node's time, not the sum (a 4-node stack: ~4× faster).
+                    nodes = [c for c in self.children if c.name.startswith("node")]
+                    stop_groups_sync([c.process.pid for c in nodes if c.process.poll() is None], grace_s=40)
+                    nodes_stopped = True
+            elif child.process.poll() is None:
+                stop_group_sync(child.process.pid, grace_s=15)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.process.wait(timeout=1)
         self.children.clear()

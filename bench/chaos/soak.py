@@ -128,7 +128,9 @@ def run_soak(options: SoakOptions, state_dir: Path) -> dict[str, Any]:
         result["stack_start_s"] = round(time.monotonic() - started, 1)
         result.update(_chaos(stack, options, ids, targets))
     finally:
+        stopping = time.monotonic()
         stack.stop()
+        result["down_s"] = round(time.monotonic() - stopping, 1)
     orphans: list[str] = []
     try:
         wait_for(lambda: not processes_under(state_dir), ORPHAN_WAIT_S, "every process of the stack to exit", every=1)

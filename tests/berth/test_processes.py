@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from berth.processes import group_alive, read_pidfile, same_process, supervise, write_pidfile
+from berth.processes import group_alive, read_pidfile, same_process, stop_groups_sync, supervise, write_pidfile
 
 # A process group of two: a leader that ignores nothing, and a child that outlives a killed leader.
 GROUP = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \
@@ -144,3 +144,19 @@ def test_a_group_that_ignores_sigterm_is_killed_after_the_grace() -> None:
         return await process.wait()
 
     assert asyncio.run(main()) == -signal.SIGKILL
+
+
+def test_several_groups_stop_together_in_the_longest_grace_not_the_sum() -> None:
+    """`berth down` stops its node agents this way: four sequential 40 s graces were the soak's 20 s down."""
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(60)"
+    groups = [subprocess.Popen([sys.executable, "-c", stubborn], start_new_session=True, stdout=subprocess.PIPE)
+              for _ in range(3)]
+    for process in groups:
+        assert process.stdout is not None
+        process.stdout.readline()  # SIGTERM is ignored from here on
+    started = time.monotonic()
+    stop_groups_sync([process.pid for process in groups], grace_s=2.0)
+    took = time.monotonic() - started
+    assert not any(group_alive(process.pid) for process in groups)
+    assert [process.wait(timeout=5) for process in groups] == [-signal.SIGKILL] * 3
+    assert 2.0 <= took < 5.0, took  # one grace for all three (one after another: 6 s at least)
