@@ -23,7 +23,8 @@ from gateway.limits import Asked, Limiter
 SCOPE_LIMITS = {"requests_per_minute": 10**9, "tokens_per_minute": 10**12, "concurrent": 10**6}
 POLICY = LimitPolicy.model_validate({
     **{scope: SCOPE_LIMITS for scope in SCOPES}, "daily_tokens_per_user": 10**12, "daily_tokens_per_key": 10**12,
-    "max_prompt_tokens": 100_000, "max_tokens": 100_000, "context_check": True, "shed_queue_depth": 100})
+    "max_prompt_tokens": 100_000, "max_tokens": 100_000, "context_check": True, "shed_queue_depth": 100,
+    "high_priority": True})  # every field set: a granted priority is one more check on the path
 ASKED = Asked(endpoint_id="ep1", model="m1", user="alice", org="acme", groups=("g1",), project="p1",
               session="s1", key_id="k1", key_tokens_per_minute=10**12, key_max_concurrent=10**6,
               prompt_chars=2000, max_tokens=256, priority="normal", max_context=8192)
