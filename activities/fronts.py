@@ -15,6 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.front_launch import FrontLaunch
 from activities.launches import LAUNCHES
+from activities.litellm_standby import LiteLLMStandby
 from activities.node_context import NodeContext
 from activities.supervision import SERVICE_PIDFILE, Supervisor
 from berth.api_client import ApiClient
@@ -26,10 +27,12 @@ from workflows.payloads import FrontExit, FrontRun, LiveCheck
 class FrontActivities:
     """Front processes bound to one node agent (their secrets are resolved by the launches, on the node)."""
 
-    def __init__(self, context: NodeContext, supervisor: Supervisor, api: ApiClient) -> None:
+    def __init__(self, context: NodeContext, supervisor: Supervisor, api: ApiClient,
+                 standby: LiteLLMStandby) -> None:
         self.context = context
         self.supervisor = supervisor
         self.api = api
+        self.standby = standby
 
     async def _launch(self, run: FrontRun, workdir: Path) -> FrontLaunch:
         return await LAUNCHES[ProcessKind(run.kind)](self.api, self.context, run, workdir)
@@ -46,21 +49,7 @@ class FrontActivities:
         log_path = self._log_path(run)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         launch = await self._launch(run, workdir)
-        # A local file opened once per service start: not worth a thread hop.
-        with open(log_path, "ab", buffering=0) as log:  # noqa: ASYNC230
-            # The command line holds no secret (the key lives only in the process environment).
-            argv = " ".join(launch.argv)
-            log.write(f"[berth] node {context.node_id} starting {run.name}: {argv}\n".encode())
-            try:
-                process = await asyncio.create_subprocess_exec(
-                    *launch.argv, cwd=launch.working_directory, env=dict(launch.environment),
-                    stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            except OSError as error:
-                message = f"node {context.node_id} could not start {run.name} ({launch.argv[0]}): {error}"
-                log.write(f"[berth] {message}\n".encode())
-                raise ApplicationError(message, type="ServiceSpawnFailed", non_retryable=True) from None
+        process = await self._start(run, launch, log_path)
         pidfile = workdir / SERVICE_PIDFILE
         await self.supervisor.record(pidfile, process.pid, name=run.name, workflow_id=run.workflow_id,
                                      log=str(log_path))
@@ -79,6 +68,31 @@ class FrontActivities:
         adopted = await self.supervisor.adopt(self._workdir(run) / SERVICE_PIDFILE, run.name, self._log_path(run))
         return FrontExit(name=run.name, node_id=self.context.node_id, reason="lost" if adopted.lost else "exited",
                            note=adopted.note, log_tail=adopted.log_tail)
+
+    async def _start(self, run: FrontRun, launch: FrontLaunch, log_path: Path) -> asyncio.subprocess.Process:
+        """The front's process: the agent's LiteLLM standby become this launch where it can, else a cold start."""
+        context = self.context
+        # A local file opened once per service start: not worth a thread hop.
+        with open(log_path, "ab", buffering=0) as log:  # noqa: ASYNC230
+            # The command line holds no secret (the key lives only in the process environment).
+            argv = " ".join(launch.argv)
+            log.write(f"[berth] node {context.node_id} starting {run.name}: {argv}\n".encode())
+            if run.kind == ProcessKind.LITELLM:
+                warm = await self.standby.take(launch, log_path)
+                if warm is not None:
+                    log.write(f"[berth] {run.name} is the standby LiteLLM (pid {warm.pid}), imported ahead\n"
+                              .encode())
+                    return warm
+            try:
+                return await asyncio.create_subprocess_exec(
+                    *launch.argv, cwd=launch.working_directory, env=dict(launch.environment),
+                    stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as error:
+                message = f"node {context.node_id} could not start {run.name} ({launch.argv[0]}): {error}"
+                log.write(f"[berth] {message}\n".encode())
+                raise ApplicationError(message, type="ServiceSpawnFailed", non_retryable=True) from None
 
     def _workdir(self, run: FrontRun) -> Path:
         return self.context.node_dir / "services" / f"{run.workflow_id}.{run.name}"

@@ -136,17 +136,14 @@ def render_config_yaml(spec: LiteLLMServiceSpec) -> str:
     return rendered
 
 
-def render_environment(
-    spec: LiteLLMServiceSpec,
-    inherited: Mapping[str, str] | None = None,
-    repo_root: Path = REPO_ROOT,
-) -> dict[str, str]:
-    """The LiteLLM process's complete environment (it holds the master key: never log it)."""
+# What every LiteLLM of this node agent shares: a standby (gateway/litellm_standby.py) imports LiteLLM
+# under exactly these, so nothing LiteLLM reads at import time differs from a cold start's.
+def shared_environment(inherited: Mapping[str, str] | None = None, repo_root: Path = REPO_ROOT) -> dict[str, str]:
+    """The LiteLLM environment with no endpoint's values in it (and no secret)."""
     source: Final = os.environ if inherited is None else inherited
     environment: Final = inherit(source, INHERITED_VARIABLES)
     environment.update(
         {
-            "LITELLM_MASTER_KEY": spec.master_key.get_secret_value(),
             # No call home at start-up: the cost map, and the other bundled-or-fetched catalogues.
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
             "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS": "True",
@@ -161,6 +158,28 @@ def render_environment(
             "NO_DOCS": "True",
             "NO_REDOC": "True",
             "LITELLM_WORKER_STARTUP_HOOKS": SYNC_HOOK,
+            # The control plane's private CA (a file path, no secret): the hooks call its https URLs.
+            "BERTH_TLS_CA": tls_ca_file(source) or "",
+            # The hook modules import as `gateway.*` from the repository root.
+            "PYTHONPATH": str(repo_root),
+            "PYTHONUNBUFFERED": "1",
+            # A crash in a C extension then leaves every thread's Python stack in the log.
+            "PYTHONFAULTHANDLER": "1",
+        }
+    )
+    return environment
+
+
+def render_environment(
+    spec: LiteLLMServiceSpec,
+    inherited: Mapping[str, str] | None = None,
+    repo_root: Path = REPO_ROOT,
+) -> dict[str, str]:
+    """The LiteLLM process's complete environment (it holds the master key: never log it)."""
+    environment: Final = shared_environment(inherited, repo_root)
+    environment.update(
+        {
+            "LITELLM_MASTER_KEY": spec.master_key.get_secret_value(),
             "BERTH_MODEL_NAME": spec.model_name,
             "BERTH_SERVED_MODEL_NAME": spec.served_model_name or spec.model_name,
             "BERTH_REPLICAS_URL": spec.replicas_url,
@@ -169,13 +188,6 @@ def render_environment(
             "BERTH_ENDPOINT_ID": spec.endpoint_id,
             "BERTH_RATE_URL": spec.rate_url,
             "BERTH_REPLICAS_TOKEN": spec.replicas_token.get_secret_value(),
-            # The control plane's private CA (a file path, no secret): the hooks call its https URLs.
-            "BERTH_TLS_CA": tls_ca_file(source) or "",
-            # The hook modules import as `gateway.*` from the repository root.
-            "PYTHONPATH": str(repo_root),
-            "PYTHONUNBUFFERED": "1",
-            # A crash in a C extension then leaves every thread's Python stack in the log.
-            "PYTHONFAULTHANDLER": "1",
         }
     )
     return environment

@@ -16,6 +16,7 @@ from typing import Any
 from temporalio.worker import Worker
 
 from activities.fronts import FrontActivities
+from activities.litellm_standby import LiteLLMStandby
 from activities.model_jobs import ModelJobActivities
 from activities.node_context import NodeContext
 from activities.ranks import NodeActivities, prune_rank_dirs
@@ -23,7 +24,14 @@ from activities.supervision import Orphan, Supervisor
 from berth.api_client import ApiClient
 from berth.errors import BerthError
 from berth.security import Cipher
-from berth.settings import NODES_TASK_QUEUE, ClusterSettings, StateLayout, metrics_enabled, node_task_queue
+from berth.settings import (
+    NODES_TASK_QUEUE,
+    ClusterSettings,
+    StateLayout,
+    litellm_standby_enabled,
+    metrics_enabled,
+    node_task_queue,
+)
 from berth.temporal import connect
 from node.inventory import host_facts, nvml_gpus, simulated_gpus
 from node.node_metrics import NodeMetrics
@@ -131,7 +139,8 @@ class NodeAgent:
         activities = NodeActivities(self.context, supervisor, secrets_api)
         reaper = asyncio.create_task(self.reap_orphans(
             orphans, marked, supervisor, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
-        services = FrontActivities(self.context, supervisor, secrets_api)
+        standby = LiteLLMStandby(self.context.node_dir / "litellm-standby", litellm_standby_enabled())
+        services = FrontActivities(self.context, supervisor, secrets_api, standby)
         models = ModelJobActivities(self.context, secrets_api, settings)
         functions = [activities.run_rank, activities.adopt_rank, activities.wait_ready,
                      activities.download_weights, activities.delete_ephemeral_volume,
@@ -154,6 +163,7 @@ class NodeAgent:
                 metrics.heartbeat_accepted()
             beat = asyncio.create_task(self.heartbeat_forever(api, supervisor, metrics))
             runs = [asyncio.create_task(own.run()), asyncio.create_task(shared.run())]
+            standby.warm()  # after the workers: the agent serves while its spare LiteLLM imports
             log.info("node %s ready: engine %s, %d GPU(s) (%s)", self.config.node_id, self.engine,
                      len(self.gpus), self.gpu_note)
             await stop.wait()
@@ -168,6 +178,7 @@ class NodeAgent:
                     await run
             # A clean shutdown stops every rank and service it owns; orphans still waiting for adoption too.
             await supervisor.stop_unadopted(orphans)
+            await standby.close()
             if metrics is not None:
                 metrics.close()
 

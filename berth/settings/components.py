@@ -149,6 +149,16 @@ def litellm_bin_override() -> str | None:
     return os.environ.get("BERTH_LITELLM_BIN", "").strip() or None
 
 
+def litellm_standby_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """BERTH_LITELLM_STANDBY: `on` (the default) has each node agent keep one LiteLLM interpreter imported
+    ahead, which its next LiteLLM start or restart becomes (activities/litellm_standby.py); `off` starts every
+    LiteLLM cold and saves the spare's memory. Any other value stops the agent in one line."""
+    value = environ.get("BERTH_LITELLM_STANDBY", "on").strip().lower()
+    if value not in ("on", "off"):
+        raise SystemExit(f"BERTH_LITELLM_STANDBY must be on or off, not {value[:20]!r}.")
+    return value == "on"
+
+
 def opencode_bin_override() -> str | None:
     """BERTH_OPENCODE_BIN: the `opencode` executable to run instead of the one `make opencode` installed."""
     return os.environ.get("BERTH_OPENCODE_BIN") or None
