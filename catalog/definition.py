@@ -109,6 +109,9 @@ class PoolSpec(Frozen):
                                        "resolves at construction: see AUTO_REPLACEMENTS)")
     # Rate autoscaling (Proxy=true): desired copies = ceil(measured rate / this); 0 = no rate autoscaling.
     target_requests_per_s: float = Field(default=0.0, ge=0)
+    # Concurrency autoscaling: desired copies = ceil(in-flight requests (running + waiting) / this); 0 = off
+    # (a definition from before TargetConcurrency has none).
+    target_concurrency: float = Field(default=0.0, ge=0)
     scale_down_delay_s: float = Field(default=60.0, ge=0)  # the rate must allow fewer copies this long first
     scale_to_zero_after_s: float = Field(default=300.0, ge=0)  # no request this long → 0 copies (MinReplicas=0)
     # Queue/TTFT autoscaling from the ready copies' own /metrics (server/scaling_decision.py); 0 = off.

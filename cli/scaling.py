@@ -9,7 +9,8 @@ from cli.common import Format, OutputOption, answer, console, table
 
 # The policy's thresholds as the catalog names them (0 = that rule is off).
 THRESHOLDS = (("min_replicas", "MinReplicas"), ("max_replicas", "MaxReplicas"),
-              ("target_requests_per_s", "TargetRequestRate"), ("scale_down_delay_s", "ScaleDownDelay"),
+              ("target_requests_per_s", "TargetRequestRate"), ("target_concurrency", "TargetConcurrency"),
+              ("scale_down_delay_s", "ScaleDownDelay"),
               ("scale_to_zero_after_s", "ScaleToZeroAfter"), ("scale_out_queue", "ScaleOutQueue"),
               ("scale_out_s", "ScaleOutSeconds"), ("scale_out_ttft_ms", "ScaleOutTtftMs"),
               ("scale_in_queue", "ScaleInQueue"), ("scale_in_s", "ScaleInSeconds"))
@@ -32,7 +33,8 @@ def show(explanation: ScalingExplanation) -> None:
     console.print(f"[bold]{explanation.workflow_id}[/]: {explanation.decision} → {explanation.desired} copies "
                   f"(at {at})", highlight=False)
     console.print(f"  Reason: {explanation.reason}", highlight=False)
-    console.print(f"  Queue per copy: {_figure(signal.queue_depth, '')}; mean TTFT: {_figure(signal.ttft_ms, ' ms')}; "
+    console.print(f"  In flight per copy: {_figure(signal.in_flight, '')}; queue per copy: "
+                  f"{_figure(signal.queue_depth, '')}; mean TTFT: {_figure(signal.ttft_ms, ' ms')}; "
                   f"rate: {signal.rate_rps:.2f} req/s", highlight=False)
     stale = ", ".join(signal.stale_copies) or "none"
     console.print(f"  Ready copies: {signal.ready_copies}, with fresh metrics: {signal.fresh_copies}; "

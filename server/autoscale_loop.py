@@ -159,7 +159,8 @@ class Autoscaler:
         for copy_id in pool.ready_copies:
             seen = self.copies.metrics(copy_id)
             readings.append(CopyReading(copy_id=copy_id) if seen is None else CopyReading(
-                copy_id=copy_id, waiting=seen.waiting, ttft_s=seen.recent_ttft_s, scraped_at=seen.scraped_at))
+                copy_id=copy_id, waiting=seen.waiting, running=seen.running, ttft_s=seen.recent_ttft_s,
+                scraped_at=seen.scraped_at))
         return readings
 
     async def _record(self, pool: AutoscaledPool, policy: PoolPolicy, decision: ScalingDecision,

@@ -116,7 +116,8 @@ class PoolPolicy:
     scale_down_delay_s: float = 60.0
     scale_to_zero_after_s: float = 300.0
     rate_autoscaling: bool = True  # False for Proxy=false pools (as documented): only idle → zero
-    # Queue/TTFT rules (server/scaling_decision.py), read from the copies' own /metrics; 0 = off.
+    # Queue/TTFT/concurrency rules (server/scaling_decision.py), read from the copies' own /metrics; 0 = off.
+    target_concurrency: float = 0.0
     scale_out_queue: float = 0.0
     scale_out_s: float = 30.0
     scale_out_ttft_ms: float = 0.0
@@ -125,7 +126,8 @@ class PoolPolicy:
 
     @property
     def queue_autoscaling(self) -> bool:
-        return self.scale_out_queue > 0 or self.scale_out_ttft_ms > 0 or self.scale_in_queue > 0
+        return (self.scale_out_queue > 0 or self.scale_out_ttft_ms > 0 or self.scale_in_queue > 0
+                or self.target_concurrency > 0)
 
 
 @dataclass
@@ -195,7 +197,7 @@ def policy_from_annotations(facts: dict[str, object]) -> PoolPolicy | None:
         scale_down_delay_s=number("scale_down_delay_s", 60.0),
         scale_to_zero_after_s=number("scale_to_zero_after_s", 300.0),
         rate_autoscaling=bool(facts.get("proxy", True)),
-        scale_out_queue=number("scale_out_queue", 0.0), scale_out_s=number("scale_out_s", 30.0),
+        target_concurrency=number("target_concurrency", 0.0), scale_out_queue=number("scale_out_queue", 0.0), scale_out_s=number("scale_out_s", 30.0),
         scale_out_ttft_ms=number("scale_out_ttft_ms", 0.0), scale_in_queue=number("scale_in_queue", 0.0),
         scale_in_s=number("scale_in_s", 120.0),
     )

@@ -120,7 +120,7 @@ def pool_facts(definition: WorkflowDefinition) -> dict[str, Any]:
     pool = definition.pool
     return {"pool": True, "proxy": definition.proxy, "routing_policy": pool.routing_policy,
             "min_replicas": pool.min_replicas, "max_replicas": pool.max_replicas,
-            "target_requests_per_s": pool.target_requests_per_s,
+            "target_requests_per_s": pool.target_requests_per_s, "target_concurrency": pool.target_concurrency,
             "scale_down_delay_s": pool.scale_down_delay_s,
             "scale_to_zero_after_s": pool.scale_to_zero_after_s,
             "scale_out_queue": pool.scale_out_queue, "scale_out_s": pool.scale_out_s,

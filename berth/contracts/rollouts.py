@@ -176,6 +176,7 @@ class RevisionHealth(Response):
 
 class ScalingSignal(Response):
     queue_depth: float | None = None  # waiting requests per ready copy (vllm:num_requests_waiting), mean
+    in_flight: float | None = None  # running + waiting per ready copy, mean (what TargetConcurrency sizes)
     ttft_ms: float | None = None  # mean time to first token of the ready copies, recent
     rate_rps: float = 0.0
     ready_copies: int = 0

@@ -44,14 +44,14 @@ def test_explain_scaling(served: ServerContext) -> None:
               "ready copy")
     explanation = ScalingExplanation(
         workflow_id="wf-q", at=time.time(), desired=2, decision="hold", reason=reason,
-        signal=ScalingSignal(queue_depth=0.0, ready_copies=2, fresh_copies=1, stale_copies=["c1"]),
-        policy={"scale_in_queue": 1.0, "scale_in_s": 120.0, "max_replicas": 3})
+        signal=ScalingSignal(queue_depth=0.0, in_flight=3.0, ready_copies=2, fresh_copies=1, stale_copies=["c1"]),
+        policy={"scale_in_queue": 1.0, "scale_in_s": 120.0, "max_replicas": 3, "target_concurrency": 32.0})
     served.store.note_scaling("ep-q", explanation.model_dump(mode="json"), 5.0)
     code, output = _run("workflow", "explain-scaling", "wf-q")
     assert code == 0, output
     assert "wf-q: hold → 2 copies" in output and reason in output
-    assert "Queue per copy: 0.0; mean TTFT: no fresh metrics" in output
+    assert "In flight per copy: 3.0; queue per copy: 0.0; mean TTFT: no fresh metrics" in output
     assert "with fresh metrics: 1; stale or silent: c1" in output
-    assert "ScaleInQueue" in output and "MaxReplicas" in output
+    assert "ScaleInQueue" in output and "MaxReplicas" in output and "TargetConcurrency" in output
     code, output = _run("workflow", "explain-scaling", "wf-q", "-o", "json")
     assert code == 0 and json.loads(output)["signal"]["stale_copies"] == ["c1"]

@@ -103,3 +103,64 @@ def test_policy_reads_the_thresholds_from_the_annotations() -> None:
     assert (policy.scale_out_queue, policy.scale_out_s, policy.scale_in_queue, policy.scale_in_s) == (20, 10, 2, 90)
     plain = policy_from_annotations({"pool": True})
     assert plain is not None and not plain.queue_autoscaling and plain.scale_out_s == 30 and plain.scale_in_s == 120
+
+
+# Concurrency (issue 31: a model entry's default TargetConcurrency, so raising MaxReplicas is all a user does).
+CONCURRENCY = PoolPolicy(min_replicas=1, max_replicas=4, target_concurrency=8, scale_out_s=30, scale_in_s=60)
+
+
+def in_flight(now: float, *pairs: tuple[float, float]) -> list[CopyReading]:
+    """Copies as (running, waiting) pairs, all just scraped."""
+    return [CopyReading(copy_id=f"c{i}", running=r, waiting=w, scraped_at=now) for i, (r, w) in enumerate(pairs)]
+
+
+def test_requests_in_flight_above_the_target_grow_the_pool_to_fit_after_the_window() -> None:
+    memory = QueueMemory()
+    assert decide_queue(CONCURRENCY, 1, in_flight(100, (8, 12)), memory, 100).decision == "steady"
+    decision = decide_queue(CONCURRENCY, 1, in_flight(130, (8, 12)), memory, 130)
+    # 20 in flight at 8 per copy: 3 copies at once (HPA's jump), not one per window.
+    assert (decision.decision, decision.desired) == ("scale_out", 3), decision.reason
+    assert "20.0 requests in flight per copy > TargetConcurrency=8" in decision.reason
+    assert decision.signal.in_flight == 20
+
+
+def test_the_pool_shrinks_only_to_what_its_load_needs_so_it_never_grows_back() -> None:
+    memory = QueueMemory()
+    # Three copies with 5 in flight each (15): two copies hold 15 at 8 per copy, one would not.
+    decide_queue(CONCURRENCY, 3, in_flight(100, (5, 0), (5, 0), (5, 0)), memory, 100)
+    decision = decide_queue(CONCURRENCY, 3, in_flight(160, (5, 0), (5, 0), (5, 0)), memory, 160)
+    assert (decision.decision, decision.desired) == ("scale_in", 2), decision.reason
+    # The same load over the two copies left: 7.5 per copy, within the target, so nothing moves, ever.
+    after = QueueMemory()
+    for now in (200, 260, 400):
+        assert decide_queue(CONCURRENCY, 2, in_flight(now, (7, 0.5), (7, 0.5)), after, now).desired == 2
+
+
+def test_concurrency_scale_in_waits_for_its_window_and_for_the_queue_rule_where_it_is_on() -> None:
+    memory = QueueMemory()
+    decide_queue(CONCURRENCY, 2, in_flight(100, (1, 0), (0, 0)), memory, 100)
+    steady = decide_queue(CONCURRENCY, 2, in_flight(159, (1, 0), (0, 0)), memory, 159)
+    assert steady.decision == "steady" and "of 60 (ScaleInSeconds)" in steady.reason
+    both = PoolPolicy(min_replicas=1, max_replicas=4, target_concurrency=8, scale_in_queue=0.5, scale_in_s=60)
+    memory = QueueMemory()
+    # Little in flight, but a queue: the waiting-only rule disagrees, so no scale-in however long.
+    for now in (100, 200, 300):
+        assert decide_queue(both, 2, in_flight(now, (1, 1), (0, 1)), memory, now).decision == "steady"
+
+
+def test_the_rate_rule_never_shrinks_a_pool_below_what_its_requests_in_flight_need() -> None:
+    readings = in_flight(100, (8, 6), (8, 6))  # 28 in flight: 4 copies at 8 per copy
+    queue = decide_queue(PoolPolicy(min_replicas=1, max_replicas=4, target_concurrency=8, scale_out_s=30),
+                         4, readings, QueueMemory(), 100)
+    assert queue.floor == 4
+    decision = combine(4, (1, "0.10 req/s over 60 s at TargetRequestRate=5 per copy"), queue, queue.signal)
+    assert (decision.decision, decision.desired) == ("steady", 4)
+    assert "would leave 1 copies, but the requests in flight need 4" in decision.reason
+    idle = decide_queue(CONCURRENCY, 2, in_flight(100, (0, 0), (0, 0)), QueueMemory(), 100)
+    # An idle pool still goes to zero by the idle rule (ScaleToZeroAfter): nothing is in flight.
+    assert combine(2, (0, "no request for 300 s"), idle, idle.signal).desired == 0
+
+
+def test_the_target_concurrency_travels_from_the_endpoint_row() -> None:
+    policy = policy_from_annotations({"pool": True, "min_replicas": 1, "max_replicas": 3, "target_concurrency": 64})
+    assert policy is not None and policy.target_concurrency == 64 and policy.queue_autoscaling
