@@ -314,7 +314,10 @@ async def _unless_hung(watching: asyncio.Future[int | None], health: HealthCheck
     """Wait until the watched process ends (None), or until its engine is hung: then stop it (cancelling
     the watch stops its process group) and return why."""
     if health is None or health.interval_s <= 0:
-        await asyncio.wait({watching})
+        # Awaited, not asyncio.wait()-ed: a cancelled activity cancels the watch, which stops the group (a rank
+        # with no probe — every rank but the leader, or all of them with health checks off — was left running
+        # by a stop, its GPUs and port handed to the next copy while it still held them).
+        await watching
         return None
     hung = asyncio.ensure_future(until_hung(health, functools.partial(set_routable, health.copy_id)))
     either: set[asyncio.Future[int | None] | asyncio.Future[str]] = {watching, hung}

@@ -36,6 +36,7 @@ from server.autoscaler import (
     ProxiedRates,
     decide,
     policy_from_annotations,
+    rate_wants,
     resized_elsewhere,
 )
 from server.copy_activity import CopyActivity, CopyTarget
@@ -141,7 +142,8 @@ class Autoscaler:
         if policy.queue_autoscaling:
             queue_memory = self.queue_memories.setdefault(pool.endpoint_id, QueueMemory())
             queue = decide_queue(policy, status.desired_copies, readings, queue_memory, now)
-        decision = combine(status.desired_copies, rate, queue, measure(readings, now, load.rate_rps))
+        decision = combine(status.desired_copies, rate, queue, measure(readings, now, load.rate_rps),
+                           rate_wants(policy, load))
         if resized:
             decision = dataclasses.replace(decision, reason=f"{decision.reason}; its windows started again: the "
                                            f"pool was resized to {status.desired_copies} outside the autoscaler")

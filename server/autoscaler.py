@@ -153,6 +153,14 @@ def resized_elsewhere(memory: PoolMemory, current: int, *windows: object) -> boo
     return moved
 
 
+def rate_wants(policy: PoolPolicy, load: Load) -> int | None:
+    """The size the rate rule asks for at the measured rate (within the pool's bounds); None when it is off."""
+    if not policy.rate_autoscaling or policy.target_requests_per_s <= 0:
+        return None
+    want = math.ceil(load.rate_rps / policy.target_requests_per_s)
+    return max(policy.min_replicas, 1, min(policy.max_replicas, want))
+
+
 def decide(policy: PoolPolicy, current: int, load: Load, memory: PoolMemory,
            now: float) -> tuple[int, str] | None:
     """The size the pool should have and why, or None to leave it as it is."""
@@ -162,10 +170,9 @@ def decide(policy: PoolPolicy, current: int, load: Load, memory: PoolMemory,
             return 0, (f"no request for {load.idle_s:.0f} s "
                        f"(ScaleToZeroAfter={policy.scale_to_zero_after_s:.0f} s)")
         return None
-    if not policy.rate_autoscaling or policy.target_requests_per_s <= 0 or current == 0:
+    want = rate_wants(policy, load)
+    if want is None or current == 0:
         return None  # at zero, a request wakes the pool (the proxy holds it meanwhile)
-    want = math.ceil(load.rate_rps / policy.target_requests_per_s)
-    want = max(policy.min_replicas, 1, min(policy.max_replicas, want))
     reason = (f"{load.rate_rps:.2f} req/s over {RATE_WINDOW_S:.0f} s at TargetRequestRate="
               f"{policy.target_requests_per_s:g} per copy")
     if want > current:
@@ -197,7 +204,8 @@ def policy_from_annotations(facts: dict[str, object]) -> PoolPolicy | None:
         scale_down_delay_s=number("scale_down_delay_s", 60.0),
         scale_to_zero_after_s=number("scale_to_zero_after_s", 300.0),
         rate_autoscaling=bool(facts.get("proxy", True)),
-        target_concurrency=number("target_concurrency", 0.0), scale_out_queue=number("scale_out_queue", 0.0), scale_out_s=number("scale_out_s", 30.0),
+        target_concurrency=number("target_concurrency", 0.0),
+        scale_out_queue=number("scale_out_queue", 0.0), scale_out_s=number("scale_out_s", 30.0),
         scale_out_ttft_ms=number("scale_out_ttft_ms", 0.0), scale_in_queue=number("scale_in_queue", 0.0),
         scale_in_s=number("scale_in_s", 120.0),
     )

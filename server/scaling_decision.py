@@ -162,9 +162,10 @@ def _decide_in(policy: PoolPolicy, current: int, signal: ScalingSignal, needed: 
 
 
 def combine(current: int, rate: tuple[int, str] | None, queue: ScalingDecision | None,
-            signal: ScalingSignal) -> ScalingDecision:
+            signal: ScalingSignal, rate_wants: int | None = None) -> ScalingDecision:
     """One decision from the rate rule's (size, reason) and the queue rule's, carrying `signal`: the larger
-    scale-out wins, and a hold from either blocks any scale-in (to zero included)."""
+    scale-out wins, a hold from either blocks any scale-in (to zero included), and neither shrinks the pool
+    below what the other needs now (`rate_wants`: the rate rule's size at the measured rate, None when off)."""
     if queue is not None and queue.decision == "scale_out" and (rate is None or rate[0] <= queue.desired):
         return replace(queue, signal=signal)
     if rate is not None and rate[0] > current:
@@ -177,6 +178,11 @@ def combine(current: int, rate: tuple[int, str] | None, queue: ScalingDecision |
             return ScalingDecision(current, "steady", f"{rate[1]} would leave {rate[0]} copies, but the requests in "
                                    f"flight need {floor}", signal)
         return ScalingDecision(max(rate[0], floor), "scale_in", rate[1], signal)
+    if queue is not None and queue.decision == "scale_in" and rate_wants is not None and rate_wants > queue.desired:
+        if rate_wants >= current:
+            return ScalingDecision(current, "steady", f"{queue.reason}; but the rate rule (TargetRequestRate) needs "
+                                   f"{rate_wants} copies", signal)
+        return replace(queue, desired=rate_wants, signal=signal)
     if queue is not None:
         return replace(queue, signal=signal)
     return ScalingDecision(current, "steady", f"the rate rule keeps {current} copies", signal)

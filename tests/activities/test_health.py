@@ -1,10 +1,15 @@
-"""Engine liveness on its own: failures count only in a row and only once the engine has answered."""
+"""Engine liveness on its own: failures count only in a row and only once the engine has answered; and a
+rank with no probe is still stopped when its copy stops."""
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
+import pytest
 
 from activities.health import FailureStreak, until_hung
+from activities.ranks import _unless_hung
 from workflows.payloads import HealthCheck
 
 
@@ -52,3 +57,32 @@ async def test_an_unanswered_probe_is_a_timeout() -> None:
     check = HealthCheck(url="http://engine", interval_s=0.001, failures_to_fail=2)
     reason = await until_hung(check, transport=httpx.MockTransport(first_answers))
     assert reason == "/health failed 2 times in a row (timeout after 2 s)"
+
+
+async def _stopped_on_cancel(stopped: asyncio.Event) -> int | None:
+    """A stand-in for Supervisor.watch: runs until cancelled, and then 'stops the process group'."""
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        stopped.set()
+        raise
+    return 0
+
+
+@pytest.mark.parametrize("health", [None, HealthCheck(url="http://engine", interval_s=0, timeout_s=1.0,
+                                                      failures_to_fail=3)])
+async def test_a_stopped_rank_without_a_probe_is_stopped_too(health: HealthCheck | None) -> None:
+    # Every rank but the leader has no probe, and none has with BERTH_HEALTH_CHECK_INTERVAL_S=0: the copy's
+    # stop (its activity cancelled) must still reach the watch that stops the rank's process group.
+    stopped = asyncio.Event()
+    watching = asyncio.ensure_future(_stopped_on_cancel(stopped))
+
+    async def routable(copy_id: str, on: bool) -> None:
+        return None
+
+    activity = asyncio.ensure_future(_unless_hung(watching, health, routable))
+    await asyncio.sleep(0)  # the activity is waiting on its rank
+    activity.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await activity
+    assert stopped.is_set() and watching.cancelled()

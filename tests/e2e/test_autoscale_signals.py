@@ -83,3 +83,39 @@ def test_a_queue_scales_out_and_stale_metrics_hold_scale_in(stack: RunningStack)
         os.kill(frozen, signal.SIGCONT)
     wait_for(lambda: stack.describe(workflow_id)["desired_copies"] == 1, 90, "a scale-in once every copy is fresh")
     stack.cli("workflow", "stop", workflow_id)
+
+
+def test_raising_max_replicas_is_all_a_user_does(stack: RunningStack) -> None:
+    # The entry's own TargetConcurrency (the vLLM entry: 32 per copy), no threshold set; only the windows are
+    # shortened so the test is brief. 40 requests in flight on one copy need two.
+    described = stack.cli("catalog", "describe", "vLLM").stdout
+    assert "TargetConcurrency" in described, described
+    workflow_id = stack.start_entry(
+        "vLLM", f"Model=hf://{MODEL},GpusPerNode=1,Proxy=false,MaxReplicas=2,Scope=user,ScaleOutSeconds=2,"
+                "ScaleInSeconds=8,DrainGrace=5")
+    endpoint = stack.endpoint(workflow_id)
+    token = stack.token_for(endpoint["id"])
+    done = threading.Event()
+
+    def client() -> None:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40}
+        with httpx.Client(timeout=120, headers={"Authorization": f"Bearer {token}"}) as http:
+            while not done.is_set():
+                http.post(endpoint["url"] + "/v1/chat/completions", json=body)
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(40)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_for(lambda: stack.describe(workflow_id)["desired_copies"] == 2, 120, "a scale-out on concurrency")
+        scaled = [e["message"] for e in stack.describe(workflow_id)["events"] if e["kind"] == "scale_up"]
+        assert scaled and "TargetConcurrency=32" in scaled[-1], scaled
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join(timeout=120)
+    # Idle: nothing in flight needs one copy (MinReplicas), after ScaleInSeconds with both copies heard.
+    wait_for(lambda: stack.describe(workflow_id)["desired_copies"] == 1, 120, "a scale-in with the load gone")
+    reasons = [e["message"] for e in stack.describe(workflow_id)["events"] if e["kind"] == "scale_down"]
+    assert reasons and "in flight per copy need" in reasons[-1], reasons
+    stack.cli("workflow", "stop", workflow_id)

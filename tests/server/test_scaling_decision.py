@@ -164,3 +164,15 @@ def test_the_rate_rule_never_shrinks_a_pool_below_what_its_requests_in_flight_ne
 def test_the_target_concurrency_travels_from_the_endpoint_row() -> None:
     policy = policy_from_annotations({"pool": True, "min_replicas": 1, "max_replicas": 3, "target_concurrency": 64})
     assert policy is not None and policy.target_concurrency == 64 and policy.queue_autoscaling
+
+
+def test_a_concurrency_scale_in_never_shrinks_below_what_the_rate_rule_needs() -> None:
+    memory = QueueMemory()
+    decide_queue(CONCURRENCY, 3, in_flight(100, (1, 0), (0, 0), (0, 0)), memory, 100)
+    queue = decide_queue(CONCURRENCY, 3, in_flight(160, (1, 0), (0, 0), (0, 0)), memory, 160)
+    assert (queue.decision, queue.desired) == ("scale_in", 1)
+    # The rate rule's measure asks for all three (e.g. many short requests): nothing shrinks, and it says why.
+    held = combine(3, None, queue, queue.signal, rate_wants=3)
+    assert (held.decision, held.desired) == ("steady", 3) and "the rate rule (TargetRequestRate) needs 3" in held.reason
+    assert combine(3, None, queue, queue.signal, rate_wants=2).desired == 2  # down to what the rate needs
+    assert combine(3, None, queue, queue.signal).desired == 1  # no rate rule: the load's own size

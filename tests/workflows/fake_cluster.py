@@ -81,6 +81,7 @@ class FakeCluster:
     fronts_running: int = 0
     front_goes_live: bool = True  # False: its liveness probe waits until the test sets it
     publish_gate: asyncio.Event | None = None  # set: publish_replica waits for it before it writes
+    drain_gate: asyncio.Event | None = None  # set: drain_replica waits for it (in-flight requests finishing)
     reserve_gate: asyncio.Event | None = None  # set: reserve_placement waits for it before it places
     _ports: itertools.count[int] = field(default_factory=lambda: itertools.count(20000))
 
@@ -161,6 +162,8 @@ class FakeCluster:
     async def drain_replica(self, request: DrainInput) -> DrainResult:
         self._record("drain_replica", request)
         self.published.pop(request.copy_id, None)
+        if self.drain_gate is not None:
+            await self.drain_gate.wait()
         return DrainResult(drained=True, waited_s=0.0)
 
     @activity.defn(name="remove_endpoint")

@@ -4,12 +4,14 @@ row, scales, and on stop stops every copy and releases every placement."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from tests.workflows.fake_cluster import FakeCluster, FakeNode
-from tests.workflows.harness import Harness, copy_ids, event_kinds, node_ids, pool_definition
+from tests.workflows.harness import Harness, copy_ids, event_kinds, eventually, node_ids, pool_definition
 from workflows.payloads import Phase, ScaleRequest
 from workflows.pool_workflow import PoolWorkflow
 
@@ -104,6 +106,28 @@ async def test_the_same_failure_three_times_in_a_row_fails_the_workflow(harness:
         placed = [r.copy_id for r in cluster.called("reserve_placement")]
         assert sorted(set(placed)) == [f"{handle.id}.copy-{i}" for i in range(3)]
         assert cluster.placements == {} and cluster.published == {}
+
+
+async def test_a_stop_during_a_drain_stops_the_draining_copy_too(harness: Harness) -> None:
+    # The drain waits for in-flight requests when the stop arrives: the copy it was draining must be stopped
+    # with the rest (it used to be dropped from the pool, its ranks left running and its GPUs released).
+    cluster = cluster_of(2)
+    cluster.drain_gate = asyncio.Event()
+    async with harness.running(cluster):
+        handle = await harness.start(pool_definition(min_replicas=1, max_replicas=2))
+        wf = handle.id
+        await harness.wait_status(handle, lambda s: len(copy_ids(s)) == 1, "one ready copy")
+        await handle.execute_update(PoolWorkflow.scale, ScaleRequest(replicas=2, reason="test"))
+        await harness.wait_status(handle, lambda s: len(copy_ids(s)) == 2, "a second ready copy")
+        await harness.settled([f"{wf}.copy-1"])
+        await handle.execute_update(PoolWorkflow.scale, ScaleRequest(replicas=1))
+        await eventually(lambda: cluster.called("drain_replica"), "the drain to begin")
+        status = await harness.stop(handle)
+        assert status.phase is Phase.STOPPED
+        for copy_id in (f"{wf}.copy-0", f"{wf}.copy-1"):
+            assert all(rank.cancelled for rank in cluster.copy_ranks(copy_id)), copy_id
+        assert cluster.placements == {}
+        cluster.drain_gate.set()
 
 
 async def test_scaling_in_drains_the_newest_copy_and_releases_it(harness: Harness) -> None:
