@@ -5,6 +5,7 @@ once it answers again the idle pool scales in."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -35,6 +36,30 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
         running.stop()
 
 
+@contextlib.contextmanager
+def chatting(stack: RunningStack, workflow_id: str, clients: int) -> Iterator[None]:
+    """`clients` threads sending chat requests one after another through the endpoint, for the block."""
+    endpoint = stack.endpoint(workflow_id)
+    token = stack.token_for(endpoint["id"])
+    done = threading.Event()
+
+    def client() -> None:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40}
+        with httpx.Client(timeout=120, headers={"Authorization": f"Bearer {token}"}) as http:
+            while not done.is_set():
+                http.post(endpoint["url"] + "/v1/chat/completions", json=body)
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join(timeout=120)
+
+
 def explain(stack: RunningStack, workflow_id: str) -> dict[str, object]:
     response = stack.api("GET", f"/v1/workflows/{workflow_id}/scaling")
     return response.json() if response.status_code == 200 else {}  # type: ignore[no-any-return]
@@ -44,29 +69,12 @@ def test_a_queue_scales_out_and_stale_metrics_hold_scale_in(stack: RunningStack)
     workflow_id = stack.start_entry(
         "vLLM", f"Model=hf://{MODEL},GpusPerNode=1,Proxy=false,MinReplicas=1,MaxReplicas=2,Scope=user,"
                 "ScaleOutQueue=1,ScaleOutSeconds=2,ScaleInQueue=0.5,ScaleInSeconds=25,DrainGrace=5")
-    endpoint = stack.endpoint(workflow_id)
-    token = stack.token_for(endpoint["id"])
-    done = threading.Event()
-
-    def client() -> None:
-        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40}
-        with httpx.Client(timeout=60, headers={"Authorization": f"Bearer {token}"}) as http:
-            while not done.is_set():
-                http.post(endpoint["url"] + "/v1/chat/completions", json=body)
-
-    threads = [threading.Thread(target=client, daemon=True) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    try:
+    with chatting(stack, workflow_id, 6):
         wait_for(lambda: stack.describe(workflow_id)["desired_copies"] == 2, 90, "a scale-out on the queue")
         scaled = [e["message"] for e in stack.describe(workflow_id)["events"] if e["kind"] == "scale_up"]
         assert scaled and "autoscaler" in scaled[-1], scaled
         wait_for(lambda: sum(c["status"] == "ready" for c in stack.describe(workflow_id)["copies"]) == 2, 60,
                  "two ready copies")
-    finally:
-        done.set()
-        for thread in threads:
-            thread.join(timeout=90)
     ready = [c["copy_id"] for c in stack.describe(workflow_id)["copies"] if c["status"] == "ready"]
     frozen = int(rank_record(stack.state_dir, ready[0], 0)["pid"])
     # Its /metrics stops answering: its figures go stale 15 s later, well inside ScaleInSeconds (25 s), so the
@@ -93,27 +101,10 @@ def test_raising_max_replicas_is_all_a_user_does(stack: RunningStack) -> None:
     workflow_id = stack.start_entry(
         "vLLM", f"Model=hf://{MODEL},GpusPerNode=1,Proxy=false,MaxReplicas=2,Scope=user,ScaleOutSeconds=2,"
                 "ScaleInSeconds=8,DrainGrace=5")
-    endpoint = stack.endpoint(workflow_id)
-    token = stack.token_for(endpoint["id"])
-    done = threading.Event()
-
-    def client() -> None:
-        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40}
-        with httpx.Client(timeout=120, headers={"Authorization": f"Bearer {token}"}) as http:
-            while not done.is_set():
-                http.post(endpoint["url"] + "/v1/chat/completions", json=body)
-
-    threads = [threading.Thread(target=client, daemon=True) for _ in range(40)]
-    for thread in threads:
-        thread.start()
-    try:
+    with chatting(stack, workflow_id, 40):
         wait_for(lambda: stack.describe(workflow_id)["desired_copies"] == 2, 120, "a scale-out on concurrency")
         scaled = [e["message"] for e in stack.describe(workflow_id)["events"] if e["kind"] == "scale_up"]
         assert scaled and "TargetConcurrency=32" in scaled[-1], scaled
-    finally:
-        done.set()
-        for thread in threads:
-            thread.join(timeout=120)
     # Idle: nothing in flight needs one copy (MinReplicas), after ScaleInSeconds with both copies heard.
     wait_for(lambda: stack.describe(workflow_id)["desired_copies"] == 1, 120, "a scale-in with the load gone")
     reasons = [e["message"] for e in stack.describe(workflow_id)["events"] if e["kind"] == "scale_down"]
