@@ -24,6 +24,7 @@ from temporalio.service import RPCError
 from activities.health import until_hung
 from activities.listener import foreign_listener
 from activities.node_context import NodeContext
+from activities.rank_jail import RankUser, engine_paths, give, jailed, model_paths, plan
 from activities.supervision import RANK_PIDFILE, SHUTDOWN_MARKER, RankState, Supervisor
 from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
@@ -111,10 +112,12 @@ def _shm_entries() -> set[str]:
 class NodeActivities:
     """Activities bound to one node agent (its id, engine and state dir)."""
 
-    def __init__(self, context: NodeContext, supervisor: Supervisor, api: ApiClient | None = None) -> None:
+    def __init__(self, context: NodeContext, supervisor: Supervisor, api: ApiClient | None = None,
+                 rank_user: RankUser | None = None) -> None:
         self.context = context
         self.supervisor = supervisor
         self.api = api  # resolves secrets at the last moment (never through Temporal)
+        self.rank_user = rank_user  # None: ranks run as the agent (activities/rank_jail.py)
         # Each copy's API key is derived here, on the node, from the state dir's keys: never carried.
         self.replica_keys = ReplicaKeys.load_or_create(context.state.keys)
 
@@ -131,6 +134,8 @@ class NodeActivities:
         (run_dir / "tmp").mkdir(parents=True, exist_ok=True)
         remove_file(run_dir / SHUTDOWN_MARKER)  # a previous run's, in a reused directory: not this run's story
         env = self._environment(spec, run_dir)
+        if self.rank_user is not None:
+            argv = await asyncio.to_thread(self._jailed, spec, argv, env, run_dir)
         log_path = self._log_path(spec)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         shm_before = _shm_entries()
@@ -191,6 +196,17 @@ class NodeActivities:
             env.setdefault("DO_NOT_TRACK", "1")
             env.setdefault("HF_HUB_OFFLINE", "1")
         return env
+
+    def _jailed(self, spec: RankSpec, argv: list[str], env: dict[str, str], run_dir: Path) -> list[str]:
+        """`argv` started as the rank user, seeing of the state dir only its run dir, the node's engine cache
+        and its model (activities/rank_jail.py)."""
+        user = self.rank_user
+        assert user is not None
+        cache = Path(env["VLLM_CACHE_ROOT"])
+        give(user, [run_dir, cache])
+        env["HOME"] = str(run_dir)  # ~/.cache, ~/.config of a user with no home
+        read_only = engine_paths(argv, env) | model_paths(Path(spec.model_dir))
+        return jailed(argv, plan(user, read_only, [run_dir, cache], [self.context.state.root]), env)
 
     async def _spawn(self, spec: RankSpec, argv: list[str], env: dict[str, str], run_dir: Path,
                      log_path: Path) -> asyncio.subprocess.Process:

@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +20,7 @@ from activities.fronts import FrontActivities
 from activities.litellm_standby import LiteLLMStandby
 from activities.model_jobs import ModelJobActivities
 from activities.node_context import NodeContext
+from activities.rank_jail import RankUser, ensure_rank_user, probe
 from activities.ranks import NodeActivities, prune_rank_dirs
 from activities.supervision import Orphan, Supervisor
 from berth.api_client import ApiClient
@@ -31,6 +33,7 @@ from berth.settings import (
     litellm_standby_enabled,
     metrics_enabled,
     node_task_queue,
+    rank_user_setting,
 )
 from berth.temporal import connect
 from node.inventory import host_facts, nvml_gpus, simulated_gpus
@@ -136,7 +139,7 @@ class NodeAgent:
         cipher = Cipher.load_or_create(self.state.keys)
         client = await connect(self.config.temporal_address, cipher)
         secrets_api = ApiClient(self.config.api_url, self.config.token)
-        activities = NodeActivities(self.context, supervisor, secrets_api)
+        activities = NodeActivities(self.context, supervisor, secrets_api, await asyncio.to_thread(rank_user))
         reaper = asyncio.create_task(self.reap_orphans(
             orphans, marked, supervisor, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
         standby = LiteLLMStandby(self.context.node_dir / "litellm-standby", litellm_standby_enabled())
@@ -181,6 +184,29 @@ class NodeAgent:
             await standby.close()
             if metrics is not None:
                 metrics.close()
+
+
+def rank_user() -> RankUser | None:
+    """Who this agent's ranks run as (activities/rank_jail.py): the rank user in its own mount namespace when
+    the agent is root and the kernel allows it, else the agent itself, said once here."""
+    name = rank_user_setting()
+    if name.lower() in ("", "none"):
+        log.info("ranks run as the agent's user (BERTH_RANK_USER=none)")
+        return None
+    if os.geteuid() != 0:
+        log.info("ranks run as the agent's user: only an agent running as root can start them as %s", name)
+        return None
+    try:
+        user = ensure_rank_user(name)
+    except (OSError, ValueError, subprocess.SubprocessError) as error:
+        log.warning("ranks run as the agent's user (root): the rank user %s is not usable: %s", name, error)
+        return None
+    reason = probe(user)
+    if reason is not None:
+        log.warning("ranks run as the agent's user (root): a rank cannot be started as %s here: %s", name, reason)
+        return None
+    log.info("ranks run as %s (uid %d) in their own mount namespace", name, user.uid)
+    return user
 
 
 def run_agent(config: AgentConfig) -> None:

@@ -1,7 +1,9 @@
-"""Code that runs inside a rank's engine process (vLLM's interpreter, not Berth's).
+"""Code that runs in a rank's process: the copy guard inside the engine (vLLM's interpreter, not Berth's), and
+the jail the process starts in (`jail.py`: as the rank user, in its own mount namespace, before it execs the
+engine; run by the node agent's Python as a script).
 
-vLLM loads it with `--middleware berth_rank_guard.CopyGuard`, from this folder put first on the rank's
-PYTHONPATH (activities/vllm_command.py). It imports the standard library only: the engine's virtualenv
+vLLM loads the guard with `--middleware berth_rank_guard.CopyGuard`, from this folder put first on the rank's
+PYTHONPATH (activities/vllm_command.py). Both import the standard library only: the engine's virtualenv
 has no Berth in it, and none of Berth's code belongs in a process a user's model and flags influence.
 """
 

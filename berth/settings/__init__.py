@@ -351,6 +351,7 @@ from berth.settings.components import (  # noqa: E402, F401 — re-exported: ber
     metrics_enabled,
     opencode_bin_override,
     otel_endpoint,
+    rank_user_setting,
     replica_keys_token,
     state_dir_if_set,
     temporal_address,

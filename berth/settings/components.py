@@ -149,6 +149,12 @@ def litellm_bin_override() -> str | None:
     return os.environ.get("BERTH_LITELLM_BIN", "").strip() or None
 
 
+def rank_user_setting(environ: Mapping[str, str] = os.environ) -> str:
+    """BERTH_RANK_USER: the user a root node agent starts ranks as, in their own mount namespace
+    (activities/rank_jail.py; created when missing); `berth-rank` by default, `none` runs them as the agent."""
+    return environ.get("BERTH_RANK_USER", "berth-rank").strip()
+
+
 def litellm_standby_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     """BERTH_LITELLM_STANDBY: `on` (the default) has each node agent keep one LiteLLM interpreter imported
     ahead, which its next LiteLLM start or restart becomes (activities/litellm_standby.py); `off` starts every

@@ -2,12 +2,15 @@
 whole environment (the admin BERTH_TOKEN, BERTH_STATE_DIR with the keys), and ExtraEnv took any name, so
 `PYTHONWARNINGS=all:0:antigravity.x:0:0 BROWSER=perlthanks PERL5OPT=…` ran a payload at engine start that
 wrote the token out. Now: such names, and ExtraArgs flags that run code, are refused at submission in one
-line with nothing started; a started rank holds no Berth credential or key path; neither does Temporal."""
+line with nothing started; a started rank holds no Berth credential or key path, runs as the rank user and
+cannot see the keys; neither does Temporal hold a Berth secret."""
 
 from __future__ import annotations
 
 import os
+import pwd
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -97,8 +100,27 @@ def test_a_started_rank_holds_no_credential_and_gets_its_allowed_extra_env(peopl
         # The node agent it runs under does hold the admin token: the rank got it no longer.
         agent = process_environment(_parent(int(rank["pid"])))
         assert agent.get("BERTH_TOKEN") == people.stack.token
+        _runs_as_the_rank_user_seeing_no_key(int(rank["pid"]), people)
     finally:
         people.cli("bob", "workflow", "stop", workflow_id)
+
+
+def _runs_as_the_rank_user_seeing_no_key(pid: int, people: People) -> None:
+    """Issue 29: as the rank user, in a mount namespace where the state dir holds its run dir and nothing of
+    the keys or the admin token's file (read through /proc/PID/root: the rank's own view). A stack not run
+    as root runs ranks as its own user (documented): then only the environment above protects the keys."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    uid = int(next(line for line in status if line.startswith("Uid:")).split()[1])
+    if os.geteuid() != 0:
+        assert uid == os.geteuid()
+        return
+    assert uid == pwd.getpwnam("berth-rank").pw_uid
+    seen = Path(f"/proc/{pid}/root")
+    state = people.stack.state_dir
+    keys = StateLayout(state).keys
+    assert keys.is_dir() and any(keys.iterdir())  # the agent's view: the keys are there
+    assert not (seen / keys.relative_to("/")).exists() and not (seen / state.relative_to("/") / "client.json").exists()
+    assert (seen / state.relative_to("/") / "nodes").is_dir()  # its run dir's way in
 
 
 def _parent(pid: int) -> int:
