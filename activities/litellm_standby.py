@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Final
 
 from activities.front_launch import FrontLaunch
+from berth.processes import script_interpreter
 from gateway.litellm_service import find_litellm_executable, shared_environment
 
 log = logging.getLogger("berth.node.litellm_standby")
@@ -41,20 +42,6 @@ def set_niceness(pid: int, niceness: int) -> bool:
     except (OSError, ValueError):
         return False
     return True
-
-
-def interpreter_of(executable: str) -> str | None:
-    """The Python a `litellm` console script runs under (its `#!` line), None when it is no script."""
-    try:
-        with open(executable, "rb") as script:
-            first = script.readline(4096)
-    except OSError:
-        return None
-    if not first.startswith(b"#!"):
-        return None
-    words = first[2:].decode(errors="replace").split()
-    # `#!/usr/bin/env python3` names no file of its own: not ours to guess.
-    return words[0] if len(words) == 1 and words[0].startswith("/") else None
 
 
 class Standby:
@@ -116,7 +103,7 @@ class LiteLLMStandby:
             executable = find_litellm_executable()
         except FileNotFoundError:
             return  # no LiteLLM on this node: its launches fail cold, in their own words
-        python = interpreter_of(executable)
+        python = script_interpreter(executable)
         if python is None:
             log.info("no LiteLLM standby: %s is not a Python script with its own interpreter", executable)
             return
@@ -126,7 +113,7 @@ class LiteLLMStandby:
             # `-P`: no working directory on sys.path; the hooks import from PYTHONPATH (the checkout). Its
             # own session from the start, as a cold front's: the pid the agent records is its group's.
             process = await asyncio.create_subprocess_exec(
-                python, "-P", "-m", STANDBY_MODULE, "--parent", str(os.getpid()), cwd=self.directory,
+                str(python), "-P", "-m", STANDBY_MODULE, "--parent", str(os.getpid()), cwd=self.directory,
                 env=environment, stdin=asyncio.subprocess.PIPE, stdout=output, stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True)
         # Only an agent that may raise a priority back again lowers one (root, on a GPU node).

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from berth.processes import script_interpreter
 from rank import GUARD_DIR
 
 log = logging.getLogger("berth.node.rank_jail")
@@ -66,10 +67,8 @@ def engine_paths(argv: Sequence[str], environ: Mapping[str, str]) -> set[Path]:
     """What the engine reads to start: its virtualenv, the Python it was made from, its PYTHONPATH."""
     found: set[Path] = set()
     executable = shutil.which(argv[0]) or argv[0]
-    interpreter = _interpreter(Path(executable))
+    interpreter = script_interpreter(executable) or Path(executable)  # a script's Python, or a Python itself
     for program in (Path(executable), interpreter):
-        if program is None:
-            continue
         venv = program.parent.parent  # <venv>/bin/<program>, unresolved: the virtualenv's own python
         if (venv / "pyvenv.cfg").exists():
             found.add(venv)
@@ -79,19 +78,6 @@ def engine_paths(argv: Sequence[str], environ: Mapping[str, str]) -> set[Path]:
         if entry:
             found.add(Path(entry))
     return {path for path in found if path.exists() and path != Path("/")}
-
-
-def _interpreter(program: Path) -> Path | None:
-    """A script's `#!` interpreter, or the program itself when it is a Python."""
-    try:
-        with open(program, "rb") as script:
-            first = script.readline(4096)
-    except OSError:
-        return None
-    if first.startswith(b"#!"):
-        words = first[2:].decode(errors="replace").split()
-        return Path(words[0]) if words and words[0].startswith("/") else None
-    return program
 
 
 def model_paths(model_dir: Path) -> set[Path]:

@@ -42,6 +42,18 @@ def berth_python(module: str) -> list[str]:
     return [sys.executable, "-P", "-m", module]
 
 
+def script_interpreter(program: str | Path) -> Path | None:
+    """The interpreter a script names on its `#!` line when that is one absolute path (a virtualenv's console
+    script), else None (a binary, `#!/usr/bin/env python3`, an unreadable file)."""
+    try:
+        with open(program, "rb") as script:
+            first = script.readline(4096)
+    except OSError:
+        return None
+    words = first[2:].decode(errors="replace").split() if first.startswith(b"#!") else []
+    return Path(words[0]) if len(words) == 1 and words[0].startswith("/") else None
+
+
 def without_relative_python_path(env: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
     """`env` with PYTHONPATH's empty and relative entries dropped, and the entries dropped. Each names a
     folder relative to the child's working directory (an empty one *is* it, as `PYTHONPATH=$PYTHONPATH:/x`
