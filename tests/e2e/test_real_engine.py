@@ -17,7 +17,13 @@ import pytest
 
 from activities.ranks import _shm_names
 from tests.e2e.conftest import REAL_ENGINE_GROUP, ServedSmolLM2
-from tests.support import SMOLLM2_QUESTION, RunningStack, processes_mentioning, rank_record
+from tests.support import (
+    SMOLLM2_QUESTION,
+    RunningStack,
+    processes_mentioning,
+    rank_record,
+    runs_as_the_rank_user_seeing_no_key,
+)
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -94,6 +100,8 @@ def _copy_port_answers_only_berth(stack: RunningStack, info: dict[str, Any]) -> 
     key = {"Authorization": f"Bearer {stack.replica_key(copy['copy_id'])}"}
     tokens = httpx.post(copy["url"] + "/tokenize", json={"model": MODEL, "prompt": "Paris"}, headers=key, timeout=30)
     assert tokens.status_code == 200 and tokens.json()["count"] >= 1, tokens.text
+    # And vLLM itself runs as the rank user, the keys out of its sight (issue 29, finding 2).
+    runs_as_the_rank_user_seeing_no_key(int(rank_record(stack.state_dir, copy["copy_id"], 0)["pid"]), stack.state_dir)
 
 
 def test_data_parallel_copy_across_two_cpu_nodes_fails_as_a_unit(cpu_stack: RunningStack) -> None:

@@ -8,16 +8,14 @@ cannot see the keys; neither does Temporal hold a Berth secret."""
 from __future__ import annotations
 
 import os
-import pwd
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from berth.settings import StateLayout
 from tests.security.conftest import People
-from tests.support import process_environment, rank_record, wait_for
+from tests.support import process_environment, rank_record, runs_as_the_rank_user_seeing_no_key, wait_for
 
 MODEL = "GPT-OSS 20B"
 PAYLOAD = "PYTHONWARNINGS=all:0:antigravity.x:0:0 BROWSER=perlthanks PERL5OPT=-Mbigint"
@@ -100,27 +98,9 @@ def test_a_started_rank_holds_no_credential_and_gets_its_allowed_extra_env(peopl
         # The node agent it runs under does hold the admin token: the rank got it no longer.
         agent = process_environment(_parent(int(rank["pid"])))
         assert agent.get("BERTH_TOKEN") == people.stack.token
-        _runs_as_the_rank_user_seeing_no_key(int(rank["pid"]), people)
+        runs_as_the_rank_user_seeing_no_key(int(rank["pid"]), people.stack.state_dir)
     finally:
         people.cli("bob", "workflow", "stop", workflow_id)
-
-
-def _runs_as_the_rank_user_seeing_no_key(pid: int, people: People) -> None:
-    """Issue 29: as the rank user, in a mount namespace where the state dir holds its run dir and nothing of
-    the keys or the admin token's file (read through /proc/PID/root: the rank's own view). A stack not run
-    as root runs ranks as its own user (documented): then only the environment above protects the keys."""
-    status = Path(f"/proc/{pid}/status").read_text().splitlines()
-    uid = int(next(line for line in status if line.startswith("Uid:")).split()[1])
-    if os.geteuid() != 0:
-        assert uid == os.geteuid()
-        return
-    assert uid == pwd.getpwnam("berth-rank").pw_uid
-    seen = Path(f"/proc/{pid}/root")
-    state = people.stack.state_dir
-    keys = StateLayout(state).keys
-    assert keys.is_dir() and any(keys.iterdir())  # the agent's view: the keys are there
-    assert not (seen / keys.relative_to("/")).exists() and not (seen / state.relative_to("/") / "client.json").exists()
-    assert (seen / state.relative_to("/") / "nodes").is_dir()  # its run dir's way in
 
 
 def _parent(pid: int) -> int:
