@@ -11,11 +11,11 @@ from starlette.concurrency import run_in_threadpool
 
 from berth.contracts import EndpointToken, EndpointTokenRecord, EndpointTokenRequest, EndpointTokenRevoked, Refusal
 from berth.errors import PermissionDeniedError, UserInputError
-from berth.security import Identity, endpoint_audience
 from berth.tokens import parse_duration
 from server.access import in_scope
-from server.context import Context, ServerContext
+from server.context import Context
 from server.guards import Caller, ReachableEndpoint
+from server.token_minting import mint_endpoint_token
 
 router = APIRouter()
 
@@ -34,16 +34,6 @@ NO_ENDPOINT = _refusal(404, "No such endpoint")
 NO_TOKEN_ID = _refusal(404, "No such endpoint, or no token of it with this id that the caller may see")
 
 
-def issue(context: ServerContext, holder: Identity, endpoint_id: str, ttl_s: float, minted_by: str,
-          note: str = "") -> tuple[str, dict[str, Any]]:
-    """Sign an endpoint token naming `holder` and record it; its token and claims. Blocking (the store):
-    call it from a thread."""
-    token = context.signing.endpoint_token(holder, endpoint_id, ttl_s)
-    claims = context.verifier.verify(token, endpoint_audience(endpoint_id))
-    context.store.endpoint_tokens.record(claims, endpoint_id, minted_by, note)
-    return token, claims
-
-
 @router.post("/v1/endpoints/{endpoint_id}/tokens", response_model=EndpointToken,
              responses={**BAD_INPUT, **NO_TOKEN, **OUTSIDE, **NO_ENDPOINT})
 async def generate_token(endpoint_id: str, body: EndpointTokenRequest, endpoint: ReachableEndpoint, who: Caller,
@@ -59,7 +49,7 @@ async def generate_token(endpoint_id: str, body: EndpointTokenRequest, endpoint:
     if ttl > limit:
         raise UserInputError(f"Expiration {body.expiration} is longer than this cluster allows "
                              f"({limit // 3600} h). Choose a shorter --expiration.")
-    token, claims = await run_in_threadpool(issue, context, who, endpoint_id, ttl, who.user, body.note)
+    token, claims = await run_in_threadpool(mint_endpoint_token, context, who, endpoint_id, ttl, who.user, body.note)
     return {"endpoint_id": endpoint_id, "token": token, "expires_at": float(claims["exp"]), "id": claims["jti"]}
 
 

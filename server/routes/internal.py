@@ -46,8 +46,8 @@ from server.copy_outcomes import traffic_of
 from server.guards import Admin, replica_keys_owner, service_audience, service_or_admin
 from server.load_reports import AutoscalerLease, AutoscalerView
 from server.replica_keys import REPLICA_KEYS_TOKEN_TTL_S, discoverable
-from server.routes.endpoint_tokens import issue
 from server.secrets import Secrets
+from server.token_minting import mint_endpoint_token
 from server.views import replica_view
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ async def owner_token_for_service(user: str, body: OwnerTokenRequest, context: C
     ttl = min(body.ttl_s, 7 * 24 * 3600, context.settings.max_token_expiration_s)
     if body.endpoint_id:
         # Recorded like any endpoint token: `berth endpoint tokens` lists it, and it can be revoked.
-        token, _claims = await run_in_threadpool(issue, context, owner, body.endpoint_id, ttl, _who.user,
+        token, _claims = await run_in_threadpool(mint_endpoint_token, context, owner, body.endpoint_id, ttl, _who.user,
                                                  "a workflow service's, as its owner")
     else:
         token = context.signing.api_token(owner, ttl, TokenKind.SERVICE.value, "a workflow service's, as its owner")
