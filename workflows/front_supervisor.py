@@ -27,10 +27,6 @@ SERVICE_BACKOFF_MAX_S = 60.0
 # A run that lasted this long was healthy: the next crash is restarted after the first back-off again,
 # as `berth up` does for its components (a month of rare crashes must not cost a minute each).
 SERVICE_BACKOFF_RESET_S = 60.0
-# The first restart after a healthy run is at once (as Kubernetes restarts a crashed container), then 1 s
-# doubling: a killed LiteLLM serves again in seconds (issue 29), a crash loop still backs off. Histories from
-# before restarted after 1 s.
-RESTART_AT_ONCE_PATCH = "front-first-restart-at-once"
 PROXY_SERVICE = ProcessKind.LITELLM.value  # the front of a Proxy=true pool
 FATAL_SERVICE_ERRORS = ("EndpointUnreachable", "ServiceConfig", "SecretError", "ServiceSpawnFailed")
 
@@ -55,8 +51,7 @@ class FrontSupervisor:
         inside the (encrypted) history, or as an ApiKeySecret reference resolved on the node."""
         input = self.input
         owner = f"{input.workflow_id}.{front_name(input)}"
-        first = 0.0 if workflow.patched(RESTART_AT_ONCE_PATCH) else 1.0
-        backoff = first
+        backoff = 1.0
         try:
             while not self.host.stopping():
                 port: FrontPort = await workflow.execute_activity(
@@ -68,7 +63,7 @@ class FrontSupervisor:
                 started = workflow.now()
                 exit_message = await self._life(run, port)
                 if (workflow.now() - started).total_seconds() >= SERVICE_BACKOFF_RESET_S:
-                    backoff = first
+                    backoff = 1.0
                 if self.host.stopping():
                     return
                 if self.failed is not None:
@@ -76,13 +71,11 @@ class FrontSupervisor:
                                                        last_error=exit_message, failed=True))
                     return
                 await self.host.report(FrontReport(
-                    kind="service_exited", message=f"{exit_message}; restarting it "
-                    + (f"in {backoff:.0f} s" if backoff else "at once"),
+                    kind="service_exited", message=f"{exit_message}; restarting it in {backoff:.0f} s",
                     last_error=exit_message, restarted=True))
-                if backoff:
-                    with contextlib.suppress(asyncio.TimeoutError):  # the back-off ran out: start it again
-                        await workflow.wait_condition(self.host.stopping, timeout=timedelta(seconds=backoff))
-                backoff = min(max(backoff * 2, 1.0), SERVICE_BACKOFF_MAX_S)
+                with contextlib.suppress(asyncio.TimeoutError):  # the back-off ran out: start it again
+                    await workflow.wait_condition(self.host.stopping, timeout=timedelta(seconds=backoff))
+                backoff = min(backoff * 2, SERVICE_BACKOFF_MAX_S)
         finally:
             await workflow.execute_activity(
                 "release_placement", owner, task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
