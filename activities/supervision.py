@@ -24,6 +24,7 @@ from berth.processes import (
     group_alive,
     read_pidfile,
     remove_file,
+    rewrite_pidfile,
     same_process,
     stop_group,
     supervise,
@@ -172,7 +173,7 @@ class Supervisor:
     def _claim(self, pidfile: Path, record: dict[str, Any], log_path: Path, what: str) -> None:
         """Say in the record and in the process's log that this agent now owns it."""
         record.update({"adopted_by": os.getpid(), "adopted_at": time.time()})
-        pidfile.write_text(json.dumps(record))
+        rewrite_pidfile(pidfile, record)
         with contextlib.suppress(OSError), open(log_path, "ab", buffering=0) as handle:
             handle.write(f"[berth] node {self.node_id}: restarted agent adopted {what} "
                          f"(pid {record['pid']})\n".encode())

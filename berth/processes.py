@@ -221,8 +221,15 @@ def write_pidfile(path: Path, pid: int, **details: Any) -> None:
     """Record a live process (pid and start time: together they name it for good) so that a restarted
     parent can find it, adopt it, or stop it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"pid": pid, "start_ticks": process_start_ticks(pid), "started": time.time(),
-                                **details}))
+    rewrite_pidfile(path, {"pid": pid, "start_ticks": process_start_ticks(pid), "started": time.time(), **details})
+
+
+def rewrite_pidfile(path: Path, record: Mapping[str, Any]) -> None:
+    """Replace a pidfile whole (a temporary file renamed over it): a reader — a restarted agent, the orphan
+    reaper, a test — never sees it empty or half-written, as it could between a truncation and a write."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(record))
+    os.replace(temporary, path)
 
 
 def read_pidfile(path: Path) -> dict[str, Any] | None:

@@ -9,13 +9,22 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from berth.processes import group_alive, read_pidfile, same_process, stop_groups_sync, supervise, write_pidfile
+from berth.processes import (
+    group_alive,
+    read_pidfile,
+    rewrite_pidfile,
+    same_process,
+    stop_groups_sync,
+    supervise,
+    write_pidfile,
+)
 
 # A process group of two: a leader that ignores nothing, and a child that outlives a killed leader.
 GROUP = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \
@@ -160,3 +169,29 @@ def test_several_groups_stop_together_in_the_longest_grace_not_the_sum() -> None
     assert not any(group_alive(process.pid) for process in groups)
     assert [process.wait(timeout=5) for process in groups] == [-signal.SIGKILL] * 3
     assert 2.0 <= took < 5.0, took  # one grace for all three (one after another: 6 s at least)
+
+
+def test_a_pidfile_being_rewritten_is_never_seen_empty_or_half_written(tmp_path: Path) -> None:
+    # An agent adopting a process rewrites its pidfile (adopted_by) while others read it (the orphan reaper,
+    # the chaos monkey, a test): a truncate-then-write let a reader see "" (a fresh-clone CI failure).
+    path = tmp_path / "service.json"
+    write_pidfile(path, os.getpid(), name="litellm", padding="x" * 4096)
+    seen: list[str] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            text = path.read_text()
+            if not text or not text.endswith("}"):
+                seen.append(text)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for count in range(2000):
+            rewrite_pidfile(path, {"pid": os.getpid(), "count": count, "padding": "x" * 4096})
+    finally:
+        done.set()
+        reader.join(timeout=30)
+    assert seen == [] and read_pidfile(path) is not None
+    assert [p.name for p in tmp_path.iterdir()] == ["service.json"]  # no temporary file left behind
