@@ -60,6 +60,14 @@ def chatting(stack: RunningStack, workflow_id: str, clients: int) -> Iterator[No
             thread.join(timeout=120)
 
 
+def scaled_out_to_two(stack: RunningStack, workflow_id: str, timeout_s: float, what: str) -> str:
+    """Wait until the pool wants two copies; the message of its last scale-up event."""
+    wait_for(lambda: stack.describe(workflow_id)["desired_copies"] == 2, timeout_s, what)
+    scaled = [e["message"] for e in stack.describe(workflow_id)["events"] if e["kind"] == "scale_up"]
+    assert scaled, stack.describe(workflow_id)["events"]
+    return str(scaled[-1])
+
+
 def explain(stack: RunningStack, workflow_id: str) -> dict[str, object]:
     response = stack.api("GET", f"/v1/workflows/{workflow_id}/scaling")
     return response.json() if response.status_code == 200 else {}  # type: ignore[no-any-return]
@@ -70,9 +78,8 @@ def test_a_queue_scales_out_and_stale_metrics_hold_scale_in(stack: RunningStack)
         "vLLM", f"Model=hf://{MODEL},GpusPerNode=1,Proxy=false,MinReplicas=1,MaxReplicas=2,Scope=user,"
                 "ScaleOutQueue=1,ScaleOutSeconds=2,ScaleInQueue=0.5,ScaleInSeconds=25,DrainGrace=5")
     with chatting(stack, workflow_id, 6):
-        wait_for(lambda: stack.describe(workflow_id)["desired_copies"] == 2, 90, "a scale-out on the queue")
-        scaled = [e["message"] for e in stack.describe(workflow_id)["events"] if e["kind"] == "scale_up"]
-        assert scaled and "autoscaler" in scaled[-1], scaled
+        scaled = scaled_out_to_two(stack, workflow_id, 90, "a scale-out on the queue")
+        assert "autoscaler" in scaled, scaled
         wait_for(lambda: sum(c["status"] == "ready" for c in stack.describe(workflow_id)["copies"]) == 2, 60,
                  "two ready copies")
     ready = [c["copy_id"] for c in stack.describe(workflow_id)["copies"] if c["status"] == "ready"]
@@ -102,9 +109,8 @@ def test_raising_max_replicas_is_all_a_user_does(stack: RunningStack) -> None:
         "vLLM", f"Model=hf://{MODEL},GpusPerNode=1,Proxy=false,MaxReplicas=2,Scope=user,ScaleOutSeconds=2,"
                 "ScaleInSeconds=8,DrainGrace=5")
     with chatting(stack, workflow_id, 40):
-        wait_for(lambda: stack.describe(workflow_id)["desired_copies"] == 2, 120, "a scale-out on concurrency")
-        scaled = [e["message"] for e in stack.describe(workflow_id)["events"] if e["kind"] == "scale_up"]
-        assert scaled and "TargetConcurrency=32" in scaled[-1], scaled
+        scaled = scaled_out_to_two(stack, workflow_id, 120, "a scale-out on concurrency")
+        assert "TargetConcurrency=32" in scaled, scaled
     # Idle: nothing in flight needs one copy (MinReplicas), after ScaleInSeconds with both copies heard.
     wait_for(lambda: stack.describe(workflow_id)["desired_copies"] == 1, 120, "a scale-in with the load gone")
     reasons = [e["message"] for e in stack.describe(workflow_id)["events"] if e["kind"] == "scale_down"]
