@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import subprocess
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -24,7 +25,7 @@ from activities.rank_jail import RankUser, ensure_rank_user, probe
 from activities.ranks import NodeActivities, prune_rank_dirs
 from activities.supervision import Orphan, Supervisor
 from berth.api_client import ApiClient
-from berth.errors import BerthError
+from berth.errors import BerthError, UnavailableError
 from berth.security import Cipher
 from berth.settings import (
     NODES_TASK_QUEUE,
@@ -41,6 +42,12 @@ from node.node_metrics import NodeMetrics
 
 log = logging.getLogger("berth.node")
 HEARTBEAT_S = 5.0
+# How long a starting agent waits for the API to answer its first heartbeat before it gives up (and its
+# supervisor restarts it): an agent restarted while the API restarts too (a node host and the control plane
+# back from one outage, the chaos smoke's node kill 3 s after its API kill) waits the seconds the API needs
+# instead of exiting, and being imported and set up again from nothing, once a second until the API is back.
+FIRST_HEARTBEAT_WAIT_S = 60.0
+FIRST_HEARTBEAT_RETRY_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -161,7 +168,7 @@ class NodeAgent:
         shared = Worker(client, task_queue=NODES_TASK_QUEUE, max_concurrent_activities=8, **common)
         metrics = self.start_metrics(supervisor)
         async with ApiClient(self.config.api_url, self.config.token) as api:
-            await api.heartbeat_node(self.config.node_id, self.inventory(supervisor))
+            await first_heartbeat(lambda: api.heartbeat_node(self.config.node_id, self.inventory(supervisor)))
             if metrics is not None:
                 metrics.heartbeat_accepted()
             beat = asyncio.create_task(self.heartbeat_forever(api, supervisor, metrics))
@@ -184,6 +191,26 @@ class NodeAgent:
             await standby.close()
             if metrics is not None:
                 metrics.close()
+
+
+async def first_heartbeat(send: Callable[[], Awaitable[Any]], wait_s: float = FIRST_HEARTBEAT_WAIT_S,
+                          retry_s: float = FIRST_HEARTBEAT_RETRY_S) -> None:
+    """Send the agent's first heartbeat, again every `retry_s` while the API cannot be reached, for `wait_s`
+    at most (said once in the log); any other refusal, or an API still down after `wait_s`, is raised."""
+    deadline = asyncio.get_running_loop().time() + wait_s
+    said = False
+    while True:
+        try:
+            await send()
+            return
+        except UnavailableError as error:
+            if asyncio.get_running_loop().time() + retry_s > deadline:
+                raise
+            if not said:
+                log.warning("%s; the first heartbeat is sent again every %.1f s for up to %.0f s", error, retry_s,
+                            wait_s)
+                said = True
+        await asyncio.sleep(retry_s)
 
 
 def rank_user() -> RankUser | None:

@@ -1,5 +1,5 @@
-"""Steady client load for the chaos soak: one paced thread per endpoint alternating non-streamed and
-streamed chat requests, each request counted once (no retries), and each outcome classified."""
+"""Steady client load for the chaos soak: one paced thread per endpoint sending non-streamed chat requests and,
+every Nth (every 2nd by default), a streamed one; each request counted once (no retries), each outcome classified."""
 
 from __future__ import annotations
 
@@ -177,24 +177,28 @@ def stream_request(client: httpx.Client, target: Target, tally: LoadTally) -> No
                                               "began_mono": started, "ended_mono": time.monotonic()})
 
 
-def drive(targets: list[Target], rate_per_s: float, stop: threading.Event, tally: LoadTally) -> list[threading.Thread]:
-    """Start one paced thread per target; together they send `rate_per_s` requests a second. Pacing,
-    not synchronization: a request that takes longer than its slot delays only its own thread."""
+def drive(targets: list[Target], rate_per_s: float, stop: threading.Event, tally: LoadTally,
+          stream_every: int = 2) -> list[threading.Thread]:
+    """Start one paced thread per target; together they send `rate_per_s` requests a second, every
+    `stream_every`-th of a thread's requests streamed (2: alternating). Pacing, not synchronization: a
+    request that takes longer than its slot delays only its own thread. One thread per target keeps one
+    request per target in flight at a time: a killed endpoint proxy holds at most one per target."""
     interval = len(targets) / rate_per_s
     threads = []
     for index, target in enumerate(targets):
-        thread = threading.Thread(target=_loop, args=(target, interval, index * interval / len(targets), stop, tally),
-                                  name=f"load-{target.name}", daemon=True)
+        thread = threading.Thread(target=_loop, args=(target, interval, index * interval / len(targets), stream_every,
+                                                      stop, tally), name=f"load-{target.name}", daemon=True)
         thread.start()
         threads.append(thread)
     return threads
 
 
-def _loop(target: Target, interval: float, offset: float, stop: threading.Event, tally: LoadTally) -> None:
-    stream = False
+def _loop(target: Target, interval: float, offset: float, stream_every: int, stop: threading.Event,
+          tally: LoadTally) -> None:
+    sent = 0
     next_at = time.monotonic() + offset
     with httpx.Client(timeout=TIMEOUT) as client:
         while not stop.wait(max(0.0, next_at - time.monotonic())):
             next_at += interval
-            (stream_request if stream else plain_request)(client, target, tally)
-            stream = not stream
+            sent += 1
+            (stream_request if sent % stream_every == 0 else plain_request)(client, target, tally)

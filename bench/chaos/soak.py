@@ -19,6 +19,7 @@ from typing import Any
 from bench.chaos.invariants import InvariantMonitor, processes_under
 from bench.chaos.load import LoadTally, Target, drive
 from bench.chaos.monkey import ChaosMonkey, alive
+from catalog.values import parse_values
 from stack.driver import RunningStack, free_port_base, wait_for
 
 # Model, catalog values: the three shapes the issue names. Distinct models, so each has its own endpoint.
@@ -37,6 +38,7 @@ class SoakOptions:
     seed: int
     interval_s: tuple[float, float] = (20.0, 40.0)
     rate_per_s: float = 3.0
+    stream_every: int = 2  # every Nth request of an endpoint's load is streamed (2: alternating)
     nodes: int = 4
     rounds: int | None = None  # stop killing after this many decks (every kind killed once per deck)
     min_non_streamed: int = 0  # with `rounds`: the soak runs on until this many were counted
@@ -73,19 +75,29 @@ def machine_busy() -> tuple[float, float]:
     return sum(values) - idle, sum(values)
 
 
-def start_workflows(stack: RunningStack) -> tuple[dict[str, str], list[Target]]:
+def start_workflows(stack: RunningStack, timings: dict[str, float]) -> tuple[dict[str, str], list[Target]]:
     """Each workflow started once the one before has placed its copy (so one seed sees one placement), the
     Proxy=true one first: its LiteLLM, the slowest to start, comes up while the others start. Then each
-    until ready, their endpoints (read once), and a token for each, minted through the API."""
+    until ready, their endpoints (read once), and a token for each, minted through the API. Through the
+    API, as `berth workflow catalog start` sends it (the CLI's own tests cover the CLI): a CLI process per
+    call cost 1–2 s each on a busy machine. `timings`: seconds since the first submission."""
     ids: dict[str, str] = {}
+    began = time.monotonic()
     for name in START_ORDER:
         model, values = WORKFLOWS[name]
-        ids[name] = stack.start_entry("vLLM", f"Model=hf://{model},{values}", watch=False)
+        response = stack.api("POST", "/v1/workflows",
+                             json={"entry": "vLLM", "values": parse_values(f"Model=hf://{model},{values}")})
+        response.raise_for_status()
+        ids[name] = response.json()["id"]
         _placed_or_failed(stack, ids[name], {"starting", "ready"})
-    for workflow_id in ids.values():
+        timings[f"{name}_placed"] = round(time.monotonic() - began, 1)
+    for name, workflow_id in ids.items():
         _placed_or_failed(stack, workflow_id, {"ready"})
+        timings[f"{name}_ready"] = round(time.monotonic() - began, 1)
     ids = {name: ids[name] for name in WORKFLOWS}
-    endpoints = {row["workflow_id"]: row for row in stack.cli_json("endpoint", "list")}
+    listed = stack.api("GET", "/v1/endpoints")
+    listed.raise_for_status()
+    endpoints = {row["workflow_id"]: row for row in listed.json()}
     targets = []
     for name, workflow_id in ids.items():
         endpoint = endpoints[workflow_id]
@@ -109,22 +121,24 @@ def restarts(stack: RunningStack) -> dict[str, int]:
 def run_soak(options: SoakOptions, state_dir: Path) -> dict[str, Any]:
     """The soak, start to orphan count; returns the figures (the caller prints them)."""
     print(f"chaos soak: seed={options.seed} minutes={options.minutes} interval_s={options.interval_s} "
-          f"rate_per_s={options.rate_per_s} rounds={options.rounds}", flush=True)
+          f"rate_per_s={options.rate_per_s} stream_every={options.stream_every} rounds={options.rounds}", flush=True)
     stack = RunningStack(state_dir=state_dir, port_base=free_port_base(), nodes=options.nodes,
                          simulate_gpus="4x80GB",
                          extra_env={"BERTH_SIM_STARTUP_DELAY": "0", "BERTH_SIM_TOKENS_PER_SECOND": "60",
                                     **options.stack_env})
     started = time.monotonic()
     stack.start()
-    result: dict[str, Any] = {"seed": options.seed, "minutes": options.minutes,
+    up_s = round(time.monotonic() - started, 1)
+    result: dict[str, Any] = {"stack_up_s": up_s, "seed": options.seed, "minutes": options.minutes,
                               "kill_interval_s": list(options.interval_s), "rate_per_s": options.rate_per_s,
+                              "stream_every": options.stream_every,
                               "nodes": options.nodes, "workflows": {k: v[1] for k, v in WORKFLOWS.items()}}
     if options.rounds is not None:
         result.update({"rounds": options.rounds, "min_non_streamed": options.min_non_streamed})
     if options.stack_env:
         result["stack_env"] = dict(options.stack_env)
     try:
-        ids, targets = start_workflows(stack)
+        ids, targets = start_workflows(stack, result.setdefault("workflow_ready_s", {}))
         result["stack_start_s"] = round(time.monotonic() - started, 1)
         result.update(_chaos(stack, options, ids, targets))
     finally:
@@ -148,7 +162,7 @@ def _chaos(stack: RunningStack, options: SoakOptions, ids: dict[str, str], targe
     tally, stop, cpu = LoadTally(), threading.Event(), CpuMeter(stack.state_dir)
     busy_before = machine_busy()
     began = time.monotonic()
-    threads = drive(targets, options.rate_per_s, stop, tally)
+    threads = drive(targets, options.rate_per_s, stop, tally, options.stream_every)
     chaos = threading.Thread(target=monkey.run, args=(stop, began), name="chaos", daemon=True)
     chaos.start()
     recovered_s: float | None = None

@@ -1,19 +1,19 @@
 """The chaos soak's smoke test: the bench's own code (bench/chaos/) with the bench's invariants. One round
 of the monkey's seeded deck: every kind of process it knows (bench/chaos/monkey.py's KINDS: node agent,
-control worker, API, endpoint proxy, Temporal, LiteLLM, a rank) SIGKILLed once, one every 2–4 s (a kind
+control worker, API, endpoint proxy, Temporal, LiteLLM, a rank) SIGKILLed once, one every 1.5–3 s (a kind
 with nothing running at its turn is drawn again later); then the load and the checks go on until the
 stack has recovered from the last kill (every component running, every node agent ready, every workflow
 ready with all its copies, every endpoint answering a non-streamed and a streamed request begun after
 that kill) and at least MIN_NON_STREAMED non-streamed requests were counted. 3 minutes at most (the
-former fixed length); about 55 s on an idle machine, 70 s with four busy loops on its two cores (stack start
-16–26 s, kills over ~25 s with heartbeat windows of 6/8 s, the soak 35 s, `berth down` 4–7 s: its node
-agents stop at once).
+former fixed length). Measured on two cores beside four other heavy test processes (load average 5–10):
+stack start 34–50 s (most of it LiteLLM's first start), kills over ~16 s, recovery 8–13 s after the last,
+`berth down` 6–9 s; about 55 s on an idle machine.
 
 The non-streamed success bound is 99 %, looser than the bench's 99.9 %: the soak counts at least 300
-non-streamed requests (up to 24 req/s from one paced thread per endpoint, half of them non-streamed; it runs
-on until it has the 300th), so one failed request is at most 0.33 % and the bound allows three — the
-requests the one endpoint proxy holds when it is killed are lost, at most one per thread, so three (two or
-three in the runs so far) — while a 99.9 % bound would allow none,
+non-streamed requests (up to 24 req/s from one paced thread per endpoint, two of every three non-streamed;
+it runs on until it has the 300th), so one failed request is at most 0.33 % and the bound allows three —
+the requests the one endpoint proxy holds when it is killed are lost, at most one per thread, so three
+(one to three in the runs so far) — while a 99.9 % bound would allow none,
 which is a claim about the stack a sample this small cannot support. The other invariants are the bench's, exact."""
 
 from __future__ import annotations
@@ -34,19 +34,19 @@ MIN_NON_STREAMED = 300  # 1 % of it is three requests: the bound has the meaning
 # The product's default LiteLLM standby (the suite turns it off elsewhere): node-1's spare becomes the
 # killed LiteLLM's restart. Beside four busy loops the smoke took 70 s with it and 71 s without.
 WINDOWS = {"BERTH_RANK_HEARTBEAT_TIMEOUT_S": "6", "BERTH_RANK_ADOPT_WINDOW_S": "8", "BERTH_LITELLM_STANDBY": "on"}
-# Seed 1222's deck kills the endpoint proxy first, then LiteLLM: LiteLLM's restart (20–45 s on a busy
-# machine) is the slowest recovery and overlaps the other five kills, and the proxy dies before any request
-# waits in it for LiteLLM (a request the killed proxy holds is lost: the one-proxy floor, which seed
-# 1220's deck, LiteLLM first and the proxy last, hit in 2 runs of 3 on a busy machine). Any seed passes;
-# others take longer.
-SEED = 1222
+# Seed 1315's deck: the endpoint proxy, LiteLLM, the control worker, the API, Temporal, a node agent, a rank.
+# The proxy dies first, before any request waits in it for LiteLLM (a request the killed proxy holds is lost:
+# the one-proxy floor, which seed 1220's deck, LiteLLM first and the proxy last, hit in 2 runs of 3 on a busy
+# machine); LiteLLM's restart, the slowest recovery, overlaps the next four kills and is done before node-1
+# (its node, where the spare LiteLLM lives) may be killed. Any seed passes; others take longer.
+SEED = 1315
 
 
 @pytest.mark.litellm
 def test_chaos_smoke_keeps_every_invariant(tmp_path: Path) -> None:
     # A fixed seed (override with BERTH_CHAOS_SEED) printed with the figures: a failure can be replayed.
     seed = int(os.environ.get("BERTH_CHAOS_SEED", str(SEED)))
-    options = SoakOptions(minutes=3, seed=seed, interval_s=(2.0, 4.0), rate_per_s=24.0, rounds=1,
+    options = SoakOptions(minutes=3, seed=seed, interval_s=(1.5, 3.0), rate_per_s=24.0, stream_every=3, rounds=1,
                           min_non_streamed=MIN_NON_STREAMED, stack_env=WINDOWS)
     result = run_soak(options, tmp_path / "state")
     print(json.dumps(result, indent=2))
