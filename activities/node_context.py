@@ -24,5 +24,10 @@ class NodeContext:
         return self.state.nodes / self.node_id
 
     @property
+    def engine_cache(self) -> Path:
+        """The engine's compile and kernel cache (VLLM_CACHE_ROOT), shared by every rank of the node."""
+        return self.node_dir / "vllm-cache"
+
+    @property
     def ranks_dir(self) -> Path:
         return self.node_dir / "ranks"

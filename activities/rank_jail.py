@@ -155,6 +155,13 @@ def give(user: RankUser, paths: Iterable[Path]) -> None:
                     os.lchown(name, user.uid, user.gid)
 
 
+def give_top(user: RankUser, path: Path) -> None:
+    """`path` (made if missing) the rank user's, not what it holds."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.lstat(path).st_uid != user.uid:
+        os.lchown(path, user.uid, user.gid)
+
+
 def probe(user: RankUser) -> str | None:
     """None when a jailed `true` runs here, else why not (the agent then runs ranks as itself)."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}

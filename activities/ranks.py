@@ -24,7 +24,7 @@ from temporalio.service import RPCError
 from activities.health import until_hung
 from activities.listener import foreign_listener
 from activities.node_context import NodeContext
-from activities.rank_jail import RankUser, engine_paths, give, jailed, model_paths, plan
+from activities.rank_jail import RankUser, engine_paths, give, give_top, jailed, model_paths, plan
 from activities.supervision import RANK_PIDFILE, SHUTDOWN_MARKER, RankState, Supervisor
 from activities.vllm_command import rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
@@ -187,7 +187,7 @@ class NodeActivities:
         # vLLM's cache (model-class inspection, compile artifacts) is keyed by content hash and made to be
         # shared: one per node, like a host's ~/.cache/vllm. Per rank it started cold every time, and the
         # model inspection alone (a subprocess importing torch) cost ~9 s of each CPU start.
-        env["VLLM_CACHE_ROOT"] = str(context.node_dir / "vllm-cache")
+        env["VLLM_CACHE_ROOT"] = str(context.engine_cache)
         if context.engine == "vllm-cpu":
             # 1 GiB of KV cache is plenty for the small CPU models; no usage reporting, no Hub calls:
             # the weights are already on the volume.
@@ -203,7 +203,10 @@ class NodeActivities:
         user = self.rank_user
         assert user is not None
         cache = Path(env["VLLM_CACHE_ROOT"])
-        give(user, [run_dir, cache])
+        # The cache's contents were given once when the agent started (node/agent.py); what ranks write
+        # there since is the rank user's already, so a rank start does not walk a cache of thousands of files.
+        give(user, [run_dir])
+        give_top(user, cache)
         env["HOME"] = str(run_dir)  # ~/.cache, ~/.config of a user with no home
         read_only = engine_paths(argv, env) | model_paths(Path(spec.model_dir))
         return jailed(argv, plan(user, read_only, [run_dir, cache], [self.context.state.root]), env)

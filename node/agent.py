@@ -21,7 +21,7 @@ from activities.fronts import FrontActivities
 from activities.litellm_standby import LiteLLMStandby
 from activities.model_jobs import ModelJobActivities
 from activities.node_context import NodeContext
-from activities.rank_jail import RankUser, ensure_rank_user, probe
+from activities.rank_jail import RankUser, ensure_rank_user, give, probe
 from activities.ranks import NodeActivities, prune_rank_dirs
 from activities.supervision import Orphan, Supervisor
 from berth.api_client import ApiClient
@@ -146,7 +146,12 @@ class NodeAgent:
         cipher = Cipher.load_or_create(self.state.keys)
         client = await connect(self.config.temporal_address, cipher)
         secrets_api = ApiClient(self.config.api_url, self.config.token)
-        activities = NodeActivities(self.context, supervisor, secrets_api, await asyncio.to_thread(rank_user))
+        user = await asyncio.to_thread(rank_user)
+        if user is not None:
+            # Once per agent: a cache filled by ranks that ran as root (BERTH_RANK_USER=none before) becomes
+            # the rank user's; each rank start then gives only the cache's top (activities/ranks.py).
+            await asyncio.to_thread(give, user, [self.context.engine_cache])
+        activities = NodeActivities(self.context, supervisor, secrets_api, user)
         reaper = asyncio.create_task(self.reap_orphans(
             orphans, marked, supervisor, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
         standby = LiteLLMStandby(self.context.node_dir / "litellm-standby", litellm_standby_enabled())

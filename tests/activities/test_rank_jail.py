@@ -15,6 +15,8 @@ from activities.rank_jail import (
     RankUser,
     engine_paths,
     ensure_rank_user,
+    give,
+    give_top,
     jailed,
     model_paths,
     plan,
@@ -126,3 +128,20 @@ def test_root_is_never_the_rank_user() -> None:
     if ROOT:
         with pytest.raises(ValueError, match="is root: ranks would hold every key"):
             ensure_rank_user("root")
+
+
+def test_give_takes_a_whole_tree_and_give_top_only_the_top(tmp_path: Path) -> None:
+    """The agent gives the engine cache whole once at start; a rank start gives only its top, so it does not
+    walk thousands of cache files (what ranks write there since is the rank user's already)."""
+    cache, run = tmp_path / "cache", tmp_path / "run"
+    (cache / "inner").mkdir(parents=True)
+    (cache / "inner" / "kernel.so").write_text("x")
+    me = RankUser("me", os.getuid(), os.getgid())
+    owner = USER if ROOT else me  # only root can hand files to another user
+    give_top(owner, cache)
+    assert os.lstat(cache).st_uid == owner.uid
+    assert os.lstat(cache / "inner" / "kernel.so").st_uid == os.getuid()  # not walked
+    give(owner, [cache, run])
+    assert run.is_dir()
+    for path in (cache, cache / "inner", cache / "inner" / "kernel.so", run):
+        assert os.lstat(path).st_uid == owner.uid, path
