@@ -1,10 +1,10 @@
 """LiteLLM service: render the per-model LiteLLM proxy's config, environment and command, and run it."""
 
 # Berth runs the stock `litellm` proxy server, one per model, with no database, in front of the
-# model's pool of vLLM replicas. Three hook modules from this package run inside it (so they may
-# import only what LiteLLM's own virtualenv has):
-#   gateway.litellm_hooks.replica_sync   worker start-up hook: router deployments follow the pool; request counters
-#   gateway.litellm_hooks.auth   custom_auth: caller assertion or LiteLLM key
+# model's pool of vLLM replicas. Hook modules of gateway/litellm_hooks/ run inside it (so they may
+# import only what LiteLLM's own virtualenv has: pyproject's `litellm-hooks-venv` contract):
+#   gateway.litellm_hooks.replica_sync  worker start-up hook: router deployments follow the pool; request counters
+#   gateway.litellm_hooks.auth          custom_auth: caller assertion or LiteLLM key
 # This module runs in Berth's own environment and never imports litellm.
 
 from __future__ import annotations

@@ -11,14 +11,13 @@ import contextlib
 import json
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import trace
 
 from berth.api_client import ApiClient
 from berth.bounded_parse import TooDeep
-from berth.errors import BerthError, PermissionDeniedError
+from berth.errors import BerthError
 from berth.http_guard import guarded_protocol
 from berth.kinds import ProcessKind
 from berth.log_format import configure_logging
@@ -35,26 +34,13 @@ from gateway.edge.metrics import MetricsScraper
 from gateway.edge.proxy_metrics import ProxyMetrics, RequestClock
 from gateway.edge.proxy_tracing import ProxyTracing, traced
 from gateway.edge.upstream import HOP_BY_HOP, Receive, Send, UpstreamError, UpstreamPool, relay
+from gateway.models.discovery import WAKE_REFRESH_S, Pool, PoolDiscovery
 
 log = logging.getLogger("berth.gateway")
 
 # Credentials meant for Berth or for this gateway (its master key) never go on to the model servers.
 STRIPPED = HOP_BY_HOP | {b"berth-authorization", b"x-berth-caller", b"cookie", *KEY_HEADERS}
 HOLD_DEADLINE_S = 120.0
-# While a request waits on a pool it woke, discovery runs this often whatever DiscoveryInterval says:
-# a long interval must not outlast the hold deadline (the documents: a woken pool succeeds on retry).
-WAKE_REFRESH_S = 2.0
-
-
-@dataclass
-class Pool:
-    """One discovered endpoint (a Proxy=false pool) serving a model."""
-
-    endpoint_id: str
-    workflow_id: str
-    model_id: str
-    policy: routing.Policy
-    replicas: dict[str, routing.Replica] = field(default_factory=dict)
 
 
 class ModelGateway:
@@ -67,119 +53,29 @@ class ModelGateway:
         self.metrics = metrics or ProxyMetrics(prefix="berth_model_gateway", subject="model")
         self.held = 0
         self.metrics.count_held(lambda: self.held)
-        # The catalog entry's RoutingPolicy picks among a model's copies; unset, each pool's own policy.
-        self.routing_policy = routing_policy
         if routing_policy is not None:
             routing.make(routing_policy)  # an unknown name fails at start, listing the valid ones
         # The catalog entry's MasterKeySecret (LiteLLM's contract); None for a bare `berth gateway`.
         self.gate = gate
-        # Reads the discovered copies' keys (a replica-keys token, or an administrator's; default: `api`).
-        self.keys_api = keys_api or api
-        self._keys_refused = False
         self.upstream = upstream or UpstreamPool()
         self.refresh_s = refresh_s
         self.hold_deadline_s = hold_deadline_s
         self.limits = limits or ProxyLimits()  # body size, upstream deadline, stream idle (gateway/edge/exchange.py)
         # No keys: a Berth token is recognised by its issuer, enough to strip it from any header.
         self._berth_tokens = TokenVerifier()
-        self.pools: dict[str, Pool] = {}
-        self.not_discoverable: dict[str, str] = {}
-        self._told: set[str] = set()
-        self._changed = asyncio.Event()
-        self._refreshing = asyncio.Lock()  # the poll loop and a waking request never refresh at once
-        self._refreshed_at = -WAKE_REFRESH_S
-        self.discovery_rounds = 0  # completed, since start
-        self.last_round_started_at: float | None = None  # wall clock, of the last completed round
-        self._scraper = MetricsScraper(self._targets)
+        self._scraper = MetricsScraper(lambda: self.discovery.replicas())
+        # The copies' keys are read with `keys_api`: a replica-keys token's client, or an administrator's (`api`).
+        self.discovery = PoolDiscovery(api, keys_api or api, routing_policy, self._scraper)
         self._tasks: list[asyncio.Task[None]] = []
 
-    def _targets(self) -> list[routing.Replica]:
-        return [r for pool in self.pools.values() for r in pool.replicas.values()]
-
-    # --- discovery --------------------------------------------------------------------------------
-    async def _replica_keys(self) -> dict[str, str] | None:
-        """Each discovered copy's key (vLLM answers 401 without it); none when this gateway may not read
-        them, said once: it then runs for a user who holds neither a replica-keys token nor admin rights.
-        None when the read failed otherwise: the keys already known stay."""
-        try:
-            keys = await self.keys_api.replica_keys()
-        except PermissionDeniedError:
-            if not self._keys_refused:
-                self._keys_refused = True
-                log.warning("cannot read the copies' keys (BERTH_REPLICA_KEYS_TOKEN unset and BERTH_TOKEN is not "
-                            "an administrator's): the copies will refuse these requests; run the gateway as the "
-                            "'LiteLLM Model Gateway' catalog entry")
-            return {}
-        except BerthError as error:
-            log.warning("reading the copies' keys failed: %s", error)
-            return None
-        self._keys_refused = False
-        return keys
+    @property
+    def pools(self) -> dict[str, Pool]:
+        """The discovered pools by endpoint id."""
+        return self.discovery.pools
 
     async def refresh(self, older_than_s: float = 0.0) -> None:
-        """Discover now, unless a discovery finished less than `older_than_s` ago (many waiting requests
-        then cost the API one poll, not one each)."""
-        async with self._refreshing:
-            if time.monotonic() - self._refreshed_at >= older_than_s:
-                started_at = time.time()
-                await self._refresh()
-                self._refreshed_at = time.monotonic()
-                self.discovery_rounds += 1
-                self.last_round_started_at = started_at
-
-    async def _refresh(self) -> None:
-        endpoints = await self.api.endpoints()
-        keys = await self._replica_keys()
-        seen: set[str] = set()
-        for endpoint in endpoints:
-            notes = endpoint.annotations
-            model_id = notes.model_id or endpoint.model_id
-            if not model_id:
-                continue
-            if not notes.discoverable:
-                reason = notes.not_discoverable_reason or "it is not annotated for discovery"
-                self.not_discoverable[endpoint.id] = f"{model_id} ({endpoint.workflow_id}): {reason}"
-                if endpoint.id not in self._told:
-                    self._told.add(endpoint.id)
-                    log.warning("not serving %s from workflow %s: %s", model_id, endpoint.workflow_id, reason)
-                continue
-            seen.add(endpoint.id)
-            pool = self.pools.get(endpoint.id)
-            if pool is None:
-                pool = Pool(endpoint_id=endpoint.id, workflow_id=endpoint.workflow_id, model_id=model_id,
-                            policy=routing.make(self.routing_policy or notes.routing_policy or "least_queue"))
-                self.pools[endpoint.id] = pool
-                log.info("discovered %s at endpoint %s", model_id, endpoint.id)
-            current = {r.copy_id: r for r in endpoint.replicas}
-            for copy_id in list(pool.replicas):
-                if copy_id not in current:
-                    del pool.replicas[copy_id]
-            for copy_id, item in current.items():
-                replica = pool.replicas.get(copy_id)
-                fresh = replica is None
-                if replica is None:
-                    replica = routing.Replica(copy_id=copy_id, url=item.url)
-                    pool.replicas[copy_id] = replica
-                replica.ready, replica.draining = item.ready, item.draining
-                if keys is not None:
-                    replica.api_key = keys.get(copy_id, "")
-                if fresh:  # with its key: the copy's /metrics answers only Berth
-                    await self._scraper.scrape_now(replica)
-        for endpoint_id in list(self.pools):
-            if endpoint_id not in seen:
-                log.info("dropped %s (endpoint %s is gone or out of reach)", self.pools[endpoint_id].model_id,
-                         endpoint_id)
-                del self.pools[endpoint_id]
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    async def _refresh_forever(self) -> None:
-        while True:
-            try:
-                await self.refresh()
-            except BerthError as error:
-                log.warning("discovery failed: %s", error)
-            await asyncio.sleep(self.refresh_s)
+        """Discover now, unless a round finished less than `older_than_s` ago (gateway/models/discovery.py)."""
+        await self.discovery.refresh(older_than_s)
 
     def models(self) -> list[str]:
         return sorted({pool.model_id for pool in self.pools.values()})
@@ -240,8 +136,8 @@ class ModelGateway:
         """Alive, and how far discovery and the copies' scrape have got: counts and times only (the answer
         precedes the master key), so a caller can wait for a round that started after a change it saw,
         instead of sleeping."""
-        return {"status": "ok", "discovery": {"rounds": self.discovery_rounds,
-                                              "last_round_started_at": self.last_round_started_at},
+        return {"status": "ok", "discovery": {"rounds": self.discovery.rounds,
+                                              "last_round_started_at": self.discovery.last_round_started_at},
                 "scrape": {"last_round_started_at": self._scraper.last_round_started_at}}
 
     async def _route(self, scope: dict[str, Any], receive: Receive, send: Send, clock: RequestClock) -> None:
@@ -288,7 +184,7 @@ class ModelGateway:
         if not any(p.model_id == model for p in self.pools.values()):
             # LiteLLM's 400 and text; Berth's reason a pool of that model is not discoverable after it.
             unknown = invalid_model(path, model)
-            hint = "; ".join(v for v in self.not_discoverable.values() if v.startswith(model + " "))
+            hint = "; ".join(v for v in self.discovery.not_discoverable.values() if v.startswith(model + " "))
             if hint:
                 unknown["error"]["message"] += f" Not discoverable: {hint}"
             await _json(send, 400, unknown)
@@ -342,7 +238,7 @@ class ModelGateway:
                     with contextlib.suppress(BerthError):
                         await self.api.wake_endpoint(pool.endpoint_id, f"gateway request for {model}")
                         self.metrics.woke(model)
-            changed = self._changed
+            changed = self.discovery.changed
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), timeout=min(1.0, max(0.05, deadline - time.monotonic())))
             choice = self.pick(model, session)
@@ -354,7 +250,7 @@ class ModelGateway:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                self._tasks.append(asyncio.create_task(self._refresh_forever()))
+                self._tasks.append(asyncio.create_task(self.discovery.refresh_forever(self.refresh_s)))
                 self._scraper.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
@@ -363,8 +259,8 @@ class ModelGateway:
                 await self._scraper.aclose()
                 await self.upstream.aclose()
                 await self.api.aclose()
-                if self.keys_api is not self.api:
-                    await self.keys_api.aclose()
+                if self.discovery.keys_api is not self.api:
+                    await self.discovery.keys_api.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
