@@ -99,7 +99,7 @@ async def test_a_model_scoped_key_check_refuses_a_deep_body(tmp_path: Path, body
 
 
 async def test_the_session_key_refuses_a_deep_body(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    # Two idle copies: the proxy reads the prompt to keep it on one of them (gateway/edge/prompt_key.py).
+    # Two idle copies: the proxy reads the prompt to keep it on one of them (gateway/endpoint/session_key.py).
     copies = [await Copy(name).start() for name in ("c1", "c2")]
     key = SigningKey.load_or_create(tmp_path)
     proxy = EndpointProxy(PoolRoutes(copies), TokenVerifier.from_jwks(key.jwks()))  # type: ignore[arg-type]
