@@ -22,7 +22,7 @@ from berth.contracts import (
     TrafficSplit,
 )
 from berth.security import ReplicaKeys
-from gateway.metrics import parse
+from gateway.edge.metrics import parse
 from workflows.payloads import CleanupInput, DrainInput, DrainResult
 from workflows.rollout_payloads import HealthInput, ServeInput, TrafficInput
 

@@ -13,6 +13,7 @@ from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 
 from activities.front_launch import FrontLaunch
+from activities.litellm_service import LiteLLMServiceSpec, prepare_launch
 from activities.node_context import NodeContext
 from activities.opencode_launch import opencode_launch
 from berth.api_client import ApiClient
@@ -20,7 +21,6 @@ from berth.child_environment import BASE_VARIABLES, PYTHON_SETTINGS, inherit
 from berth.errors import BerthError
 from berth.kinds import ProcessKind, facts
 from berth.processes import berth_python
-from gateway.litellm_service import LiteLLMServiceSpec, prepare_launch
 from workflows.payloads import FrontRun
 
 Launch = Callable[[ApiClient, NodeContext, FrontRun, Path], Awaitable[FrontLaunch]]

@@ -1,4 +1,4 @@
-"""The node agent's LiteLLM standby (the other half runs in LiteLLM's interpreter: gateway/litellm_standby.py).
+"""The node agent's LiteLLM standby (the other half runs in LiteLLM's interpreter: gateway/litellm_hooks/standby.py).
 
 A cold LiteLLM spends most of its start importing (about 8 s of CPU; 20-45 s on a busy machine). The agent
 keeps one LiteLLM interpreter that has already imported, under the environment every LiteLLM of this agent
@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Final
 
 from activities.front_launch import FrontLaunch
+from activities.litellm_service import find_litellm_executable, shared_environment
 from berth.processes import script_interpreter
-from gateway.litellm_service import find_litellm_executable, shared_environment
 
 log = logging.getLogger("berth.node.litellm_standby")
 
-STANDBY_MODULE: Final = "gateway.litellm_standby"
+STANDBY_MODULE: Final = "gateway.litellm_hooks.standby"
 STANDBY_LOG: Final = "litellm-standby.log"
 # A spare imports on idle CPU only (measured: at the agent's own priority, two agents' spares took a stack
 # start from 17 s to 33 s on two cores); the one handed over gets the agent's priority back.

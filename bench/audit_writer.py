@@ -16,7 +16,7 @@ from typing import Any
 
 from bench.common import emit
 from berth.security import Cipher
-from gateway.audit_writer import AuditWriter, as_records
+from gateway.endpoint.audit_writer import AuditWriter, as_records
 from server.store import Store
 
 REQUESTS = 50_000

@@ -13,8 +13,8 @@ from typing import Any
 
 from bench.common import emit
 from berth.contracts import limit_policy_from
-from gateway.counters import MAX_WINDOWED, MemoryCounters
-from gateway.limits import Asked, Limiter
+from gateway.endpoint.counters import MAX_WINDOWED, MemoryCounters
+from gateway.endpoint.limits import Asked, Limiter
 
 POLICY = {"session": {"requests_per_minute": 100, "tokens_per_minute": 10_000},
           "project": {"requests_per_minute": 100}}

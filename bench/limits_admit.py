@@ -17,8 +17,8 @@ from typing import Any
 from bench.common import emit
 from berth.contracts import SCOPES, LimitPolicy
 from berth.processes import free_port
-from gateway.counters import Counters, MemoryCounters
-from gateway.limits import Asked, Limiter
+from gateway.endpoint.counters import Counters, MemoryCounters
+from gateway.endpoint.limits import Asked, Limiter
 
 SCOPE_LIMITS = {"requests_per_minute": 10**9, "tokens_per_minute": 10**12, "concurrent": 10**6}
 POLICY = LimitPolicy.model_validate({
@@ -48,7 +48,7 @@ async def _per_admit(counters: Counters, rounds: int) -> dict[str, Any]:
 
 
 async def _redis(url: str, rounds: int) -> dict[str, Any]:
-    from gateway.redis_counters import RedisCounters
+    from gateway.endpoint.redis_counters import RedisCounters
     counters = RedisCounters(url, prefix=f"bench:{time.time_ns()}:")
     try:
         return {**await _per_admit(counters, rounds), "url": url}

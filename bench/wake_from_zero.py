@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from bench.common import emit, summary
-from gateway.hold import WAKE_EVERY_S
+from gateway.endpoint.hold import WAKE_EVERY_S
 from simulator.testing import start_simulator
 from stack.driver import RunningStack, free_port_base, rank_record, wait_for
 

@@ -3,7 +3,7 @@ nothing at all. Unset, every tracer is OpenTelemetry's no-op one (a span costs a
 a TracerProvider with a BatchSpanProcessor exports from a background thread, so a slow or absent collector
 never delays or fails a request. An export failure is logged once, then nothing until an export succeeds.
 
-What a span records is chosen by its caller (gateway/proxy_tracing.py, server/routes/workflows.py, the
+What a span records is chosen by its caller (gateway/edge/proxy_tracing.py, server/routes/workflows.py, the
 Temporal interceptor in berth/temporal.py) and by FastAPI's own server spans on the API; docs/operations.md lists
 it, and what is never recorded. A URL's query is recorded with its values redacted (QueryRedactor)."""
 

@@ -121,7 +121,7 @@ class PoolSpec(Frozen):
     scale_in_queue: float = Field(default=0.0, ge=0)  # waiting per copy below this, held scale_in_s
     scale_in_s: float = Field(default=120.0, ge=0)
     drain_grace_s: float = Field(default=30.0, ge=0)  # in-flight requests of a copy scaled in get this long
-    routing_policy: str = "least_queue"  # gateway.routing.POLICIES
+    routing_policy: str = "least_queue"  # gateway.edge.routing.POLICIES
 
     @model_validator(mode="before")
     @classmethod

@@ -76,7 +76,7 @@ def proxy(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 3,
           fd: Annotated[int | None, typer.Option(help="Serve on this inherited listening socket "
                                                      "(its owner keeps it open across restarts)")] = None) -> None:
     """Run the endpoint proxy (the public entry to every endpoint)."""
-    from gateway.run import run_endpoint_proxy
+    from gateway.endpoint.run import run_endpoint_proxy
 
     _observed("proxy")
     run_endpoint_proxy(_given(settings.component_api_url), _given(settings.component_token), host, port, fd=fd)
@@ -96,7 +96,7 @@ def gateway(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 7,
     with BERTH_TOKEN if that is an administrator's. With BERTH_GATEWAY_MASTER_KEY set (the entry's
     MasterKeySecret) it answers as LiteLLM does: a key sent must be that one; without a key, the
     endpoint proxy's caller assertion for --endpoint-id must vouch for the caller."""
-    from gateway.model_gateway import run_gateway
+    from gateway.models.model_gateway import run_gateway
 
     master_key = settings.gateway_master_key()
     if master_key and not endpoint_id:

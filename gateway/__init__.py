@@ -1,1 +1,1 @@
-"""Gateway: the endpoint proxy, the LiteLLM hooks, and the discovering gateway."""
+"""Gateway: a package per process (endpoint/, models/, litellm_hooks/: inside LiteLLM's venv) over the edge/ kit."""

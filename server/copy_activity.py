@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from gateway.metrics import apply, parse
-from gateway.routing import ReplicaMetrics
+from gateway.edge.metrics import apply, parse
+from gateway.edge.routing import ReplicaMetrics
 
 log = logging.getLogger("berth.autoscaler")
 

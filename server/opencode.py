@@ -47,7 +47,7 @@ def client_facts(store: Store, endpoint: EndpointRow, url: str) -> dict[str, Any
 
 def gateway_models(store: Store, gateway: EndpointRow) -> list[ServedModel]:
     """What a discovering gateway serves: the models of the Proxy=false pools its owner may reach, as its
-    discovery lists them with the owner's token (gateway/model_gateway.py), by model id. A model several
+    discovery lists them with the owner's token (gateway/models/model_gateway.py), by model id. A model several
     pools serve gets the smallest context (a request may reach any of them)."""
     owner = store.identity(gateway.owner)
     found: dict[str, list[ServedModel]] = {}

@@ -1,7 +1,8 @@
 """Internal answers (`/v1/internal/...`): tokens for Berth's own services, the copies' keys a gateway
 reads, a pool's copy list for its LiteLLM sync hook, and the routing table the endpoint proxy reads.
 
-The LiteLLM venv imports this module too (gateway.litellm_sync): pydantic and the standard library only."""
+The LiteLLM venv imports this module too (gateway.litellm_hooks.replica_sync): pydantic and the standard library
+only."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ class ServiceCopies(Response, Renamed):
     model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
 
     copies: list[ServiceCopy] = formerly("replicas", "copies")
-    routing_policy: str = ""  # empty: gateway.routing's default
+    routing_policy: str = ""  # empty: gateway.edge.routing's default
 
 
 class RouteCopy(Response):
@@ -115,7 +116,7 @@ class Health(Response):
 
 # --- requests ------------------------------------------------------------------------------------------
 class RequestCounters(Payload, Renamed):
-    """What the LiteLLM sync hook posts (gateway.litellm_sync.RequestSnapshot; other fields ignored).
+    """What the LiteLLM sync hook posts (gateway.litellm_hooks.replica_sync.RequestSnapshot; other fields ignored).
     `replicas` is the old name of `copies` (deprecated; read too for one release)."""
 
     pid: int

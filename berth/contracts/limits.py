@@ -103,7 +103,7 @@ class LimitPolicy(_Strict):
     def loosening(self, override: LimitPolicy) -> str | None:
         """How `override` would loosen this (cluster) policy, in one line naming the field and this policy's
         value; None: it only tightens. A counted limit this policy sets cannot be overridden at all: the
-        override's count, per endpoint, would replace the count across every endpoint (gateway/limits.py),
+        override's count, per endpoint, would replace the count across every endpoint (gateway/endpoint/limits.py),
         so an endpoint would escape the cluster's shared count even with a lower number."""
         for scope in SCOPES:
             limits = self.scope(scope)

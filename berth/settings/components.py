@@ -179,7 +179,7 @@ def litellm_assertion_settings() -> tuple[str, str]:
 @dataclass(frozen=True)
 class LiteLLMHookSettings:
     """Inside a pool's LiteLLM proxy: what Berth's sync hook reads from the environment its node agent gave
-    it (gateway/litellm_service.py writes these variables; nothing else sets them)."""
+    it (activities/litellm_service.py writes these variables; nothing else sets them)."""
 
     model_name: str
     served_model_name: str
@@ -197,7 +197,7 @@ def litellm_hook_settings(environ: Mapping[str, str] = os.environ) -> LiteLLMHoo
     model_name = environ.get("BERTH_MODEL_NAME", "").strip()
     replicas_url = environ.get("BERTH_REPLICAS_URL", "").strip()
     if not model_name or not replicas_url:
-        raise ValueError("gateway.litellm_sync needs BERTH_MODEL_NAME and BERTH_REPLICAS_URL")
+        raise ValueError("gateway.litellm_hooks.replica_sync needs BERTH_MODEL_NAME and BERTH_REPLICAS_URL")
     interval_s = float(environ.get("BERTH_SYNC_INTERVAL_S", "1.0"))
     if interval_s <= 0:
         raise ValueError("BERTH_SYNC_INTERVAL_S must be positive")

@@ -228,7 +228,7 @@ async def endpoint_replicas(endpoint_id: str, context: Context) -> ServiceCopies
         copies=[ServiceCopy(copy_id=r.copy_id, url=r.url.rstrip("/") + "/v1", ready=r.ready and not r.draining,
                             api_key=context.replica_keys.for_copy(r.copy_id))
                 for r in sorted(rows, key=lambda r: r.copy_id)],
-        # LiteLLM's custom routing strategy (gateway.litellm_routing) routes by it.
+        # LiteLLM's custom routing strategy (gateway.litellm_hooks.policy_routing) routes by it.
         routing_policy=annotations.get("routing_policy") or "least_queue")
 
 

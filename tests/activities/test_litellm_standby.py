@@ -1,4 +1,4 @@
-"""The node agent's LiteLLM standby (activities/litellm_standby.py, gateway/litellm_standby.py) with the real
+"""The node agent's LiteLLM standby (activities/litellm_standby.py, gateway/litellm_hooks/standby.py) with the real
 LiteLLM: imported ahead, it becomes the next LiteLLM launch and serves within seconds; a launch it cannot be
 exactly is started cold; it never outlives the agent that spawned it; BERTH_LITELLM_STANDBY turns it off."""
 
@@ -18,11 +18,11 @@ import pytest
 from pydantic import SecretStr
 
 from activities.front_launch import FrontLaunch
+from activities.litellm_service import LIVENESS_PATH, LiteLLMServiceSpec, prepare_launch
 from activities.litellm_standby import STANDBY_LOG, LiteLLMStandby
 from berth.settings import litellm_standby_enabled
-from gateway.litellm_service import LIVENESS_PATH, LiteLLMServiceSpec, prepare_launch
-from gateway.litellm_standby import READY_LINE
-from tests.gateway.test_litellm_proxy import free_port, litellm_executable
+from gateway.litellm_hooks.standby import READY_LINE
+from tests.gateway.litellm_hooks.test_litellm_proxy import free_port, litellm_executable
 
 pytestmark = pytest.mark.litellm
 IMPORT_WITHIN_S: Final = 120.0  # ~6 s alone; a 2-core machine running the suite's four workers is slower

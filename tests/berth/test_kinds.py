@@ -11,7 +11,7 @@ import pytest
 from activities.launches import LAUNCHES
 from berth.kinds import FRONTS, REGISTRY, SERVICE_ENTRIES, ProcessKind, facts
 from catalog.definition import ServiceSpec
-from gateway.route_table import Route
+from gateway.endpoint.route_table import Route
 from server.kind_checks import CHECKS
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import pytest
 
 from berth.scopes import Scope, in_scope
 from berth.security import Identity
-from gateway.route_table import Route
+from gateway.endpoint.route_table import Route
 from server.access import in_scope as api_in_scope
 from server.models import EndpointRow
 

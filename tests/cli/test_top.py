@@ -20,13 +20,13 @@ from prometheus_client import generate_latest
 from berth.api_client import ApiClient
 from berth.security import TokenVerifier
 from cli.top_figures import Scrape, endpoint_figures, histogram_quantile, increase, parse_scrape
-from gateway.endpoint_proxy import EndpointProxy
-from gateway.proxy_metrics import ProxyMetrics, RequestClock
+from gateway.edge.proxy_metrics import ProxyMetrics, RequestClock
+from gateway.endpoint.endpoint_proxy import EndpointProxy
 from server.app import build_context
 from simulator.testing import start_simulator
 from tests.cli.loopback_api import serve_api
+from tests.gateway.endpoint.test_endpoint_proxy_audit import ADMIN, ALICE, _publish
 from tests.gateway.pool_copies import serving
-from tests.gateway.test_endpoint_proxy_audit import ADMIN, ALICE, _publish
 
 REPO = Path(__file__).resolve().parents[2]
 INF = math.inf

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from activities.litellm_standby import STANDBY_LOG
-from gateway.litellm_standby import READY_LINE
+from gateway.litellm_hooks.standby import READY_LINE
 from tests.e2e.test_pool_healing import Load, events, ready_copies
 from tests.support import RunningStack, free_port_base, rank_record, service_record, wait_for
 

@@ -27,7 +27,7 @@ from berth.http_guard import GuardedHttpTools, guarded_protocol
 from berth.processes import free_port
 from berth.security import SigningKey, TokenVerifier
 from berth.settings.connections import ConnectionLimits
-from gateway.endpoint_proxy import EndpointProxy
+from gateway.endpoint.endpoint_proxy import EndpointProxy
 from tests.gateway.pool_copies import Copy, PoolRoutes
 from tests.security.conftest import People
 

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from berth.security import SigningKey, TokenVerifier
-from gateway.endpoint_proxy import EndpointProxy
-from gateway.model_gateway import ModelGateway
+from gateway.endpoint.endpoint_proxy import EndpointProxy
+from gateway.models.model_gateway import ModelGateway
 from simulator.cli import EngineConfig
 from simulator.server import create_app
 from tests.gateway.pool_copies import Copy, PoolRoutes, serving

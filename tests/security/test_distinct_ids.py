@@ -10,10 +10,10 @@ import tracemalloc
 import pytest
 
 from berth.contracts import limit_policy_from
-from gateway import counters as counters_module
-from gateway import limits as limits_module
-from gateway.counters import MemoryCounters
-from gateway.limits import Asked, Limiter
+from gateway.endpoint import counters as counters_module
+from gateway.endpoint import limits as limits_module
+from gateway.endpoint.counters import MemoryCounters
+from gateway.endpoint.limits import Asked, Limiter
 
 POLICY = {"session": {"requests_per_minute": 100, "tokens_per_minute": 10_000},
           "project": {"requests_per_minute": 100}}

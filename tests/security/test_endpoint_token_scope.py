@@ -13,7 +13,7 @@ import httpx
 
 from berth.scopes import in_scope
 from berth.security import Identity, TokenVerifier
-from gateway.token_identity import TokenIdentities
+from gateway.endpoint.token_identity import TokenIdentities
 from server.app import build_context, create_app
 from server.models import EndpointRow
 

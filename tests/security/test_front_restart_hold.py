@@ -17,10 +17,10 @@ import pytest
 
 from berth.processes import free_port
 from berth.security import SigningKey, TokenVerifier
-from gateway.endpoint_proxy import EndpointProxy
-from gateway.upstream import UpstreamPool
-from tests.gateway.test_endpoint_proxy_identity import FakeApi
-from tests.gateway.test_endpoint_proxy_unavailable import _ask
+from gateway.edge.upstream import UpstreamPool
+from gateway.endpoint.endpoint_proxy import EndpointProxy
+from tests.gateway.endpoint.test_endpoint_proxy_identity import FakeApi
+from tests.gateway.endpoint.test_endpoint_proxy_unavailable import _ask
 
 pytestmark = pytest.mark.timeout(60)
 FRONT_HOLD_S = 1.0

@@ -17,15 +17,15 @@ import pytest
 from berth.api_client import ApiClient
 from berth.contracts import KeyLimits, KeyVerdict, RoutesTable, limit_policy_from
 from berth.security import Identity, SigningKey, TokenVerifier
-from gateway import routing
-from gateway.counters import MemoryCounters
-from gateway.endpoint_proxy import EndpointProxy
-from gateway.limits import Limiter
-from gateway.model_gateway import ModelGateway, Pool
+from gateway.edge import routing
+from gateway.endpoint.counters import MemoryCounters
+from gateway.endpoint.endpoint_proxy import EndpointProxy
+from gateway.endpoint.limits import Limiter
+from gateway.models.model_gateway import ModelGateway, Pool
 from server.app import build_context, create_app
 from server.models import EndpointRow, WorkflowRow
+from tests.gateway.endpoint.test_endpoint_proxy_identity import RecordingUpstream
 from tests.gateway.pool_copies import Copy, PoolRoutes
-from tests.gateway.test_endpoint_proxy_identity import RecordingUpstream
 
 pytestmark = pytest.mark.timeout(60)
 DEEP = b"[" * 100_000 + b"]" * 100_000
@@ -99,7 +99,7 @@ async def test_a_model_scoped_key_check_refuses_a_deep_body(tmp_path: Path, body
 
 
 async def test_the_session_key_refuses_a_deep_body(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    # Two idle copies: the proxy reads the prompt to keep it on one of them (gateway/session_key.py).
+    # Two idle copies: the proxy reads the prompt to keep it on one of them (gateway/endpoint/session_key.py).
     copies = [await Copy(name).start() for name in ("c1", "c2")]
     key = SigningKey.load_or_create(tmp_path)
     proxy = EndpointProxy(PoolRoutes(copies), TokenVerifier.from_jwks(key.jwks()))  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.gateway.test_endpoint_proxy_limits import BUSY, Copy, _error, _memory, _proxies
+from tests.gateway.endpoint.test_endpoint_proxy_limits import BUSY, Copy, _error, _memory, _proxies
 
 
 async def test_an_ungranted_high_runs_as_normal_and_says_so(tmp_path: Path) -> None:

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from berth.contracts import LimitPolicy
-from gateway.counters import Counters, MemoryCounters
-from gateway.limits import Asked, Limiter, Refused, Ticket
-from gateway.redis_counters import RedisCounters
+from gateway.endpoint.counters import Counters, MemoryCounters
+from gateway.endpoint.limits import Asked, Limiter, Refused, Ticket
+from gateway.endpoint.redis_counters import RedisCounters
 from tests.gateway.redis_server import RedisServer
 
 NOW = 1_800_000_000.0  # a minute's start: everything below happens in one window
@@ -67,7 +67,8 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 async def test_two_proxies_reserve_through_redis(redis_server: RedisServer) -> None:
     # 30 requests at once open up to 30 connections: on two busy cores (a CI run) one took over the product's
     # 1 s timeout and was refused as "unreachable". What this test checks is the reservation's atomicity, so
-    # its clients wait longer; the refusal on a timeout has its own test (tests/gateway/test_redis_counters.py).
+    # its clients wait longer; the refusal on a timeout has its own test
+    # (tests/gateway/endpoint/test_redis_counters.py).
     counters: list[Counters] = [RedisCounters(redis_server.url, timeout_s=15.0),
                                 RedisCounters(redis_server.url, timeout_s=15.0)]
     try:

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from berth.telemetry import make_tracing
-from gateway import routing
-from gateway.model_gateway import ModelGateway, Pool
-from gateway.proxy_tracing import ProxyTracing, traced
+from gateway.edge import routing
+from gateway.edge.proxy_tracing import ProxyTracing, traced
+from gateway.models.model_gateway import ModelGateway, Pool
 from tests.telemetry.otlp_receiver import OtlpReceiver
 from tests.telemetry.test_proxy_traces import PROMPT, _copy, _header
 

@@ -16,8 +16,8 @@ import pytest
 from berth.contracts import RoutesTable
 from berth.security import SigningKey, TokenVerifier
 from berth.telemetry import make_tracing
-from gateway.endpoint_proxy import EndpointProxy
-from gateway.proxy_tracing import ProxyTracing
+from gateway.edge.proxy_tracing import ProxyTracing
+from gateway.endpoint.endpoint_proxy import EndpointProxy
 from tests.telemetry.otlp_receiver import OtlpReceiver
 
 PROMPT = "the-lighthouse-keeper-hides-the-brass-key"

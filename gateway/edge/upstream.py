@@ -1,0 +1,332 @@
+"""A lean pooled HTTP/1.1 client for the proxies' upstream hop: raw bytes, httptools parsing,
+keep-alive connections per upstream, bodies streamed both ways without buffering; `relay` copies an
+upstream response to an ASGI client.
+
+Why not httpx here: on the hot path its per-request bookkeeping cost more than the rest of the proxy
+together (see docs/performance.md); the upstreams (vLLM, LiteLLM, OpenCode) speak plain HTTP/1.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httptools
+
+READ_SIZE = 65536
+# Headers that describe one hop, never copied across the proxy (either way).
+HOP_BY_HOP = frozenset({
+    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
+    b"transfer-encoding", b"upgrade", b"host", b"content-length",
+})
+
+# What a client of an event stream reads when the upstream breaks mid-body (OpenAI's error shape), just
+# before the connection is aborted: a stream that simply ended would look like a complete reply.
+BROKEN_STREAM_EVENT = (b'data: {"error": {"message": "The model\'s upstream copy broke mid-stream: this reply is '
+                       b'incomplete; retry the request.", "type": "upstream_error", "code": 502}}\n\n')
+EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
+# How often idle pooled connections are checked for a close by their upstream (uvicorn, under vLLM and
+# LiteLLM, closes a keep-alive connection after 5 s idle): one the proxy kept would sit in CLOSE-WAIT.
+SWEEP_EVERY_S = 1.0
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class UpstreamError(ConnectionError):
+    """The upstream could not be reached or broke the response; `sent_nothing` says whether the
+    response had not started (so a caller may safely retry elsewhere); `refused` whether the request
+    never reached the upstream at all (no connection, or not written), so not even it may have acted on it."""
+
+    def __init__(self, message: str, sent_nothing: bool, refused: bool = False) -> None:
+        super().__init__(message)
+        self.sent_nothing = sent_nothing
+        self.refused = refused
+
+
+@dataclass
+class _Parsed:
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    headers_done: bool = False
+    body: list[bytes] = field(default_factory=list)
+    complete: bool = False
+    keep_alive: bool = False
+    parser: httptools.HttpResponseParser | None = None
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        self.headers_done = True
+        # Ask now: once the message completes, llhttp resets and always answers False.
+        assert self.parser is not None
+        self.keep_alive = self.parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        if body:
+            self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+
+class _Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+    def closed_by_upstream(self) -> bool:
+        """The upstream closed its end (FIN read) or the transport is going: no further request fits."""
+        return self.reader.at_eof() or self.writer.is_closing()
+
+
+class UpstreamResponse:
+    def __init__(self, pool: UpstreamPool, key: tuple[str, int], connection: _Connection,
+                 parser: httptools.HttpResponseParser, parsed: _Parsed, head_only: bool) -> None:
+        self.status = parser.get_status_code()
+        self.headers = parsed.headers
+        self._pool, self._key, self._connection = pool, key, connection
+        self._parser, self._parsed = parser, parsed
+        self._head_only = head_only
+        self._released = False
+
+    async def body(self) -> AsyncIterator[bytes]:
+        parsed = self._parsed
+        eof = False
+        try:
+            while True:
+                if parsed.body:
+                    chunks, parsed.body = parsed.body, []
+                    for chunk in chunks:
+                        yield chunk
+                if parsed.complete or self._head_only:
+                    return
+                try:
+                    data = await self._connection.reader.read(READ_SIZE)
+                except OSError as error:  # reset by the upstream: as broken as a close mid-body
+                    raise UpstreamError(f"upstream read failed ({type(error).__name__})", sent_nothing=False) from None
+                if not data:
+                    # End of stream: complete for a close-delimited body, otherwise a broken response.
+                    if eof:
+                        raise UpstreamError("upstream closed the connection mid-response", sent_nothing=False)
+                    eof = True
+                    if not any(name in (b"content-length", b"transfer-encoding") for name, _ in parsed.headers):
+                        return  # close-delimited body: the end of the stream is its end
+                try:
+                    self._parser.feed_data(data)
+                except httptools.HttpParserError as error:
+                    raise UpstreamError(f"malformed upstream response: {error}", sent_nothing=False) from None
+                if eof and not parsed.complete and not parsed.body:
+                    raise UpstreamError("upstream closed the connection mid-response", sent_nothing=False)
+        finally:
+            self.release()
+
+    def close(self) -> None:
+        """Discard the connection now, mid-body or not (its client went away): never back to the pool."""
+        if not self._released:
+            self._released = True
+            self._connection.close()
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        reusable = (self._parsed.complete or self._head_only) and self._parsed.keep_alive
+        if reusable:
+            self._pool._return(self._key, self._connection)
+        else:
+            self._connection.close()
+
+
+class UpstreamPool:
+    def __init__(self, connect_timeout_s: float = 5.0, max_idle_per_upstream: int = 256) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.max_idle = max_idle_per_upstream
+        self._idle: dict[tuple[str, int], deque[_Connection]] = {}
+        self._sweep: asyncio.TimerHandle | None = None
+
+    def _return(self, key: tuple[str, int], connection: _Connection) -> None:
+        idle = self._idle.setdefault(key, deque())
+        if len(idle) < self.max_idle:
+            idle.append(connection)
+            if self._sweep is None:
+                self._sweep = asyncio.get_running_loop().call_later(SWEEP_EVERY_S, self._reap)
+        else:
+            connection.close()
+
+    def _reap(self) -> None:
+        """Close the idle connections their upstream closed; check again while any stay idle. Without
+        it the ones deep in a deque (taken last-in first-out) waited in CLOSE-WAIT for good."""
+        self._sweep = None
+        for key, idle in list(self._idle.items()):
+            alive: deque[_Connection] = deque()
+            for connection in idle:
+                if connection.closed_by_upstream():
+                    connection.close()
+                else:
+                    alive.append(connection)
+            if alive:
+                self._idle[key] = alive
+            else:
+                del self._idle[key]
+        if self._idle:
+            self._sweep = asyncio.get_running_loop().call_later(SWEEP_EVERY_S, self._reap)
+
+    async def _connect(self, key: tuple[str, int]) -> _Connection:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(*key), self.connect_timeout_s)
+        except (OSError, TimeoutError) as error:
+            raise UpstreamError(f"cannot connect to {key[0]}:{key[1]} ({type(error).__name__})", True,
+                                refused=True) from None
+        return _Connection(reader, writer)
+
+    async def request(self, method: str, url: str, headers: list[tuple[bytes, bytes]],
+                      body: bytes | AsyncIterator[bytes]) -> UpstreamResponse:
+        parts = urlsplit(url)
+        host = parts.hostname or "127.0.0.1"
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        key = (host, port)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        lines = [f"{method} {target} HTTP/1.1\r\nhost: {parts.netloc}\r\n".encode("latin-1")]
+        lines.extend(name + b": " + value + b"\r\n" for name, value in headers)
+        streamed = not isinstance(body, bytes)
+        if streamed:
+            lines.append(b"transfer-encoding: chunked\r\n\r\n")
+        else:
+            assert isinstance(body, bytes)
+            if body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
+                lines.append(b"content-length: " + str(len(body)).encode() + b"\r\n")
+            lines.append(b"\r\n")
+        head = b"".join(lines)
+        # A pooled connection may have been closed by the upstream while idle: with a replayable
+        # body, retry once on a fresh connection when nothing came back.
+        for attempt in (0, 1):
+            # The retry takes a fresh connection: the other idle ones went stale at the same time.
+            idle = self._idle.get(key) if attempt == 0 else None
+            while idle and idle[-1].closed_by_upstream():  # closed since the last sweep: never worth a try
+                idle.pop().close()
+            reused = bool(idle)
+            connection = idle.pop() if idle else await self._connect(key)
+            try:
+                return await self._exchange(key, connection, method, head, body, streamed)
+            except UpstreamError as error:
+                connection.close()
+                if attempt == 0 and reused and error.sent_nothing and not streamed:
+                    continue
+                raise
+            except BaseException:
+                # Cancelled (the request's deadline, gateway/edge/exchange.py) or its body's source failed (over
+                # the body limit): the upstream holds half a request, so the connection is never reused.
+                connection.close()
+                raise
+        raise AssertionError("unreachable")
+
+    async def _exchange(self, key: tuple[str, int], connection: _Connection, method: str, head: bytes,
+                        body: bytes | AsyncIterator[bytes], streamed: bool) -> UpstreamResponse:
+        writer = connection.writer
+        try:
+            if streamed:
+                writer.write(head)
+                assert not isinstance(body, bytes)
+                async for chunk in body:
+                    if chunk:
+                        writer.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                        await writer.drain()
+                writer.write(b"0\r\n\r\n")
+            else:
+                assert isinstance(body, bytes)
+                writer.write(head + body)
+            await writer.drain()
+        except (OSError, RuntimeError) as error:
+            raise UpstreamError(f"upstream write failed ({type(error).__name__})", sent_nothing=True,
+                                refused=True) from None
+        parsed = _Parsed()
+        parser = httptools.HttpResponseParser(parsed)
+        parsed.parser = parser
+        received = False
+        while not parsed.headers_done:
+            try:
+                data = await connection.reader.read(READ_SIZE)
+            except OSError as error:
+                raise UpstreamError(f"upstream read failed ({type(error).__name__})", not received) from None
+            if not data:
+                raise UpstreamError("upstream closed the connection before answering", sent_nothing=not received)
+            received = True
+            try:
+                parser.feed_data(data)
+            except httptools.HttpParserUpgrade:
+                raise UpstreamError("upstream asked for a protocol upgrade", sent_nothing=False) from None
+            except httptools.HttpParserError as error:
+                raise UpstreamError(f"malformed upstream response: {error}", sent_nothing=False) from None
+        return UpstreamResponse(self, key, connection, parser, parsed, head_only=method == "HEAD")
+
+    async def aclose(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        for idle in self._idle.values():
+            while idle:
+                idle.pop().close()
+
+
+async def relay(response: UpstreamResponse, send: Send, log: logging.Logger, source: str, name: str,
+                receive: Receive | None = None) -> None:
+    """Copy an upstream response to the ASGI client: status and end-to-end headers, then each body chunk
+    as it arrives. An upstream break mid-body is logged as "<source> <name> broke mid-response" and never
+    looks like a complete reply: an event stream gets a last `data: {"error": …}` event, then the
+    UpstreamError propagates, which is how an ASGI app aborts a started response (uvicorn closes the
+    connection without the chunked terminator, so the client reads an incomplete body). The pooled
+    connection is released whatever happens: a client that went away mid-stream must not leak it.
+
+    With `receive` (the request body already read), a client that goes away from an event stream closes
+    the upstream connection at once: uvicorn drops what is sent to a gone client without a word, so the copy would
+    otherwise generate the whole reply for nobody and the connection return to the pool afterwards."""
+    event_stream = any(key == b"content-type" and value.lower().startswith(b"text/event-stream")
+                       for key, value in response.headers)
+    last = b""
+    # Event streams only: they are what runs long after the head; a whole reply is sent as it comes, and the
+    # watcher (one task) stays off the non-streamed hot path measured in docs/performance.md.
+    gone = asyncio.ensure_future(_client_gone(receive)) if receive is not None and event_stream else None
+
+    def close_when_gone(task: asyncio.Future[None]) -> None:
+        if not task.cancelled():
+            response.close()  # the pending upstream read ends at once, as a break that relay keeps quiet
+
+    if gone is not None:
+        gone.add_done_callback(close_when_gone)
+    try:
+        await send({"type": "http.response.start", "status": response.status,
+                    "headers": [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]})
+        async for chunk in response.body():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            last = chunk
+    except UpstreamError as error:
+        if gone is not None and gone.done():
+            log.debug("client of %s %s went away mid-response; upstream connection closed", source, name)
+            return
+        log.warning("%s %s broke mid-response: %s", source, name, error)
+        if event_stream:
+            # Blank lines first when the break cut an event short: the error must be an event of its own.
+            separator = b"" if not last or last.endswith(EVENT_ENDS) else b"\n\n"
+            await send({"type": "http.response.body", "body": separator + BROKEN_STREAM_EVENT, "more_body": True})
+        raise
+    finally:
+        if gone is not None:
+            gone.cancel()
+        response.release()
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _client_gone(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

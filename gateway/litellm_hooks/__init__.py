@@ -1,0 +1,1 @@
+"""What runs inside LiteLLM's virtualenv: its auth, its replica sync and routing, its standby."""

@@ -1,0 +1,30 @@
+"""A Berth API key, plain (`bk_…`) or in LiteLLM's virtual-key form (`sk-bk_…`), is found in the headers
+clients put it in and never leaves Berth, whatever header (or cookie) carries it; a service key stays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from berth.security import SigningKey, TokenVerifier
+from gateway.edge.credentials import find_key, strip_berth_credentials
+
+KEY = "bk_0123456789ab_" + "s" * 43
+
+
+def test_a_key_is_found_in_authorization_then_litellms_headers() -> None:
+    assert find_key([(b"authorization", f"Bearer {KEY}".encode())]) == KEY
+    assert find_key([(b"x-litellm-api-key", f"sk-{KEY}".encode())]) == KEY
+    assert find_key([(b"x-api-key", KEY.encode()), (b"authorization", b"Bearer sk-litellm-master")]) == KEY
+    other = "bk_ba9876543210_" + "t" * 43
+    assert find_key([(b"x-api-key", other.encode()), (b"authorization", f"Bearer {KEY}".encode())]) == KEY
+    assert find_key([(b"authorization", b"Bearer sk-litellm-master"), (b"x-other", KEY.encode())]) is None
+
+
+def test_a_key_in_any_header_or_cookie_is_stripped_and_a_service_key_kept(tmp_path: Path) -> None:
+    verifier = TokenVerifier.from_jwks(SigningKey.load_or_create(tmp_path).jwks())
+    headers = [(b"authorization", f"Bearer {KEY}".encode()), (b"x-api-key", f"sk-{KEY}".encode()),
+               (b"x-litellm-api-key", f"Bearer sk-{KEY}".encode()), (b"api-key", KEY.encode()),
+               (b"cookie", f"session=1; stolen={KEY}".encode()), (b"x-service-key", b"sk-litellm-master")]
+    kept = strip_berth_credentials(headers, verifier)
+    assert kept == [(b"cookie", b"session=1"), (b"x-service-key", b"sk-litellm-master")]
+    assert KEY.encode() not in b"".join(value for _, value in kept)
