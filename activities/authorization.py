@@ -11,6 +11,8 @@ from temporalio.exceptions import ApplicationError
 
 from berth.errors import AuthenticationError
 from berth.security import WORKFLOW_INPUT_AUDIENCE, TokenVerifier
+from workflows import activity_stubs as stubs
+from workflows.activity_stubs import implements
 from workflows.payloads import CopyInput, FrontInput, PoolInput
 
 UNAUTHORIZED = "UnauthorizedInput"
@@ -29,7 +31,7 @@ class InputAuthority:
         self._verifier = verifier
         self._task_queue = task_queue
 
-    @activity.defn
+    @implements(stubs.verify_service_input)
     async def verify_service_input(self, input: PoolInput) -> None:
         """The grant must be the API's signature over exactly this input, for exactly this workflow ID."""
         if not input.grant:
@@ -45,7 +47,7 @@ class InputAuthority:
         if claims.get("digest") != input.digest() or claims.get("sub") != input.owner.user:
             raise _refuse("the workflow input was changed after the Berth API signed it")
 
-    @activity.defn
+    @implements(stubs.verify_copy_parent)
     async def verify_copy_parent(self, input: CopyInput) -> None:
         """A copy runs only as the child of a PoolWorkflow on this worker's queue (which checked its own
         grant): the parent is read from the Temporal server's record, not from the input."""
@@ -62,7 +64,7 @@ class InputAuthority:
         if parent.workflow_type != SERVICE_WORKFLOW or parent.task_queue != self._task_queue:
             raise _refuse("a replica copy's parent is not a Berth service workflow")
 
-    @activity.defn
+    @implements(stubs.verify_front_parent)
     async def verify_front_parent(self, input: FrontInput) -> None:
         """A front process runs only as the child of the PoolWorkflow whose signed input it carries."""
         info = activity.info()

@@ -23,6 +23,8 @@ from berth.contracts import (
 )
 from berth.security import ReplicaKeys
 from gateway.edge.metrics import parse
+from workflows import activity_stubs as stubs
+from workflows.activity_stubs import implements
 from workflows.payloads import CleanupInput, DrainInput, DrainResult
 from workflows.rollout_payloads import HealthInput, ServeInput, TrafficInput
 
@@ -35,31 +37,31 @@ class ControlActivities:
         self.api = api
         self.replica_keys = replica_keys  # the copies' keys: a drain reads the copy's /metrics with its own
 
-    @activity.defn(name="reserve_placement")
+    @implements(stubs.reserve_placement)
     async def reserve_placement(self, request: ReserveRequest) -> ReserveResult:
         return await self.api.reserve(request)
 
-    @activity.defn(name="release_placement")
+    @implements(stubs.release_placement)
     async def release_placement(self, copy_id: str) -> None:
         await self.api.release(copy_id)
 
-    @activity.defn(name="fence_placement")
+    @implements(stubs.fence_placement)
     async def fence_placement(self, request: FenceRequest) -> None:
         await self.api.fence(request)
 
-    @activity.defn(name="publish_replica")
+    @implements(stubs.publish_replica)
     async def publish_replica(self, record: CopyRecord) -> None:
         await self.api.publish_replica(record)
 
-    @activity.defn(name="unpublish_replica")
+    @implements(stubs.unpublish_replica)
     async def unpublish_replica(self, copy_id: str) -> None:
         await self.api.unpublish_replica(copy_id)
 
-    @activity.defn(name="remove_endpoint")
+    @implements(stubs.remove_endpoint)
     async def remove_endpoint(self, request: CleanupInput) -> None:
         await self.api.remove_endpoint(request.endpoint_id)
 
-    @activity.defn(name="drain_replica")
+    @implements(stubs.drain_replica)
     async def drain_replica(self, request: DrainInput) -> DrainResult:
         """Mark the copy draining (proxies stop choosing it), then wait until its vLLM reports nothing
         running or waiting, or the grace runs out."""
@@ -89,22 +91,22 @@ class ControlActivities:
                 return DrainResult(drained=False, waited_s=time.monotonic() - started)
         return DrainResult(drained=True, waited_s=time.monotonic() - started)
 
-    @activity.defn(name="reserve_service_port")
+    @implements(stubs.reserve_service_port)
     async def reserve_service_port(self, request: FrontPortRequest) -> FrontPort:
         return await self.api.reserve_service_port(request)
 
-    @activity.defn(name="set_endpoint_service")
+    @implements(stubs.set_endpoint_service)
     async def set_endpoint_service(self, update: EndpointFront) -> None:
         await self.api.set_endpoint_service(update)
 
-    @activity.defn(name="set_traffic")
+    @implements(stubs.set_traffic)
     async def set_traffic(self, request: TrafficInput) -> None:
         await self.api.set_traffic(request.endpoint_id, TrafficSplit(weights=request.weights))
 
-    @activity.defn(name="revision_health")
+    @implements(stubs.revision_health)
     async def revision_health(self, request: HealthInput) -> RevisionHealth:
         return await self.api.revision_health(request.endpoint_id, request.revision, request.since)
 
-    @activity.defn(name="serve_revision")
+    @implements(stubs.serve_revision)
     async def serve_revision(self, request: ServeInput) -> None:
         await self.api.serve_revision(request.workflow_id, request.revision)

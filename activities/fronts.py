@@ -21,6 +21,8 @@ from activities.supervision import SERVICE_PIDFILE, Supervisor
 from berth.api_client import ApiClient
 from berth.kinds import ProcessKind
 from berth.processes import remove_file, tail
+from workflows import activity_stubs as stubs
+from workflows.activity_stubs import implements
 from workflows.payloads import FrontExit, FrontRun, LiveCheck
 
 
@@ -37,7 +39,7 @@ class FrontActivities:
     async def _launch(self, run: FrontRun, workdir: Path) -> FrontLaunch:
         return await LAUNCHES[ProcessKind(run.kind)](self.api, self.context, run, workdir)
 
-    @activity.defn(name="run_service")
+    @implements(stubs.run_service)
     async def run_service(self, run: FrontRun) -> FrontExit:
         """Own one service process from start to exit; heartbeat while it lives; SIGTERM then SIGKILL
         its process group on cancellation. Returns how it ended."""
@@ -62,7 +64,7 @@ class FrontActivities:
                            exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
                            log_tail=tail(log_path, 15))
 
-    @activity.defn(name="adopt_service")
+    @implements(stubs.adopt_service)
     async def adopt_service(self, run: FrontRun) -> FrontExit:
         """Take back a service whose previous agent died (see Supervisor.adopt): it keeps its pid and port."""
         adopted = await self.supervisor.adopt(self._workdir(run) / SERVICE_PIDFILE, run.name, self._log_path(run))
@@ -100,7 +102,7 @@ class FrontActivities:
     def _log_path(self, run: FrontRun) -> Path:
         return self.context.state.workflow_logs(run.workflow_id) / run.name / f"{run.name}.log"
 
-    @activity.defn(name="wait_live")
+    @implements(stubs.wait_live)
     async def wait_live(self, check: LiveCheck) -> float:
         """Poll `url + path` until it answers 200; return the seconds waited."""
         started = time.monotonic()

@@ -28,6 +28,8 @@ from berth.model_paths import ModelCache, allowed_model_dirs, evict_plan, place_
 from berth.model_scan import ModelScanError, check_signature, scan
 from berth.settings import ClusterSettings
 from berth.settings.components import admin_user
+from workflows import activity_stubs as stubs
+from workflows.activity_stubs import implements
 from workflows.model_payloads import (
     CheckedModel,
     CheckInput,
@@ -118,7 +120,7 @@ class ModelJobActivities:
             raise _fail(str(error), error.error_type, error.non_retryable) from None
 
     # --- activities ---------------------------------------------------------------------------------
-    @activity.defn(name="resolve_model")
+    @implements(stubs.resolve_model)
     async def resolve_model(self, request: ResolveInput) -> ResolvedModel:
         spec = request.spec
         if spec.source_kind == "path":
@@ -130,7 +132,7 @@ class ModelJobActivities:
         return ResolvedModel(commit=resolved.commit, size_bytes=resolved.size_bytes,  # type: ignore[attr-defined]
                              files=len(resolved.files))  # type: ignore[attr-defined]
 
-    @activity.defn(name="download_model")
+    @implements(stubs.download_model)
     async def download_model(self, request: DownloadInput) -> DownloadedModel:
         spec, resolved = request.spec, request.resolved
         await self._report_retry(request)
@@ -174,7 +176,7 @@ class ModelJobActivities:
                                # Nothing published a checksum of a directory someone put on disk.
                                verified=False, unverified_files=[e.path for e in entries[:5]])
 
-    @activity.defn(name="check_model")
+    @implements(stubs.check_model)
     async def check_model(self, request: CheckInput) -> CheckedModel:
         spec, downloaded = request.spec, request.downloaded
         staging = Path(downloaded.staging)
@@ -198,7 +200,7 @@ class ModelJobActivities:
         return CheckedModel(model_dir=str(model_dir), digest=downloaded.digest, files=report.files,
                             safetensors_files=report.safetensors_files, size_bytes=report.bytes)
 
-    @activity.defn(name="verify_model")
+    @implements(stubs.verify_model)
     async def verify_model(self, request: VerifyInput) -> VerifiedModel:
         spec = request.spec
         if not spec.digest:
@@ -222,7 +224,7 @@ class ModelJobActivities:
             problems = [f"the manifest gives digest {digest[:12]}…, the registry {spec.digest[:12]}…"]
         return VerifiedModel(ok=ok, digest=spec.digest, problems=problems)
 
-    @activity.defn(name="evict_model_cache")
+    @implements(stubs.evict_model_cache)
     async def evict_model_cache(self, request: EvictInput) -> EvictResult:
         cached = await asyncio.to_thread(self.cache.cached_digests)
         before = sum(size for size, _mtime in cached.values())

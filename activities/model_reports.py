@@ -3,12 +3,13 @@ step back, and let a serving workflow take (and let go of) the model it serves."
 
 from __future__ import annotations
 
-from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from berth.api_client import ApiClient
 from berth.contracts import ModelStateReport, ModelUse, ModelUseAnswer
 from berth.errors import BerthError, NotFoundError, PermissionDeniedError, UserInputError
+from workflows import activity_stubs as stubs
+from workflows.activity_stubs import implements
 from workflows.model_payloads import JobModel, ModelStep, UseInput
 
 
@@ -16,7 +17,7 @@ class ModelReportActivities:
     def __init__(self, api: ApiClient) -> None:
         self.api = api
 
-    @activity.defn(name="load_model_job")
+    @implements(stubs.load_model_job)
     async def load_model_job(self, model_id: str) -> JobModel:
         try:
             spec = await self.api.model_job_spec(model_id)
@@ -30,7 +31,7 @@ class ModelReportActivities:
                         allow_patterns=tuple(model.allow_patterns), ignore_patterns=tuple(model.ignore_patterns),
                         digest=model.digest)
 
-    @activity.defn(name="report_model_state")
+    @implements(stubs.report_model_state)
     async def report_model_state(self, step: ModelStep) -> None:
         report = ModelStateReport(job_id=step.job_id, state=step.state, message=step.message, retries=step.retries,
                                   commit=step.commit, digest=step.digest, verified=step.verified,
@@ -38,7 +39,7 @@ class ModelReportActivities:
                                   safetensors_files=step.safetensors_files)
         await self.api.report_model_state(step.model_id, report)
 
-    @activity.defn(name="use_model")
+    @implements(stubs.use_model)
     async def use_model(self, request: UseInput) -> ModelUseAnswer:
         """The model a workflow serves: its record, and its directory once Ready (the job started or
         joined otherwise). A name the user may not use, or no such model: a final, one-line failure."""
@@ -48,7 +49,7 @@ class ModelReportActivities:
         except (NotFoundError, PermissionDeniedError, UserInputError) as error:
             raise ApplicationError(str(error), type="ModelSource", non_retryable=True) from None
 
-    @activity.defn(name="release_models")
+    @implements(stubs.release_models)
     async def release_models(self, workflow_id: str) -> None:
         try:
             await self.api.release_models(workflow_id)

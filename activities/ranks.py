@@ -33,6 +33,8 @@ from berth.errors import BerthError
 from berth.processes import berth_python, read_pidfile, remove_file, tail
 from berth.security import ReplicaKeys
 from berth.settings import repo_root, vllm_bin_override
+from workflows import activity_stubs as stubs
+from workflows.activity_stubs import implements
 from workflows.payloads import Event, HealthCheck, RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
 
 ANNOUNCE_TIMEOUT_S = 5.0  # well inside a rank's heartbeat timeout: the watch starts after it
@@ -121,7 +123,7 @@ class NodeActivities:
         # Each copy's API key is derived here, on the node, from the state dir's keys: never carried.
         self.replica_keys = ReplicaKeys.load_or_create(context.state.keys)
 
-    @activity.defn(name="run_rank")
+    @implements(stubs.run_rank)
     async def run_rank(self, spec: RankSpec) -> RankExit:
         """Own one rank process from start to exit; heartbeat while it lives.
 
@@ -228,7 +230,7 @@ class NodeActivities:
                 # Retrying would fail the same way: bad engine path, permissions, no memory.
                 raise ApplicationError(message, type="RankSpawnFailed", non_retryable=True) from None
 
-    @activity.defn(name="adopt_rank")
+    @implements(stubs.adopt_rank)
     async def adopt_rank(self, spec: RankSpec) -> RankExit:
         """Take back a rank whose previous agent died (see Supervisor.adopt)."""
         run_dir = self.context.ranks_dir / f"{spec.copy_id}-r{spec.rank}"
@@ -268,7 +270,7 @@ class NodeActivities:
     def _log_path(self, spec: RankSpec) -> Path:
         return self.context.state.workflow_logs(spec.workflow_id) / spec.copy_id / f"{spec.log_name}.log"
 
-    @activity.defn(name="wait_ready")
+    @implements(stubs.wait_ready)
     async def wait_ready(self, check: ReadyCheck) -> None:
         """Ready = `/health` answers 200 from a listener that is the copy's rank 0 (its process group owns
         the listening socket: an orphan or a foreign server on the port must never pass for the copy),
@@ -316,13 +318,13 @@ class NodeActivities:
                                    type="ForeignListener", non_retryable=True)
         return None
 
-    @activity.defn(name="download_weights")
+    @implements(stubs.download_weights)
     async def download_weights(self, request: WeightsInput) -> WeightsResult:
         from activities.weights_activity import download_into_volume
 
         return await download_into_volume(self.context, request, self.api)
 
-    @activity.defn(name="delete_ephemeral_volume")
+    @implements(stubs.delete_ephemeral_volume)
     async def delete_ephemeral_volume(self, workflow_id: str) -> None:
         path = self.context.state.ephemeral_volume(workflow_id)
         await asyncio.to_thread(shutil.rmtree, path, True)

@@ -3,7 +3,9 @@ at once, having done nothing, if not."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -20,9 +22,11 @@ VERIFY_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum
 # Histories recorded before inputs were checked replay without the check.
 PATCH = "authorized-input"
 
+InputT = TypeVar("InputT", bound=Payload)
 
-async def require_authorized(check: str, input: Payload) -> None:
-    """Run the control worker's `check` activity on this workflow's input; a refusal fails the workflow
+
+async def require_authorized(check: Callable[[InputT], Awaitable[None]], input: InputT) -> None:
+    """Run the control worker's `check` activity (a stub) on this workflow's input; a refusal fails the workflow
     (non-retryable, with the check's one-line reason) before it has placed or started anything."""
     if not workflow.patched(PATCH):
         return

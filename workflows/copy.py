@@ -14,6 +14,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from berth.contracts import CopyRecord, FenceRequest, Placement, ReserveRequest, ReserveResult
     from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
+    from workflows import activity_stubs as stubs
     from workflows.authorized import require_authorized
     from workflows.payloads import (
         CopyInfo,
@@ -115,7 +116,7 @@ class CopyWorkflow:
         return await self._report_end(result)
 
     async def _run(self, input: CopyInput) -> CopyResult:
-        await require_authorized("verify_copy_parent", input)
+        await require_authorized(stubs.verify_copy_parent, input)
         try:
             placement = await self._reserve(input)
         except asyncio.CancelledError:
@@ -134,11 +135,11 @@ class CopyWorkflow:
         if self._lost_nodes and workflow.patched("fence-lost-ranks"):
             # Before the release: what a lost rank holds stays reserved until its node says it is gone.
             await workflow.execute_activity(
-                "fence_placement", FenceRequest(copy_id=input.copy_id, nodes=tuple(sorted(self._lost_nodes))),
+                stubs.fence_placement, FenceRequest(copy_id=input.copy_id, nodes=tuple(sorted(self._lost_nodes))),
                 task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
             )
         await workflow.execute_activity(
-            "release_placement", input.copy_id, task_queue=CONTROL_TASK_QUEUE,
+            stubs.release_placement, input.copy_id, task_queue=CONTROL_TASK_QUEUE,
             start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
         )
 
@@ -151,7 +152,7 @@ class CopyWorkflow:
         last_reason = None
         while True:
             attempt = workflow.start_activity(
-                "reserve_placement", request, result_type=ReserveResult, task_queue=CONTROL_TASK_QUEUE,
+                stubs.reserve_placement, request, task_queue=CONTROL_TASK_QUEUE,
                 start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
             )
             if not settle:  # older histories: the cancel went to the attempt, which the release could outrun
@@ -202,7 +203,7 @@ class CopyWorkflow:
         published = False
         try:
             ready = workflow.start_activity(
-                "wait_ready", ReadyCheck(url=url, model_id=input.engine.served_model_name,
+                stubs.wait_ready, ReadyCheck(url=url, model_id=input.engine.served_model_name,
                                          timeout_s=input.engine.startup_timeout_s, copy_id=input.copy_id),
                 task_queue=node_task_queue(leader.node_id),
                 start_to_close_timeout=timedelta(seconds=input.engine.startup_timeout_s + 60),
@@ -211,7 +212,7 @@ class CopyWorkflow:
             await workflow.wait([ready, *ranks.values()], return_when=asyncio.FIRST_COMPLETED)
             if ready.done() and ready.exception() is None and not any(t.done() for t in ranks.values()):
                 await workflow.execute_activity(
-                    "publish_replica",
+                    stubs.publish_replica,
                     CopyRecord(workflow_id=input.workflow_id, endpoint_id=input.endpoint_id,
                                   copy_id=input.copy_id, url=url, revision=input.revision),
                     task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
@@ -272,12 +273,12 @@ class CopyWorkflow:
         cancellation of the copy)."""
         assert self.input is not None
         timings = self.input.timings
-        activity_name = "run_rank"
+        rank_activity = stubs.run_rank
         adoptions = 0
         while True:
             try:
-                return await start_supervised(activity_name, spec, RankExit, node_id, timings,
-                                              adopting=activity_name == "adopt_rank")
+                return await start_supervised(rank_activity, spec, node_id, timings,
+                                              adopting=rank_activity is stubs.adopt_rank)
             except ActivityError as error:
                 cause = error.cause
                 if isinstance(cause, CancelledError) or self._stopping:
@@ -291,7 +292,7 @@ class CopyWorkflow:
                                     note=cause.message)
                 if agent_went_silent(error) and adoptions < MAX_ADOPTIONS:
                     adoptions += 1
-                    activity_name = "adopt_rank"
+                    rank_activity = stubs.adopt_rank
                     await self._tell_parent(
                         "rank_unresponsive",
                         f"node agent of {node_id} stopped answering for rank {spec.rank} of {spec.copy_id}; "
@@ -311,7 +312,7 @@ class CopyWorkflow:
         self._stopping = True
         if published:
             await workflow.execute_activity(
-                "unpublish_replica", input.copy_id, task_queue=CONTROL_TASK_QUEUE,
+                stubs.unpublish_replica, input.copy_id, task_queue=CONTROL_TASK_QUEUE,
                 start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
             )
         for task in ranks.values():

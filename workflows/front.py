@@ -9,6 +9,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows import activity_stubs as stubs
     from workflows.authorized import refuse_signal, require_authorized
     from workflows.front_supervisor import FrontSupervisor
     from workflows.payloads import FrontInput, FrontReport, StopRequest
@@ -47,7 +48,7 @@ class FrontWorkflow:
     @workflow.run
     async def run(self, input: FrontInput) -> None:
         self.input = input
-        await require_authorized("verify_front_parent", input)
+        await require_authorized(stubs.verify_front_parent, input)
         supervisor = FrontSupervisor(input.service, self)
         try:
             await supervisor.run()

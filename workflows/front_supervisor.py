@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from berth.contracts import EndpointFront, FrontPort, FrontPortRequest
     from berth.kinds import ProcessKind, facts
     from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
+    from workflows import activity_stubs as stubs
     from workflows.payloads import FrontExit, FrontReport, FrontRun, LiveCheck, PoolInput
     from workflows.supervised import MAX_ADOPTIONS, agent_went_silent, not_adopted, start_supervised
 
@@ -55,8 +56,8 @@ class FrontSupervisor:
         try:
             while not self.host.stopping():
                 port: FrontPort = await workflow.execute_activity(
-                    "reserve_service_port", FrontPortRequest(workflow_id=input.workflow_id, owner=owner),
-                    result_type=FrontPort, task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
+                    stubs.reserve_service_port, FrontPortRequest(workflow_id=input.workflow_id, owner=owner),
+                    task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
                     retry_policy=CONTROL_RETRY,
                 )
                 run = front_run(input, port)
@@ -78,7 +79,7 @@ class FrontSupervisor:
                 backoff = min(backoff * 2, SERVICE_BACKOFF_MAX_S)
         finally:
             await workflow.execute_activity(
-                "release_placement", owner, task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
+                stubs.release_placement, owner, task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
                 retry_policy=CONTROL_RETRY,
             )
 
@@ -87,9 +88,9 @@ class FrontSupervisor:
         outlives its node agent: when the agent goes silent, a restarted one is asked to adopt it, and
         the endpoint keeps routing to it meanwhile."""
         timings = self.input.timings
-        process = start_supervised("run_service", run, FrontExit, port.node_id, timings, adopting=False)
+        process = start_supervised(stubs.run_service, run, port.node_id, timings, adopting=False)
         live = workflow.start_activity(
-            "wait_live", live_check(run), result_type=float, task_queue=node_task_queue(port.node_id),
+            stubs.wait_live, live_check(run), task_queue=node_task_queue(port.node_id),
             start_to_close_timeout=timedelta(seconds=240),
             heartbeat_timeout=timedelta(seconds=timings.rank_heartbeat_timeout_s),
             retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["NotReady"]),
@@ -126,7 +127,7 @@ class FrontSupervisor:
                     kind="service_unresponsive",
                     message=f"node agent of {port.node_id} stopped answering for {run.name}; the service keeps "
                     f"running and a restarted agent has {timings.rank_adopt_window_s:.0f} s to adopt it"))
-                process = start_supervised("adopt_service", run, FrontExit, port.node_id, timings, adopting=True)
+                process = start_supervised(stubs.adopt_service, run, port.node_id, timings, adopting=True)
         finally:
             if routed:
                 await self._route(None)
@@ -156,7 +157,7 @@ class FrontSupervisor:
 
     async def _route(self, url: str | None) -> None:
         await workflow.execute_activity(
-            "set_endpoint_service",
+            stubs.set_endpoint_service,
             EndpointFront(endpoint_id=self.input.endpoint_id, service=front_name(self.input), url=url),
             task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT, retry_policy=CONTROL_RETRY,
         )

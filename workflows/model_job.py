@@ -17,6 +17,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 with workflow.unsafe.imports_passed_through():
     from berth.contracts.model_registry import EvictResult, ModelState
     from berth.settings import CONTROL_TASK_QUEUE, NODES_TASK_QUEUE, node_task_queue
+    from workflows import activity_stubs as stubs
     from workflows.model_payloads import (
         CheckedModel,
         CheckInput,
@@ -68,7 +69,7 @@ class ModelJobWorkflow:
     @workflow.run
     async def run(self, input: ModelJobInput) -> ModelUpdate:
         spec: JobModel = await workflow.execute_activity(
-            "load_model_job", input.model_id, result_type=JobModel, task_queue=CONTROL_TASK_QUEUE,
+            stubs.load_model_job, input.model_id, task_queue=CONTROL_TASK_QUEUE,
             start_to_close_timeout=SHORT, retry_policy=REPORT_RETRY)
         try:
             if input.kind == "verify":
@@ -88,14 +89,14 @@ class ModelJobWorkflow:
         job = input.job_id
         await self._step(input, spec, ModelStep(model_id=spec.model_id, job_id=job, state=ModelState.RESOLVING))
         resolved: ResolvedModel = await workflow.execute_activity(
-            "resolve_model", ResolveInput(job_id=job, spec=spec), result_type=ResolvedModel,
+            stubs.resolve_model, ResolveInput(job_id=job, spec=spec), 
             task_queue=NODES_TASK_QUEUE, start_to_close_timeout=timedelta(minutes=5), retry_policy=NODE_RETRY)
         await self._step(input, spec, ModelStep(model_id=spec.model_id, job_id=job, state=ModelState.DOWNLOADING,
                                                 commit=resolved.commit, size_bytes=resolved.size_bytes,
                                                 files=resolved.files))
         downloaded: DownloadedModel = await workflow.execute_activity(
-            "download_model", DownloadInput(job_id=job, spec=spec, resolved=resolved),
-            result_type=DownloadedModel, task_queue=NODES_TASK_QUEUE, start_to_close_timeout=timedelta(hours=24),
+            stubs.download_model, DownloadInput(job_id=job, spec=spec, resolved=resolved),
+            task_queue=NODES_TASK_QUEUE, start_to_close_timeout=timedelta(hours=24),
             heartbeat_timeout=DOWNLOAD_HEARTBEAT, retry_policy=NODE_RETRY)
         await self._step(input, spec, ModelStep(model_id=spec.model_id, job_id=job, state=ModelState.VERIFYING,
                                                 digest=downloaded.digest, verified=downloaded.verified))
@@ -106,7 +107,7 @@ class ModelJobWorkflow:
                                    type="ChecksumRequired")
         await self._step(input, spec, ModelStep(model_id=spec.model_id, job_id=job, state=ModelState.SCANNING))
         checked: CheckedModel = await workflow.execute_activity(
-            "check_model", CheckInput(job_id=job, spec=spec, downloaded=downloaded), result_type=CheckedModel,
+            stubs.check_model, CheckInput(job_id=job, spec=spec, downloaded=downloaded), 
             # The staged bytes are on the node that downloaded them.
             task_queue=node_task_queue(downloaded.node_id), start_to_close_timeout=timedelta(hours=2),
             schedule_to_start_timeout=timedelta(minutes=5), heartbeat_timeout=timedelta(seconds=60),
@@ -120,7 +121,7 @@ class ModelJobWorkflow:
         await self._step(input, spec, ModelStep(model_id=spec.model_id, job_id=input.job_id,
                                                 state=ModelState.VERIFYING))
         result: VerifiedModel = await workflow.execute_activity(
-            "verify_model", VerifyInput(job_id=input.job_id, spec=spec), result_type=VerifiedModel,
+            stubs.verify_model, VerifyInput(job_id=input.job_id, spec=spec), 
             task_queue=NODES_TASK_QUEUE, start_to_close_timeout=timedelta(hours=2),
             heartbeat_timeout=timedelta(seconds=60), retry_policy=NODE_RETRY)
         if not result.ok:
@@ -134,7 +135,7 @@ class ModelJobWorkflow:
     async def _step(self, input: ModelJobInput, spec: JobModel, step: ModelStep,
                     model_dir: str | None = None) -> ModelUpdate:
         """Write the step to the registry, then tell the waiters (the registry is what they re-read)."""
-        await workflow.execute_activity("report_model_state", step, task_queue=CONTROL_TASK_QUEUE,
+        await workflow.execute_activity(stubs.report_model_state, step, task_queue=CONTROL_TASK_QUEUE,
                                         start_to_close_timeout=SHORT, retry_policy=REPORT_RETRY)
         self.update = ModelUpdate(model_id=spec.model_id, name=spec.name, state=step.state, message=step.message,
                                   digest=step.digest or (self.update.digest if self.update else None),
@@ -169,7 +170,7 @@ class ModelCacheWorkflow:
     @workflow.run
     async def run(self, input: EvictInput) -> EvictResult:
         result: EvictResult = await workflow.execute_activity(
-            "evict_model_cache", input, result_type=EvictResult, task_queue=NODES_TASK_QUEUE,
+            stubs.evict_model_cache, input, task_queue=NODES_TASK_QUEUE,
             start_to_close_timeout=timedelta(minutes=10), retry_policy=RetryPolicy(maximum_attempts=3))
         return result
 

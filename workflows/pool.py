@@ -12,6 +12,7 @@ from temporalio.exceptions import ApplicationError, ChildWorkflowError, FailureE
 
 with workflow.unsafe.imports_passed_through():
     from berth.settings import CONTROL_TASK_QUEUE
+    from workflows import activity_stubs as stubs
     from workflows.copy import CopyWorkflow
     from workflows.front_link import FrontLink
     from workflows.payloads import (
@@ -260,8 +261,8 @@ class PoolMixin(RolloutMixin, FrontLink):
                 self.state.event("copy_draining", f"{copy_id} takes no new requests; in-flight ones get "
                                  f"up to {grace_s:.0f} s", copy_id)
                 result: DrainResult = await workflow.execute_activity(
-                    "drain_replica", DrainInput(copy_id=copy_id, url=info.url, grace_s=grace_s),
-                    result_type=DrainResult, task_queue=CONTROL_TASK_QUEUE,
+                    stubs.drain_replica, DrainInput(copy_id=copy_id, url=info.url, grace_s=grace_s),
+                    task_queue=CONTROL_TASK_QUEUE,
                     start_to_close_timeout=timedelta(seconds=grace_s + 60),
                 )
                 note = (f"in-flight requests finished in {result.waited_s:.1f} s" if result.drained

@@ -14,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from berth.contracts.model_registry import ModelRecord, ModelState, ModelUseAnswer
     from berth.settings import CONTROL_TASK_QUEUE
+    from workflows import activity_stubs as stubs
     from workflows.model_payloads import ModelUpdate, UseInput
     from workflows.payloads import Phase, PoolInput, WeightsResult
     from workflows.pool_state import PoolState
@@ -39,8 +40,8 @@ class ModelMixin:
     async def _use(self, input: PoolInput) -> ModelUseAnswer:
         ref = input.definition.model_ref or ""
         answer: ModelUseAnswer = await workflow.execute_activity(
-            "use_model", UseInput(ref=ref, user=input.owner.user, workflow_id=input.workflow_id),
-            result_type=ModelUseAnswer, task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=timedelta(seconds=60),
+            stubs.use_model, UseInput(ref=ref, user=input.owner.user, workflow_id=input.workflow_id),
+            task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=timedelta(seconds=60),
             retry_policy=RETRY)
         return answer
 
@@ -88,5 +89,5 @@ class ModelMixin:
         return model_dir
 
     async def release_model(self, input: PoolInput) -> None:
-        await workflow.execute_activity("release_models", input.workflow_id, task_queue=CONTROL_TASK_QUEUE,
+        await workflow.execute_activity(stubs.release_models, input.workflow_id, task_queue=CONTROL_TASK_QUEUE,
                                         start_to_close_timeout=timedelta(seconds=60), retry_policy=RETRY)

@@ -12,6 +12,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from berth.settings import CONTROL_TASK_QUEUE, NODES_TASK_QUEUE
+    from workflows import activity_stubs as stubs
     from workflows.authorized import refuse_signal, require_authorized
     from workflows.front_supervisor import fronted
     from workflows.model_payloads import ModelUpdate
@@ -29,7 +30,6 @@ with workflow.unsafe.imports_passed_through():
         ScaleResult,
         StopRequest,
         WeightsInput,
-        WeightsResult,
     )
     from workflows.pool import PoolMixin
     from workflows.pool_model import ModelMixin
@@ -214,7 +214,7 @@ class PoolWorkflow(PoolMixin, ModelMixin):
 
     async def _authorize(self, input: PoolInput) -> None:
         try:
-            await require_authorized("verify_service_input", input)
+            await require_authorized(stubs.verify_service_input, input)
         except ApplicationError as error:
             self.state.last_error = error.message
             self.state.phase = Phase.FAILED
@@ -227,8 +227,8 @@ class PoolWorkflow(PoolMixin, ModelMixin):
         where = f"persistent volume {job.volume}" if job.volume else "an ephemeral volume"
         self.state.event("downloading", f"downloading {job.repo}@{job.revision or 'main'} into {where}")
         download = workflow.start_activity(
-            "download_weights", WeightsInput(workflow_id=input.workflow_id, job=job, owner=input.owner.user),
-            result_type=WeightsResult, task_queue=NODES_TASK_QUEUE, start_to_close_timeout=timedelta(hours=12),
+            stubs.download_weights, WeightsInput(workflow_id=input.workflow_id, job=job, owner=input.owner.user),
+            task_queue=NODES_TASK_QUEUE, start_to_close_timeout=timedelta(hours=12),
             heartbeat_timeout=timedelta(seconds=60), retry_policy=DOWNLOAD_RETRY,
         )
         await workflow.wait_condition(lambda: download.done() or self.state.stop_requested)
@@ -275,7 +275,7 @@ class PoolWorkflow(PoolMixin, ModelMixin):
 
     async def _cleanup(self, input: PoolInput) -> None:
         await workflow.execute_activity(
-            "remove_endpoint", CleanupInput(workflow_id=input.workflow_id, endpoint_id=input.endpoint_id),
+            stubs.remove_endpoint, CleanupInput(workflow_id=input.workflow_id, endpoint_id=input.endpoint_id),
             task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
         )
         # The registry's uses of this workflow (model:// and hf:// registered on first use) end with it, so
@@ -286,7 +286,7 @@ class PoolWorkflow(PoolMixin, ModelMixin):
         if (weights is not None and not weights.volume) or (
                 service is not None and input.definition.replica is None and not service.volume):
             await workflow.execute_activity(
-                "delete_ephemeral_volume", input.workflow_id, task_queue=NODES_TASK_QUEUE,
+                stubs.delete_ephemeral_volume, input.workflow_id, task_queue=NODES_TASK_QUEUE,
                 start_to_close_timeout=timedelta(minutes=10),
             )
 

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         RolloutPhase,
     )
     from berth.settings import CONTROL_TASK_QUEUE, NODES_TASK_QUEUE
+    from workflows import activity_stubs as stubs
     from workflows.authorized import require_authorized
     from workflows.payloads import CopyStatus, Phase, PoolInput, WeightsInput, WeightsResult
     from workflows.pool_state import PoolState
@@ -86,7 +87,7 @@ class RolloutMixin:
     @workflow.update
     async def roll_to(self, request: RolloutRequest) -> Rollout:
         """Start rolling to revision N+1 (signed by the API, like a start)."""
-        await require_authorized("verify_service_input", request.input)
+        await require_authorized(stubs.verify_service_input, request.input)
         if self.rollout_active():  # another update won the race meanwhile
             raise ApplicationError("A rollout began meanwhile; try again once it ends.")
         now = workflow.now()
@@ -212,7 +213,7 @@ class RolloutMixin:
         assert self.input is not None
         try:
             await workflow.execute_activity(
-                "serve_revision", ServeInput(workflow_id=self.input.workflow_id, revision=revision),
+                stubs.serve_revision, ServeInput(workflow_id=self.input.workflow_id, revision=revision),
                 task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=timedelta(seconds=30), retry_policy=CONTROL)
         except ActivityError as error:  # the copies serve the new revision whatever the endpoint row says
             self.state.event("endpoint_facts_stale", f"the endpoint's facts still describe the previous "
@@ -272,9 +273,9 @@ class RolloutMixin:
         assert rollout is not None and rollout.step_started_at is not None and self.input is not None
         strategy = rollout.strategy
         health: RevisionHealth = await workflow.execute_activity(
-            "revision_health", HealthInput(endpoint_id=self.input.endpoint_id, revision=rollout.to_revision,
+            stubs.revision_health, HealthInput(endpoint_id=self.input.endpoint_id, revision=rollout.to_revision,
                                            since=rollout.step_started_at.timestamp()),
-            result_type=RevisionHealth, task_queue=CONTROL_TASK_QUEUE,
+            task_queue=CONTROL_TASK_QUEUE,
             start_to_close_timeout=timedelta(seconds=30), retry_policy=CONTROL)
         if not self._judging():
             return  # paused, promoted or rolled back meanwhile
@@ -296,7 +297,7 @@ class RolloutMixin:
         if weights == self._traffic_set or self.input is None:
             return
         await workflow.execute_activity(
-            "set_traffic", TrafficInput(endpoint_id=self.input.endpoint_id, weights=weights),
+            stubs.set_traffic, TrafficInput(endpoint_id=self.input.endpoint_id, weights=weights),
             task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=timedelta(seconds=30), retry_policy=CONTROL)
         self._traffic_set = weights
 
@@ -309,9 +310,9 @@ class RolloutMixin:
                              f"{self.state.rollout.to_revision if self.state.rollout else '?'}")
             try:
                 result: WeightsResult = await workflow.execute_activity(
-                    "download_weights", WeightsInput(workflow_id=self.target.workflow_id, job=job,
+                    stubs.download_weights, WeightsInput(workflow_id=self.target.workflow_id, job=job,
                                                      owner=self.target.owner.user),
-                    result_type=WeightsResult, task_queue=NODES_TASK_QUEUE, start_to_close_timeout=timedelta(hours=12),
+                    task_queue=NODES_TASK_QUEUE, start_to_close_timeout=timedelta(hours=12),
                     heartbeat_timeout=timedelta(seconds=60), retry_policy=RetryPolicy(maximum_attempts=3))
             except ActivityError as error:
                 cause = error.cause

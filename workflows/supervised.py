@@ -4,6 +4,7 @@ node to adopt the live process (adopt_rank, adopt_service), and calls it lost on
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TypeVar
 
@@ -20,15 +21,16 @@ ONCE = RetryPolicy(maximum_attempts=1)
 # A process re-adopted by restarted agents this many times in a row is given up as lost.
 MAX_ADOPTIONS = 5
 
+ArgT = TypeVar("ArgT")
 ResultT = TypeVar("ResultT")
 
 
-def start_supervised(activity: str, arg: object, result_type: type[ResultT], node_id: str, timings: CopyTimings,
+def start_supervised(activity: Callable[[ArgT], Awaitable[ResultT]], arg: ArgT, node_id: str, timings: CopyTimings,
                      *, adopting: bool) -> workflow.ActivityHandle[ResultT]:
-    """Start `activity` (run_… or adopt_…) on the node's own queue; an adoption must be taken up by a
+    """Start `activity` (a stub: run_… or adopt_…) on the node's own queue; an adoption must be taken up by a
     restarted agent within the adopt window, or it ends with a schedule-to-start timeout."""
     return workflow.start_activity(
-        activity, arg, result_type=result_type, task_queue=node_task_queue(node_id),
+        activity, arg, task_queue=node_task_queue(node_id),
         start_to_close_timeout=timedelta(days=3650),
         heartbeat_timeout=timedelta(seconds=timings.rank_heartbeat_timeout_s),
         schedule_to_start_timeout=timedelta(seconds=timings.rank_adopt_window_s) if adopting else None,

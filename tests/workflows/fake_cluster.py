@@ -24,6 +24,8 @@ from berth.contracts import (
     RevisionHealth,
 )
 from berth.settings import node_task_queue
+from workflows import activity_stubs as stubs
+from workflows.activity_stubs import implements
 from workflows.payloads import (
     CleanupInput,
     DrainInput,
@@ -118,7 +120,7 @@ class FakeCluster:
         self.calls.append((name, argument))
 
     # --- the control worker's activities (activities/control.py) ---------------------------------
-    @activity.defn(name="reserve_placement")
+    @implements(stubs.reserve_placement)
     async def reserve_placement(self, request: ReserveRequest) -> ReserveResult:
         self._record("reserve_placement", request)
         if self.reserve_gate is not None:
@@ -134,17 +136,17 @@ class FakeCluster:
         self.placements[request.copy_id] = placement
         return ReserveResult(placement=placement)
 
-    @activity.defn(name="release_placement")
+    @implements(stubs.release_placement)
     async def release_placement(self, copy_id: str) -> None:
         self._record("release_placement", copy_id)
         self.placements.pop(copy_id, None)
         self.published.pop(copy_id, None)  # as Placements.release: a released copy's record goes with it
 
-    @activity.defn(name="fence_placement")
+    @implements(stubs.fence_placement)
     async def fence_placement(self, request: FenceRequest) -> None:
         self._record("fence_placement", request)
 
-    @activity.defn(name="publish_replica")
+    @implements(stubs.publish_replica)
     async def publish_replica(self, record: CopyRecord) -> None:
         self._record("publish_replica", record)
         if self.publish_gate is not None:  # a slow control plane: the publish lands when the test says
@@ -153,12 +155,12 @@ class FakeCluster:
             self.published[record.copy_id] = record
         self._record("publish_landed", record.copy_id)
 
-    @activity.defn(name="unpublish_replica")
+    @implements(stubs.unpublish_replica)
     async def unpublish_replica(self, copy_id: str) -> None:
         self._record("unpublish_replica", copy_id)
         self.published.pop(copy_id, None)
 
-    @activity.defn(name="drain_replica")
+    @implements(stubs.drain_replica)
     async def drain_replica(self, request: DrainInput) -> DrainResult:
         self._record("drain_replica", request)
         self.published.pop(request.copy_id, None)
@@ -166,16 +168,16 @@ class FakeCluster:
             await self.drain_gate.wait()
         return DrainResult(drained=True, waited_s=0.0)
 
-    @activity.defn(name="remove_endpoint")
+    @implements(stubs.remove_endpoint)
     async def remove_endpoint(self, request: CleanupInput) -> None:
         self._record("remove_endpoint", request)
 
-    @activity.defn(name="reserve_service_port")
+    @implements(stubs.reserve_service_port)
     async def reserve_service_port(self, request: FrontPortRequest) -> FrontPort:
         self._record("reserve_service_port", request)
         return FrontPort(node_id=self.nodes[0].node_id, address="127.0.0.1", port=next(self._ports))
 
-    @activity.defn(name="set_endpoint_service")
+    @implements(stubs.set_endpoint_service)
     async def set_endpoint_service(self, update: EndpointFront) -> None:
         self._record("set_endpoint_service", update)
         self.routes[update.endpoint_id] = update.url
@@ -185,16 +187,16 @@ class FakeCluster:
                 self.unpublish_replica, self.drain_replica, self.remove_endpoint, self.reserve_service_port,
                 self.set_endpoint_service, self.set_traffic, self.revision_health, self.serve_revision]
 
-    @activity.defn(name="set_traffic")
+    @implements(stubs.set_traffic)
     async def set_traffic(self, request: TrafficInput) -> None:
         self._record("set_traffic", request)
         self.traffic = request.weights
 
-    @activity.defn(name="serve_revision")
+    @implements(stubs.serve_revision)
     async def serve_revision(self, request: ServeInput) -> None:
         self._record("serve_revision", request)
 
-    @activity.defn(name="revision_health")
+    @implements(stubs.revision_health)
     async def revision_health(self, request: HealthInput) -> RevisionHealth:
         """What the endpoint proxies saw of a revision: as the test sets it per revision (none: healthy)."""
         self._record("revision_health", request)
@@ -203,7 +205,7 @@ class FakeCluster:
     def crash_front(self, exit_code: int = 1) -> None:
         self.front_exit = FrontExit(name="litellm", node_id=self.nodes[0].node_id, exit_code=exit_code)
 
-    @activity.defn(name="run_service")
+    @implements(stubs.run_service)
     async def run_service(self, run: FrontRun) -> FrontExit:
         """The front process: runs until `crash_front` or its workflow stops it."""
         self._record("run_service", run)
@@ -216,14 +218,14 @@ class FakeCluster:
         assert exit_info is not None
         return exit_info
 
-    @activity.defn(name="wait_live")
+    @implements(stubs.wait_live)
     async def wait_live(self, check: LiveCheck) -> float:
         self._record("wait_live", check)
         await self._beat_until(lambda: self.front_goes_live, self._this_node())
         return 0.5
 
     # --- a node agent's activities (activities/ranks.py), on each node's own task queue ---------------
-    @activity.defn(name="run_rank")
+    @implements(stubs.run_rank)
     async def run_rank(self, spec: RankSpec) -> RankExit:
         node_id = self._this_node()
         self._record("run_rank", spec)
@@ -235,13 +237,13 @@ class FakeCluster:
                             log_tail="Traceback: the engine crashed while loading")
         return await self._own(process)
 
-    @activity.defn(name="adopt_rank")
+    @implements(stubs.adopt_rank)
     async def adopt_rank(self, spec: RankSpec) -> RankExit:
         """A restarted agent takes the live process back (the agent answers again after a pause)."""
         self._record("adopt_rank", spec)
         return await self._own(self.ranks[(spec.copy_id, spec.rank)])
 
-    @activity.defn(name="wait_ready")
+    @implements(stubs.wait_ready)
     async def wait_ready(self, check: ReadyCheck) -> None:
         """Ready once every rank of the copy runs (a copy whose rank ended is never ready)."""
         self._record("wait_ready", check)

@@ -17,6 +17,8 @@ from temporalio.exceptions import ApplicationError
 from berth.contracts import EvictResult, ModelRecord, ModelState, ModelUseAnswer
 from berth.settings import CONTROL_TASK_QUEUE
 from server.model_jobs import job_workflow_id
+from workflows import activity_stubs as stubs
+from workflows.activity_stubs import implements
 from workflows.model_payloads import (
     CheckedModel,
     CheckInput,
@@ -75,18 +77,18 @@ class FakeModels:
         return self.job_id
 
     # --- control side -------------------------------------------------------------------------------
-    @activity.defn(name="load_model_job")
+    @implements(stubs.load_model_job)
     async def load_model_job(self, model_id: str) -> JobModel:
         self._record("load_model_job", model_id)
         return self.spec
 
-    @activity.defn(name="report_model_state")
+    @implements(stubs.report_model_state)
     async def report_model_state(self, step: ModelStep) -> None:
         self.steps.append(step)
         if step.job_id == self.job_id or self.job_id is None:
             self.state, self.message = step.state, step.message
 
-    @activity.defn(name="use_model")
+    @implements(stubs.use_model)
     async def use_model(self, request: UseInput) -> ModelUseAnswer:
         self._record("use_model", request)
         if self.state is ModelState.READY:
@@ -96,7 +98,7 @@ class FakeModels:
         job_id = await self.start_job(request.workflow_id)
         return ModelUseAnswer(model=self.record(), job_id=job_id)
 
-    @activity.defn(name="release_models")
+    @implements(stubs.release_models)
     async def release_models(self, workflow_id: str) -> None:
         self._record("release_models", workflow_id)
 
@@ -104,12 +106,12 @@ class FakeModels:
         return [self.load_model_job, self.report_model_state, self.use_model, self.release_models]
 
     # --- node side ----------------------------------------------------------------------------------
-    @activity.defn(name="resolve_model")
+    @implements(stubs.resolve_model)
     async def resolve_model(self, request: ResolveInput) -> ResolvedModel:
         self._record("resolve_model", request)
         return ResolvedModel(commit=COMMIT, size_bytes=1000, files=3)
 
-    @activity.defn(name="download_model")
+    @implements(stubs.download_model)
     async def download_model(self, request: DownloadInput) -> DownloadedModel:
         self._record("download_model", request)
         while not self.download_gate.is_set():
@@ -119,7 +121,7 @@ class FakeModels:
                                size_bytes=1000, files=3, bytes_transferred=1000, verified=self.verified,
                                unverified_files=[] if self.verified else ["config.json"])
 
-    @activity.defn(name="check_model")
+    @implements(stubs.check_model)
     async def check_model(self, request: CheckInput) -> CheckedModel:
         self._record("check_model", request)
         if self.check_error:
@@ -127,12 +129,12 @@ class FakeModels:
         return CheckedModel(model_dir=f"/cache/sha256/{DIGEST}", digest=DIGEST, files=3, safetensors_files=1,
                             size_bytes=1000)
 
-    @activity.defn(name="verify_model")
+    @implements(stubs.verify_model)
     async def verify_model(self, request: VerifyInput) -> VerifiedModel:
         self._record("verify_model", request)
         return VerifiedModel(ok=False, digest=DIGEST, problems=["model.safetensors: SHA-256 differs"])
 
-    @activity.defn(name="evict_model_cache")
+    @implements(stubs.evict_model_cache)
     async def evict_model_cache(self, request: EvictInput) -> EvictResult:
         self._record("evict_model_cache", request)
         return EvictResult(budget_bytes=request.budget_bytes, before_bytes=0, after_bytes=0)
