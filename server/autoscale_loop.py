@@ -24,6 +24,7 @@ from datetime import timedelta
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from berth.api_client import ApiClient
+from berth.contracts.pool_facts import PoolFacts
 from berth.contracts.rollouts import ScalingExplanation
 from berth.errors import BerthError
 from berth.security import ReplicaKeys
@@ -131,7 +132,7 @@ class Autoscaler:
         memory = self.memories.setdefault(pool.endpoint_id, PoolMemory())
         resized = resized_elsewhere(memory, status.desired_copies, self.queue_memories.get(pool.endpoint_id))
         # Proxy=true: the rate measured at the pool's LiteLLM proxy; Proxy=false: at the endpoint proxy.
-        fronted = bool(pool.annotations.get("proxy"))
+        fronted = PoolFacts.from_annotations(pool.annotations).proxy
         source = CountingCopies(self.meters.proxied if fronted else self.meters.front_door, self.copies)
         load = source.load(pool.endpoint_id, now)
         rate = decide(policy, status.desired_copies, load, memory, now)

@@ -13,8 +13,11 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
+
+from berth.contracts import PoolFacts
 
 RATE_WINDOW_S = 10.0  # the rate is the mean over this window: smooth enough, quick enough
 
@@ -189,23 +192,16 @@ def decide(policy: PoolPolicy, current: int, load: Load, memory: PoolMemory,
     return None
 
 
-def policy_from_annotations(facts: dict[str, object]) -> PoolPolicy | None:
-    """The sizing policy an endpoint row keeps for its pool, or None for a service endpoint."""
-    if not facts.get("pool"):
+def policy_from_annotations(annotations: Mapping[str, object]) -> PoolPolicy | None:
+    """The sizing policy an endpoint row keeps for its pool (its PoolFacts), or None for a service endpoint."""
+    facts = PoolFacts.from_annotations(annotations)
+    if not facts.pool:
         return None
-
-    def number(name: str, default: float) -> float:
-        value = facts.get(name, default)
-        return float(value) if isinstance(value, int | float) else default
-
     return PoolPolicy(
-        min_replicas=int(number("min_replicas", 1)), max_replicas=int(number("max_replicas", 1)),
-        target_requests_per_s=number("target_requests_per_s", 0.0),
-        scale_down_delay_s=number("scale_down_delay_s", 60.0),
-        scale_to_zero_after_s=number("scale_to_zero_after_s", 300.0),
-        rate_autoscaling=bool(facts.get("proxy", True)),
-        target_concurrency=number("target_concurrency", 0.0),
-        scale_out_queue=number("scale_out_queue", 0.0), scale_out_s=number("scale_out_s", 30.0),
-        scale_out_ttft_ms=number("scale_out_ttft_ms", 0.0), scale_in_queue=number("scale_in_queue", 0.0),
-        scale_in_s=number("scale_in_s", 120.0),
+        min_replicas=facts.min_replicas, max_replicas=facts.max_replicas,
+        target_requests_per_s=facts.target_requests_per_s, scale_down_delay_s=facts.scale_down_delay_s,
+        scale_to_zero_after_s=facts.scale_to_zero_after_s, rate_autoscaling=facts.proxy,
+        target_concurrency=facts.target_concurrency, scale_out_queue=facts.scale_out_queue,
+        scale_out_s=facts.scale_out_s, scale_out_ttft_ms=facts.scale_out_ttft_ms,
+        scale_in_queue=facts.scale_in_queue, scale_in_s=facts.scale_in_s,
     )

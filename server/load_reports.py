@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from berth.contracts import PoolFacts
 from server.autoscaler import RATE_WINDOW_S
 from server.models import EndpointRow, LoadReportRow, ReplicaRow, StoreLockRow
 
@@ -117,7 +118,7 @@ class LoadReports:
             endpoints = s.scalars(select(EndpointRow).order_by(EndpointRow.created_at)).all()
             pools = {e.id: AutoscaledPool(endpoint_id=e.id, workflow_id=e.workflow_id,
                                           annotations=dict(e.annotations or {}), ready_copies={})
-                     for e in endpoints if (e.annotations or {}).get("pool")}
+                     for e in endpoints if PoolFacts.from_annotations(e.annotations).pool}
             ready = select(ReplicaRow.endpoint_id, ReplicaRow.copy_id, ReplicaRow.url).where(ReplicaRow.ready)
             for endpoint_id, copy_id, url in s.execute(ready):
                 if endpoint_id in pools:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from berth.contracts import ServedModel
+from berth.contracts import PoolFacts, ServedModel
 from berth.errors import NotFoundError, UserInputError
 from berth.kinds import ProcessKind
 from berth.opencode import check_context, pick_default_model
@@ -74,9 +74,9 @@ def _served_model(endpoint: EndpointRow, definition: WorkflowDefinition) -> Serv
     and whether its engine calls tools."""
     assert definition.replica is not None
     engine = definition.replica.engine
-    served_context = (endpoint.annotations or {}).get("max_context")
+    served_context = PoolFacts.from_annotations(endpoint.annotations).max_context
     return ServedModel(model_id=engine.served_model_name,
-                       max_context=served_context if isinstance(served_context, int) else engine.max_model_len,
+                       max_context=served_context if served_context is not None else engine.max_model_len,
                        tool_calling=TOOL_FLAG in (*engine.args, *engine.extra_args))
 
 

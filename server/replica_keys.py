@@ -5,6 +5,7 @@ berth/contracts/internal.py."""
 
 from __future__ import annotations
 
+from berth.contracts import PoolFacts
 from server.models import EndpointRow
 
 # As long as the owner token the gateway polls the endpoints API with (a restart renews both).
@@ -13,5 +14,4 @@ REPLICA_KEYS_TOKEN_TTL_S = 7 * 24 * 3600
 
 def discoverable(endpoint: EndpointRow) -> bool:
     """A Proxy=false pool: its copies are called directly (a Proxy=true pool's sit behind LiteLLM)."""
-    facts = endpoint.annotations or {}
-    return bool(facts.get("pool")) and not facts.get("proxy", True)
+    return PoolFacts.from_annotations(endpoint.annotations).discoverable

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from berth.contracts import PoolFacts
 from berth.security import Cipher
 from server.models import EndpointRow, RevisionRow, WorkflowRow
 
@@ -60,13 +61,13 @@ class Revisions:
     def latest(self, workflow: WorkflowRow) -> Revision:
         return self.revisions(workflow)[-1]
 
-    def serve(self, workflow: WorkflowRow, revision: int, facts: dict[str, Any]) -> None:
+    def serve(self, workflow: WorkflowRow, revision: int, facts: PoolFacts) -> None:
         """Revision `revision` now serves: its pool's facts replace the endpoint's (routing policy, sizes,
         autoscaling, MaxContextSize), whatever else the annotations hold staying as it is."""
         with self._session() as s:
             row = s.get(EndpointRow, workflow.endpoint_id)
             if row is not None:
-                row.annotations = {**(row.annotations or {}), **facts}
+                row.annotations = {**(row.annotations or {}), **facts.as_annotations()}
 
     def _read(self, row: RevisionRow) -> Revision:
         definition = self._cipher.decrypt_json(row.definition)

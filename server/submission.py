@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, field_validator
 
+from berth.contracts import PoolFacts
 from berth.errors import NotFoundError
 from berth.kinds import facts
 from berth.opencode import generate_password
@@ -109,24 +110,23 @@ def new_rows(entry: Entry, definition: WorkflowDefinition, who: Identity,
                            # A service entry's endpoint serves no model of its own (OpenCode's Model
                            # is what it asks for): keep it out of model discovery.
                            model_id=None if service_entry else definition.model_id, created_at=now,
-                           annotations=pool_facts(definition))
+                           annotations=pool_facts(definition).as_annotations())
     return row, endpoint
 
 
-def pool_facts(definition: WorkflowDefinition) -> dict[str, Any]:
-    """What the endpoint row keeps about its pool, for routing and discovery."""
+def pool_facts(definition: WorkflowDefinition) -> PoolFacts:
+    """What the endpoint row keeps about its pool, for routing, discovery and the autoscaler (none for a
+    service endpoint)."""
     if definition.replica is None:
-        return {}
+        return PoolFacts()
     pool = definition.pool
-    return {"pool": True, "proxy": definition.proxy, "routing_policy": pool.routing_policy,
-            "min_replicas": pool.min_replicas, "max_replicas": pool.max_replicas,
-            "target_requests_per_s": pool.target_requests_per_s, "target_concurrency": pool.target_concurrency,
-            "scale_down_delay_s": pool.scale_down_delay_s,
-            "scale_to_zero_after_s": pool.scale_to_zero_after_s,
-            "scale_out_queue": pool.scale_out_queue, "scale_out_s": pool.scale_out_s,
-            "scale_out_ttft_ms": pool.scale_out_ttft_ms, "scale_in_queue": pool.scale_in_queue,
-            "scale_in_s": pool.scale_in_s,
-            "max_context": definition.replica.engine.max_model_len}
+    return PoolFacts(pool=True, proxy=definition.proxy, routing_policy=pool.routing_policy,
+                     min_replicas=pool.min_replicas, max_replicas=pool.max_replicas,
+                     target_requests_per_s=pool.target_requests_per_s, target_concurrency=pool.target_concurrency,
+                     scale_down_delay_s=pool.scale_down_delay_s, scale_to_zero_after_s=pool.scale_to_zero_after_s,
+                     scale_out_queue=pool.scale_out_queue, scale_out_s=pool.scale_out_s,
+                     scale_out_ttft_ms=pool.scale_out_ttft_ms, scale_in_queue=pool.scale_in_queue,
+                     scale_in_s=pool.scale_in_s, max_context=definition.replica.engine.max_model_len)
 
 
 def copy_timings(context: ServerContext) -> CopyTimings:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from berth import kinds
+from berth.contracts import PoolFacts
 from berth.contracts.rollouts import ScalingExplanation
 from berth.security import Identity
 from catalog.entry import Entry
@@ -30,8 +31,7 @@ def replica_view(replica: Any) -> dict[str, Any]:
 
 def discoverable(endpoint: EndpointRow) -> bool:
     """Whether a discovering gateway serves this endpoint's pool: a pool started with Proxy=false."""
-    facts = endpoint.annotations or {}
-    return bool(facts.get("pool")) and not facts.get("proxy", True)
+    return PoolFacts.from_annotations(endpoint.annotations).discoverable
 
 
 def endpoint_view(context: ServerContext, endpoint: EndpointRow, replicas: list[Any]) -> dict[str, Any]:
@@ -42,15 +42,14 @@ def endpoint_view(context: ServerContext, endpoint: EndpointRow, replicas: list[
     mine = sorted((replica_view(r) for r in replicas if r.endpoint_id == endpoint.id),
                   key=lambda r: r["copy_id"])
     ready = [r for r in mine if r["ready"] and not r["draining"]]
-    facts = endpoint.annotations or {}
-    is_pool = bool(facts.get("pool"))
-    found = discoverable(endpoint)
+    facts = PoolFacts.from_annotations(endpoint.annotations)
+    found = facts.discoverable
     annotations: dict[str, Any] = {
         "model_id": endpoint.model_id, "workflow_id": endpoint.workflow_id, "owner": endpoint.owner,
         "scope": endpoint.scope, "ready": bool(ready), "discoverable": found,
-        "routing_policy": facts.get("routing_policy"),
+        "routing_policy": facts.routing_policy,
     }
-    if is_pool and not found:
+    if facts.pool and not found:
         annotations["not_discoverable_reason"] = (
             "started with Proxy=true: its replicas are behind its LiteLLM proxy; restart the model with "
             "Proxy=false to make it discoverable by a gateway")

@@ -136,6 +136,9 @@ from berth.contracts.placement import (
     ReserveRequest,
     ReserveResult,
 )
+from berth.contracts.pool_facts import (
+    PoolFacts,
+)
 from berth.contracts.rollouts import (
     CopyOutcomes,
     RevisionHealth,
@@ -185,6 +188,7 @@ from berth.contracts.workflows import (
 )
 
 __all__ = [
+    "PoolFacts",
     "CopyOutcomes",
     "RevisionHealth",
     "Rollout",

@@ -22,6 +22,7 @@ from berth.contracts import (
     LoadReport,
     OwnerToken,
     OwnerTokenRequest,
+    PoolFacts,
     ReplicaKeysList,
     ReplicaKeysToken,
     RequestCounters,
@@ -229,7 +230,7 @@ async def endpoint_replicas(endpoint_id: str, context: Context) -> ServiceCopies
                             api_key=context.replica_keys.for_copy(r.copy_id))
                 for r in sorted(rows, key=lambda r: r.copy_id)],
         # LiteLLM's custom routing strategy (gateway.litellm_hooks.policy_routing) routes by it.
-        routing_policy=annotations.get("routing_policy") or "least_queue")
+        routing_policy=PoolFacts.from_annotations(annotations).routing_policy or "least_queue")
 
 
 # exclude_unset: an endpoint without a `limits` override is sent without the field, as before it existed.
@@ -255,8 +256,8 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
         # The pool as routing needs it: every published copy with its state, the policy, and
         # whether a request may wake it (a pool with no copy, not a service).
         "workflow_id": e.workflow_id, "pool": sorted(pools.get(e.id, []), key=lambda r: r["copy_id"]),
-        "routing_policy": (e.annotations or {}).get("routing_policy", "least_queue"),
-        "wakeable": bool((e.annotations or {}).get("pool")),
+        "routing_policy": PoolFacts.from_annotations(e.annotations).routing_policy or "least_queue",
+        "wakeable": PoolFacts.from_annotations(e.annotations).pool,
         # Behind LiteLLM: the copies it routes to (None until its sync hook first reported).
         "litellm_routed": routed.get(e.id) if facts(e.service).fronts_pool else None,
         "replicas": sorted(by_endpoint.get(e.id, [])),  # copy_urls' old name, for one release
@@ -276,8 +277,8 @@ def _traffic(annotations: dict[str, Any]) -> dict[str, Any]:
 
 def _max_context(annotations: dict[str, Any]) -> dict[str, Any]:
     """The pool's MaxContextSize, for the limits' context check; nothing for an endpoint without one."""
-    value = annotations.get("max_context")
-    return {"max_context": value} if isinstance(value, int) and not isinstance(value, bool) else {}
+    value = PoolFacts.from_annotations(annotations).max_context
+    return {"max_context": value} if value is not None else {}
 
 
 def _limits(endpoint_id: str, annotations: dict[str, Any]) -> dict[str, Any]:

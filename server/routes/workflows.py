@@ -38,6 +38,7 @@ from server.models import EndpointRow
 from server.pool_query import pool_status
 from server.submission import StartRequest, copy_timings, new_rows, prepare, with_generated_keys
 from server.views import endpoint_url, endpoint_view, scaling_of
+from workflows.activity_stubs import activity_name, download_weights
 from workflows.payloads import Owner, PoolInput, PoolStatus, ScaleRequest, StopRequest
 from workflows.pool_workflow import PoolWorkflow
 
@@ -113,7 +114,7 @@ async def describe_workflow(workflow_id: str, access: ReadableWorkflow, context:
         description = await handle.describe()
         result["status"] = _temporal_status(description.status)
         for pending in description.raw_description.pending_activities:
-            if pending.activity_type.name == "download_weights" and pending.heartbeat_details.payloads:
+            if pending.activity_type.name == activity_name(download_weights) and pending.heartbeat_details.payloads:
                 details = await client.data_converter.decode(pending.heartbeat_details.payloads)
                 result["download"] = details[0] if details else None
     except RPCError as error:

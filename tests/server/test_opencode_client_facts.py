@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from berth.contracts import EndpointClientFacts
+from berth.contracts import EndpointClientFacts, PoolFacts
 from berth.errors import UserInputError
 from berth.security import Identity
 from catalog.entry import find_entry
@@ -86,7 +86,8 @@ async def test_a_model_endpoint_answers_its_one_model(context: ServerContext, en
 async def test_a_rollout_s_context_is_the_one_given(context: ServerContext, endpoints: dict[str, str]) -> None:
     """The endpoint's pool facts follow the revision that serves (server/revision_store.py): so do the limits."""
     smol = context.store.endpoint(endpoints["smol"])
-    context.store.revisions.serve(context.store.workflow(smol.workflow_id), 2, {"max_context": 4096})
+    revision_2 = PoolFacts.from_annotations(smol.annotations).model_copy(update={"max_context": 4096})
+    context.store.revisions.serve(context.store.workflow(smol.workflow_id), 2, revision_2)
     facts = EndpointClientFacts.model_validate((await _client_config(context, "bob", endpoints["gateway"])).json())
     assert facts.models[0].model_dump() == {"model_id": SMOL, "max_context": 4096, "tool_calling": True}
 
