@@ -95,7 +95,7 @@ class CopyIdleness(Protocol):
 
 
 class CountingCopies:
-    """A source's rate, with idleness also cut short by work its copies report doing (server/copy_activity):
+    """A source's rate, with idleness also cut short by work its copies report doing (control/copy_activity.py):
     a pool is idle only when no path to it (endpoint proxy, LiteLLM, gateway) carried a request."""
 
     def __init__(self, source: RateSource, copies: CopyIdleness) -> None:

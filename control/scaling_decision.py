@@ -1,5 +1,5 @@
 """Queue, TTFT and concurrency scaling: size a pool from its ready copies' own /metrics (waiting and running
-requests, recent time to first token), and combine that with the rate rule (server/autoscaler.decide) into one
+requests, recent time to first token), and combine that with the rate rule (control/autoscaler.decide) into one
 explained decision.
 
 Concurrency (TargetConcurrency, on by default: each model entry sets one) is Kubernetes' HPA rule over
