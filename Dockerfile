@@ -10,6 +10,7 @@ COPY activities ./activities
 COPY gateway ./gateway
 COPY cli ./cli
 COPY server ./server
+COPY control ./control
 COPY node ./node
 COPY simulator ./simulator
 COPY console ./console

@@ -17,7 +17,7 @@ from typing import Any
 from bench.common import emit
 from berth.security import Cipher
 from gateway.endpoint.audit_writer import AuditWriter, as_records
-from server.store import Store
+from server.store.database import Store
 
 REQUESTS = 50_000
 ROWS = 20_000

@@ -16,7 +16,7 @@ from bench.common import emit, summary
 from berth.contracts import ReserveRequest
 from berth.security import Cipher
 from server.scheduler import Demand, GpuView, NodeView, place
-from server.store import Store
+from server.store.database import Store
 
 NODES = 1000
 GPUS = 8

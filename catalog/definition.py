@@ -114,7 +114,7 @@ class PoolSpec(Frozen):
     target_concurrency: float = Field(default=0.0, ge=0)
     scale_down_delay_s: float = Field(default=60.0, ge=0)  # the rate must allow fewer copies this long first
     scale_to_zero_after_s: float = Field(default=300.0, ge=0)  # no request this long → 0 copies (MinReplicas=0)
-    # Queue/TTFT autoscaling from the ready copies' own /metrics (server/scaling_decision.py); 0 = off.
+    # Queue/TTFT autoscaling from the ready copies' own /metrics (control/scaling_decision.py); 0 = off.
     scale_out_queue: float = Field(default=0.0, ge=0)  # waiting requests per ready copy, held scale_out_s
     scale_out_s: float = Field(default=30.0, ge=0)
     scale_out_ttft_ms: float = Field(default=0.0, ge=0)  # mean recent time to first token

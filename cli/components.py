@@ -63,7 +63,7 @@ def server(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 2,
 @app.command()
 def worker() -> None:
     """Run the control worker (workflows and control-side activities)."""
-    from server.worker import main as worker_main
+    from control.worker import main as worker_main
 
     _observed("worker")
     worker_main(_given(settings.component_state_dir), _given(settings.temporal_address),

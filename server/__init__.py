@@ -1,1 +1,1 @@
-"""The control plane: REST API (`berth server`), its SQL store and the placement scheduler."""
+"""The control plane's API process (`berth server`): REST routes and services over its store (server/store/)."""

@@ -12,8 +12,8 @@ from typing import Any
 from berth import scopes
 from berth.errors import NotFoundError, PermissionDeniedError
 from berth.security import Identity
-from server.models import EndpointRow, WorkflowRow
-from server.store import Store
+from server.store.database import Store
+from server.store.tables import EndpointRow, WorkflowRow
 
 # The jobs whose logs a scope member may read: an engine rank's (vLLM prints no request content by
 # default). Everything else — LiteLLM, gateway and OpenCode services, `show-server` — is the owner's:

@@ -2,7 +2,7 @@
 (FastAPI) composed from it: app-wide limits and error mapping, one router per resource (server/routes/).
 What a route needs reaches it through dependencies (server/context.py, server/guards.py), never through
 module globals. The API holds no state of its own (the autoscaler runs in the control worker,
-server/autoscale_loop.py), so several API processes may serve one store."""
+control/autoscale_loop.py), so several API processes may serve one store."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from berth.errors import BerthError
 from berth.security import Cipher, ReplicaKeys, SigningKey, TokenVerifier
 from berth.settings import ClusterSettings, StateLayout, admin_user, key_hmac_secret_file, limit_policy
 from server import control_metrics, request_limits, scheduler
-from server.api_keys import ApiKeys
 from server.context import ServerContext
 from server.model_jobs import evict_model_cache, start_model_job
 from server.routes import ROUTERS
-from server.store import Store
-from server.token_registry import TokenRegistry
+from server.store.api_keys import ApiKeys
+from server.store.database import Store
+from server.store.token_registry import TokenRegistry
 
 
 def build_context(state_dir: Path, temporal_address: str, database_url: str | None = None) -> ServerContext:

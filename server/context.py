@@ -1,6 +1,6 @@
 """What every route reaches through a dependency: the server's context (state dir, settings, store, keys,
 Temporal), on `app.state`, set once by `create_app`. Nothing else lives in the API process: load reports
-go to the store (server/load_reports.py), so any number of API replicas serve alike."""
+go to the store (server/store/load_reports.py), so any number of API replicas serve alike."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from berth.errors import UnavailableError
 from berth.security import Cipher, ReplicaKeys, SigningKey, TokenVerifier
 from berth.settings import ClusterSettings, StateLayout
 from berth.temporal import connect
-from server.api_keys import ApiKeys
-from server.store import Store
-from server.token_registry import TokenRegistry
+from server.store.api_keys import ApiKeys
+from server.store.database import Store
+from server.store.token_registry import TokenRegistry
 
 # Where the model routes hand work to the model jobs (issue 16): start the job `job_id` of `kind`
 # (materialize | verify) for the model, or join it when it runs already (the starter is idempotent per

@@ -2,7 +2,7 @@
 
 What the store holds (copies, nodes, GPUs) is read when Prometheus scrapes, by a collector; pool workflows'
 phases are asked of Temporal at most every PHASE_CACHE_S; placement decisions are told by the store's
-placements (server/placement.py); the only per-request work is one histogram observation (RequestTimer).
+placements (server/store/placement.py); the only per-request work is one histogram observation (RequestTimer).
 Labels are bounded: route templates, never raw paths; node ids and fixed enums; never users, keys or copy ids.
 Names and labels are listed in docs/operations.md."""
 
@@ -27,7 +27,7 @@ from berth.contracts import ReserveRequest, ReserveResult
 from berth.contracts.workflows import Phase
 from berth.settings import metrics_enabled
 from server.context import ServerContext
-from server.store import Store
+from server.store.database import Store
 from workflows.copy import MAX_BLOCKED_BACKOFF_S
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from berth.errors import AuthenticationError, NotFoundError, PermissionDeniedErr
 from berth.security import API_AUDIENCE, REPLICA_KEYS_AUDIENCE, Identity
 from server.access import WorkflowAccess, in_scope, workflow_access
 from server.context import Context
-from server.models import EndpointRow
+from server.store.tables import EndpointRow
 
 
 def service_audience(endpoint_id: str) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from berth.kinds import ProcessKind
 from catalog.definition import WorkflowDefinition
 from server import opencode
-from server.store import Store
+from server.store.database import Store
 
 # (store, definition, the endpoint proxy's public URL) → None, or a UserInputError saying what to change.
 Check = Callable[[Store, WorkflowDefinition, str], None]

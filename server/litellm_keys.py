@@ -33,10 +33,10 @@ from berth.contracts import (
 from berth.errors import AuthenticationError, NotFoundError, PermissionDeniedError, UserInputError, shown
 from berth.tokens import capped_lifetime, human_duration, parse_duration
 from server import litellm_key_fields as fields
-from server.api_keys import DEFAULT_TTL_S, MAX_OVERLAP_S, ApiKeys, record, ttl_cap_s
-from server.models import ApiKeyRow, EndpointRow
-from server.secrets import Secrets
-from server.store import Store
+from server.store.api_keys import DEFAULT_TTL_S, MAX_OVERLAP_S, ApiKeys, record, ttl_cap_s
+from server.store.database import Store
+from server.store.secrets import Secrets
+from server.store.tables import ApiKeyRow, EndpointRow
 
 
 def virtual_key(plaintext: str) -> str:

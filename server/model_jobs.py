@@ -18,7 +18,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from berth.contracts import EvictRequest, EvictResult, ModelRecord
 from berth.settings import CONTROL_TASK_QUEUE
 from server.context import ServerContext
-from server.model_usage import ModelUsage
+from server.store.model_usage import ModelUsage
 from workflows.model_payloads import EvictInput, ModelJobInput
 
 EVICT_TIMEOUT = timedelta(minutes=10)

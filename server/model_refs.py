@@ -12,8 +12,8 @@ from berth.contracts import ModelRecord
 from berth.errors import BerthError, UserInputError
 from berth.security import Identity
 from catalog.definition import WorkflowDefinition
-from server.model_registry import ModelRegistry
-from server.model_usage import ModelUsage
+from server.store.model_registry import ModelRegistry
+from server.store.model_usage import ModelUsage
 
 if TYPE_CHECKING:
     from server.context import ServerContext

@@ -12,8 +12,8 @@ from berth.opencode import check_context, pick_default_model
 from catalog.definition import WorkflowDefinition
 from catalog.entry import load_catalog
 from server.access import in_scope
-from server.models import EndpointRow
-from server.store import Store
+from server.store.database import Store
+from server.store.tables import EndpointRow
 from server.views import discoverable
 
 TOOL_FLAG = "--enable-auto-tool-choice"

@@ -6,7 +6,7 @@ berth/contracts/internal.py."""
 from __future__ import annotations
 
 from berth.contracts import PoolFacts
-from server.models import EndpointRow
+from server.store.tables import EndpointRow
 
 # As long as the owner token the gateway polls the endpoints API with (a restart renews both).
 REPLICA_KEYS_TOKEN_TTL_S = 7 * 24 * 3600

@@ -10,7 +10,7 @@ from berth.contracts import RolloutKind, WorkflowUpdateRequest
 from berth.errors import UserInputError
 from berth.security import Identity
 from catalog.definition import WorkflowDefinition
-from server.models import WorkflowRow
+from server.store.tables import WorkflowRow
 from server.submission import StartRequest, prepare, with_generated_keys
 
 if TYPE_CHECKING:

@@ -23,9 +23,9 @@ from catalog.render import render, resolve_values
 from server.capacity import check_capacity
 from server.kind_checks import check_kind
 from server.model_refs import registered_model, served_from_registry
-from server.models import EndpointRow, WorkflowRow
-from server.secrets import Secrets, check_references
-from server.store import name_taken
+from server.store.database import name_taken
+from server.store.secrets import Secrets, check_references
+from server.store.tables import EndpointRow, WorkflowRow
 from workflows.payloads import CopyTimings
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from berth.contracts.rollouts import ScalingExplanation
 from berth.security import Identity
 from catalog.entry import Entry
 from catalog.memory import gpus_needed, memory_need, memory_table
-from server.models import EndpointRow
+from server.store.tables import EndpointRow
 
 if TYPE_CHECKING:
     from server.context import ServerContext

@@ -205,7 +205,7 @@ class Stack:
             if (metrics_port := ports.node_metrics(index)) is not None:
                 argv += ["--metrics-port", str(metrics_port)]
             # One spare LiteLLM per machine (activities/litellm_standby.py): these nodes share this one, and
-            # a front goes to the first ready node (server/placement.py), so only node-1 keeps one ahead.
+            # a front goes to the first ready node (server/store/placement.py), so only node-1 keeps one ahead.
             self._start(f"node-{index + 1}", argv, env if index == 0 else {**env, "BERTH_LITELLM_STANDBY": "off"})
 
     def _start_proxy(self, settings: ClusterSettings, env: dict[str, str], token: str) -> None:

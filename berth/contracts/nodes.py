@@ -28,7 +28,7 @@ class GpuReport(Payload):
 
 class NodeInventory(Payload):
     """A node agent's heartbeat (`POST /v1/nodes/{node_id}/heartbeat`): what the node has, and what its live rank
-    processes hold (`held`, checked by server/fencing.py; None from an agent too old to say). A heartbeat that is
+    processes hold (`held`, checked by server/store/fencing.py; None from an agent too old to say). A heartbeat that is
     not one is refused in one line (422), never stored."""
 
     address: str = Field(min_length=1, max_length=255)
@@ -41,7 +41,7 @@ class NodeInventory(Payload):
     taints: list[str] = []
     volumes: list[str] = []
     port_start: int = Field(0, ge=0, le=65535)
-    models: list[Any] | None = None  # cache digests: the store keeps the well-formed ones (server/store.py)
+    models: list[Any] | None = None  # cache digests: the store keeps the well-formed ones (server/store/database.py)
     held: list[Any] | None = None
 
 

@@ -1,7 +1,7 @@
 """AuditWriter: the endpoint proxy's audit records, off the hot path. A request enqueues plain tuples (no
 I/O, no validation: see docs/performance.md for the figure); a background task turns them into
 `AuditRecord`s and posts them to the control plane in batches, which appends them to the hash chain
-(server/audit.py). The rows in the store are what is durable; the queue is not.
+(server/store/audit.py). The rows in the store are what is durable; the queue is not.
 
 Bounded memory: at most `capacity` records wait. While the API cannot be reached a batch is put back and
 tried again every tick; only when the queue is full is the oldest record dropped, counted in `dropped` and

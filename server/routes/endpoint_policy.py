@@ -9,8 +9,8 @@ from starlette.concurrency import run_in_threadpool
 
 from berth.contracts import EndpointPolicy
 from server.context import Context
-from server.endpoint_policy import EndpointPolicies, check_policy, policy_of
 from server.guards import Caller, OwnedEndpoint, VisibleEndpoint
+from server.store.endpoint_policy import EndpointPolicies, check_policy, policy_of
 
 router = APIRouter()
 

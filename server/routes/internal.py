@@ -43,11 +43,11 @@ from berth.security import API_AUDIENCE, Identity
 from berth.tokens import TokenKind
 from server.access import in_scope
 from server.context import Context, ServerContext
-from server.copy_outcomes import traffic_of
 from server.guards import Admin, replica_keys_owner, service_audience, service_or_admin
-from server.load_reports import AutoscalerLease, AutoscalerView
 from server.replica_keys import REPLICA_KEYS_TOKEN_TTL_S, discoverable
-from server.secrets import Secrets
+from server.store.copy_outcomes import traffic_of
+from server.store.load_reports import AutoscalerLease, AutoscalerView
+from server.store.secrets import Secrets
 from server.token_minting import mint_endpoint_token
 from server.views import replica_view
 

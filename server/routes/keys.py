@@ -18,9 +18,9 @@ from berth.contracts import (
 )
 from berth.errors import UserInputError
 from berth.tokens import parse_duration
-from server.api_keys import MAX_OVERLAP_S, key_lifetime_s
 from server.context import Context
 from server.guards import Admin, Caller, CreatableKey, OwnedKey
+from server.store.api_keys import MAX_OVERLAP_S, key_lifetime_s
 
 router = APIRouter()
 

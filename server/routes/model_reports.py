@@ -21,8 +21,8 @@ from berth.contracts import (
 from berth.settings import StateLayout
 from server.context import Context
 from server.guards import Admin
-from server.model_usage import ModelUsage
 from server.routes.models import registry, start_or_join
+from server.store.model_usage import ModelUsage
 
 router = APIRouter()
 

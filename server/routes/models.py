@@ -21,8 +21,8 @@ from berth.contracts import (
 from berth.errors import UnavailableError
 from server.context import Context, ServerContext
 from server.guards import Admin, Caller
-from server.model_registry import ModelRegistry
-from server.model_usage import ModelUsage
+from server.store.model_registry import ModelRegistry
+from server.store.model_usage import ModelUsage
 
 router = APIRouter()
 

@@ -10,10 +10,10 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from berth.contracts import NodeInventory, NodeState, NodeView, WorkflowDrainRequest
-from server import fencing
 from server.access import allocation_labels
 from server.context import Context, ServerContext
 from server.guards import Admin, Caller
+from server.store import fencing
 from server.views import gpu_row
 from workflows.rollout_payloads import MoveRequest
 

@@ -27,9 +27,9 @@ from server.access import WorkflowAccess
 from server.context import Context, ServerContext
 from server.guards import ReadableWorkflow, owned_workflow
 from server.pool_query import pool_status
-from server.revision_store import Revision
 from server.revisions import NothingToChange, prepare_update
 from server.routes.workflows import QUERY_TIMEOUT, DefinitionReader
+from server.store.revisions import Revision
 from server.submission import copy_timings
 from server.views import endpoint_url
 from workflows.payloads import Owner, PoolInput, PoolStatus, ScaleRequest

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from berth.contracts import SecretCreated, SecretRequest, SecretView
 from server.context import Context
 from server.guards import Caller
-from server.secrets import Secrets
+from server.store.secrets import Secrets
 
 router = APIRouter()
 

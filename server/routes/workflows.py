@@ -34,8 +34,8 @@ from server.access import WorkflowAccess
 from server.context import Context, ServerContext
 from server.guards import Caller, ReadableWorkflow, owned_workflow
 from server.model_refs import register_first_use
-from server.models import EndpointRow
 from server.pool_query import pool_status
+from server.store.tables import EndpointRow
 from server.submission import StartRequest, copy_timings, new_rows, prepare, with_generated_keys
 from server.views import endpoint_url, endpoint_view, scaling_of
 from workflows.activity_stubs import activity_name, download_weights

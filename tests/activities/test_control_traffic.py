@@ -14,7 +14,7 @@ from berth.api_client import ApiClient
 from berth.contracts import CopyOutcomes
 from berth.security import Identity
 from server.app import build_context, create_app
-from server.models import EndpointRow
+from server.store.tables import EndpointRow
 from workflows.rollout_payloads import HealthInput, TrafficInput
 
 

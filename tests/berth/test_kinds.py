@@ -15,7 +15,7 @@ from gateway.endpoint.route_table import Route
 from server.kind_checks import CHECKS
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCT = ("activities", "berth", "catalog", "cli", "gateway", "node", "server", "stack", "workflows")
+PRODUCT = ("activities", "berth", "catalog", "cli", "control", "gateway", "node", "server", "stack", "workflows")
 
 
 def test_every_front_kind_has_a_launch_and_nothing_else_does() -> None:

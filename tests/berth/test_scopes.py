@@ -8,7 +8,7 @@ from berth.scopes import Scope, in_scope
 from berth.security import Identity
 from gateway.endpoint.route_table import Route
 from server.access import in_scope as api_in_scope
-from server.models import EndpointRow
+from server.store.tables import EndpointRow
 
 OWNER = Identity(user="ada", groups=("ml",), org="acme")
 GROUPMATE = Identity(user="bob", groups=("ml", "ops"), org="other")

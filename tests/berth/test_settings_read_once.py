@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-ROOMS = ("activities", "berth", "catalog", "cli", "gateway", "node", "server", "stack", "workflows")
+ROOMS = ("activities", "berth", "catalog", "cli", "control", "gateway", "node", "server", "stack", "workflows")
 READ = re.compile(r"""(getenv\(\s*|environ\.get\(\s*|environ\[\s*)["']BERTH_[A-Z0-9_]+["']\s*(?!\]\s*=[^=])""")
 
 

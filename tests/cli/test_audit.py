@@ -19,7 +19,7 @@ from cli.audit import since_time
 from cli.main import app
 from server.app import build_context
 from server.context import ServerContext
-from server.models import AuditChainRow
+from server.store.tables import AuditChainRow
 from tests.cli.loopback_api import serve_api
 
 ADMIN = Identity(user="admin", groups=("default",), org="default", admin=True)

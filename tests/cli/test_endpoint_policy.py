@@ -16,7 +16,7 @@ from berth.contracts import LimitPolicy
 from cli.main import app
 from server.app import build_context
 from server.context import ServerContext
-from server.models import EndpointRow
+from server.store.tables import EndpointRow
 from tests.cli.loopback_api import serve_api
 
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from server.app import build_context
 from server.context import ServerContext
-from server.models import EndpointRow
+from server.store.tables import EndpointRow
 from tests.cli.loopback_api import serve_api
 
 

@@ -15,7 +15,7 @@ from berth.contracts.rollouts import ScalingExplanation, ScalingSignal
 from cli.main import app
 from server.app import build_context
 from server.context import ServerContext
-from server.models import EndpointRow, WorkflowRow
+from server.store.tables import EndpointRow, WorkflowRow
 from tests.cli.loopback_api import serve_api
 
 

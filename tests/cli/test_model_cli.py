@@ -16,7 +16,7 @@ from berth.contracts import ModelProgress, ModelProgressReport, ModelRecord, Mod
 from cli.main import app
 from server.app import build_context
 from server.context import ServerContext
-from server.model_usage import ModelUsage
+from server.store.model_usage import ModelUsage
 from tests.cli.loopback_api import serve_api
 
 SMOL = "hf://HuggingFaceTB/SmolLM2-135M-Instruct"

@@ -13,7 +13,7 @@ import pytest
 from berth.security import Identity
 from console.snippets import api_base
 from server.context import ServerContext
-from server.models import EndpointRow
+from server.store.tables import EndpointRow
 from server.submission import StartRequest, new_rows, prepare, with_generated_keys
 from tests.console.app_support import browser, console_context, csrf_of, sign_in, user_token
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from server.context import ServerContext
-from server.models import EndpointRow
+from server.store.tables import EndpointRow
 from tests.console.app_support import browser, console_context, csrf_of, sign_in, user_token
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from console.pages.nodes import Capacity
 from server.context import ServerContext
-from server.models import AllocationRow
+from server.store.tables import AllocationRow
 from tests.console.app_support import browser, console_context, csrf_of, sign_in, user_token
 
 

@@ -15,7 +15,7 @@ from berth.scopes import in_scope
 from berth.security import Identity, TokenVerifier
 from gateway.endpoint.token_identity import TokenIdentities
 from server.app import build_context, create_app
-from server.models import EndpointRow
+from server.store.tables import EndpointRow
 
 ADMIN = Identity(user="admin", groups=("default",), org="default", admin=True)
 ALICE = Identity(user="alice", groups=("team",), org="acme")

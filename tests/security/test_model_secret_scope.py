@@ -6,7 +6,7 @@ before the rule (its row is kept: nothing lost). Through the real API and store,
 from __future__ import annotations
 
 from server.context import ServerContext
-from server.models import ModelRow
+from server.store.tables import ModelRow
 from tests.server.test_models_registry import SMOL, Apis, apis, context, staged  # noqa: F401 — fixtures
 
 

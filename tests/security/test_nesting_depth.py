@@ -23,7 +23,7 @@ from gateway.endpoint.endpoint_proxy import EndpointProxy
 from gateway.endpoint.limits import Limiter
 from gateway.models.model_gateway import ModelGateway, Pool
 from server.app import build_context, create_app
-from server.models import EndpointRow, WorkflowRow
+from server.store.tables import EndpointRow, WorkflowRow
 from tests.gateway.endpoint.test_endpoint_proxy_identity import RecordingUpstream
 from tests.gateway.pool_copies import Copy, PoolRoutes
 

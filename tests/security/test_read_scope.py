@@ -13,7 +13,7 @@ import pytest
 
 from berth.security import Identity
 from server.access import WorkflowAccess
-from server.models import WorkflowRow
+from server.store.tables import WorkflowRow
 from tests.security.conftest import People
 from tests.support import wait_for
 

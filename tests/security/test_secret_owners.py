@@ -14,8 +14,8 @@ import pytest
 
 from berth.errors import PermissionDeniedError
 from berth.security import Cipher, Identity
-from server.secrets import Secrets
-from server.store import Store
+from server.store.database import Store
+from server.store.secrets import Secrets
 from tests.security.conftest import People
 
 

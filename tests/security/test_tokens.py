@@ -16,8 +16,8 @@ import pytest
 
 from berth.errors import AuthenticationError
 from berth.security import API_AUDIENCE, Cipher, Identity, SigningKey, TokenVerifier
-from server.store import Store
-from server.token_registry import TokenRegistry
+from server.store.database import Store
+from server.store.token_registry import TokenRegistry
 from tests.security.conftest import People
 from tests.support import RunningStack, free_port_base
 

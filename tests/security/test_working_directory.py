@@ -17,7 +17,7 @@ from berth.processes import without_relative_python_path
 from tests.support import REPO, RunningStack, free_port_base, rank_record, service_record, wait_for
 
 # Berth's own top-level packages, and a few of the libraries its processes import first.
-SHADOWED = ("cli", "server", "node", "gateway", "simulator", "workflows", "berth", "activities", "catalog",
+SHADOWED = ("cli", "server", "control", "node", "gateway", "simulator", "workflows", "berth", "activities", "catalog",
             "litellm", "uvicorn", "temporalio")
 RUNNABLE = ("cli", "simulator")  # `python -m NAME` would run NAME/__main__.py
 MODEL = "openai/gpt-oss-20b"

@@ -12,7 +12,7 @@ import pytest
 from berth.security import API_AUDIENCE
 from server.app import build_context, create_app
 from server.context import ServerContext
-from server.models import EndpointRow
+from server.store.tables import EndpointRow
 
 
 @pytest.fixture

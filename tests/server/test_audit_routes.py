@@ -17,7 +17,7 @@ from berth.errors import PermissionDeniedError
 from berth.security import Identity
 from server.app import build_context, create_app
 from server.context import ServerContext
-from server.models import AuditChainRow
+from server.store.tables import AuditChainRow
 
 ADMIN = Identity(user="admin", groups=("default",), org="default", admin=True)
 ALICE = Identity(user="alice", groups=("team",), org="acme")

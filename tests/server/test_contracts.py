@@ -26,8 +26,8 @@ from catalog.entry import load_catalog
 from node.inventory import simulated_gpus
 from server.app import build_context, create_app
 from server.context import ServerContext
-from server.models import EndpointRow, WorkflowRow
 from server.routes import ROUTERS
+from server.store.tables import EndpointRow, WorkflowRow
 
 # In team-a: an endpoint token is minted only inside the endpoint's scope, an administrator's too (the seeded
 # endpoints are team-a's).

@@ -16,7 +16,7 @@ import pytest
 from berth.contracts import LimitPolicy
 from server.app import build_context, create_app
 from server.context import ServerContext
-from server.models import EndpointRow
+from server.store.tables import EndpointRow
 
 CLUSTER = {"user": {"requests_per_minute": 100}, "max_tokens": 4096, "context_check": True}
 POOL_FACTS = {"pool": True, "routing_policy": "least_queue", "max_context": 8192}

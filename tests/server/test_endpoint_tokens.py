@@ -16,7 +16,7 @@ from berth.contracts import EndpointTokenRecord, EndpointTokenRevoked, RoutesTab
 from berth.security import Identity
 from server.app import build_context, create_app
 from server.context import ServerContext
-from server.models import EndpointRow, EndpointTokenRow
+from server.store.tables import EndpointRow, EndpointTokenRow
 
 ALICE = Identity("alice", ("team",), "acme")  # the endpoint's owner
 BOB = Identity("bob", ("team",), "acme")  # in its scope

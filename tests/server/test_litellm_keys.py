@@ -16,8 +16,8 @@ import pytest
 
 from server.app import build_context, create_app
 from server.context import ServerContext
-from server.models import EndpointRow, WorkflowRow
-from server.secrets import Secrets
+from server.store.secrets import Secrets
+from server.store.tables import EndpointRow, WorkflowRow
 
 MASTER = "sk-master-of-the-harbour"
 SECRET_MASTER = "sk-master-from-a-secret"

@@ -16,7 +16,7 @@ import pytest
 from berth.contracts import EvictRequest, EvictResult, ModelRecord
 from server.app import build_context, create_app
 from server.context import ServerContext
-from server.model_usage import ModelUsage, hf_model_name
+from server.store.model_usage import ModelUsage, hf_model_name
 
 SMOL = "hf://HuggingFaceTB/SmolLM2-135M-Instruct"
 DIGEST = "ab" * 32

@@ -84,7 +84,7 @@ async def test_a_model_endpoint_answers_its_one_model(context: ServerContext, en
 
 
 async def test_a_rollout_s_context_is_the_one_given(context: ServerContext, endpoints: dict[str, str]) -> None:
-    """The endpoint's pool facts follow the revision that serves (server/revision_store.py): so do the limits."""
+    """The endpoint's pool facts follow the revision that serves (server/store/revisions.py): so do the limits."""
     smol = context.store.endpoint(endpoints["smol"])
     revision_2 = PoolFacts.from_annotations(smol.annotations).model_copy(update={"max_context": 4096})
     context.store.revisions.serve(context.store.workflow(smol.workflow_id), 2, revision_2)

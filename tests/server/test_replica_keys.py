@@ -10,7 +10,7 @@ import httpx
 
 from berth.security import Identity
 from server.app import build_context, create_app
-from server.models import EndpointRow
+from server.store.tables import EndpointRow
 
 ALICE = Identity(user="alice", groups=("team-a",), org="acme")
 

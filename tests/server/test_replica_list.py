@@ -9,7 +9,7 @@ import httpx
 
 from berth.security import Identity
 from server.app import build_context, create_app
-from server.models import EndpointRow
+from server.store.tables import EndpointRow
 
 
 async def test_lists_ready_copies_and_the_endpoints_routing_policy(tmp_path: Path) -> None:

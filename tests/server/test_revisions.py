@@ -25,9 +25,9 @@ from berth.errors import UserInputError
 from berth.security import Identity
 from server.app import build_context, create_app
 from server.context import ServerContext
-from server.models import RevisionRow, WorkflowRow
 from server.revisions import NothingToChange, prepare_update
 from server.routes.revisions import revision_state
+from server.store.tables import RevisionRow, WorkflowRow
 from server.submission import StartRequest, new_rows, prepare, with_generated_keys
 
 ENTRY = "SmolLM2 135M Instruct"

@@ -14,7 +14,7 @@ import pytest
 from berth.contracts.rollouts import ScalingExplanation, ScalingSignal
 from server.app import build_context, create_app
 from server.context import ServerContext
-from server.models import EndpointRow, WorkflowRow
+from server.store.tables import EndpointRow, WorkflowRow
 
 PATH = "/v1/workflows/wf-1/scaling"
 

@@ -19,7 +19,7 @@ from berth.processes import free_port
 from berth.security import Cipher, Identity, SigningKey
 from server.app import build_context, create_app
 from server.scheduler import Demand, GpuView, NodeView, Policy, place, rejection_reason
-from server.store import Store
+from server.store.database import Store
 
 
 def node(

@@ -15,7 +15,7 @@ from berth.contracts import CopyOutcomes
 from berth.security import Identity
 from server.app import build_context, create_app
 from server.context import ServerContext
-from server.models import CopyOutcomeRow, EndpointRow, ReservationRow
+from server.store.tables import CopyOutcomeRow, EndpointRow, ReservationRow
 
 
 @asynccontextmanager

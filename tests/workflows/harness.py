@@ -1,5 +1,5 @@
 """Runs PoolWorkflow and CopyWorkflow on a local Temporal dev server against a FakeCluster: the control
-worker as server/worker.py builds it (same workflows, the real InputAuthority, the encrypting codec) with the
+worker as control/worker.py builds it (same workflows, the real InputAuthority, the encrypting codec) with the
 placement and node activities mocked, and inputs signed as the API signs them."""
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ class Harness:
         return status
 
     def control_worker(self, cluster: FakeCluster, models: FakeModels | None = None) -> Worker:
-        """The control worker as server/worker.py builds it, over the cluster's control activities."""
+        """The control worker as control/worker.py builds it, over the cluster's control activities."""
         authority = InputAuthority(TokenVerifier.from_jwks(self.signing.jwks()), CONTROL_TASK_QUEUE)
         workflows = [PoolWorkflow, CopyWorkflow, FrontWorkflow, ModelJobWorkflow, ModelCacheWorkflow]
         extra = models.control_activities() if models else []

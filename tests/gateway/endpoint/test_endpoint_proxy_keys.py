@@ -28,7 +28,7 @@ from gateway.edge.upstream import UpstreamPool
 from gateway.endpoint.endpoint_proxy import EndpointProxy
 from server.app import build_context, create_app
 from server.context import ServerContext
-from server.models import EndpointRow
+from server.store.tables import EndpointRow
 
 ADMIN = Identity(user="admin", groups=("default",), org="default", admin=True)
 ALICE = Identity(user="alice", groups=("team",), org="acme")

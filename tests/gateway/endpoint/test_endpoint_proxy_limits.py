@@ -29,7 +29,7 @@ from gateway.endpoint.limits import Limiter
 from gateway.endpoint.redis_counters import RedisCounters
 from server.app import build_context, create_app
 from server.context import ServerContext
-from server.models import EndpointRow
+from server.store.tables import EndpointRow
 from tests.gateway.endpoint.test_endpoint_proxy_keys import ADMIN, ALICE, Copy, _error, _true, _until
 from tests.gateway.redis_server import RedisServer
 

@@ -20,7 +20,7 @@ from berth.security import Identity, TokenVerifier
 from gateway.endpoint.endpoint_proxy import EndpointProxy
 from server.app import build_context, create_app
 from server.context import ServerContext
-from server.models import EndpointRow, WorkflowRow
+from server.store.tables import EndpointRow, WorkflowRow
 
 ADMIN = Identity(user="admin", groups=("default",), org="default", admin=True)
 MASTER = "sk-generated-master-key-0123456789"

@@ -15,7 +15,7 @@ from berth.api_client import ApiClient
 from berth.security import Identity, TokenVerifier
 from gateway.endpoint.endpoint_proxy import EndpointProxy
 from server.app import build_context, create_app
-from server.models import EndpointRow
+from server.store.tables import EndpointRow
 from tests.gateway.pool_copies import Copy, serving
 
 pytestmark = pytest.mark.timeout(60)

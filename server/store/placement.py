@@ -1,0 +1,218 @@
+"""Placement: reserve and release what a copy holds (GPUs and ports for every rank, a service's port),
+atomically across API processes.
+
+A placement transaction holds a lock in the process and updates the `placement` row of `store_locks`
+first, so placements are serialised across API processes too (a row lock on Postgres, the write lock on
+SQLite). The scheduler (server/scheduler.py) chooses; this module reads its snapshots and writes the rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session
+
+from berth.contracts import Placement, RankPlacement, ReserveRequest, ReserveResult
+from berth.errors import NotFoundError, UnavailableError
+from server import scheduler
+from server.store import fencing
+from server.store.tables import AllocationRow, NodeRow, PortRow, ReplicaRow, ReservationRow, StoreLockRow
+
+
+class PlacementObserver(Protocol):
+    """Who is told of each placement decision (the control plane's metrics, server/control_metrics.py)."""
+
+    def reserved(self, request: ReserveRequest, result: ReserveResult, seconds: float) -> None: ...
+
+    def released(self, copy_id: str) -> None: ...
+
+
+class Placements:
+    """The store's reservations, allocations and ports, written only inside `transaction()`."""
+
+    def __init__(self, session: Callable[[], AbstractContextManager[Session]], node_offline_after_s: float,
+                 policy: scheduler.Policy) -> None:
+        self._session = session
+        self._lock = threading.Lock()
+        self.node_offline_after_s = node_offline_after_s
+        self.policy = policy
+        self.observer: PlacementObserver | None = None  # set by the app that serves metrics
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """A transaction no other placement (in this process or another API process) runs beside."""
+        with self._lock, self._session() as s:
+            s.execute(update(StoreLockRow).where(StoreLockRow.name == "placement").values(holder=StoreLockRow.holder)
+                      .execution_options(synchronize_session=False))
+            yield s
+
+    def node_ready(self, node: NodeRow, now: float | None = None) -> bool:
+        """Heartbeating recently (draining nodes are ready but take no new copies)."""
+        now = time.time() if now is None else now
+        return now - node.last_heartbeat <= self.node_offline_after_s
+
+    def allocations(self) -> list[AllocationRow]:
+        with self._session() as s:
+            return list(s.scalars(select(AllocationRow)).all())
+
+    def reservations(self, workflow_id: str | None = None) -> list[ReservationRow]:
+        with self._session() as s:
+            query = select(ReservationRow)
+            if workflow_id:
+                query = query.where(ReservationRow.workflow_id == workflow_id)
+            return list(s.scalars(query).all())
+
+    def _views(self, s: Session, now: float) -> list[scheduler.NodeView]:
+        """Snapshots for the scheduler, read as plain columns (no ORM objects: placement reads every node)."""
+        busy: dict[str, set[int]] = {}
+        for node_id, gpu_index in s.execute(select(AllocationRow.node_id, AllocationRow.gpu_index)):
+            busy.setdefault(node_id, set()).add(gpu_index)
+        views = []
+        columns = select(NodeRow.id, NodeRow.last_heartbeat, NodeRow.gpus, NodeRow.taints, NodeRow.volumes,
+                         NodeRow.draining, NodeRow.models)
+        for node_id, last_heartbeat, gpus, taints, volumes, draining, models in s.execute(columns):
+            views.append(scheduler.NodeView(
+                id=node_id, ready=now - last_heartbeat <= self.node_offline_after_s,
+                gpus=tuple(scheduler.GpuView(int(g["index"]), float(g["memory_gb"])) for g in gpus),
+                busy_gpus=frozenset(busy.get(node_id, ())), taints=tuple(taints or ()),
+                volumes=frozenset(volumes or ()), draining=bool(draining), models=frozenset(models or ()),
+            ))
+        return views
+
+    def node_views(self) -> list[scheduler.NodeView]:
+        with self._session() as s:
+            return self._views(s, time.time())
+
+    def reserve(self, request: ReserveRequest) -> ReserveResult:
+        """Atomically place a copy: GPUs and ports for every rank, or the reason it must wait."""
+        started = time.perf_counter()
+        result = self._reserve(request)
+        if self.observer is not None:  # after the commit: the time told is the whole transaction's
+            self.observer.reserved(request, result, time.perf_counter() - started)
+        return result
+
+    def _reserve(self, request: ReserveRequest) -> ReserveResult:
+        with self.transaction() as s:
+            existing = s.get(ReservationRow, request.copy_id)
+            if existing is not None:  # an activity retry after a lost reply: same answer
+                return ReserveResult(placement=Placement.model_validate(existing.placement))
+            demand = scheduler.Demand(nodes=request.nodes, gpus_per_node=request.gpus_per_node,
+                                      gpu_memory_gb=request.gpu_memory_gb, prefer_volume=request.prefer_volume,
+                                      prefer_model=request.prefer_model)
+            decision = scheduler.place(demand, self._views(s, time.time()), self.policy)
+            if decision.blocked_reason is not None:
+                return ReserveResult(blocked_reason=decision.blocked_reason)
+            chosen = [node_id for node_id, _gpus in decision.ranks]
+            nodes = {n.id: n for n in s.scalars(select(NodeRow).where(NodeRow.id.in_(chosen)))}
+            used_ports: dict[str, set[int]] = {}
+            ports = select(PortRow.node_id, PortRow.port).where(PortRow.node_id.in_(chosen))
+            for node_id, port in s.execute(ports):
+                used_ports.setdefault(node_id, set()).add(port)
+            ranks: list[RankPlacement] = []
+            master_port = 0
+            for rank, (node_id, gpus) in enumerate(decision.ranks):
+                node = nodes[node_id]
+                wanted = 2 if rank == 0 and request.nodes > 1 else 1
+                free = [p for p in range(node.port_start, node.port_end) if p not in used_ports.get(node_id, set())]
+                if len(free) < wanted:
+                    return ReserveResult(blocked_reason=f"node {node_id} has no free service port")
+                for gpu in gpus:
+                    s.add(AllocationRow(node_id=node_id, gpu_index=gpu, copy_id=request.copy_id))
+                for port in free[:wanted]:
+                    s.add(PortRow(node_id=node_id, port=port, owner=request.copy_id))
+                if wanted == 2:
+                    master_port = free[1]
+                ranks.append(RankPlacement(rank=rank, node_id=node_id, address=node.address,
+                                           gpus=tuple(gpus), port=free[0]))
+            placement = Placement(copy_id=request.copy_id, ranks=tuple(ranks), master_port=master_port)
+            s.add(ReservationRow(copy_id=request.copy_id, workflow_id=request.workflow_id,
+                                 placement=placement.model_dump(mode="json"), created_at=time.time()))
+            return ReserveResult(placement=placement)
+
+    def reserve_port(self, owner: str, node_id: str) -> int:
+        """One port on a node for a service (not a rank): LiteLLM proxy, gateway, OpenCode."""
+        with self.transaction() as s:
+            existing = s.scalars(select(PortRow).where(PortRow.owner == owner, PortRow.node_id == node_id)).first()
+            if existing is not None:
+                return existing.port
+            node = s.get(NodeRow, node_id)
+            if node is None:
+                raise NotFoundError(f"No node '{node_id}'.")
+            used = set(s.scalars(select(PortRow.port).where(PortRow.node_id == node_id)).all())
+            for port in range(node.port_start, node.port_end):
+                if port not in used:
+                    s.add(PortRow(node_id=node_id, port=port, owner=owner))
+                    return port
+            raise NotFoundError(f"Node '{node_id}' has no free service port.")
+
+    def reserve_service_port(self, owner: str) -> tuple[NodeRow, int]:
+        """A port for a service on a ready node: the one `owner` already holds if its node is still
+        ready (a restart keeps its address), else the first ready, undrained node with a free port."""
+        now = time.time()
+        with self._session() as s:
+            held = s.scalars(select(PortRow).where(PortRow.owner == owner)).first()
+            nodes = list(s.scalars(select(NodeRow).order_by(NodeRow.id)).all())
+        by_id = {n.id: n for n in nodes}
+        if held is not None and held.node_id in by_id and self.node_ready(by_id[held.node_id], now):
+            return by_id[held.node_id], held.port
+        self.release(owner)
+        for node in nodes:
+            if self.node_ready(node, now) and not node.draining:
+                with contextlib.suppress(NotFoundError):
+                    return node, self.reserve_port(owner, node.id)
+        raise UnavailableError("No ready node has a free port for the service; it waits for one.")
+
+    def release(self, copy_id: str) -> None:
+        """Free what `copy_id` holds, except what is fenced: that is freed when its node says so."""
+        with self.transaction() as s:
+            s.execute(delete(AllocationRow).where(AllocationRow.copy_id == copy_id,
+                                                  fencing.not_fenced(AllocationRow.fenced)))
+            s.execute(delete(PortRow).where(PortRow.owner == copy_id, fencing.not_fenced(PortRow.fenced)))
+            s.execute(delete(ReservationRow).where(ReservationRow.copy_id == copy_id))
+            # A released copy serves nothing: its record goes with it (see `publish`).
+            s.execute(delete(ReplicaRow).where(ReplicaRow.copy_id == copy_id))
+        if self.observer is not None:
+            self.observer.released(copy_id)
+
+    def publish(self, workflow_id: str, endpoint_id: str, copy_id: str, url: str, ready: bool,
+                revision: int = 1) -> bool:
+        """Publish a copy that holds its placement; False (nothing written) for one already released. A
+        stop does not wait for a publish it cancelled, so that publish may land after the stop's unpublish:
+        it must find the placement gone and write nothing, or proxies would route to a stopped copy."""
+        with self.transaction() as s:
+            if s.get(ReservationRow, copy_id) is None:
+                return False
+            upsert_replica_row(s, workflow_id, endpoint_id, copy_id, url, ready, revision=revision)
+            return True
+
+    def published_copies_on(self, node_id: str) -> dict[str, list[str]]:
+        """The published copies holding a GPU or a port on a node, by workflow (what a drain moves)."""
+        with self._session() as s:
+            held = set(s.scalars(select(AllocationRow.copy_id).where(AllocationRow.node_id == node_id)).all())
+            held |= set(s.scalars(select(PortRow.owner).where(PortRow.node_id == node_id)).all())
+            rows = s.scalars(select(ReplicaRow).where(ReplicaRow.copy_id.in_(held))).all() if held else []
+            by_workflow: dict[str, list[str]] = {}
+            for row in rows:
+                by_workflow.setdefault(row.workflow_id, []).append(row.copy_id)
+        return by_workflow
+
+    def fence(self, copy_id: str, nodes: tuple[str, ...]) -> None:
+        with self.transaction() as s:
+            fencing.fence(s, copy_id, nodes)
+
+
+def upsert_replica_row(s: Session, workflow_id: str, endpoint_id: str, copy_id: str, url: str, ready: bool,
+                       draining: bool = False, revision: int = 1) -> None:
+    row = s.get(ReplicaRow, copy_id)
+    if row is None:
+        s.add(ReplicaRow(copy_id=copy_id, endpoint_id=endpoint_id, workflow_id=workflow_id, url=url,
+                         ready=ready, draining=draining, updated_at=time.time(), revision=revision))
+    else:
+        row.url, row.ready, row.draining, row.updated_at = url, ready, draining, time.time()
+        row.revision = revision
