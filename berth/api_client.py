@@ -10,6 +10,7 @@ from typing import Any
 from berth.api_models import ModelsApi
 from berth.api_rollouts import RolloutsApi
 from berth.api_transport import body, many, one, segment
+from berth.api_workflows import WorkflowsApi
 from berth.contracts import (
     AuditAppended,
     AuditBatch,
@@ -27,8 +28,6 @@ from berth.contracts import (
     EndpointTokenRequest,
     EndpointTokenRevoked,
     EndpointView,
-    EntryDetail,
-    EntrySummary,
     FenceRequest,
     FrontPort,
     FrontPortRequest,
@@ -70,14 +69,8 @@ from berth.contracts import (
     UserView,
     WakeRequest,
     WakeResult,
-    WorkflowDefinitionView,
-    WorkflowDescription,
-    WorkflowLogs,
     WorkflowScaled,
     WorkflowScaleRequest,
-    WorkflowStarted,
-    WorkflowStopped,
-    WorkflowSummary,
 )
 from berth.errors import (
     BerthError,
@@ -85,46 +78,10 @@ from berth.errors import (
 from berth.tokens import RevokeResult, TokenMintBody, TokenRecord
 
 
-class ApiClient(ModelsApi, RolloutsApi):
-    """One method per route, each returning the model its route declares (the model registry's in
-    berth/api_models.py)."""
-
-    # --- catalog and workflows --------------------------------------------------------------------
-    async def catalog(self, category: str | None = None, tag: str | None = None) -> list[EntrySummary]:
-        params = {k: v for k, v in {"category": category, "tag": tag}.items() if v}
-        return many(EntrySummary, await self.request("GET", "/v1/catalog", params=params))
-
-    async def catalog_entry(self, name: str) -> EntryDetail:
-        return one(EntryDetail, await self.request("GET", "/v1/catalog/entry", params={"name": name}))
-
-    async def start_workflow(self, entry: str, values: dict[str, Any], name: str | None = None) -> WorkflowStarted:
-        submission: dict[str, Any] = {"entry": entry, "values": values}
-        if name is not None:
-            submission["name"] = name  # sent only when chosen: an older server never sees the field
-        data = await self.request("POST", "/v1/workflows", json=submission)
-        return one(WorkflowStarted, data)
-
-    async def workflows(self) -> list[WorkflowSummary]:
-        return many(WorkflowSummary, await self.request("GET", "/v1/workflows"))
-
-    async def describe_workflow(self, workflow_id: str) -> WorkflowDescription:
-        data = await self.request("GET", f"/v1/workflows/{segment(workflow_id)}")
-        return one(WorkflowDescription, data)
-
-    async def workflow_definition(self, workflow_id: str) -> WorkflowDefinitionView:
-        data = await self.request("GET", f"/v1/workflows/{segment(workflow_id)}/definition")
-        return one(WorkflowDefinitionView, data)
-
-    async def stop_workflow(self, workflow_id: str) -> WorkflowStopped:
-        data = await self.request("POST", f"/v1/workflows/{segment(workflow_id)}/stop")
-        return one(WorkflowStopped, data)
-
-    async def workflow_log(self, workflow_id: str, job: str | None, lines: int = 200) -> WorkflowLogs:
-        params: dict[str, Any] = {"lines": lines}
-        if job:
-            params["job"] = job
-        data = await self.request("GET", f"/v1/workflows/{segment(workflow_id)}/logs", params=params)
-        return one(WorkflowLogs, data)
+class ApiClient(WorkflowsApi, ModelsApi, RolloutsApi):
+    """One method per route, each returning the model its route declares (the catalog's and the workflows'
+    in berth/api_workflows.py, the model registry's in berth/api_models.py, the rollouts' in
+    berth/api_rollouts.py)."""
 
     # --- endpoints and nodes ----------------------------------------------------------------------
     async def endpoints(self) -> list[EndpointView]:

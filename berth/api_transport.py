@@ -20,7 +20,7 @@ from berth.errors import (
     UserInputError,
 )
 from berth.settings import tls_ca_file
-from berth.tls import client_context
+from berth.tls_client import url_context
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T", bound="ApiTransport")
@@ -57,7 +57,7 @@ class ApiTransport:
         self.ca_file = ca_file or tls_ca_file()
         self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport,
                                          timeout=httpx.Timeout(timeout_s, connect=5.0),
-                                         verify=client_context(self.ca_file))
+                                         verify=url_context(self.base_url, self.ca_file))
 
     async def __aenter__(self: T) -> T:
         return self

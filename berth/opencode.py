@@ -16,7 +16,7 @@ import httpx
 from berth.contracts import ServedModel
 from berth.errors import UserInputError
 from berth.settings import opencode_bin_override, repo_root, tls_ca_file
-from berth.tls import client_context
+from berth.tls_client import client_context
 
 # What `make opencode` installs (mk/opencode.mk); the entry's default image carries the same binary.
 OPENCODE_VERSION = "1.18.33"

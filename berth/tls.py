@@ -1,12 +1,11 @@
-"""The embedded stack's private CA and server certificate (`berth up --tls`), and the client side's trust:
-one place that turns "trust this CA file" into an `ssl.SSLContext` every Berth HTTP client uses."""
+"""The embedded stack's private CA and server certificate (`berth up --tls`). The client side's trust is
+berth/tls_client.py (re-exported here): a client never imports `cryptography`."""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
 import os
-import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from berth.errors import UserInputError
+from berth.tls_client import client_context as client_context  # re-exported: berth.tls names it too
 
 CA_LIFETIME = datetime.timedelta(days=3650)
 SERVER_LIFETIME = datetime.timedelta(days=365)
@@ -30,20 +30,6 @@ class TLSFiles:
     cert: Path
     key: Path
     ca: Path
-
-
-def client_context(ca_file: str | Path | None) -> ssl.SSLContext | bool:
-    """What httpx's `verify=` gets: the system store (True) unless a CA file is named, then that CA as well.
-    A named file that cannot be read is refused in one line rather than falling back to no trust."""
-    if not ca_file:
-        return True
-    try:
-        context = ssl.create_default_context()
-        context.load_verify_locations(cafile=str(ca_file))
-    except (OSError, ssl.SSLError) as error:
-        raise UserInputError(f"Cannot use the CA file {ca_file} ({error.__class__.__name__}); "
-                             "check BERTH_TLS_CA or the client config's ca_file.") from None
-    return context
 
 
 def _write_private(path: Path, data: bytes) -> None:

@@ -3,27 +3,18 @@ rolls the running ones whose values differ, and leaves the rest; diff says what 
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from berth.api_client import ApiClient
-from berth.contracts import WorkflowDescription, WorkflowUpdateRequest
 from berth.errors import BerthError, NotFoundError, UserInputError
-from berth.settings import ClientConfig
-from cli.apply_plan import (
-    MAX_FILE_BYTES,
-    Action,
-    ApplyDocument,
-    Step,
-    describe_changes,
-    parse_documents,
-    plan_line,
-    plan_step,
-)
-from cli.common import Format, OutputOption, console, emit_json, fail
+from cli.common import Format, OutputOption, api_client, console, emit_json, fail
+
+if TYPE_CHECKING:
+    from berth.api_client import ApiClient
+    from berth.contracts.workflows import WorkflowDescription
+    from cli.apply_plan import ApplyDocument, Step
 
 # Registered without a name: its commands are the root's (`berth apply`, `berth diff`).
 app = typer.Typer()
@@ -56,6 +47,8 @@ def diff_file(file: FileOption, output: OutputOption = Format.TABLE) -> None:
 
     Prints `+ create`, `~ update K: old → new` or `= unchanged` per document. Exit code (like `terraform
     plan -detailed-exitcode`): 0 when nothing would change, 2 when something would, 1 on an error."""
+    from cli.apply_plan import Action, plan_line
+
     documents = _read(file)
     steps: list[Step] = []
 
@@ -76,6 +69,8 @@ def diff_file(file: FileOption, output: OutputOption = Format.TABLE) -> None:
 
 
 def _read(file: Path) -> list[ApplyDocument]:
+    from cli.apply_plan import MAX_FILE_BYTES, parse_documents
+
     try:
         if file.stat().st_size > MAX_FILE_BYTES:
             raise UserInputError(f"{file} is larger than {MAX_FILE_BYTES // 1024} KiB")
@@ -88,10 +83,14 @@ def _read(file: Path) -> list[ApplyDocument]:
 
 def _run(work: Any) -> str | None:
     """Run the documents' API work; a Berth error is returned as its line (the work records what it did)."""
+    import asyncio
+
+    from berth.settings import ClientConfig
+
     config = ClientConfig.load()
 
     async def runner() -> None:
-        async with ApiClient(config.api_url, config.token, ca_file=config.ca_file) as api:
+        async with api_client()(config.api_url, config.token, ca_file=config.ca_file) as api:
             await work(api)
 
     try:
@@ -102,6 +101,8 @@ def _run(work: Any) -> str | None:
 
 
 async def _plan(api: ApiClient, index: int, document: ApplyDocument) -> Step:
+    from cli.apply_plan import plan_step
+
     workflow: WorkflowDescription | None
     try:
         workflow = await api.describe_workflow(document.name)
@@ -128,6 +129,9 @@ async def _apply_all(api: ApiClient, documents: list[ApplyDocument], done: list[
 
 async def _apply_one(api: ApiClient, step: Step, document: ApplyDocument) -> tuple[dict[str, Any], str]:
     """Do the step; return its record for `-o json` and its line for people."""
+    from berth.contracts.rollouts import WorkflowUpdateRequest
+    from cli.apply_plan import Action, describe_changes
+
     record: dict[str, Any] = step.model_dump(mode="json")
     if step.action is Action.CREATE:
         started = await api.start_workflow(document.entry, document.desired_values(), name=document.name)

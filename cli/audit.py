@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from berth.contracts import MAX_AUDIT_LIST, AuditRow
-from berth.tokens import parse_duration
+from berth.contracts.choices import MAX_AUDIT_LIST
 from cli.common import Format, OutputOption, call, console, emit_json, fail, listing
+
+if TYPE_CHECKING:
+    from berth.contracts.audit import AuditRow
 
 app = typer.Typer(help="The audit chain: one row per phase of each proxied request, hash-linked.",
                   no_args_is_help=True)
@@ -20,6 +22,8 @@ AGO = re.compile(r"^\d{1,9}[smhdw]$")
 
 def since_time(text: str, now: float | None = None) -> float:
     """A Unix time from `1h` (that long ago) or an ISO 8601 time (local time when it names no zone)."""
+    from berth.tokens import parse_duration
+
     if AGO.match(text.strip()):
         return (datetime.now().timestamp() if now is None else now) - parse_duration(text)
     try:

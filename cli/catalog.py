@@ -4,15 +4,15 @@ starting one."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from berth.contracts import EntryDetail, ParameterView, wire
-from berth.errors import UserInputError
-from catalog.values import load_values_file, parse_values
-from cli.common import Format, OutputOption, answer, call, console, emit_json, fail, listing, table
+from cli.common import Format, OutputOption, answer, call, console, emit_json, fail, listing, table, wire
 from cli.follow import watch as follow
+
+if TYPE_CHECKING:
+    from berth.contracts.catalog import EntryDetail, ParameterView
 
 app = typer.Typer(help="The workflow catalog.", no_args_is_help=True)
 
@@ -89,6 +89,9 @@ def catalog_start(
     output: OutputOption = Format.TABLE,
 ) -> None:
     """Start a catalog entry; prints the workflow ID."""
+    from berth.errors import UserInputError
+    from catalog.values import load_values_file, parse_values
+
     try:
         merged: dict[str, Any] = load_values_file(values_file) if values_file else {}
         for key, value in parse_values(values or "").items():

@@ -1,29 +1,33 @@
 """What every command shares: the API call (Berth's errors as one line and exit 1), `-o` handling, the
-common options, and rendering (Rich tables for people, JSON for scripts)."""
+common options, and rendering (Rich tables for people, JSON for scripts).
+
+Imports here and in every command module stay light (Typer, Rich, the standard library): `berth --help`
+builds every command, and a command imports the client, the contracts and the settings it uses when it runs
+(issue 33: `berth --help` took 0.55 s of CPU importing them all; docs/performance.md, "CLI start")."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, overload
 
 import typer
-from pydantic import BaseModel
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from berth.api_client import ApiClient
-from berth.contracts import wire
-from berth.errors import BerthError
-from berth.settings import ClientConfig, default_state_dir
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from berth.api_client import ApiClient
+    from berth.api_transport import ApiTransport
 
 T = TypeVar("T")
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound="BaseModel")
+A = TypeVar("A", bound="ApiTransport")
 
 console = Console()
 errors = Console(stderr=True)
@@ -48,13 +52,31 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def call(work: Callable[[ApiClient], Awaitable[T]]) -> T:
-    """Run one API interaction; turn Berth errors into one clear line and a non-zero exit."""
+def api_client() -> type[ApiClient]:
+    """The API client, imported when a command first calls the API (it imports every contract)."""
+    from berth.api_client import ApiClient
+
+    return ApiClient
+
+
+@overload
+def call(work: Callable[[ApiClient], Awaitable[T]]) -> T: ...
+@overload
+def call(work: Callable[[A], Awaitable[T]], api: type[A]) -> T: ...
+def call(work: Callable[[Any], Awaitable[T]], api: type[ApiTransport] | None = None) -> T:
+    """Run one API interaction; turn Berth errors into one clear line and a non-zero exit. `api`: one part
+    of the client (`WorkflowsApi`) for a command that should import only its own contracts."""
+    import asyncio
+
+    from berth.errors import BerthError
+    from berth.settings import ClientConfig
+
     config = ClientConfig.load()
+    client = api or api_client()
 
     async def runner() -> T:
-        async with ApiClient(config.api_url, config.token, ca_file=config.ca_file) as api:
-            return await work(api)
+        async with client(config.api_url, config.token, ca_file=config.ca_file) as connected:
+            return await work(connected)
 
     try:
         return asyncio.run(runner())
@@ -62,10 +84,14 @@ def call(work: Callable[[ApiClient], Awaitable[T]]) -> T:
         raise fail(str(error)) from None
 
 
-def answer(output: Format, work: Callable[[ApiClient], Awaitable[T]]) -> T | None:
+@overload
+def answer(output: Format, work: Callable[[ApiClient], Awaitable[T]]) -> T | None: ...
+@overload
+def answer(output: Format, work: Callable[[A], Awaitable[T]], api: type[A]) -> T | None: ...
+def answer(output: Format, work: Callable[[Any], Awaitable[T]], api: type[ApiTransport] | None = None) -> T | None:
     """One API interaction for a command with `-o`: with `-o json` print its answer and return None (the
     command is done), else return the answer for the command to render."""
-    result = call(work)
+    result = call(work, api or api_client())
     if output is Format.JSON:
         emit_json(result)
         return None
@@ -75,24 +101,40 @@ def answer(output: Format, work: Callable[[ApiClient], Awaitable[T]]) -> T | Non
 Rows = list[dict[str, Any]]
 
 
+@overload
 def listing(output: Format, fetch: Callable[[ApiClient], Awaitable[list[M]]], columns: Sequence[tuple[str, str]],
-            rows: Callable[[list[M]], Rows] | None = None) -> list[M] | None:
+            rows: Callable[[list[M]], Rows] | None = None) -> list[M] | None: ...
+@overload
+def listing(output: Format, fetch: Callable[[A], Awaitable[list[M]]], columns: Sequence[tuple[str, str]],
+            rows: Callable[[list[M]], Rows] | None = None, *, api: type[A]) -> list[M] | None: ...
+def listing(output: Format, fetch: Callable[[Any], Awaitable[list[M]]], columns: Sequence[tuple[str, str]],
+            rows: Callable[[list[M]], Rows] | None = None, *, api: type[ApiTransport] | None = None
+            ) -> list[M] | None:
     """The body of a listing command: fetch the items, then print them as JSON with `-o json`, else as a
     table of `rows(items)` (the items' fields as the API sent them by default). Returns the items when it
     printed a table, so that a command may add another below it."""
-    items = answer(output, fetch)
+    items = answer(output, fetch, api or api_client())
     if items is not None:
         table(rows(items) if rows else [wire(item) for item in items], columns)
     return items
 
 
 def resolve_state_dir(value: Path | None) -> Path:
+    from berth.settings import default_state_dir
+
     return (value or default_state_dir()).resolve()
 
 
 def emit_json(data: Any) -> None:
     """Print as JSON; a response model exactly as the API sent it (`wire`)."""
     sys.stdout.write(json.dumps(wire(data), indent=2, default=str) + "\n")
+
+
+def wire(data: Any) -> Any:
+    """berth.contracts.wire, imported when a command has an answer to print."""
+    from berth.contracts.base import wire as contracts_wire
+
+    return contracts_wire(data)
 
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], title: str | None = None) -> None:

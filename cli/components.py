@@ -10,9 +10,8 @@ from typing import Annotated, TypeVar
 
 import typer
 
-from berth import settings
 from berth.errors import BerthError, UserInputError
-from berth.settings import DEFAULT_PORT_BASE
+from berth.ports import DEFAULT_PORT_BASE
 from cli.common import StateDirOption, fail, resolve_state_dir
 
 T = TypeVar("T")
@@ -44,6 +43,7 @@ def server(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 2,
     """Run the control-plane REST API."""
     import uvicorn
 
+    from berth import settings
     from berth.http_guard import guarded_protocol
     from berth.settings import ServerTLS
     from berth.settings.connections import ConnectionLimits
@@ -63,6 +63,7 @@ def server(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 2,
 @app.command()
 def worker() -> None:
     """Run the control worker (workflows and control-side activities)."""
+    from berth import settings
     from control.worker import main as worker_main
 
     _observed("worker")
@@ -76,6 +77,7 @@ def proxy(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 3,
           fd: Annotated[int | None, typer.Option(help="Serve on this inherited listening socket "
                                                      "(its owner keeps it open across restarts)")] = None) -> None:
     """Run the endpoint proxy (the public entry to every endpoint)."""
+    from berth import settings
     from gateway.endpoint.run import run_endpoint_proxy
 
     _observed("proxy")
@@ -96,6 +98,7 @@ def gateway(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 7,
     with BERTH_TOKEN if that is an administrator's. With BERTH_GATEWAY_MASTER_KEY set (the entry's
     MasterKeySecret) it answers as LiteLLM does: a key sent must be that one; without a key, the
     endpoint proxy's caller assertion for --endpoint-id must vouch for the caller."""
+    from berth import settings
     from gateway.models.model_gateway import run_gateway
 
     master_key = settings.gateway_master_key()
@@ -124,6 +127,7 @@ def admin_token(state_dir: StateDirOption = None,
 def hf_mirror_command(directory: Annotated[Path, typer.Option("--dir")],
                       port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 4) -> None:
     """Serve a directory of model repositories as an offline Hugging Face mirror."""
+    from berth import settings
     from berth.hf_mirror import serve_forever
 
     serve_forever(directory, port, _given(settings.component_state_dir))
@@ -135,6 +139,7 @@ def run_node_agent(node_id: str | None, engine: str | None, simulate_gpus: str |
     import socket
 
     from activities.ranks import ENGINES
+    from berth import settings
     from node.agent import AgentConfig, run_agent
 
     if engine is not None and engine not in ENGINES:

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from berth.api_client import ApiClient
-from berth.contracts import EndpointClientFacts, ServedModel
-from berth.errors import BerthError
 from cli import endpoint_policy, endpoint_tokens
 from cli.common import Format, OutputOption, answer, call, emit_json, errors, fail, listing
+
+if TYPE_CHECKING:
+    from berth.api_client import ApiClient
+    from berth.contracts.endpoints import EndpointClientFacts
 
 endpoints_app = typer.Typer(help="Workflow endpoints.", no_args_is_help=True)
 app = typer.Typer(help="Endpoints and their access tokens.", no_args_is_help=True)
@@ -66,6 +67,8 @@ def endpoint_opencode_config(
     """Print a ready opencode.json for an endpoint: base URL, {env:BERTH_TOKEN}, exact model id, limits."""
     # The help above is pinned (tests/cli/help_before_split.json). A gateway endpoint gets every model it
     # serves, each with its own pool's context, and the largest context as the default (issue 31).
+    from berth.contracts.endpoints import ServedModel
+    from berth.errors import BerthError
     from berth.opencode import TOKEN_ENV, opencode_config, preflight, served_target
 
     async def work(api: ApiClient) -> tuple[EndpointClientFacts, tuple[str, ...] | None, str | None]:

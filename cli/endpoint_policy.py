@@ -5,21 +5,22 @@ anything. The endpoint proxies apply a change within a second."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-import yaml
 
-from berth.api_client import ApiClient
-from berth.contracts import EndpointPolicy
-from berth.errors import BerthError
-from berth.settings import read_limit_policy
 from cli.common import Format, OutputOption, answer, console, fail
+
+if TYPE_CHECKING:
+    from berth.api_client import ApiClient
+    from berth.contracts.endpoint_policy import EndpointPolicy
 
 app = typer.Typer(help="An endpoint's limits override and API-key TTL cap.", no_args_is_help=True)
 
 
 def _print(endpoint_id: str, policy: EndpointPolicy) -> None:
+    import yaml
+
     ttl = policy.key_max_ttl or "the cluster's (key_max_ttl)"
     console.print(f"Endpoint {endpoint_id}", highlight=False)
     console.print(f"Key max TTL: {ttl}", highlight=False)
@@ -51,6 +52,10 @@ def policy_set(endpoint_id: Annotated[str, typer.Argument(help="The endpoint's I
     leave out is kept. An owner may only tighten the cluster's limits."""
     if limits is None and key_max_ttl is None:
         raise fail("Give --limits FILE, --key-max-ttl DURATION or both (`berth endpoint policy clear` clears).")
+    from berth.contracts.endpoint_policy import EndpointPolicy
+    from berth.errors import BerthError
+    from berth.settings import read_limit_policy
+
     try:
         override = read_limit_policy(limits, f"--limits {limits}") if limits is not None else None
     except BerthError as error:

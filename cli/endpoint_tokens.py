@@ -5,12 +5,14 @@ proxies refuse within a couple of seconds. `berth endpoint generate-token` (cli/
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from berth.contracts import EndpointTokenRecord, wire
-from cli.common import Format, OutputOption, Rows, answer, console, listing
+from cli.common import Format, OutputOption, Rows, answer, console, listing, wire
+
+if TYPE_CHECKING:
+    from berth.contracts.endpoints import EndpointTokenRecord
 
 COLUMNS = [("id", "ID"), ("user", "USER"), ("minted_by", "MINTED BY"), ("minted", "MINTED"),
            ("expires", "EXPIRES"), ("state", "STATE"), ("note", "NOTE")]

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from berth.contracts import ModelRecord, ModelState, WorkflowEndpoint
 from cli.common import call, console, fail
+
+if TYPE_CHECKING:
+    from berth.contracts.model_registry import ModelRecord
+    from berth.contracts.workflows import WorkflowEndpoint
 
 
 def watch(workflow_id: str, timeout_s: float = 3600) -> None:
@@ -58,6 +62,8 @@ def watch_model(name: str, timeout_s: float = 3600, quiet: bool = False) -> Mode
     """Follow a model's job: each state as it comes, a progress line (bytes, the node's rate and ETA) while
     it downloads; the Ready record, or exit 1 with the job's message when it fails. `quiet`: print nothing."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    from berth.contracts.model_registry import ModelState
 
     state: ModelState | None = None
     progress: Progress | None = None

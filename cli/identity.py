@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from berth.api_client import ApiClient
-from berth.contracts import UserView, wire
-from berth.errors import BerthError
-from berth.settings import ClientConfig
-from cli.common import Format, OutputOption, answer, call, console, fail, listing
+from cli.common import Format, OutputOption, answer, api_client, call, console, fail, listing, wire
+
+if TYPE_CHECKING:
+    from berth.contracts.identity import UserView
 
 # Registered without a name: `berth login` is the root's.
 app = typer.Typer()
@@ -68,6 +66,11 @@ def login(
     print_token: Annotated[bool, typer.Option("--print-token", help="Print the token instead of saving it")] = False,
 ) -> None:
     """Write the client config (API URL + token, mode 0600); BERTH_TOKEN still overrides it."""
+    import asyncio
+
+    from berth.errors import BerthError
+    from berth.settings import ClientConfig
+
     config = ClientConfig.load()
     if api_url:
         config.api_url = api_url
@@ -79,7 +82,7 @@ def login(
     assert token is not None
 
     async def check() -> UserView:
-        async with ApiClient(config.api_url, token, ca_file=config.ca_file) as api:
+        async with api_client()(config.api_url, token, ca_file=config.ca_file) as api:
             return await api.whoami()
 
     try:

@@ -4,12 +4,14 @@ usable wherever an endpoint token is (OpenAI SDK, curl, OpenCode). The plaintext
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from berth.contracts import IssuedKey, KeyCreateRequest, KeyRecord, KeyRequests, KeyRotateRequest
 from cli.common import Format, OutputOption, answer, console, listing
+
+if TYPE_CHECKING:
+    from berth.contracts.keys import IssuedKey, KeyRecord
 
 app = typer.Typer(help="API keys: create one for an endpoint, list, describe, rotate or revoke yours.",
                   no_args_is_help=True)
@@ -47,6 +49,8 @@ def key_create(name: Annotated[str, typer.Argument(help="A name for the key (wha
                max_concurrent: Annotated[int | None, typer.Option(help="Requests it may have in flight")] = None,
                output: OutputOption = Format.TABLE) -> None:
     """Create an API key for an endpoint you may call; it speaks for you. Shown once."""
+    from berth.contracts.keys import KeyCreateRequest
+
     fields = {"name": name, "endpoint_id": endpoint, "model": model, "ttl": ttl, "request_quota": request_quota,
               "tokens_per_minute": tokens_per_minute, "max_concurrent": max_concurrent}
     request = KeyCreateRequest.model_validate({k: v for k, v in fields.items() if v is not None})
@@ -84,6 +88,8 @@ def key_describe(key_id: Annotated[str, typer.Argument(help="The key's id (`bert
 def _requests(record: KeyRecord) -> str:
     """`12 made, 11 answered; quota 40 of 100 reserved` (or `no quota`): what the key did, from the audit chain,
     beside what its quota holds (reserved in batches by the proxies, so at most a batch ahead of `made`)."""
+    from berth.contracts.keys import KeyRequests
+
     used = record.requests or KeyRequests()
     limits = record.limits
     quota = (f"quota {limits.requests_used} of {limits.request_quota} reserved" if limits.request_quota is not None
@@ -96,6 +102,8 @@ def key_rotate(key_id: Annotated[str, typer.Argument(help="The key's id (`berth 
                overlap: Annotated[str, typer.Option(help="How long the current secret keeps working")] = "1h",
                output: OutputOption = Format.TABLE) -> None:
     """Issue the key a new secret; the current one keeps working for --overlap. Shown once."""
+    from berth.contracts.keys import KeyRotateRequest
+
     issued = answer(output, lambda api: api.rotate_key(key_id, KeyRotateRequest(overlap=overlap)))
     if issued is not None:
         _issued(issued, "Rotated")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from cli import (
@@ -45,4 +47,8 @@ app.add_typer(model.app, name="model")
 
 
 def main() -> None:
+    # httpx's package imports its own command line (click, rich's progress bars, pygments) unless that import
+    # fails. Berth never runs it, and it is 20-60 ms of CPU of every API command's start (issue 33,
+    # docs/performance.md): a None in sys.modules makes that one import fail, as Python documents.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     app()

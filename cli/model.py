@@ -5,14 +5,17 @@ job, verified, and served by workflows as model://NAME."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from berth.contracts import EvictRequest, JobStarted, ModelCreate, ModelFormat, ModelRecord, ModelScope
+from berth.contracts.choices import ModelFormat, ModelScope
 from berth.units import binary_size as size
 from cli.common import Format, OutputOption, answer, console, emit_json, listing
 from cli.follow import watch_model
+
+if TYPE_CHECKING:
+    from berth.contracts.model_registry import JobStarted, ModelRecord
 
 app = typer.Typer(help="Models: register, materialize, verify and remove them; evict the model cache.",
                   no_args_is_help=True)
@@ -58,6 +61,8 @@ def model_add(
     output: OutputOption = Format.TABLE,
 ) -> None:
     """Register a model; no bytes move until `berth model materialize` (or a workflow's first use)."""
+    from berth.contracts.model_registry import ModelCreate
+
     fields = {"name": name, "source": source, "require_checksum": require_checksum, "signature": signature,
               "license": license_, "residency": residency, "format": format_, "scope": scope, "group": group,
               "hf_token_secret": hf_token_secret, "allow_patterns": include, "ignore_patterns": exclude}
@@ -159,6 +164,8 @@ def cache_evict(budget_bytes: Annotated[int | None, typer.Option(help="Keep the 
                                                                  "(default: the cluster's model_cache_bytes)")] = None,
                 output: OutputOption = Format.TABLE) -> None:
     """Delete the oldest digests no running workflow serves until the cache is under the budget."""
+    from berth.contracts.model_registry import EvictRequest
+
     request = EvictRequest.model_validate({} if budget_bytes is None else {"budget_bytes": budget_bytes})
     result = answer(output, lambda api: api.evict_model_cache(request))
     if result is None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from berth.contracts import GpuView, NodeView, wire
-from cli.common import Format, OutputOption, Rows, call, console, listing, table
+from cli.common import Format, OutputOption, Rows, call, console, listing, table, wire
 from cli.components import run_node_agent
+
+if TYPE_CHECKING:
+    from berth.contracts.nodes import GpuView, NodeView
 
 app = typer.Typer(help="Run a node agent (no subcommand) or list nodes.", invoke_without_command=True)
 

@@ -5,28 +5,17 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
 
-from berth.contracts import (
-    Rollout,
-    RolloutAction,
-    RolloutCommand,
-    RolloutKind,
-    RolloutPhase,
-    RolloutStrategy,
-    WorkflowRevision,
-    WorkflowUpdateRequest,
-)
-from berth.errors import UserInputError
-from catalog.values import parse_values
+from berth.contracts.choices import RolloutAction, RolloutKind
 from cli.common import Format, OutputOption, answer, call, console, emit_json, fail, listing
 
+if TYPE_CHECKING:
+    from berth.contracts.rollouts import Rollout, RolloutStrategy, WorkflowRevision
+
 rollout_app = typer.Typer(help="Steer a workflow's rollout to a new revision.", no_args_is_help=True)
-# The phases a `--wait` stops at: done, or a person must decide.
-_SETTLED = RolloutPhase.finished() | {RolloutPhase.PAUSED}
 
 
 def _steps(text: str | None) -> tuple[int, ...] | None:
@@ -39,6 +28,10 @@ def _steps(text: str | None) -> tuple[int, ...] | None:
 
 
 def _strategy(kind: RolloutKind, options: dict[str, Any]) -> RolloutStrategy:
+    from pydantic import ValidationError
+
+    from berth.contracts.rollouts import RolloutStrategy
+
     given = {name: value for name, value in options.items() if value is not None}
     try:
         return RolloutStrategy(kind=kind, **given)
@@ -81,6 +74,10 @@ def workflow_update(
     output: OutputOption = Format.TABLE,
 ) -> None:
     """Roll a replica pool to new values (a new revision); its endpoint and URL stay."""
+    from berth.contracts.rollouts import WorkflowUpdateRequest
+    from berth.errors import UserInputError
+    from catalog.values import parse_values
+
     try:
         changed = parse_values(values)
     except UserInputError as error:
@@ -101,6 +98,9 @@ def workflow_update(
 
 def _follow(workflow_id: str, rollout: Rollout, interval_s: float = 1.0) -> None:
     """Print each phase or message change until the rollout settles; exit 1 if it paused or rolled back."""
+    from berth.contracts.rollouts import RolloutPhase
+
+    settled = RolloutPhase.finished() | {RolloutPhase.PAUSED}  # done, or a person must decide
     shown: tuple[str, str] | None = None
     while True:
         now = (rollout.phase.value, rollout.message)
@@ -108,7 +108,7 @@ def _follow(workflow_id: str, rollout: Rollout, interval_s: float = 1.0) -> None
             detail = f" — {rollout.message}" if rollout.message else ""
             console.print(f"{workflow_id}: {rollout.phase.value}{detail}", highlight=False)
             shown = now
-        if rollout.phase in _SETTLED:
+        if rollout.phase in settled:
             break
         time.sleep(interval_s)
         rollout = call(lambda api: api.rollout_status(workflow_id))
@@ -163,6 +163,8 @@ def rollout_status(workflow_id: str, output: OutputOption = Format.TABLE) -> Non
 
 def _command(action: RolloutAction, help_text: str) -> None:
     def steer(workflow_id: str, output: OutputOption = Format.TABLE) -> None:
+        from berth.contracts.rollouts import RolloutCommand
+
         rollout = answer(output, lambda api: api.rollout_command(workflow_id, RolloutCommand(action=action)))
         if rollout is not None:
             _show(rollout, workflow_id)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-from berth.contracts.rollouts import ScalingExplanation
 from cli.common import Format, OutputOption, answer, console, table
+
+if TYPE_CHECKING:
+    from berth.contracts.rollouts import ScalingExplanation
 
 # The policy's thresholds as the catalog names them (0 = that rule is off).
 THRESHOLDS = (("min_replicas", "MinReplicas"), ("max_replicas", "MaxReplicas"),

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from berth.errors import BerthError
-from berth.settings import DEFAULT_PORT_BASE, ClientConfig, StateLayout
+from berth.ports import DEFAULT_PORT_BASE
 from cli.common import Format, OutputOption, StateDirOption, console, emit_json, fail, resolve_state_dir, table
 
 # Registered without a name: its commands are the root's (`berth up`, not `berth stack up`).
@@ -58,6 +58,8 @@ def up(
 
 
 def _print_stack(info: dict[str, Any], detached: bool) -> None:
+    from berth.settings import ClientConfig
+
     console.print("[bold green]Berth is up.[/]")
     console.print(f"  API          {info['api_url']}")
     console.print(f"  Console      {info['api_url']}/ui  (`berth console` prints a sign-in token)")
@@ -79,6 +81,8 @@ def _print_stack(info: dict[str, Any], detached: bool) -> None:
 @app.command("ca-cert")
 def ca_cert(state_dir: StateDirOption = None) -> None:
     """Print the CA (PEM) that signed the API's and endpoint proxy's certificate, for clients to trust."""
+    from berth.settings import StateLayout
+
     layout = StateLayout(resolve_state_dir(state_dir))
     ca_file = None
     if layout.stack_file.exists():

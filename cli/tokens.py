@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from berth.api_client import ApiClient
 from cli.common import Format, OutputOption, call, console, emit_json, fail, table
+
+if TYPE_CHECKING:
+    from berth.api_client import ApiClient
 
 app = typer.Typer(help="API tokens: list them, revoke one by id or all of a user's.", no_args_is_help=True)
 

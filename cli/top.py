@@ -4,23 +4,22 @@ run it on the proxy's host) and the API's endpoint list."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import httpx
 import typer
-from rich.live import Live
 from rich.table import Table
 
-from berth.api_client import ApiClient
 from berth.errors import BerthError
-from berth.settings import DEFAULT_PORT_BASE, ClientConfig, StackPorts, StateLayout
 from cli.common import Format, OutputOption, StateDirOption, console, emit_json, fail, resolve_state_dir
-from cli.top_figures import EndpointFigures, Scrape, endpoint_figures, parse_scrape
-from stack.state import read_stack
+
+if TYPE_CHECKING:
+    import httpx
+
+    from berth.api_client import ApiClient
+    from cli.top_figures import EndpointFigures, Scrape
 
 # Registered without a name: `berth top`.
 app = typer.Typer()
@@ -29,6 +28,9 @@ SCRAPE_TIMEOUT_S = 5.0
 
 def default_proxy_url(state_dir: Path) -> str:
     """The running stack's endpoint proxy (its stack.json), else the default stack's port on loopback."""
+    from berth.settings import DEFAULT_PORT_BASE, StackPorts, StateLayout
+    from stack.state import read_stack
+
     info = read_stack(StateLayout(state_dir)) or {}
     url = info.get("proxy_url")
     return str(url) if url else f"http://127.0.0.1:{StackPorts(DEFAULT_PORT_BASE).proxy}"
@@ -36,6 +38,10 @@ def default_proxy_url(state_dir: Path) -> str:
 
 async def scrape(client: httpx.AsyncClient, proxy_url: str) -> Scrape:
     """One scrape of the proxy's /metrics; refusals and silence as one clear BerthError."""
+    import httpx
+
+    from cli.top_figures import parse_scrape
+
     url = f"{proxy_url.rstrip('/')}/metrics"
     try:
         response = await client.get(url)
@@ -70,6 +76,15 @@ def render(rows: list[EndpointFigures], interval_s: float) -> Table:
 
 
 async def _watch(proxy_url: str, interval_s: float, once: bool, output: Format) -> None:
+    import asyncio
+
+    import httpx
+    from rich.live import Live
+
+    from berth.api_client import ApiClient
+    from berth.settings import ClientConfig
+    from cli.top_figures import endpoint_figures
+
     config = ClientConfig.load()
     verify: str | bool = config.ca_file or True
     async with (httpx.AsyncClient(timeout=SCRAPE_TIMEOUT_S, verify=verify) as client,
@@ -100,6 +115,8 @@ def top(proxy_url: Annotated[str | None, typer.Option(help="The endpoint proxy's
         state_dir: StateDirOption = None,
         output: OutputOption = Format.TABLE) -> None:
     """Watch the endpoints: requests/s, p50 and p99 latency, 5xx share and ready copies (Ctrl-C ends it)."""
+    import asyncio
+
     url = proxy_url or default_proxy_url(resolve_state_dir(state_dir))
     try:
         asyncio.run(_watch(url, interval, once, output))

@@ -4,14 +4,15 @@ the browser without knowing where the client config keeps its token."""
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from berth.api_client import ApiClient
-from berth.contracts import MintedToken
-from berth.settings import ClientConfig
 from cli.common import call, console
+
+if TYPE_CHECKING:
+    from berth.api_client import ApiClient
+    from berth.contracts.tokens import MintedToken
 
 # Registered without a name: `berth console` is the root's.
 app = typer.Typer()
@@ -22,6 +23,7 @@ def console_command(
     expiration: Annotated[str, typer.Option(help="Lifetime of the sign-in token")] = "8h",
 ) -> None:
     """Print the web console's URL and a fresh sign-in token for you (listed by `berth token list`)."""
+    from berth.settings import ClientConfig
 
     async def mint(api: ApiClient) -> MintedToken:
         me = await api.whoami()

@@ -6,14 +6,16 @@ from __future__ import annotations
 import sys
 import time
 from datetime import datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from berth.contracts import WorkflowDescription, wire
 from cli import catalog, endpoint, rollout, scaling
-from cli.common import Format, OutputOption, answer, call, console, fail, listing, table
+from cli.common import Format, OutputOption, answer, call, console, fail, listing, table, wire
 from cli.follow import client_url, clock, watch
+
+if TYPE_CHECKING:
+    from berth.contracts.workflows import WorkflowDescription
 
 app = typer.Typer(help="Workflows: start, inspect and stop served models.", no_args_is_help=True)
 app.add_typer(catalog.app, name="catalog")  # groups list after commands, whatever the order here
@@ -30,11 +32,13 @@ def workflow_watch(workflow_id: str) -> None:
 @app.command("list")
 def workflow_list(output: OutputOption = Format.TABLE) -> None:
     """List workflows."""
+    from berth.api_workflows import WorkflowsApi  # not the whole client: every contract would come with it
+
     listing(output, lambda api: api.workflows(),
             [("id", "WORKFLOW ID"), ("entry", "ENTRY"), ("phase", "PHASE"), ("owner", "OWNER"),
              ("created", "CREATED"), ("endpoint_id", "ENDPOINT")],
             rows=lambda rows: [{**wire(r), "created": datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M")}
-                               for r in rows])
+                               for r in rows], api=WorkflowsApi)
 
 
 @app.command("describe")

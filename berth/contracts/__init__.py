@@ -1,191 +1,196 @@
 """The contracts the control-plane API and its callers share (the ground floor: no Berth import): every
 route's request and response models, split by resource, re-exported here so `from berth.contracts import X`
-names any of them. The server declares them as `response_model`; `berth.api_client.ApiClient` returns them."""
+names any of them (each module imported when first needed: see `__getattr__`). The server declares them as
+`response_model`; `berth.api_client.ApiClient` returns them."""
 
 from __future__ import annotations
 
-from berth.contracts.audit import (
-    MAX_AUDIT_BATCH,
-    MAX_AUDIT_LIST,
-    AuditAppended,
-    AuditBatch,
-    AuditPhase,
-    AuditRecord,
-    AuditRow,
-    AuditVerdict,
-)
-from berth.contracts.base import (
-    Number,
-    OpenResponse,
-    Payload,
-    Refusal,
-    Response,
-    wire,
-)
-from berth.contracts.catalog import (
-    EntryDetail,
-    EntrySummary,
-    MemoryRow,
-    ParameterView,
-)
-from berth.contracts.endpoint_policy import EndpointPolicy
-from berth.contracts.endpoints import (
-    CopyView,
-    EndpointAnnotations,
-    EndpointClientFacts,
-    EndpointToken,
-    EndpointTokenRecord,
-    EndpointTokenRequest,
-    EndpointTokenRevoked,
-    EndpointView,
-    ServedModel,
-    WakeRequest,
-    WakeResult,
-)
-from berth.contracts.identity import (
-    GroupRequest,
-    GroupView,
-    MemberRequest,
-    UserRequest,
-    UserView,
-)
-from berth.contracts.internal import (
-    Health,
-    Jwks,
-    LoadReport,
-    OwnerToken,
-    OwnerTokenRequest,
-    ReplicaKeysList,
-    ReplicaKeysToken,
-    RequestCounters,
-    RouteCopy,
-    RouteEntry,
-    RoutesTable,
-    ServiceCopies,
-    ServiceCopy,
-    ServiceToken,
-    TokenLapse,
-)
-from berth.contracts.keys import (
-    IssuedKey,
-    KeyCreateRequest,
-    KeyLimits,
-    KeyRecord,
-    KeyRequests,
-    KeyReservation,
-    KeyReserveRequest,
-    KeyRotateRequest,
-    KeyVerdict,
-    KeyVerifyRequest,
-)
-from berth.contracts.limits import (
-    SCOPES,
-    LimitPolicy,
-    ScopeLimits,
-    endpoint_limits,
-    limit_policy_from,
-)
-from berth.contracts.litellm_keys import (
-    VIRTUAL_KEY_PREFIX,
-    LiteLLMDeletedKeys,
-    LiteLLMIssuedKey,
-    LiteLLMKeyCall,
-    LiteLLMKeyInfo,
-    LiteLLMKeyInfoAnswer,
-)
-from berth.contracts.model_registry import (
-    DIGEST_PATTERN,
-    MODEL_NAME_PATTERN,
-    EvictedDigest,
-    EvictRequest,
-    EvictResult,
-    JobStarted,
-    ModelCreate,
-    ModelFormat,
-    ModelJobRecord,
-    ModelJobSpec,
-    ModelProgress,
-    ModelProgressReport,
-    ModelRecord,
-    ModelRelease,
-    ModelReleased,
-    ModelScope,
-    ModelState,
-    ModelStateReport,
-    ModelUse,
-    ModelUseAnswer,
-)
-from berth.contracts.nodes import (
-    GpuReport,
-    GpuView,
-    NodeInventory,
-    NodeState,
-    NodeView,
-)
-from berth.contracts.placement import (
-    MAX_HOLDINGS,
-    CopyReadiness,
-    CopyRecord,
-    EndpointFront,
-    FenceRequest,
-    FrontPort,
-    FrontPortRequest,
-    NodeHolding,
-    Placement,
-    RankPlacement,
-    ReserveRequest,
-    ReserveResult,
-)
-from berth.contracts.pool_facts import (
-    PoolFacts,
-)
-from berth.contracts.rollouts import (
-    CopyOutcomes,
-    RevisionHealth,
-    Rollout,
-    RolloutAction,
-    RolloutCommand,
-    RolloutKind,
-    RolloutPhase,
-    RolloutStrategy,
-    ScalingExplanation,
-    ScalingSignal,
-    ServedRevision,
-    TrafficSplit,
-    WorkflowDrainRequest,
-    WorkflowRevision,
-    WorkflowRevisionDefinition,
-    WorkflowUpdated,
-    WorkflowUpdateRequest,
-)
-from berth.contracts.secrets import (
-    ResolvedSecret,
-    ResolveRequest,
-    SecretCreated,
-    SecretRequest,
-    SecretView,
-)
-from berth.contracts.tokens import (
-    MintedToken,
-)
-from berth.contracts.workflows import (
-    CopyInfo,
-    CopyStatus,
-    DownloadProgress,
-    Event,
-    Phase,
-    PoolStatus,
-    WeightsResult,
-    WorkflowDefinitionView,
-    WorkflowDescription,
-    WorkflowEndpoint,
-    WorkflowLogs,
-    WorkflowScaled,
-    WorkflowScaleRequest,
-    WorkflowStarted,
-    WorkflowStopped,
-    WorkflowSummary,
-)
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module when the contract is first named
+    from berth.contracts.audit import (
+        MAX_AUDIT_BATCH,
+        MAX_AUDIT_LIST,
+        AuditAppended,
+        AuditBatch,
+        AuditPhase,
+        AuditRecord,
+        AuditRow,
+        AuditVerdict,
+    )
+    from berth.contracts.base import (
+        Number,
+        OpenResponse,
+        Payload,
+        Refusal,
+        Response,
+        wire,
+    )
+    from berth.contracts.catalog import (
+        EntryDetail,
+        EntrySummary,
+        MemoryRow,
+        ParameterView,
+    )
+    from berth.contracts.endpoint_policy import EndpointPolicy
+    from berth.contracts.endpoints import (
+        CopyView,
+        EndpointAnnotations,
+        EndpointClientFacts,
+        EndpointToken,
+        EndpointTokenRecord,
+        EndpointTokenRequest,
+        EndpointTokenRevoked,
+        EndpointView,
+        ServedModel,
+        WakeRequest,
+        WakeResult,
+    )
+    from berth.contracts.identity import (
+        GroupRequest,
+        GroupView,
+        MemberRequest,
+        UserRequest,
+        UserView,
+    )
+    from berth.contracts.internal import (
+        Health,
+        Jwks,
+        LoadReport,
+        OwnerToken,
+        OwnerTokenRequest,
+        ReplicaKeysList,
+        ReplicaKeysToken,
+        RequestCounters,
+        RouteCopy,
+        RouteEntry,
+        RoutesTable,
+        ServiceCopies,
+        ServiceCopy,
+        ServiceToken,
+        TokenLapse,
+    )
+    from berth.contracts.keys import (
+        IssuedKey,
+        KeyCreateRequest,
+        KeyLimits,
+        KeyRecord,
+        KeyRequests,
+        KeyReservation,
+        KeyReserveRequest,
+        KeyRotateRequest,
+        KeyVerdict,
+        KeyVerifyRequest,
+    )
+    from berth.contracts.limits import (
+        SCOPES,
+        LimitPolicy,
+        ScopeLimits,
+        endpoint_limits,
+        limit_policy_from,
+    )
+    from berth.contracts.litellm_keys import (
+        VIRTUAL_KEY_PREFIX,
+        LiteLLMDeletedKeys,
+        LiteLLMIssuedKey,
+        LiteLLMKeyCall,
+        LiteLLMKeyInfo,
+        LiteLLMKeyInfoAnswer,
+    )
+    from berth.contracts.model_registry import (
+        DIGEST_PATTERN,
+        MODEL_NAME_PATTERN,
+        EvictedDigest,
+        EvictRequest,
+        EvictResult,
+        JobStarted,
+        ModelCreate,
+        ModelFormat,
+        ModelJobRecord,
+        ModelJobSpec,
+        ModelProgress,
+        ModelProgressReport,
+        ModelRecord,
+        ModelRelease,
+        ModelReleased,
+        ModelScope,
+        ModelState,
+        ModelStateReport,
+        ModelUse,
+        ModelUseAnswer,
+    )
+    from berth.contracts.nodes import (
+        GpuReport,
+        GpuView,
+        NodeInventory,
+        NodeState,
+        NodeView,
+    )
+    from berth.contracts.placement import (
+        MAX_HOLDINGS,
+        CopyReadiness,
+        CopyRecord,
+        EndpointFront,
+        FenceRequest,
+        FrontPort,
+        FrontPortRequest,
+        NodeHolding,
+        Placement,
+        RankPlacement,
+        ReserveRequest,
+        ReserveResult,
+    )
+    from berth.contracts.pool_facts import (
+        PoolFacts,
+    )
+    from berth.contracts.rollouts import (
+        CopyOutcomes,
+        RevisionHealth,
+        Rollout,
+        RolloutAction,
+        RolloutCommand,
+        RolloutKind,
+        RolloutPhase,
+        RolloutStrategy,
+        ScalingExplanation,
+        ScalingSignal,
+        ServedRevision,
+        TrafficSplit,
+        WorkflowDrainRequest,
+        WorkflowRevision,
+        WorkflowRevisionDefinition,
+        WorkflowUpdated,
+        WorkflowUpdateRequest,
+    )
+    from berth.contracts.secrets import (
+        ResolvedSecret,
+        ResolveRequest,
+        SecretCreated,
+        SecretRequest,
+        SecretView,
+    )
+    from berth.contracts.tokens import (
+        MintedToken,
+    )
+    from berth.contracts.workflows import (
+        CopyInfo,
+        CopyStatus,
+        DownloadProgress,
+        Event,
+        Phase,
+        PoolStatus,
+        WeightsResult,
+        WorkflowDefinitionView,
+        WorkflowDescription,
+        WorkflowEndpoint,
+        WorkflowLogs,
+        WorkflowScaled,
+        WorkflowScaleRequest,
+        WorkflowStarted,
+        WorkflowStopped,
+        WorkflowSummary,
+    )
+
 
 __all__ = [
     "PoolFacts",
@@ -337,3 +342,26 @@ __all__ = [
     "ModelUse",
     "ModelUseAnswer",
 ]
+
+
+if not TYPE_CHECKING:  # hidden from mypy, which reads the imports above: a typo stays an error
+    def __getattr__(name: str) -> object:
+        """A name on first use (PEP 562). Importing the package imports none of its modules, so a caller that
+        imports one module (the CLI's `workflow list`: `berth.contracts.workflows`) pays for that one alone;
+        the first name read from the package itself imports every module, as the package always did."""
+        import importlib
+        import pkgutil
+
+        modules = [info.name for info in pkgutil.iter_modules(__path__)]
+        if name in modules:
+            return importlib.import_module(f"{__name__}.{name}")
+        if name not in __all__:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        found: dict[str, object] = {}
+        for module in (importlib.import_module(f"{__name__}.{module}") for module in modules):
+            for exported in __all__:
+                value = getattr(module, exported, found)
+                if value is not found and found.setdefault(exported, value) is not value:
+                    raise ImportError(f"two modules of {__name__} define {exported}")
+        globals().update(found)
+        return found[name]

@@ -11,9 +11,9 @@ from enum import Enum
 from pydantic import Field
 
 from berth.contracts.base import Payload, Response
+from berth.contracts.choices import MAX_AUDIT_LIST as MAX_AUDIT_LIST  # re-exported: defined apart for the CLI
 
 MAX_AUDIT_BATCH = 1000  # records per POST /v1/internal/audit; the writer sends at most 200
-MAX_AUDIT_LIST = 1000  # rows per GET /v1/audit
 ID_LENGTH = 128  # request, endpoint, copy, key ids and user names (the store's columns are this wide)
 
 

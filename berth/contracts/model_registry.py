@@ -10,6 +10,7 @@ from typing import Annotated
 from pydantic import Field, StringConstraints
 
 from berth.contracts.base import Payload, Response
+from berth.contracts.choices import ModelFormat, ModelScope  # re-exported: defined apart for the CLI
 
 # Names as workflows and secrets have them; `model://NAME` names one (user scope first, then the caller's
 # groups, then the organization).
@@ -32,17 +33,6 @@ class ModelState(StrEnum):
     def working() -> frozenset[ModelState]:
         return frozenset({ModelState.RESOLVING, ModelState.DOWNLOADING, ModelState.VERIFYING,
                           ModelState.SCANNING})
-
-
-class ModelFormat(StrEnum):
-    SAFETENSORS = "safetensors"
-    GGUF = "gguf"
-
-
-class ModelScope(StrEnum):
-    USER = "user"
-    GROUP = "group"
-    ORGANIZATION = "organization"
 
 
 class ModelCreate(Payload):

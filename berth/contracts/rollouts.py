@@ -13,14 +13,9 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from berth.contracts.base import Payload, Response
+from berth.contracts.choices import RolloutAction, RolloutKind  # re-exported: defined apart for the CLI
 
 MAX_STEPS = 20
-
-
-class RolloutKind(str, Enum):
-    ROLLING = "rolling"  # one new copy at a time (max surge), an old one drained once it settled
-    CANARY = "canary"  # a separate new set; traffic in steps, judged between steps
-    BLUE_GREEN = "blue-green"  # the full new set, then all traffic at once; the old set kept a while
 
 
 class RolloutStrategy(Payload):
@@ -84,13 +79,6 @@ class Rollout(Payload):
     switched_at: datetime | None = None  # blue-green (and a promotion): when all traffic moved
     resume_phase: RolloutPhase | None = None  # paused: the phase `resume` returns to
     promoted: bool = False  # `promote`: finish now, whatever the strategy
-
-
-class RolloutAction(str, Enum):
-    PAUSE = "pause"
-    RESUME = "resume"
-    PROMOTE = "promote"  # finish now: all traffic and the full size on the new revision
-    ROLLBACK = "rollback"  # traffic back on the previous revision, the new set stopped
 
 
 class RolloutCommand(Payload):

@@ -17,8 +17,8 @@ from typing import TypedDict
 from pydantic import BaseModel, Field
 
 from berth.errors import UserInputError
+from berth.ports import DEFAULT_PORT_BASE as DEFAULT_PORT_BASE  # re-exported: the one import of settings
 
-DEFAULT_PORT_BASE = 18230
 TEMPORAL_NAMESPACE = "default"
 CONTROL_TASK_QUEUE = "berth-control"
 NODES_TASK_QUEUE = "berth-nodes"  # any node agent: jobs that need a node but no particular one

@@ -1,0 +1,82 @@
+"""`berth` answers at once (issue 33): `berth --help` imports no client, contract or settings module, `workflow
+list` only its own route's, and their CPU time stays within a budget relative to `python -c pass`'s, measured
+in the same run (bench/cli_start.py measures the same commands; docs/performance.md, "CLI start").
+
+What a command imports is checked from `python -X importtime` (deterministic); the budgets compare CPU time
+(user+system of the child, best of 3), which a loaded machine disturbs less than wall time.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from bench.cli_start import PYTHON, REPO, canned_api, client_env, measure
+
+# Nothing that `berth --help` needs: the API client and the contracts' models, the settings (pydantic), the
+# transport, certificates, Prometheus' parser, YAML, the catalog and the stack driver.
+NOT_FOR_HELP = ("pydantic", "httpx", "anyio", "berth.api_client", "berth.api_transport", "berth.settings",
+                "berth.contracts.base", "cryptography", "prometheus_client", "yaml", "jwt", "catalog", "stack",
+                "temporalio")
+# What `workflow list` needs is its route's contracts (berth.contracts.workflows and what it imports), the
+# transport and the settings: not the whole client with every contract, nor certificates, nor httpx's own
+# command line (click, pygments; cli/main.py keeps it out).
+NOT_FOR_LIST = ("berth.api_client", "berth.contracts.model_registry", "berth.contracts.internal",
+                "berth.contracts.keys", "berth.tls", "berth.tokens", "cryptography", "prometheus_client", "jwt",
+                "yaml", "click", "pygments", "catalog", "stack", "temporalio")
+# CPU time as a multiple of `python -c pass`'s. Measured on the 2-core development machine, loaded: `--help`
+# 9×, `workflow list` 17-19× (before issue 33: 25× and 25×). The budgets leave room for a noisy CI machine;
+# the import checks above catch a heavy import long before these do.
+HELP_BUDGET = 15
+LIST_BUDGET = 26
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The CLI's environment against a canned API on loopback (one valid `GET /v1/workflows` answer)."""
+    with canned_api() as url:
+        yield client_env(url, "test", tmp_path_factory.mktemp("cli-start") / "client.json")
+
+
+def imported(env: dict[str, str], *argv: str) -> set[str]:
+    """The modules `python -m cli ARGV` imports, from its `-X importtime` report."""
+    result = subprocess.run([PYTHON, "-X", "importtime", "-m", "cli", *argv], env=env, cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return set(re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", result.stderr, re.MULTILINE))
+
+
+def offenders(modules: set[str], forbidden: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == name or m.startswith(name + ".") for name in forbidden))
+
+
+def test_help_imports_no_client_contract_or_settings(env: dict[str, str]) -> None:
+    modules = imported(env, "--help")
+    assert "typer" in modules and "cli.workflow" in modules  # the report was read
+    assert not offenders(modules, NOT_FOR_HELP)
+
+
+def test_workflow_list_imports_its_route_and_nothing_else(env: dict[str, str]) -> None:
+    modules = imported(env, "workflow", "list")
+    assert {"berth.api_workflows", "berth.contracts.workflows"} <= modules
+    assert not offenders(modules, NOT_FOR_LIST)
+
+
+def test_help_and_workflow_list_cost_a_few_interpreter_starts(env: dict[str, str]) -> None:
+    commands = {"pass": ["-c", "pass"], "help": ["-m", "cli", "--help"], "list": ["-m", "cli", "workflow", "list"]}
+    for argv in commands.values():  # bytecode cached, as an installed CLI has it
+        measure([PYTHON, *argv], env, 1)
+    cpu = {name: measure([PYTHON, *argv], env, 3).cpu_s for name, argv in commands.items()}
+    shown = {name: f"{seconds * 1000:.0f} ms" for name, seconds in cpu.items()}
+    assert cpu["help"] <= HELP_BUDGET * cpu["pass"], shown
+    assert cpu["list"] <= LIST_BUDGET * cpu["pass"], shown
+
+
+def test_the_canned_answer_is_a_valid_listing() -> None:
+    from bench.cli_start import CANNED_WORKFLOWS
+    from berth.contracts.workflows import WorkflowSummary
+
+    assert [WorkflowSummary.model_validate(row).id for row in CANNED_WORKFLOWS] == ["gpt-oss-20b-1"]
