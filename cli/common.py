@@ -3,7 +3,7 @@ common options, and rendering (Rich tables for people, JSON for scripts).
 
 Imports here and in every command module stay light (Typer, Rich, the standard library): `berth --help`
 builds every command, and a command imports the client, the contracts and the settings it uses when it runs
-(issue 33: `berth --help` took 0.55 s of CPU importing them all; docs/performance.md, "CLI start")."""
+(issue 33: `berth --help` took 0.5-0.6 s of CPU importing them all; docs/performance.md, "CLI start")."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ import typer
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
+
+from berth.errors import BerthError
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -68,7 +70,6 @@ def call(work: Callable[[Any], Awaitable[T]], api: type[ApiTransport] | None = N
     of the client (`WorkflowsApi`) for a command that should import only its own contracts."""
     import asyncio
 
-    from berth.errors import BerthError
     from berth.settings import ClientConfig
 
     config = ClientConfig.load()
