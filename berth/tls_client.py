@@ -1,6 +1,6 @@
 """The client side's trust: one place that turns "trust this CA file" into the `ssl.SSLContext` every Berth
 HTTP client uses. Apart from berth/tls.py (which makes CAs) so that a client never imports `cryptography`:
-70 ms of the CLI's start (issue 33, docs/performance.md)."""
+47 ms of CPU of the CLI's start (issue 33, docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ def client_context(ca_file: str | Path | None) -> ssl.SSLContext | bool:
 
 def url_context(url: str, ca_file: str | Path | None) -> ssl.SSLContext | bool:
     """`client_context(ca_file)` for an https URL. For a plain-http one, a context that trusts nothing: a
-    client of an http API never needs the CA store, whose loading is 30 ms of CPU in every CLI command's start
-    (issue 33); an https URL it were sent to anyway would fail verification, never go unchecked."""
+    client of an http API never needs the CA store, whose loading (httpx's default, certifi's bundle) is 30 ms
+    of CPU in every CLI command's start (issue 33); an https URL it were sent to anyway would fail
+    verification, never go unchecked."""
     if url.lower().startswith("https:"):
         return client_context(ca_file)
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)

@@ -29,7 +29,7 @@ def limit_policy() -> LimitPolicy:
 def read_limit_policy(path: Path, where: str) -> LimitPolicy:
     """The LimitPolicy in a JSON (`.json`) or YAML file, with the fields it sets; a file that cannot be
     read, parsed or validated is a one-line error naming `where`."""
-    import yaml  # here, not above: the CLI's start imports the settings, and YAML is 20 ms of it (issue 33)
+    import yaml  # here, not above: the CLI's start imports the settings, and YAML is 14 ms of it (issue 33)
 
     from berth.bounded_parse import load_json, load_yaml
 

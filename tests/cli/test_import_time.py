@@ -28,7 +28,7 @@ NOT_FOR_LIST = ("berth.api_client", "berth.contracts.model_registry", "berth.con
                 "berth.contracts.keys", "berth.tls", "berth.tokens", "cryptography", "prometheus_client", "jwt",
                 "yaml", "click", "pygments", "catalog", "stack", "temporalio")
 # CPU time as a multiple of `python -c pass`'s. Measured on the 2-core development machine, loaded: `--help`
-# 9×, `workflow list` 17-19× (before issue 33: 25× and 25×). The budgets leave room for a noisy CI machine;
+# 8×, `workflow list` 15-16× (before issue 33: 22× and 24×). The budgets leave room for a noisy CI machine;
 # the import checks above catch a heavy import long before these do.
 HELP_BUDGET = 15
 LIST_BUDGET = 26
