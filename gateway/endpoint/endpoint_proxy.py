@@ -31,7 +31,7 @@ from gateway.endpoint.hold import WAKE_EVERY_S, Holds
 from gateway.endpoint.key_gate import KeyGate
 from gateway.endpoint.limits import Limiter
 from gateway.endpoint.load_report import LoadCounts, Outcome, report_forever
-from gateway.endpoint.pipeline import build
+from gateway.endpoint.pipeline import Pipeline
 from gateway.endpoint.proxy_request import ProxyRequest
 from gateway.endpoint.route_table import Route, build_route
 from gateway.endpoint.token_identity import TokenIdentities
@@ -76,7 +76,7 @@ class EndpointProxy:
         self.audit = AuditWriter(lambda records: self.api.append_audit(records))
         self.limits = ProxyLimits()  # body size, upstream deadline, stream idle (gateway/edge/exchange.py)
         self.tracing = proxy_tracing.ProxyTracing()  # x-request-id; spans with BERTH_OTEL_ENDPOINT
-        self.pipeline = build(self)  # the steps of a request to an endpoint, linked once
+        self.pipeline = Pipeline(self)  # the steps of a request to an endpoint, made and linked once
 
     @property
     def hold_timeout_s(self) -> float:

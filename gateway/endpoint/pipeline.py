@@ -1,14 +1,16 @@
 """The endpoint proxy's request pipeline: the steps a request to `/endpoints/<id>/…` takes, in order, each in its
 own module under gateway/endpoint/steps/. The order is declared here, once; a new proxy feature is one more step.
 
-Each step gets the request (gateway/endpoint/proxy_request.py) and answers it or passes it on
-(gateway/endpoint/steps/base.py). The chain is linked once, when the proxy is made: a request allocates nothing
-for it but itself."""
+Each step gets the request (gateway/endpoint/proxy_request.py) and answers it or lets the next one take it
+(gateway/endpoint/steps/base.py). The steps are made and linked once, with the proxy: a request allocates nothing
+for the pipeline but itself."""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
+from gateway.endpoint.proxy_request import ProxyRequest
 from gateway.endpoint.steps import credentials, deadline, forward, hold, limits, relay, retry, route, scope
 from gateway.endpoint.steps.base import Step
 
@@ -22,15 +24,33 @@ ORDER: tuple[type[Step], ...] = (
     limits.Limits,  # the LimitPolicy and the key's own limits and quota: a ticket, or 429 / 413 / 400 / 503
     deadline.Deadline,  # x-request-timeout and a declared body over the limit: 400 / 413 (gateway/edge/exchange.py)
     hold.Hold,  # the session and the copy; none routable: held while the pool wakes, or 503 / 429
-    forward.Forward,  # the first attempt upstream, within the deadline and the idle clock
+    forward.Forward,  # the first attempt upstream; it and the steps after it within the deadline and idle clock
     retry.Retry,  # no answer: another copy, or the restarting LiteLLM; a completion LiteLLM lost: sent again
     relay.Relay,  # the answer, streamed to the client
 )
 
 
-def build(proxy: EndpointProxy) -> Step:
-    """The first step of the chain, each step linked to the next."""
-    chain = [kind(proxy) for kind in ORDER]
-    for step, after in zip(chain, chain[1:], strict=False):
-        step.next = after
-    return chain[0]
+class Pipeline:
+    """ORDER's steps for one proxy. Calling it takes a request through them; then each step's `finish`."""
+
+    __slots__ = ("finishing", "steps")
+
+    def __init__(self, proxy: EndpointProxy) -> None:
+        self.steps = tuple(kind(proxy) for kind in ORDER)
+        for index, step in enumerate(self.steps):
+            step.rest = functools.partial(self.run_from, index + 1)
+        self.finishing = tuple(step for step in reversed(self.steps) if type(step).finish is not Step.finish)
+
+    async def __call__(self, request: ProxyRequest) -> None:
+        try:
+            await self.run_from(0, request)
+        finally:
+            for step in self.finishing:
+                await step.finish(request)
+
+    async def run_from(self, first: int, request: ProxyRequest) -> None:
+        """The steps from `first` on, until one has answered the request."""
+        steps = self.steps
+        for index in range(first, len(steps)):
+            if not await steps[index](request):
+                return

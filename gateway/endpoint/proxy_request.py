@@ -1,6 +1,6 @@
 """ProxyRequest: one request on its way through the endpoint proxy's steps (gateway/endpoint/pipeline.py) — what
-it asked for, whom it is from, where it goes and what its answer has been — and the one `send` wrapper that lets
-the request's observers (audit, usage, metrics, trace) see the answer as it leaves.
+it asked for, whom it is from, where it goes and what its answer has been — and ObservedSend, the one `send` wrapper
+that lets the request's observers (audit, usage, metrics, trace) see the answer as it leaves.
 
 One object per request with fixed slots: it is the hot path (docs/performance.md), so no dataclass machinery, no
 validation, and the observers are called from one chain instead of a `send` closure each."""
@@ -34,6 +34,30 @@ class SeesStart(Protocol):
         ...
 
 
+class ObservedSend:
+    """The client's `send`, each observer shown the message first: the one place the answer is watched. The observers
+    are the request's audit record, usage meter, metrics clock and trace, outermost first as the `send` wrappers they
+    replace were; only usage and metrics look at body chunks. It holds no reference to the ProxyRequest: a request
+    that pointed at itself would wait for the cycle collector instead of going at once (~15 µs a request)."""
+
+    __slots__ = ("_client_send", "_on_body", "_on_start")
+
+    def __init__(self, client_send: Send, on_start: tuple[SeesStart, ...],
+                 on_body: tuple[Callable[[bytes], None], ...]) -> None:
+        self._client_send, self._on_start, self._on_body = client_send, on_start, on_body
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            body = message.get("body")
+            if body:
+                for on_body in self._on_body:
+                    on_body(body)
+        elif message["type"] == "http.response.start":
+            for observer in self._on_start:
+                message = observer.on_start(message)
+        await self._client_send(message)
+
+
 class ProxyRequest:
     """One request through the endpoint proxy. The steps fill it in as they learn: `route` (the route step),
     `identity`, `keyed` and `strip_authorization` (credentials; scope may drop a foreign caller), `ticket` and
@@ -41,7 +65,7 @@ class ProxyRequest:
     retry). `receive` and `send` are the ones the next step uses: a step that reads the body ahead, or adds to the
     answer, replaces them."""
 
-    __slots__ = ("_client_send", "_on_body", "_on_start", "audit", "before", "body", "clock", "endpoint_id",
+    __slots__ = ("audit", "before", "body", "clock", "endpoint_id",
                  "exchange", "failure", "headers", "identity", "keyed", "method", "meter", "path",
                  "receive", "renewed", "response", "rest", "retriable", "route", "scope", "send", "session_id",
                  "strip_authorization", "target", "ticket", "trace", "upstream_body")
@@ -53,13 +77,9 @@ class ProxyRequest:
         self.headers: Headers = self.scope["headers"]
         self.endpoint_id, self.rest = endpoint_id, rest
         self.receive = receive
-        self._client_send = send
-        # The answer's observers, outermost first as the `send` wrappers they replace were: usage, audit, metrics
-        # (when on), trace. Only usage and metrics look at body chunks.
-        self._on_start: tuple[SeesStart, ...] = (meter, audit, clock, trace) if timed else (meter, audit, trace)
-        self._on_body: tuple[Callable[[bytes], None], ...] = (
-            (meter.on_body, clock.on_body) if timed else (meter.on_body,))
-        self.send: Send = self.observed_send
+        # The answer's observers: usage, audit, metrics (when on), trace.
+        self.send: Send = ObservedSend(send, (meter, audit, clock, trace), (meter.on_body, clock.on_body)) if timed \
+            else ObservedSend(send, (meter, audit, trace), (meter.on_body,))
         self.route: Route | None = None
         self.identity: Identity | None = None
         self.keyed: KeyedRequest | None = None
@@ -78,15 +98,3 @@ class ProxyRequest:
         self.before: frozenset[str] | None = None
         self.response: UpstreamResponse | None = None
         self.failure: UpstreamError | None = None
-
-    async def observed_send(self, message: dict[str, Any]) -> None:
-        """The client's `send`, each observer shown the message first: the one place the answer is watched."""
-        if message["type"] == "http.response.body":
-            body = message.get("body")
-            if body:
-                for on_body in self._on_body:
-                    on_body(body)
-        elif message["type"] == "http.response.start":
-            for observer in self._on_start:
-                message = observer.on_start(message)
-        await self._client_send(message)

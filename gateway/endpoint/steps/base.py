@@ -1,7 +1,8 @@
-"""Step: what every step of the endpoint proxy's pipeline is (gateway/endpoint/pipeline.py links them)."""
+"""Step: what every step of the endpoint proxy's pipeline is (gateway/endpoint/pipeline.py orders and links them)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from gateway.endpoint.proxy_request import ProxyRequest
@@ -10,32 +11,29 @@ if TYPE_CHECKING:
     from gateway.endpoint.endpoint_proxy import EndpointProxy
 
 
-class Step:
-    """One named step: it answers the request itself (a refusal, a held request's 503) or passes it on with
-    `await self.next(request)`, and may act once the steps after it are done. `proxy` holds what outlives a request
-    (the routing table, caches, counters); a step reads settings there at each request, since they may be set after
-    the proxy is made."""
+async def _nothing_after(request: ProxyRequest) -> None:
+    return None
 
-    __slots__ = ("next", "proxy")
+
+class Step:
+    """One named step. Called with the request, it answers it itself (a refusal, a held request's 503) and returns
+    False, or returns True for the next step to take it. A step that must hold something around the steps after it
+    (the forward step: the deadline, the copy's in-flight count) runs them itself with `await self.rest(request)`
+    and returns False; one that settles something once the request is over, whatever ended it, does so in `finish`
+    (the limits step: its ticket). Only those steps nest: every level a request's task runs under costs each
+    streamed chunk (docs/performance.md).
+
+    `proxy` holds what outlives a request (the routing table, caches, counters); a step reads settings there at each
+    request, since they may be set after the proxy is made."""
+
+    __slots__ = ("proxy", "rest")
 
     def __init__(self, proxy: EndpointProxy) -> None:
         self.proxy = proxy
-        self.next: Step = END
+        self.rest: Callable[[ProxyRequest], Awaitable[None]] = _nothing_after  # the steps after this one
 
-    async def __call__(self, request: ProxyRequest) -> None:
+    async def __call__(self, request: ProxyRequest) -> bool:
         raise NotImplementedError
 
-
-class _End(Step):
-    """After the last step: nothing left to do (the relay has answered)."""
-
-    __slots__ = ()
-
-    def __init__(self) -> None:  # linked to no proxy
-        pass
-
-    async def __call__(self, request: ProxyRequest) -> None:
-        return None
-
-
-END: Step = _End()
+    async def finish(self, request: ProxyRequest) -> None:
+        """Once the request is over, whatever ended it (called for the steps that define it, last step first)."""

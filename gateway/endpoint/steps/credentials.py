@@ -14,7 +14,7 @@ from gateway.endpoint.steps.base import Step
 class Credentials(Step):
     __slots__ = ()
 
-    async def __call__(self, request: ProxyRequest) -> None:
+    async def __call__(self, request: ProxyRequest) -> bool:
         route = request.route
         assert route is not None
         presented = find_key(request.headers)
@@ -24,7 +24,7 @@ class Credentials(Step):
             except KeyRefusal as refusal:
                 request.audit.key_id = refusal.key_id
                 await refusal.answer(request.send)
-                return
+                return False
             request.keyed, request.identity, request.body = keyed, keyed.identity, keyed.body
             request.strip_authorization, request.receive = True, keyed.receive
             request.audit.key_id = keyed.verdict.key_id
@@ -33,4 +33,4 @@ class Credentials(Step):
                 request.headers, request.endpoint_id, route.revoked_tokens)
         identity = request.identity
         request.audit.user = identity.user if identity is not None else None  # a refusal names whom it refused
-        await self.next(request)
+        return True

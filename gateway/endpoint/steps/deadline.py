@@ -12,14 +12,14 @@ from gateway.endpoint.steps.base import Step
 class Deadline(Step):
     __slots__ = ()
 
-    async def __call__(self, request: ProxyRequest) -> None:
+    async def __call__(self, request: ProxyRequest) -> bool:
         proxy, route = self.proxy, request.route
         assert route is not None
         limits = proxy.admission.exchange_limits(proxy.limits, route.limits)  # its body limit: the LimitPolicy's
         exchange = await admit(limits, route.service, route.id, request.headers, request.receive, request.send)
         if exchange is None:
-            return  # answered: 400 (x-request-timeout outside 1-300 s) or 413 (a Content-Length over the limit)
+            return False  # answered: 400 (x-request-timeout outside 1-300 s) or 413 (a Content-Length over the limit)
         if route.wakeable:
             proxy.load.admitted(route.id)  # the autoscaler's rate and idle clock
         request.exchange = exchange
-        await self.next(request)
+        return True

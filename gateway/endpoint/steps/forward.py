@@ -25,12 +25,13 @@ STREAMED = re.compile(rb'"stream"\s*:\s*true')
 class Forward(Step):
     __slots__ = ()
 
-    async def __call__(self, request: ProxyRequest) -> None:
+    async def __call__(self, request: ProxyRequest) -> bool:
         exchange = request.exchange
         assert exchange is not None
         # From here on the body is counted against its limit, and the answer watched for the idle clock.
         request.receive, request.send = exchange.receive, exchange.send
         await exchange.run(self._forward(request))
+        return False  # the steps after it ran within the exchange
 
     async def _forward(self, request: ProxyRequest) -> None:
         proxy, route, target = self.proxy, request.route, request.target
@@ -66,6 +67,6 @@ class Forward(Step):
                 log.warning("upstream %s failed: %s", target.url, error)
                 target.metrics.failed_at = time.monotonic()  # out until a scrape succeeds again
                 request.failure = error
-            await self.next(request)
+            await self.rest(request)  # retry, relay: within the deadline, the copy still counted in flight
         finally:
             (request.target or target).in_flight -= 1  # the retry step's copy, when it took another

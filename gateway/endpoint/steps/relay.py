@@ -16,10 +16,11 @@ log = logging.getLogger("berth.proxy")
 class Relay(Step):
     __slots__ = ()
 
-    async def __call__(self, request: ProxyRequest) -> None:
+    async def __call__(self, request: ProxyRequest) -> bool:
         response, target = request.response, request.target
         assert response is not None and target is not None
         if model_cards.is_listing(request.method, request.rest):
             await model_cards.relay_listing(response, request.send, log, target.url)  # no state-dir paths
         else:
             await relay(response, request.send, log, "upstream", target.url, request.receive)
+        return True

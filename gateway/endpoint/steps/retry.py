@@ -25,14 +25,14 @@ log = logging.getLogger("berth.proxy")
 class Retry(Step):
     __slots__ = ()
 
-    async def __call__(self, request: ProxyRequest) -> None:
+    async def __call__(self, request: ProxyRequest) -> bool:
         route, target, error = request.route, request.target, request.failure
         assert route is not None and target is not None
         if error is not None:
             second = await self._second_try(request, route, target, error)
             if second is None:
                 await upstream_failed(request.send, route, target)
-                return
+                return False
             target.in_flight -= 1
             self.proxy.metrics.retried(route.id)
             target, request.response = second
@@ -46,9 +46,9 @@ class Retry(Step):
                 replayed = await self._replay_lost(request, answer, route, target)
                 if replayed is None:
                     await answer.send(request.send)
-                    return
+                    return False
                 request.response = replayed
-        await self.next(request)
+        return True
 
     async def _replay_lost(self, request: ProxyRequest, answer: litellm_replay.BufferedAnswer, route: Route,
                            target: Replica) -> UpstreamResponse | None:

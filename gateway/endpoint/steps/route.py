@@ -14,16 +14,16 @@ from gateway.endpoint.steps.base import Step
 class FindRoute(Step):
     __slots__ = ()
 
-    async def __call__(self, request: ProxyRequest) -> None:
+    async def __call__(self, request: ProxyRequest) -> bool:
         proxy = self.proxy
         route = await proxy.route(request.endpoint_id)
         if route is None:
             await plain(request.send, 404, b"Unknown endpoint")
-            return
+            return False
         # LiteLLM's /key/* from Berth's keys: before the token check (the master key is not a Berth token).
         if await litellm_keys.serve(proxy, route, request.scope, request.receive, request.send, request.rest):
-            return
+            return False
         if route.service in openai_routes.MODEL_UPSTREAMS and await openai_routes.refused(request.send, request.rest):
-            return  # only the OpenAI routes reach a copy: the rest of vLLM's answer without its key
+            return False  # only the OpenAI routes reach a copy: the rest of vLLM's answer without its key
         request.route = route
-        await self.next(request)
+        return True

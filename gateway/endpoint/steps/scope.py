@@ -13,7 +13,7 @@ from gateway.endpoint.steps.base import Step
 class Scope(Step):
     __slots__ = ()
 
-    async def __call__(self, request: ProxyRequest) -> None:
+    async def __call__(self, request: ProxyRequest) -> bool:
         route, identity = request.route, request.identity
         assert route is not None
         if route.scope is EndpointScope.PUBLIC:
@@ -21,8 +21,8 @@ class Scope(Step):
                 request.identity = None
         elif identity is None:
             await plain(request.send, 401, b"Unauthorized")
-            return
+            return False
         elif not route.admits(identity):
             await plain(request.send, 403, forbidden(request.endpoint_id, route).encode())
-            return
-        await self.next(request)
+            return False
+        return True
