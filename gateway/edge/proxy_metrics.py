@@ -42,6 +42,18 @@ class RequestClock:
         self.chunks = 0
         self.upstream_headers_s: float | None = None  # the copy's time to its headers, set by the forwarder
 
+    def on_start(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The answer's head is leaving: note when, and its status."""
+        self.answered = time.monotonic()
+        self.status = message["status"]
+        return message
+
+    def on_body(self, body: bytes) -> None:
+        """A non-empty body chunk is leaving: count it; the first one is the first byte."""
+        self.chunks += 1
+        if self.first_byte is None:
+            self.first_byte = time.monotonic()
+
 
 class ProxyMetrics:
     """`enabled=False` (BERTH_METRICS=off) records nothing and serves no /metrics: the baseline the
@@ -84,12 +96,9 @@ class ProxyMetrics:
 
         async def watched(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                clock.answered = time.monotonic()
-                clock.status = message["status"]
-            elif message.get("body"):
-                clock.chunks += 1
-                if clock.first_byte is None:
-                    clock.first_byte = time.monotonic()
+                clock.on_start(message)
+            elif body := message.get("body"):
+                clock.on_body(body)
             await send(message)
 
         return watched, clock

@@ -58,15 +58,17 @@ class TracedRequest:
             outgoing.extend((name.encode(), value.encode()) for name, value in carrier.items())
         self.scope = {**scope, "headers": outgoing}
 
+    def on_start(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The answer's head with `x-request-id` (in place of any upstream one); notes the status."""
+        self.status = message["status"]
+        return {**message, "headers": [*(h for h in message.get("headers", ()) if h[0] != REQUEST_ID),
+                                       (REQUEST_ID, self.id.encode())]}
+
     def watch(self, send: Send) -> Send:
         """`send` that answers with `x-request-id` (in place of any upstream one) and notes the status."""
-        tag = (REQUEST_ID, self.id.encode())
-
         async def tagged(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                self.status = message["status"]
-                message = {**message, "headers": [*(h for h in message.get("headers", ()) if h[0] != REQUEST_ID),
-                                                  tag]}
+                message = self.on_start(message)
             await send(message)
 
         return tagged

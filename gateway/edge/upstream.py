@@ -135,12 +135,16 @@ class UpstreamResponse:
         """Discard the connection now, mid-body or not (its client went away): never back to the pool."""
         if not self._released:
             self._released = True
+            self._parsed.parser = None
             self._connection.close()
 
     def release(self) -> None:
         if self._released:
             return
         self._released = True
+        # The parser calls back into `_parsed`, which pointed back at it: a cycle left ten objects a request to the
+        # cycle collector (docs/performance.md); done with parsing, the pair goes by reference counting.
+        self._parsed.parser = None
         reusable = (self._parsed.complete or self._head_only) and self._parsed.keep_alive
         if reusable:
             self._pool._return(self._key, self._connection)

@@ -60,6 +60,11 @@ class AuditedRequest:
         self._writer.add((self.started, AuditPhase.ATTEMPT, self.request_id, 0, 0, 0, self.key_id, user,
                           self.endpoint_id, None, 0.0))
 
+    def on_start(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The answer's head is leaving: its status is the record's."""
+        self.status = message["status"]
+        return message
+
     def watch(self, send: Send) -> Send:
         async def watched(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":

@@ -42,32 +42,35 @@ class UsageMeter:
     def watch(self, send: Send) -> Send:
         async def watched(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.body":
-                if self._json or self._event_stream:
-                    self._see(message.get("body", b""))
+                if body := message.get("body"):
+                    self.on_body(body)
             elif message["type"] == "http.response.start":
-                self._start(message)
+                self.on_start(message)
             await send(message)
         return watched
 
-    def _start(self, message: dict[str, Any]) -> None:
+    def on_start(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The answer's head: a 2xx JSON answer or event stream is read for its usage."""
         if not 200 <= message["status"] < 300:
-            return
+            return message
         for name, value in message.get("headers", ()):
             if name.lower() == b"content-type":
                 kind = value.lower()
                 self._json = kind.startswith(b"application/json")
                 self._event_stream = kind.startswith(b"text/event-stream")
-                return
+                return message
+        return message
 
-    def _see(self, chunk: bytes) -> None:
-        if not chunk:
-            return
+    def on_body(self, chunk: bytes) -> None:
+        """A non-empty body chunk of the answer."""
         if self._json:
             self._size += len(chunk)
             if self._size > MAX_JSON_BYTES:
                 self._json, self._chunks = False, []
             else:
                 self._chunks.append(chunk)
+            return
+        if not self._event_stream:
             return
         if USAGE in chunk:
             self._usage_chunks = (self._tail[1], chunk)
