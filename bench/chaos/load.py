@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 MAX_TOKENS = 24
-# The client waits as long as the endpoint proxy may hold a request (gateway/endpoint/endpoint_proxy.py's 120 s,
+# The client waits as long as the endpoint proxy may hold a request (gateway/endpoint/hold.py's 120 s,
 # after which it answers 503 itself) — shorter than the OpenAI SDK's 600 s. A request held while a
 # killed LiteLLM and the control plane come back is a success, late: the latency figures show how late.
 TIMEOUT = httpx.Timeout(130.0, connect=5.0)
