@@ -23,7 +23,6 @@ with workflow.unsafe.imports_passed_through():
         DrainInput,
         DrainResult,
         Phase,
-        PoolCarry,
         PoolInput,
     )
     from workflows.pool_state import PoolState
@@ -40,45 +39,31 @@ class PoolMixin(RolloutMixin, FrontLink):
     def __init__(self) -> None:
         super().__init__()
         self.state = PoolState()
-        self.input: PoolInput | None = None
-        self.reported: dict[str, CopyResult] = {}  # copies' last words (copy_finished)
-        self._attached: set[str] = set()  # copies an earlier run started: their end arrives as copy_finished
-        self._started: set[str] = set()  # copies whose child workflow this run has started
-        self._continued = 0
 
     # --- continue-as-new --------------------------------------------------------------------------
-    def resume(self, carry: PoolCarry) -> None:
-        self.new_shape = True
-        self.state = PoolState.carried(carry)
-        self._attached = set(carry.running)
-        self.reported = {r.copy_id: r for r in carry.reported}
-        self._continued = carry.continued + 1
 
     def _continue_suggested(self) -> bool:
-        if not self.new_shape or self.input is None:
+        if not self.state.new_shape or self.state.input is None:
             return False
         info = workflow.info()
-        limit = self.input.timings.continue_as_new_after_events
+        limit = self.state.input.timings.continue_as_new_after_events
         return info.is_continue_as_new_suggested() or (0 < limit <= info.get_current_history_length())
 
     def _may_continue(self, running: Running) -> bool:
         """Suggested, and nothing in between: no drain, no copy end unhandled, every child started."""
         return self._continue_suggested() and not self.state.draining and not self.state.finished \
-            and not self.rollout_active() and not self.moves \
-            and all(c in self._started or c in self._attached for c in running) \
-            and (self.front_id is None or self.front_started) and not self.state.stop_requested
+            and not self.rollout_active() and not self.state.moves \
+            and all(c in self.state.started or c in self.state.attached for c in running) \
+            and (self.state.front_id is None or self.state.front_started) and not self.state.stop_requested
 
     async def _continue_as_new(self, input: PoolInput, running: Running, model_dir: str) -> None:
         await workflow.wait_condition(workflow.all_handlers_finished)
         if not self._may_continue(running):  # a copy ended, a drain or a stop began meanwhile: next time
             return
         ids = tuple(running)
-        carry = self.state.carry(ids, model_dir, None if self.front_ended else self.front_id, self._continued)
-        carry = carry.model_copy(update={"reported": tuple(r for c, r in self.reported.items() if c in ids)})
         self.state.event("continued_as_new", f"history at {workflow.info().get_current_history_length()} "
                          f"events: continuing as new with {len(ids)} running copies")
-        carry = carry.model_copy(update={"events": tuple(self.state.events)})
-        workflow.continue_as_new(input.model_copy(update={"carry": carry}))
+        workflow.continue_as_new(input.model_copy(update={"carry": self.state.carry(ids, model_dir)}))
 
     # --- the copies --------------------------------------------------------------------------------
     def _copy_input(self, input: PoolInput, model_dir: str, revision: int = 1) -> CopyInput:
@@ -100,10 +85,10 @@ class PoolMixin(RolloutMixin, FrontLink):
         self.state.copies[copy.copy_id] = CopyInfo(copy_id=copy.copy_id, status=CopyStatus.SCHEDULING,
                                                    revision=copy.revision)
         try:
-            if self.new_shape:  # abandoned, not cancelled, when this run continues as new
+            if self.state.new_shape:  # abandoned, not cancelled, when this run continues as new
                 handle = await workflow.start_child_workflow(
                     CopyWorkflow.run, copy, id=copy.copy_id, parent_close_policy=workflow.ParentClosePolicy.ABANDON)
-                self._started.add(copy.copy_id)
+                self.state.started.add(copy.copy_id)
                 result: CopyResult = await handle
             else:
                 result = await workflow.execute_child_workflow(
@@ -117,17 +102,17 @@ class PoolMixin(RolloutMixin, FrontLink):
     async def _attached_copy(self, copy_id: str) -> None:
         """A copy an earlier run started: it runs on; cancelling this task cancels it by ID."""
         try:
-            await workflow.wait_condition(lambda: copy_id in self.reported)
+            await workflow.wait_condition(lambda: copy_id in self.state.reported)
         except asyncio.CancelledError:
             with contextlib.suppress(FailureError):  # it ended meanwhile: its report is on its way
                 await workflow.get_external_workflow_handle(copy_id).cancel()
-            await workflow.wait_condition(lambda: copy_id in self.reported)
-        self._attached.discard(copy_id)
-        self._copy_ended(self.reported[copy_id])
+            await workflow.wait_condition(lambda: copy_id in self.state.reported)
+        self.state.attached.discard(copy_id)
+        self._copy_ended(self.state.reported[copy_id])
 
     def _copy_ended(self, result: CopyResult) -> None:
-        self.reported.pop(result.copy_id, None)
-        self._started.discard(result.copy_id)
+        self.state.reported.pop(result.copy_id, None)
+        self.state.started.discard(result.copy_id)
         self.state.finished[result.copy_id] = result
         self.state.copies.pop(result.copy_id, None)
         self.state.ready_since.pop(result.copy_id, None)
@@ -136,8 +121,8 @@ class PoolMixin(RolloutMixin, FrontLink):
 
     # --- the pool loop -------------------------------------------------------------------------------
     async def hold_pool(self, input: PoolInput, model_dir: str) -> None:
-        self.model_dir = model_dir
-        running: Running = {c: asyncio.create_task(self._attached_copy(c)) for c in sorted(self._attached)}
+        self.state.model_dir = model_dir
+        running: Running = {c: asyncio.create_task(self._attached_copy(c)) for c in sorted(self.state.attached)}
         drains: list[asyncio.Task[None]] = []
         # Histories recorded before pools healed themselves never re-place with back-off.
         healing = workflow.patched("pool-self-healing")
@@ -155,16 +140,17 @@ class PoolMixin(RolloutMixin, FrontLink):
                     self._update_phase()
                 surplus = self._active(running, revision) - want
                 if not self.state.stop_requested and surplus > 0:
-                    grace_s = input.definition.pool.drain_grace_s if self.next_grace_s is None else self.next_grace_s
+                    grace_s = input.definition.pool.drain_grace_s if self.state.next_grace_s is None \
+                        else self.state.next_grace_s
                     for copy_id in self._scale_in_order(running, surplus, revision):
                         self.state.draining.append(copy_id)
                         drains.append(asyncio.create_task(self._drain(copy_id, running, grace_s)))
-            self.next_grace_s = None
-            self.pool_nudged = False
+            self.state.next_grace_s = None
+            self.state.pool_nudged = False
 
             def woken(paused: bool = pause is not None) -> bool:
                 return (self.state.stop_requested or bool(self.state.finished) or self._unbalanced(running, paused)
-                        or self.pool_nudged or bool(self.moves) or self._may_continue(running))
+                        or self.state.pool_nudged or bool(self.state.moves) or self._may_continue(running))
 
             with contextlib.suppress(asyncio.TimeoutError):  # the back-off ran out: place the replacement
                 await workflow.wait_condition(woken, timeout=pause)
@@ -177,7 +163,7 @@ class PoolMixin(RolloutMixin, FrontLink):
                 return
             await self._handle_finished(input, running, healing)
             if self._may_continue(running):
-                await self._continue_as_new(input, running, self.model_dir)
+                await self._continue_as_new(input, running, self.state.model_dir)
 
     def _active(self, running: Running, revision: int) -> int:
         """A revision's copies that count toward its size (not being drained)."""
@@ -192,7 +178,7 @@ class PoolMixin(RolloutMixin, FrontLink):
 
     def _start_moves(self, running: Running, drains: list[asyncio.Task[None]]) -> None:
         """Copies leaving a drained node: drained with their grace; the loop places their replacements."""
-        moves, self.moves = self.moves, []
+        moves, self.state.moves = self.state.moves, []
         for copy_id, grace_s in moves:
             if copy_id in running and copy_id not in self.state.draining:
                 self.state.draining.append(copy_id)

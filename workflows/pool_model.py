@@ -35,7 +35,7 @@ class ModelMixin:
     model_news: ModelUpdate | None
 
     def take_model_update(self, update: ModelUpdate) -> None:
-        self.model_news = update
+        self.state.model_news = update
 
     async def _use(self, input: PoolInput) -> ModelUseAnswer:
         ref = input.definition.model_ref or ""
@@ -64,13 +64,13 @@ class ModelMixin:
                 raise _failed(name, record.message)
             self._waiting(record, shown)
             try:
-                await workflow.wait_condition(lambda: self.model_news is not None or self.state.stop_requested,
+                await workflow.wait_condition(lambda: self.state.model_news is not None or self.state.stop_requested,
                                               timeout=LOOK_AGAIN)
             except TimeoutError:
                 pass
             if self.state.stop_requested:
                 return ""
-            news, self.model_news = self.model_news, None
+            news, self.state.model_news = self.state.model_news, None
             if news is None or (news.state is ModelState.READY and not news.model_dir):
                 answer = await self._use(input)  # a look at the registry: it has the job's outcome
                 record, model_dir, digest = answer.model, answer.model_dir, answer.model.digest

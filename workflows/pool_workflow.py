@@ -50,18 +50,18 @@ class PoolWorkflow(PoolMixin, ModelMixin):
         # The input (and a carried pool) before any handler runs: a continued run may take an update or a
         # signal in its first workflow task, before `run` starts.
         super().__init__()
-        self.model_news: ModelUpdate | None = None
-        self.input = input.model_copy(update={"carry": None})
-        self.continued = input.carry is not None and workflow.info().continued_run_id is not None
-        if input.carry is not None and self.continued:
-            self.resume(input.carry)
+        continued = input.carry is not None and workflow.info().continued_run_id is not None
+        if input.carry is not None and continued:
+            self.state = PoolState.carried(input.carry)
+        self.state.input = input.model_copy(update={"carry": None})
+        self.state.continued_run = continued
 
     # --- reads and writes from outside ---------------------------------------------------------
     @workflow.query
     def status(self) -> PoolStatus:
-        assert self.input is not None
+        assert self.state.input is not None
         return PoolStatus(
-            workflow_id=self.input.workflow_id, phase=self.state.phase, desired_copies=self.state.desired,
+            workflow_id=self.state.input.workflow_id, phase=self.state.phase, desired_copies=self.state.desired,
             copies=tuple(self.state.copies.values()), events=tuple(self.state.events),
             last_error=self.state.last_error, weights=self.state.weights, revision=self.state.revision,
             rollout=self.state.rollout, rolled_back=tuple(self.state.rolled_back),
@@ -83,7 +83,7 @@ class PoolWorkflow(PoolMixin, ModelMixin):
         previous = self.state.desired
         self.state.desired = request.replicas
         if request.grace_s is not None:
-            self.next_grace_s = request.grace_s  # the drains this scale-in starts (`berth workflow drain`)
+            self.state.next_grace_s = request.grace_s  # the drains this scale-in starts (`berth workflow drain`)
             self.nudge()
         if request.replicas != previous:
             why = f" ({request.reason})" if request.reason else ""
@@ -95,12 +95,12 @@ class PoolWorkflow(PoolMixin, ModelMixin):
 
     @scale.validator
     def _check_scale(self, request: ScaleRequest) -> None:
-        assert self.input is not None
-        if self.input.definition.replica is None:
+        assert self.state.input is not None
+        if self.state.input.definition.replica is None:
             raise ApplicationError("This workflow runs a service, not a replica pool; it cannot be scaled.")
         if self.state.stop_requested or self.state.phase in Phase.terminal():
             raise ApplicationError("The workflow is stopping; it cannot be scaled.")
-        pool = self.input.definition.pool
+        pool = self.state.input.definition.pool
         if request.replicas > pool.max_replicas:
             raise ApplicationError(
                 f"Cannot scale to {request.replicas} copies: MaxReplicas is {pool.max_replicas}.")
@@ -114,9 +114,9 @@ class PoolWorkflow(PoolMixin, ModelMixin):
         if reason is None:
             refuse_signal("wake")
             return
-        if self.state.stop_requested or self.state.desired > 0 or self.input is None:
+        if self.state.stop_requested or self.state.desired > 0 or self.state.input is None:
             return
-        if self.input.definition.replica is None:
+        if self.state.input.definition.replica is None:
             return
         self.state.desired = 1
         self.state.event("woken", f"0 → 1 copy: {reason or 'a request arrived'}")
@@ -152,7 +152,7 @@ class PoolWorkflow(PoolMixin, ModelMixin):
         if result is None:
             refuse_signal("copy_finished")
             return
-        self.reported[result.copy_id] = result
+        self.state.reported[result.copy_id] = result
 
     @workflow.signal
     def model_update(self, update: ModelUpdate | None = None) -> None:
@@ -173,8 +173,8 @@ class PoolWorkflow(PoolMixin, ModelMixin):
     @workflow.run
     async def run(self, input: PoolInput) -> PoolStatus:
         # Only a run this workflow continued itself resumes a carried state (and was authorized then).
-        carry, continued = input.carry, self.continued
-        input = input.model_copy(update={"carry": None})  # what self.input holds
+        carry, continued = input.carry, self.state.continued_run
+        input = input.model_copy(update={"carry": None})  # what self.state.input holds
         definition = input.definition
         if carry is not None and continued:
             front = self.attach_front(carry.front_id) if carry.front_id else None
@@ -257,13 +257,13 @@ class PoolWorkflow(PoolMixin, ModelMixin):
         state = self.state
         if state.phase in (Phase.DOWNLOADING, Phase.STOPPING) or state.phase in Phase.terminal():
             return
-        if self.input is not None and self.input.definition.replica is None:
+        if self.state.input is not None and self.state.input.definition.replica is None:
             # A service entry (gateway, OpenCode) has no pool: its one server is the whole workflow.
             state.phase = Phase.READY if state.service_ready else Phase.STARTING
             return
         statuses = {c.status for c in state.copies.values()}
         # Ready means a client can be served: behind a LiteLLM proxy, that needs the proxy too.
-        behind_proxy = self.input is not None and fronted(self.input)
+        behind_proxy = self.state.input is not None and fronted(self.state.input)
         if CopyStatus.READY in statuses and (state.service_ready or not behind_proxy):
             state.phase = Phase.READY
         elif CopyStatus.READY in statuses or CopyStatus.STARTING in statuses:

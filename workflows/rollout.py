@@ -41,22 +41,10 @@ CONTROL = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=ti
 
 class RolloutMixin:
     state: PoolState
-    input: PoolInput | None
 
     def __init__(self) -> None:
         super().__init__()
-        self.target: PoolInput | None = None  # the revision being rolled to
-        self.model_dir = ""  # where the serving revision's weights are
-        self.target_model_dir = ""
-        self.target_weights: WeightsResult | None = None
-        self._driver: asyncio.Task[None] | None = None
-        self._traffic_set: dict[int, int] | None = None
-        # Something the pool loop (and the driver) waits on changed: one flag each, so neither swallows
-        # the other's wake-up.
-        self.pool_nudged = False
-        self._driver_nudged = False
-        self.moves: list[tuple[str, float]] = []  # copies to move off a drained node, with their grace
-        self.next_grace_s: float | None = None  # the grace of the drains the next scale-in starts
+        self._driver: asyncio.Task[None] | None = None  # a runtime handle (replays rebuild it), not state
 
     # --- reads -----------------------------------------------------------------------------------------
     def rollout_active(self) -> bool:
@@ -75,13 +63,13 @@ class RolloutMixin:
 
     def source(self, revision: int) -> tuple[PoolInput, str]:
         """The input and weights a new copy of `revision` is started from."""
-        if self.target is not None and revision != self.state.revision:
-            return self.target, self.target_model_dir
-        assert self.input is not None
-        return self.input, self.model_dir
+        if self.state.target is not None and revision != self.state.revision:
+            return self.state.target, self.state.target_model_dir
+        assert self.state.input is not None
+        return self.state.input, self.state.model_dir
 
     def nudge(self) -> None:
-        self.pool_nudged = self._driver_nudged = True
+        self.state.pool_nudged = self.state.driver_nudged = True
 
     # --- the updates -----------------------------------------------------------------------------------
     @workflow.update
@@ -91,8 +79,8 @@ class RolloutMixin:
         if self.rollout_active():  # another update won the race meanwhile
             raise ApplicationError("A rollout began meanwhile; try again once it ends.")
         now = workflow.now()
-        self.target = request.input.model_copy(update={"carry": None})
-        self.target_model_dir, self.target_weights = "", None
+        self.state.target = request.input.model_copy(update={"carry": None})
+        self.state.target_model_dir, self.state.target_weights = "", None
         same_weights = request.input.definition.weights == self._serving().definition.weights
         self.state.rollout = Rollout(
             from_revision=self.state.revision, to_revision=request.revision, strategy=request.strategy,
@@ -166,7 +154,7 @@ class RolloutMixin:
     def move_copies(self, request: MoveRequest) -> int:
         """Copies on a drained node: each is replaced elsewhere and drained with the grace."""
         moving = [c for c in request.copy_ids if c in self.state.copies and c not in self.state.draining]
-        self.moves.extend((c, request.grace_s) for c in moving)
+        self.state.moves.extend((c, request.grace_s) for c in moving)
         if moving:
             self.state.event("copies_moving", f"{request.reason or 'moving'}: {', '.join(moving)} drain with a "
                              f"grace of {request.grace_s:.0f} s and are placed elsewhere")
@@ -185,8 +173,8 @@ class RolloutMixin:
     async def _drive(self) -> None:
         if self.state.rollout is not None and self.state.rollout.phase is RolloutPhase.PREPARING:
             await self._prepare()
-        if not self.target_model_dir and self.target is not None:
-            self.target_model_dir = self.model_dir
+        if not self.state.target_model_dir and self.state.target is not None:
+            self.state.target_model_dir = self.state.model_dir
         last_judged = 0.0
         while self.rollout_active() and not self.state.stop_requested:
             rollout = self.state.rollout
@@ -204,16 +192,17 @@ class RolloutMixin:
             if self._judging() and now.timestamp() - last_judged >= JUDGE_EVERY_S:
                 last_judged = now.timestamp()
                 await self._judge()
-            self._driver_nudged = False
+            self.state.driver_nudged = False
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(lambda: self._driver_nudged or self.state.stop_requested, timeout=TICK)
+                await workflow.wait_condition(lambda: self.state.driver_nudged or self.state.stop_requested,
+                                              timeout=TICK)
 
     async def _serve_facts(self, revision: int) -> None:
         """The endpoint's facts (sizes, autoscaling, MaxContextSize) follow the serving revision."""
-        assert self.input is not None
+        assert self.state.input is not None
         try:
             await workflow.execute_activity(
-                stubs.serve_revision, ServeInput(workflow_id=self.input.workflow_id, revision=revision),
+                stubs.serve_revision, ServeInput(workflow_id=self.state.input.workflow_id, revision=revision),
                 task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=timedelta(seconds=30), retry_policy=CONTROL)
         except ActivityError as error:  # the copies serve the new revision whatever the endpoint row says
             self.state.event("endpoint_facts_stale", f"the endpoint's facts still describe the previous "
@@ -270,10 +259,10 @@ class RolloutMixin:
 
     async def _judge(self) -> None:
         rollout = self.state.rollout
-        assert rollout is not None and rollout.step_started_at is not None and self.input is not None
+        assert rollout is not None and rollout.step_started_at is not None and self.state.input is not None
         strategy = rollout.strategy
         health: RevisionHealth = await workflow.execute_activity(
-            stubs.revision_health, HealthInput(endpoint_id=self.input.endpoint_id, revision=rollout.to_revision,
+            stubs.revision_health, HealthInput(endpoint_id=self.state.input.endpoint_id, revision=rollout.to_revision,
                                            since=rollout.step_started_at.timestamp()),
             task_queue=CONTROL_TASK_QUEUE,
             start_to_close_timeout=timedelta(seconds=30), retry_policy=CONTROL)
@@ -294,24 +283,24 @@ class RolloutMixin:
         await self._send_traffic({old: 100, new: 0})
 
     async def _send_traffic(self, weights: dict[int, int] | None) -> None:
-        if weights == self._traffic_set or self.input is None:
+        if weights == self.state.traffic_set or self.state.input is None:
             return
         await workflow.execute_activity(
-            stubs.set_traffic, TrafficInput(endpoint_id=self.input.endpoint_id, weights=weights),
+            stubs.set_traffic, TrafficInput(endpoint_id=self.state.input.endpoint_id, weights=weights),
             task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=timedelta(seconds=30), retry_policy=CONTROL)
-        self._traffic_set = weights
+        self.state.traffic_set = weights
 
     async def _prepare(self) -> None:
         """The new revision's weights, when they differ from the serving revision's."""
-        assert self.target is not None
-        job = self.target.definition.weights
+        assert self.state.target is not None
+        job = self.state.target.definition.weights
         if job is not None:
             self.state.event("rollout_preparing", f"fetching {job.repo}@{job.revision or 'main'} for revision "
                              f"{self.state.rollout.to_revision if self.state.rollout else '?'}")
             try:
                 result: WeightsResult = await workflow.execute_activity(
-                    stubs.download_weights, WeightsInput(workflow_id=self.target.workflow_id, job=job,
-                                                     owner=self.target.owner.user),
+                    stubs.download_weights, WeightsInput(workflow_id=self.state.target.workflow_id, job=job,
+                                                     owner=self.state.target.owner.user),
                     task_queue=NODES_TASK_QUEUE, start_to_close_timeout=timedelta(hours=12),
                     heartbeat_timeout=timedelta(seconds=60), retry_policy=RetryPolicy(maximum_attempts=3))
             except ActivityError as error:
@@ -320,17 +309,18 @@ class RolloutMixin:
                 self._pause(f"fetching revision's weights failed: {message}")
                 self._set(resume_phase=RolloutPhase.PREPARING)
                 return
-            self.target_model_dir, self.target_weights = result.model_dir, result
+            self.state.target_model_dir, self.state.target_weights = result.model_dir, result
         if self.state.rollout is not None and self.state.rollout.phase is RolloutPhase.PREPARING:
             self._set(phase=RolloutPhase.ROLLING)
 
     def _finish(self, how: RolloutPhase) -> None:
         rollout = self.state.rollout
         assert rollout is not None
-        if how is RolloutPhase.COMPLETE and self.target is not None:
-            self.input, self.model_dir = self.target, self.target_model_dir or self.model_dir
-            if self.target_weights is not None:
-                self.state.weights = self.target_weights
+        if how is RolloutPhase.COMPLETE and self.state.target is not None:
+            self.state.input = self.state.target
+            self.state.model_dir = self.state.target_model_dir or self.state.model_dir
+            if self.state.target_weights is not None:
+                self.state.weights = self.state.target_weights
             self.state.revision = rollout.to_revision
             self.state.event("rollout_complete", f"revision {rollout.to_revision} serves; revision "
                              f"{rollout.from_revision}'s copies stopped")
@@ -339,7 +329,7 @@ class RolloutMixin:
                              f"{rollout.to_revision}'s copies stopped")
             self.state.rolled_back = [*self.state.rolled_back, rollout.to_revision][-MAX_ROLLED_BACK:]
         self._set(phase=how, traffic={}, message="")
-        self.target, self.state.want = None, None
+        self.state.target, self.state.want = None, None
         self.state.revision_of = {c: r for c, r in self.state.revision_of.items() if c in self.state.copies}
         self.nudge()
 
@@ -352,5 +342,5 @@ class RolloutMixin:
         self.nudge()
 
     def _serving(self) -> PoolInput:
-        assert self.input is not None
-        return self.input
+        assert self.state.input is not None
+        return self.state.input
