@@ -14,6 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from berth.settings import CONTROL_TASK_QUEUE
     from workflows import activity_stubs as stubs
     from workflows.copy import CopyWorkflow
+    from workflows.drain import drain_grace, drain_note, moves_to_start, replacement_serves
     from workflows.front_link import FrontLink
     from workflows.payloads import (
         CopyInfo,
@@ -25,6 +26,8 @@ with workflow.unsafe.imports_passed_through():
         Phase,
         PoolInput,
     )
+    from workflows.placement import new_copy
+    from workflows.pool_size import resize, revision_of, rollout_active, unbalanced
     from workflows.pool_state import PoolState
     from workflows.rollout import RolloutMixin
 
@@ -52,7 +55,7 @@ class PoolMixin(RolloutMixin, FrontLink):
     def _may_continue(self, running: Running) -> bool:
         """Suggested, and nothing in between: no drain, no copy end unhandled, every child started."""
         return self._continue_suggested() and not self.state.draining and not self.state.finished \
-            and not self.rollout_active() and not self.state.moves \
+            and not rollout_active(self.state) and not self.state.moves \
             and all(c in self.state.started or c in self.state.attached for c in running) \
             and (self.state.front_id is None or self.state.front_started) and not self.state.stop_requested
 
@@ -67,19 +70,9 @@ class PoolMixin(RolloutMixin, FrontLink):
 
     # --- the copies --------------------------------------------------------------------------------
     def _copy_input(self, input: PoolInput, model_dir: str, revision: int = 1) -> CopyInput:
-        replica = input.definition.replica
-        assert replica is not None
         index = self.state.next_copy
         self.state.next_copy += 1
-        weights = input.definition.weights
-        return CopyInput(
-            workflow_id=input.workflow_id, endpoint_id=input.endpoint_id,
-            copy_id=f"{input.workflow_id}.copy-{index}", copy_index=index, engine=replica.engine,
-            nodes=replica.nodes, gpus_per_node=replica.gpus_per_node, gpu_memory_gb=replica.gpu_memory_gb,
-            model_dir=model_dir, volume=weights.volume if weights else None,
-            model_digest=self.state.weights.digest if self.state.weights and input.definition.model_ref else None,
-            parent_workflow_id=workflow.info().workflow_id, timings=input.timings, revision=revision,
-        )
+        return new_copy(input, model_dir, index, revision, self.state.weights, workflow.info().workflow_id)
 
     async def _run_copy(self, copy: CopyInput) -> None:
         self.state.copies[copy.copy_id] = CopyInfo(copy_id=copy.copy_id, status=CopyStatus.SCHEDULING,
@@ -131,26 +124,20 @@ class PoolMixin(RolloutMixin, FrontLink):
             self.ensure_driver()
             pause = self.state.replace_pause()
             self._start_moves(running, drains)
-            for revision, want in self.wants().items():
-                while not self.state.stop_requested and self._active(running, revision) < want and pause is None:
-                    copy = self._copy_input(*self.source(revision), revision)
-                    if revision != 1 or self.state.revision_of:
-                        self.state.revision_of[copy.copy_id] = revision
-                    running[copy.copy_id] = asyncio.create_task(self._run_copy(copy))
-                    self._update_phase()
-                surplus = self._active(running, revision) - want
-                if not self.state.stop_requested and surplus > 0:
-                    grace_s = input.definition.pool.drain_grace_s if self.state.next_grace_s is None \
-                        else self.state.next_grace_s
-                    for copy_id in self._scale_in_order(running, surplus, revision):
-                        self.state.draining.append(copy_id)
-                        drains.append(asyncio.create_task(self._drain(copy_id, running, grace_s)))
+            for decided in resize(self.state, running, pause is not None):
+                for _ in range(decided.start):
+                    self._start_copy(running, decided.revision)
+                grace_s = drain_grace(input.definition.pool.drain_grace_s, self.state.next_grace_s)
+                for copy_id in decided.drain:
+                    self.state.draining.append(copy_id)
+                    drains.append(asyncio.create_task(self._drain(copy_id, running, grace_s)))
             self.state.next_grace_s = None
             self.state.pool_nudged = False
 
             def woken(paused: bool = pause is not None) -> bool:
-                return (self.state.stop_requested or bool(self.state.finished) or self._unbalanced(running, paused)
-                        or self.state.pool_nudged or bool(self.state.moves) or self._may_continue(running))
+                return (self.state.stop_requested or bool(self.state.finished)
+                        or unbalanced(self.state, running, paused) or self.state.pool_nudged
+                        or bool(self.state.moves) or self._may_continue(running))
 
             with contextlib.suppress(asyncio.TimeoutError):  # the back-off ran out: place the replacement
                 await workflow.wait_condition(woken, timeout=pause)
@@ -165,24 +152,19 @@ class PoolMixin(RolloutMixin, FrontLink):
             if self._may_continue(running):
                 await self._continue_as_new(input, running, self.state.model_dir)
 
-    def _active(self, running: Running, revision: int) -> int:
-        """A revision's copies that count toward its size (not being drained)."""
-        return sum(1 for c in running if c not in self.state.draining and self.revision_of(c) == revision)
-
-    def _unbalanced(self, running: Running, paused: bool) -> bool:
-        for revision, want in self.wants().items():
-            active = self._active(running, revision)
-            if active > want or (active < want and not paused):
-                return True
-        return False
+    def _start_copy(self, running: Running, revision: int) -> None:
+        copy = self._copy_input(*self.source(revision), revision)
+        if revision != 1 or self.state.revision_of:
+            self.state.revision_of[copy.copy_id] = revision
+        running[copy.copy_id] = asyncio.create_task(self._run_copy(copy))
+        self._update_phase()
 
     def _start_moves(self, running: Running, drains: list[asyncio.Task[None]]) -> None:
         """Copies leaving a drained node: drained with their grace; the loop places their replacements."""
         moves, self.state.moves = self.state.moves, []
-        for copy_id, grace_s in moves:
-            if copy_id in running and copy_id not in self.state.draining:
-                self.state.draining.append(copy_id)
-                drains.append(asyncio.create_task(self._drain(copy_id, running, grace_s, moved=True)))
+        for copy_id, grace_s in moves_to_start(moves, running, self.state.draining):
+            self.state.draining.append(copy_id)
+            drains.append(asyncio.create_task(self._drain(copy_id, running, grace_s, moved=True)))
 
     async def _handle_finished(self, input: PoolInput, running: Running, healing: bool) -> None:
         pool = input.definition.pool
@@ -192,7 +174,8 @@ class PoolMixin(RolloutMixin, FrontLink):
             if copy_id in self.state.draining:
                 continue  # scaled in on purpose: its end is the drain's business
             rollout = self.state.rollout
-            if self.rollout_active() and rollout is not None and self.revision_of(copy_id) == rollout.to_revision:
+            if rollout_active(self.state) and rollout is not None \
+                    and revision_of(self.state, copy_id) == rollout.to_revision:
                 if result.status is CopyStatus.FAILED:
                     self.on_new_copy_failed(copy_id, result.message)
                 continue  # the rollout's business: the old revision serves on
@@ -214,25 +197,10 @@ class PoolMixin(RolloutMixin, FrontLink):
             await workflow.wait(list(running.values()))
 
     async def _replacement_ready(self, copy_id: str) -> None:
-        """Until the moved copy's revision has as many ready copies besides it as it wants (its replacement
-        serves), the pool stops, or MOVE_WAIT went by (no capacity for a replacement: the node's drain
-        goes on, as it must)."""
-        revision = self.revision_of(copy_id)
-
-        def replaced() -> bool:
-            ready = sum(1 for c, info in self.state.copies.items() if c != copy_id and c not in self.state.draining
-                        and info.status is CopyStatus.READY and self.revision_of(c) == revision)
-            return self.state.stop_requested or ready >= max(1, self.wants().get(revision, 0))
-
+        """Until the moved copy's replacement serves, the pool stops, or MOVE_WAIT went by (no capacity for a
+        replacement: the node's drain goes on, as it must)."""
         with contextlib.suppress(asyncio.TimeoutError):
-            await workflow.wait_condition(replaced, timeout=MOVE_WAIT)
-
-    def _scale_in_order(self, running: Running, count: int, revision: int) -> list[str]:
-        """Which copies of a revision to scale in: ones not yet serving first (nothing to drain), then the newest."""
-        candidates = [c for c in running if c not in self.state.draining and self.revision_of(c) == revision]
-        serving = {c for c, info in self.state.copies.items() if info.status is CopyStatus.READY}
-        candidates.sort(key=lambda c: (c in serving, -int(c.rsplit("-", 1)[-1])))
-        return candidates[:count]
+            await workflow.wait_condition(lambda: replacement_serves(self.state, copy_id), timeout=MOVE_WAIT)
 
     async def _drain(self, copy_id: str, running: Running, grace_s: float, moved: bool = False) -> None:
         """Scale one copy in: no new requests, in-flight ones finish (up to the grace), then stop it. A copy
@@ -251,8 +219,7 @@ class PoolMixin(RolloutMixin, FrontLink):
                     task_queue=CONTROL_TASK_QUEUE,
                     start_to_close_timeout=timedelta(seconds=grace_s + 60),
                 )
-                note = (f"in-flight requests finished in {result.waited_s:.1f} s" if result.drained
-                        else f"grace of {grace_s:.0f} s ran out with requests still in flight")
+                note = drain_note(result.drained, result.waited_s, grace_s)
                 self.state.event("copy_drained", f"{copy_id}: {note}; stopping it", copy_id)
             if task is not None and not task.done():
                 task.cancel()  # cancels the child workflow: it stops its ranks and releases its GPUs

@@ -27,10 +27,11 @@ with workflow.unsafe.imports_passed_through():
     from berth.settings import CONTROL_TASK_QUEUE, NODES_TASK_QUEUE
     from workflows import activity_stubs as stubs
     from workflows.authorized import require_authorized
-    from workflows.payloads import CopyStatus, Phase, PoolInput, WeightsInput, WeightsResult
+    from workflows.payloads import Phase, PoolInput, WeightsInput, WeightsResult
+    from workflows.pool_size import rollout_active, side
     from workflows.pool_state import PoolState
     from workflows.rollout_payloads import HealthInput, MoveRequest, RolloutRequest, ServeInput, TrafficInput
-    from workflows.rollout_plan import Plan, Side, plan
+    from workflows.rollout_plan import Plan, plan
 
 MAX_ROLLED_BACK = 100  # rolled-back revisions a pool remembers (for their listing)
 TICK = timedelta(seconds=2)  # the driver looks again this often while a clock runs (min-ready, a hold)
@@ -47,20 +48,6 @@ class RolloutMixin:
         self._driver: asyncio.Task[None] | None = None  # a runtime handle (replays rebuild it), not state
 
     # --- reads -----------------------------------------------------------------------------------------
-    def rollout_active(self) -> bool:
-        rollout = self.state.rollout
-        return rollout is not None and rollout.phase not in RolloutPhase.finished()
-
-    def revision_of(self, copy_id: str) -> int:
-        return self.state.revision_of.get(copy_id, self.state.revision)
-
-    def wants(self) -> dict[int, int]:
-        """How many copies each revision should run (the pool loop places and drains to these)."""
-        rollout = self.state.rollout
-        if not self.rollout_active() or rollout is None or self.state.want is None:
-            return {self.state.revision: self.state.desired}
-        return {rollout.from_revision: self.state.want[0], rollout.to_revision: self.state.want[1]}
-
     def source(self, revision: int) -> tuple[PoolInput, str]:
         """The input and weights a new copy of `revision` is started from."""
         if self.state.target is not None and revision != self.state.revision:
@@ -76,7 +63,7 @@ class RolloutMixin:
     async def roll_to(self, request: RolloutRequest) -> Rollout:
         """Start rolling to revision N+1 (signed by the API, like a start)."""
         await require_authorized(stubs.verify_service_input, request.input)
-        if self.rollout_active():  # another update won the race meanwhile
+        if rollout_active(self.state):  # another update won the race meanwhile
             raise ApplicationError("A rollout began meanwhile; try again once it ends.")
         now = workflow.now()
         self.state.target = request.input.model_copy(update={"carry": None})
@@ -102,7 +89,7 @@ class RolloutMixin:
         if self.state.stop_requested or self.state.phase in Phase.terminal():
             raise ApplicationError("The workflow is stopping; it cannot roll to a new revision.")
         rollout = self.state.rollout
-        if self.rollout_active() and rollout is not None:
+        if rollout_active(self.state) and rollout is not None:
             raise ApplicationError(
                 f"A rollout to revision {rollout.to_revision} is {rollout.phase.value}; `berth workflow rollout "
                 "promote` or `rollback` it first.")
@@ -138,7 +125,7 @@ class RolloutMixin:
     @rollout_command.validator
     def _check_command(self, command: RolloutCommand) -> None:
         rollout = self.state.rollout
-        if rollout is None or not self.rollout_active():
+        if rollout is None or not rollout_active(self.state):
             raise ApplicationError("No rollout is in progress; start one with `berth workflow update`.")
         phase, action = rollout.phase, command.action
         if phase is RolloutPhase.ROLLING_BACK:
@@ -163,7 +150,7 @@ class RolloutMixin:
 
     # --- the driver ------------------------------------------------------------------------------------
     def ensure_driver(self) -> None:
-        if self.rollout_active() and (self._driver is None or self._driver.done()):
+        if rollout_active(self.state) and (self._driver is None or self._driver.done()):
             self._driver = asyncio.create_task(self._drive())
 
     def stop_driver(self) -> None:
@@ -176,12 +163,13 @@ class RolloutMixin:
         if not self.state.target_model_dir and self.state.target is not None:
             self.state.target_model_dir = self.state.model_dir
         last_judged = 0.0
-        while self.rollout_active() and not self.state.stop_requested:
+        while rollout_active(self.state) and not self.state.stop_requested:
             rollout = self.state.rollout
             assert rollout is not None
             now = workflow.now()
-            decided = plan(rollout, self.state.desired, self._side(rollout.from_revision),
-                           self._side(rollout.to_revision), now)
+            min_ready = rollout.strategy.min_ready_s
+            decided = plan(rollout, self.state.desired, side(self.state, rollout.from_revision, min_ready, now),
+                           side(self.state, rollout.to_revision, min_ready, now), now)
             self._apply(decided, now)
             await self._send_traffic(decided.traffic if decided.finished is None else None)
             if decided.finished is not None:
@@ -207,17 +195,6 @@ class RolloutMixin:
         except ActivityError as error:  # the copies serve the new revision whatever the endpoint row says
             self.state.event("endpoint_facts_stale", f"the endpoint's facts still describe the previous "
                              f"revision: {error.cause or error}")
-
-    def _side(self, revision: int) -> Side:
-        copies = [c for c in self.state.copies.values() if self.revision_of(c.copy_id) == revision]
-        draining = set(self.state.draining)
-        min_ready = self.state.rollout.strategy.min_ready_s if self.state.rollout else 0.0
-        now = workflow.now()
-        ready = [c for c in copies if c.status is CopyStatus.READY and c.copy_id not in draining]
-        settled = [c for c in ready if (now - self.state.ready_since.get(c.copy_id, now)).total_seconds()
-                   >= min_ready]
-        return Side(running=len(copies), active=sum(1 for c in copies if c.copy_id not in draining),
-                    ready=len(ready), settled=len(settled))
 
     def _apply(self, decided: Plan, now: datetime) -> None:
         rollout = self.state.rollout
