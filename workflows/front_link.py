@@ -13,6 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.front import FrontWorkflow
     from workflows.front_supervisor import FrontSupervisor, fronted
     from workflows.payloads import FrontInput, FrontReport, Phase, PoolInput, StopRequest
+    from workflows.pool_phase import update_phase
     from workflows.pool_state import PoolState
 
 # The front process is a child workflow, copies are abandoned (not cancelled) when a run closes, and the pool
@@ -30,26 +31,22 @@ class _InlineHost:
         return self.link.state.front_stopping or self.link.state.stop_requested
 
     async def report(self, report: FrontReport) -> None:
-        self.link.apply_front_report(report)
+        self.link.apply_report(report)
 
 
 class FrontLink:
-    state: PoolState
-
-    def __init__(self) -> None:
+    def __init__(self, state: PoolState) -> None:
+        self.state = state
         self._inline: FrontSupervisor | None = None  # a runtime handle (replays rebuild it), not state
 
-    def _update_phase(self) -> None:
-        raise NotImplementedError
-
-    def apply_front_report(self, report: FrontReport) -> None:
+    def apply_report(self, report: FrontReport) -> None:
         if report.last_error is not None:
             self.state.last_error = report.last_error
         if report.restarted:
             self.state.service_restarts += 1
         if report.ready is not None:
             self.state.service_ready = report.ready
-            self._update_phase()
+            update_phase(self.state)
         if report.failed and report.kind:
             self.state.front_error = report.message
         if report.kind:
@@ -57,10 +54,10 @@ class FrontLink:
         if report.ended:
             self.state.front_ended = True
 
-    def front_failed(self) -> str | None:
+    def failed(self) -> str | None:
         return self._inline.failed if self._inline is not None else self.state.front_error
 
-    def begin_front(self, input: PoolInput) -> asyncio.Task[None] | None:
+    def begin(self, input: PoolInput) -> asyncio.Task[None] | None:
         """Start the front process (at once: its 6–12 s start overlaps the download and the ranks' start)."""
         self.state.new_shape = workflow.patched(PATCH)
         service_entry = input.definition.service is not None and input.definition.replica is None
@@ -75,7 +72,7 @@ class FrontLink:
         self.state.front_id = f"{input.workflow_id}.front"
         return asyncio.create_task(self._front_child(input, self.state.front_id))
 
-    def attach_front(self, front_id: str) -> asyncio.Task[None]:
+    def attach(self, front_id: str) -> asyncio.Task[None]:
         """A run continued as new: the front child started by an earlier run runs on; wait for its end."""
         self.state.front_id, self.state.front_started = front_id, True
         return asyncio.create_task(workflow.wait_condition(lambda: self.state.front_ended))
@@ -94,7 +91,7 @@ class FrontLink:
                 self.state.front_error = cause.message if isinstance(cause, ApplicationError) else str(cause or error)
         self.state.front_ended = True
 
-    async def stop_front(self, front: asyncio.Task[None] | None) -> None:
+    async def stop(self, front: asyncio.Task[None] | None) -> None:
         self.state.front_stopping = True
         if front is None:
             return

@@ -1,4 +1,4 @@
-"""PoolMixin: PoolWorkflow's pool of child CopyWorkflows — place up to the desired size, drain on scale-in,
+"""CopyPool: PoolWorkflow's pool of child CopyWorkflows — place up to the desired size, drain on scale-in,
 heal failures, stop them all on stop — and its continue-as-new, which re-attaches the running copies by ID."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows import activity_stubs as stubs
     from workflows.copy import CopyWorkflow
     from workflows.drain import drain_grace, drain_note, moves_to_start, replacement_serves
-    from workflows.front_link import FrontLink
     from workflows.payloads import (
         CopyInfo,
         CopyInput,
@@ -27,9 +26,11 @@ with workflow.unsafe.imports_passed_through():
         PoolInput,
     )
     from workflows.placement import new_copy
+    from workflows.pool_phase import update_phase
     from workflows.pool_size import resize, revision_of, rollout_active, unbalanced
     from workflows.pool_state import PoolState
-    from workflows.rollout import RolloutMixin
+    from workflows.rollout import RolloutDriver
+    from workflows.rollout_payloads import MoveRequest
 
 Running = dict[str, asyncio.Task[None]]
 # A moved copy drains once its replacement is ready (patched: histories of earlier moves replay as they ran),
@@ -38,10 +39,12 @@ MOVE_PATCH = "move-replacement-first"
 MOVE_WAIT = timedelta(minutes=10)
 
 
-class PoolMixin(RolloutMixin, FrontLink):
-    def __init__(self) -> None:
-        super().__init__()
-        self.state = PoolState()
+class CopyPool:
+    """The pool loop's half of a PoolWorkflow: it runs the copies, executing the deciders' verdicts."""
+
+    def __init__(self, state: PoolState, rollout: RolloutDriver) -> None:
+        self.state = state
+        self.rollout = rollout
 
     # --- continue-as-new --------------------------------------------------------------------------
 
@@ -109,19 +112,29 @@ class PoolMixin(RolloutMixin, FrontLink):
         self.state.finished[result.copy_id] = result
         self.state.copies.pop(result.copy_id, None)
         self.state.ready_since.pop(result.copy_id, None)
-        self.nudge()
-        self._update_phase()
+        self.state.nudge()
+        update_phase(self.state)
 
     # --- the pool loop -------------------------------------------------------------------------------
-    async def hold_pool(self, input: PoolInput, model_dir: str) -> None:
+    def move(self, request: MoveRequest) -> int:
+        """Copies on a drained node (`move_copies`): each is replaced elsewhere and drained with the grace."""
+        moving = [c for c in request.copy_ids if c in self.state.copies and c not in self.state.draining]
+        self.state.moves.extend((c, request.grace_s) for c in moving)
+        if moving:
+            self.state.event("copies_moving", f"{request.reason or 'moving'}: {', '.join(moving)} drain with a "
+                             f"grace of {request.grace_s:.0f} s and are placed elsewhere")
+            self.state.nudge()
+        return len(moving)
+
+    async def hold(self, input: PoolInput, model_dir: str) -> None:
         self.state.model_dir = model_dir
         running: Running = {c: asyncio.create_task(self._attached_copy(c)) for c in sorted(self.state.attached)}
         drains: list[asyncio.Task[None]] = []
         # Histories recorded before pools healed themselves never re-place with back-off.
         healing = workflow.patched("pool-self-healing")
         while True:
-            input = self._serving()  # a completed rollout changes it
-            self.ensure_driver()
+            input = self.state.serving()  # a completed rollout changes it
+            self.rollout.ensure()
             pause = self.state.replace_pause()
             self._start_moves(running, drains)
             for decided in resize(self.state, running, pause is not None):
@@ -143,7 +156,7 @@ class PoolMixin(RolloutMixin, FrontLink):
                 await workflow.wait_condition(woken, timeout=pause)
             if self.state.stop_requested:
                 self.state.phase = Phase.STOPPING
-                self.stop_driver()
+                self.rollout.stop()
                 for drain in drains:
                     drain.cancel()
                 await self._stop_all(running)
@@ -153,11 +166,11 @@ class PoolMixin(RolloutMixin, FrontLink):
                 await self._continue_as_new(input, running, self.state.model_dir)
 
     def _start_copy(self, running: Running, revision: int) -> None:
-        copy = self._copy_input(*self.source(revision), revision)
+        copy = self._copy_input(*self.state.source(revision), revision)
         if revision != 1 or self.state.revision_of:
             self.state.revision_of[copy.copy_id] = revision
         running[copy.copy_id] = asyncio.create_task(self._run_copy(copy))
-        self._update_phase()
+        update_phase(self.state)
 
     def _start_moves(self, running: Running, drains: list[asyncio.Task[None]]) -> None:
         """Copies leaving a drained node: drained with their grace; the loop places their replacements."""
@@ -177,14 +190,14 @@ class PoolMixin(RolloutMixin, FrontLink):
             if rollout_active(self.state) and rollout is not None \
                     and revision_of(self.state, copy_id) == rollout.to_revision:
                 if result.status is CopyStatus.FAILED:
-                    self.on_new_copy_failed(copy_id, result.message)
+                    self.rollout.on_new_copy_failed(copy_id, result.message)
                 continue  # the rollout's business: the old revision serves on
             try:
                 if healing:
                     self.state.on_copy_failed(result, len(running), input)
                 else:
                     self.state.on_copy_finished(result, len(running), pool.min_replicas, pool.replace_failed_copies)
-                self._update_phase()  # e.g. dropped to zero copies
+                update_phase(self.state)  # e.g. dropped to zero copies
             except ApplicationError:
                 self.state.phase = Phase.STOPPING
                 await self._stop_all(running)
@@ -229,4 +242,4 @@ class PoolMixin(RolloutMixin, FrontLink):
             self.state.copies.pop(copy_id, None)
             if copy_id in self.state.draining:
                 self.state.draining.remove(copy_id)
-            self._update_phase()
+            update_phase(self.state)

@@ -105,6 +105,21 @@ class PoolState:
     def event(self, kind: str, message: str, copy_id: str | None = None) -> None:
         self.append(Event(at=workflow.now(), kind=kind, message=message, copy_id=copy_id))
 
+    def nudge(self) -> None:
+        """Something the pool loop and the rollout driver wait on changed: wake both."""
+        self.pool_nudged = self.driver_nudged = True
+
+    def serving(self) -> PoolInput:
+        """The serving revision's input (set before any handler runs)."""
+        assert self.input is not None
+        return self.input
+
+    def source(self, revision: int) -> tuple[PoolInput, str]:
+        """The input and weights a new copy of `revision` is started from."""
+        if self.target is not None and revision != self.revision:
+            return self.target, self.target_model_dir
+        return self.serving(), self.model_dir
+
     def carry(self, running: tuple[str, ...], model_dir: str) -> PoolCarry:
         """The state the next run resumes: the running copies (and the front child, unless it ended) by ID."""
         front_id = None if self.front_ended else self.front_id

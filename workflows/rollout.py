@@ -1,4 +1,4 @@
-"""RolloutMixin: a pool rolls to its next revision (issue 17) — the `roll_to` update hands it the signed
+"""RolloutDriver: a pool rolls to its next revision (issue 17) — the `roll_to` update hands it the signed
 input of revision N+1, `rollout_command` pauses, resumes, promotes or rolls it back, `move_copies` moves
 copies off a drained node — and a driver coroutine, durable like the rest of the workflow, that asks the
 planner (workflows/rollout_plan.py) for each revision's size and the traffic split, sets the split on the
@@ -26,11 +26,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from berth.settings import CONTROL_TASK_QUEUE, NODES_TASK_QUEUE
     from workflows import activity_stubs as stubs
-    from workflows.authorized import require_authorized
-    from workflows.payloads import Phase, PoolInput, WeightsInput, WeightsResult
+    from workflows.payloads import Phase, WeightsInput, WeightsResult
     from workflows.pool_size import rollout_active, side
     from workflows.pool_state import PoolState
-    from workflows.rollout_payloads import HealthInput, MoveRequest, RolloutRequest, ServeInput, TrafficInput
+    from workflows.rollout_payloads import HealthInput, RolloutRequest, ServeInput, TrafficInput
     from workflows.rollout_plan import Plan, plan
 
 MAX_ROLLED_BACK = 100  # rolled-back revisions a pool remembers (for their listing)
@@ -40,35 +39,24 @@ CONTROL = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=ti
                       maximum_attempts=20)
 
 
-class RolloutMixin:
-    state: PoolState
+class RolloutDriver:
+    """The rollout's half of a PoolWorkflow: its updates' bodies (the workflow's handlers call them) and the
+    driver coroutine."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, state: PoolState) -> None:
+        self.state = state
         self._driver: asyncio.Task[None] | None = None  # a runtime handle (replays rebuild it), not state
 
     # --- reads -----------------------------------------------------------------------------------------
-    def source(self, revision: int) -> tuple[PoolInput, str]:
-        """The input and weights a new copy of `revision` is started from."""
-        if self.state.target is not None and revision != self.state.revision:
-            return self.state.target, self.state.target_model_dir
-        assert self.state.input is not None
-        return self.state.input, self.state.model_dir
-
-    def nudge(self) -> None:
-        self.state.pool_nudged = self.state.driver_nudged = True
-
     # --- the updates -----------------------------------------------------------------------------------
-    @workflow.update
-    async def roll_to(self, request: RolloutRequest) -> Rollout:
-        """Start rolling to revision N+1 (signed by the API, like a start)."""
-        await require_authorized(stubs.verify_service_input, request.input)
+    def begin(self, request: RolloutRequest) -> Rollout:
+        """Start rolling to revision N+1 (`roll_to`, once its signed input was verified)."""
         if rollout_active(self.state):  # another update won the race meanwhile
             raise ApplicationError("A rollout began meanwhile; try again once it ends.")
         now = workflow.now()
         self.state.target = request.input.model_copy(update={"carry": None})
         self.state.target_model_dir, self.state.target_weights = "", None
-        same_weights = request.input.definition.weights == self._serving().definition.weights
+        same_weights = request.input.definition.weights == self.state.serving().definition.weights
         self.state.rollout = Rollout(
             from_revision=self.state.revision, to_revision=request.revision, strategy=request.strategy,
             phase=RolloutPhase.ROLLING if same_weights else RolloutPhase.PREPARING, by=request.by,
@@ -78,12 +66,11 @@ class RolloutMixin:
         self.state.want = None
         self.state.event("rollout_started", f"{request.by or 'someone'}: revision {self.state.revision} → "
                          f"{request.revision} ({request.strategy.kind.value})")
-        self.nudge()
+        self.state.nudge()
         return self.state.rollout
 
-    @roll_to.validator
-    def _check_roll_to(self, request: RolloutRequest) -> None:
-        serving = self._serving()
+    def check_roll_to(self, request: RolloutRequest) -> None:
+        serving = self.state.serving()
         if serving.definition.replica is None:
             raise ApplicationError("Only a replica pool rolls to a new revision; stop and start a service.")
         if self.state.stop_requested or self.state.phase in Phase.terminal():
@@ -99,8 +86,8 @@ class RolloutMixin:
         if request.revision <= last:
             raise ApplicationError(f"Revision {request.revision} is not newer than revision {last}.")
 
-    @workflow.update
-    def rollout_command(self, command: RolloutCommand) -> Rollout:
+    def command(self, command: RolloutCommand) -> Rollout:
+        """Pause, resume, promote or roll back the rollout (`rollout_command`)."""
         rollout = self.state.rollout
         assert rollout is not None  # the validator said so
         who = command.by or "someone"
@@ -118,12 +105,11 @@ class RolloutMixin:
         else:
             self._set(phase=RolloutPhase.ROLLING_BACK, paused_reason="", resume_phase=None)
             self.state.event("rollout_rolling_back", f"{who}: back to revision {rollout.from_revision}")
-        self.nudge()
+        self.state.nudge()
         assert self.state.rollout is not None
         return self.state.rollout
 
-    @rollout_command.validator
-    def _check_command(self, command: RolloutCommand) -> None:
+    def check_command(self, command: RolloutCommand) -> None:
         rollout = self.state.rollout
         if rollout is None or not rollout_active(self.state):
             raise ApplicationError("No rollout is in progress; start one with `berth workflow update`.")
@@ -137,23 +123,12 @@ class RolloutMixin:
         if action is RolloutAction.PROMOTE and phase is RolloutPhase.PREPARING:
             raise ApplicationError("The new revision's weights are still being fetched; promote once they are.")
 
-    @workflow.update
-    def move_copies(self, request: MoveRequest) -> int:
-        """Copies on a drained node: each is replaced elsewhere and drained with the grace."""
-        moving = [c for c in request.copy_ids if c in self.state.copies and c not in self.state.draining]
-        self.state.moves.extend((c, request.grace_s) for c in moving)
-        if moving:
-            self.state.event("copies_moving", f"{request.reason or 'moving'}: {', '.join(moving)} drain with a "
-                             f"grace of {request.grace_s:.0f} s and are placed elsewhere")
-            self.nudge()
-        return len(moving)
-
     # --- the driver ------------------------------------------------------------------------------------
-    def ensure_driver(self) -> None:
+    def ensure(self) -> None:
         if rollout_active(self.state) and (self._driver is None or self._driver.done()):
             self._driver = asyncio.create_task(self._drive())
 
-    def stop_driver(self) -> None:
+    def stop(self) -> None:
         if self._driver is not None and not self._driver.done():
             self._driver.cancel()
 
@@ -202,7 +177,7 @@ class RolloutMixin:
         want = (decided.want_old, decided.want_new)
         if want != self.state.want:
             self.state.want = want
-            self.nudge()  # the pool loop places or drains to the new sizes
+            self.state.nudge()  # the pool loop places or drains to the new sizes
         if decided.finished is not None:
             return  # the phase turns once the split is cleared (`_finish`): a reader never sees it early
         update: dict[str, object] = {"phase": decided.phase, "message": decided.message}
@@ -308,7 +283,7 @@ class RolloutMixin:
         self._set(phase=how, traffic={}, message="")
         self.state.target, self.state.want = None, None
         self.state.revision_of = {c: r for c, r in self.state.revision_of.items() if c in self.state.copies}
-        self.nudge()
+        self.state.nudge()
 
     def on_new_copy_failed(self, copy_id: str, message: str) -> None:
         """A copy of the revision being rolled to failed: the rollout pauses; the old revision serves on."""
@@ -316,8 +291,4 @@ class RolloutMixin:
             self._pause(f"{copy_id} of revision {self.state.rollout.to_revision} failed: {message}; revision "
                         f"{self.state.rollout.from_revision} serves on. `rollout resume` retries, `rollout "
                         "rollback` stops the new copies")
-        self.nudge()
-
-    def _serving(self) -> PoolInput:
-        assert self.state.input is not None
-        return self.state.input
+        self.state.nudge()
