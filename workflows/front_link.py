@@ -13,6 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.front import FrontWorkflow
     from workflows.front_supervisor import FrontSupervisor, fronted
     from workflows.payloads import FrontInput, FrontReport, Phase, PoolInput, StopRequest
+    from workflows.pool_phase import update_phase
     from workflows.pool_state import PoolState
 
 # The front process is a child workflow, copies are abandoned (not cancelled) when a run closes, and the pool
@@ -27,87 +28,76 @@ class _InlineHost:
         self.link = link
 
     def stopping(self) -> bool:
-        return self.link.front_stopping or self.link.state.stop_requested
+        return self.link.state.front_stopping or self.link.state.stop_requested
 
     async def report(self, report: FrontReport) -> None:
-        self.link.apply_front_report(report)
+        self.link.apply_report(report)
 
 
 class FrontLink:
-    state: PoolState
-    input: PoolInput | None
+    def __init__(self, state: PoolState) -> None:
+        self.state = state
+        self._inline: FrontSupervisor | None = None  # a runtime handle (replays rebuild it), not state
 
-    def __init__(self) -> None:
-        self.new_shape = False
-        self.front_id: str | None = None
-        self.front_stopping = False
-        self.front_started = False
-        self.front_ended = False
-        self.front_error: str | None = None  # a fatal configuration error ends a service entry's workflow
-        self._inline: FrontSupervisor | None = None
-
-    def _update_phase(self) -> None:
-        raise NotImplementedError
-
-    def apply_front_report(self, report: FrontReport) -> None:
+    def apply_report(self, report: FrontReport) -> None:
         if report.last_error is not None:
             self.state.last_error = report.last_error
         if report.restarted:
             self.state.service_restarts += 1
         if report.ready is not None:
             self.state.service_ready = report.ready
-            self._update_phase()
+            update_phase(self.state)
         if report.failed and report.kind:
-            self.front_error = report.message
+            self.state.front_error = report.message
         if report.kind:
             self.state.event(report.kind, report.message)
         if report.ended:
-            self.front_ended = True
+            self.state.front_ended = True
 
-    def front_failed(self) -> str | None:
-        return self._inline.failed if self._inline is not None else self.front_error
+    def failed(self) -> str | None:
+        return self._inline.failed if self._inline is not None else self.state.front_error
 
-    def begin_front(self, input: PoolInput) -> asyncio.Task[None] | None:
+    def begin(self, input: PoolInput) -> asyncio.Task[None] | None:
         """Start the front process (at once: its 6–12 s start overlaps the download and the ranks' start)."""
-        self.new_shape = workflow.patched(PATCH)
+        self.state.new_shape = workflow.patched(PATCH)
         service_entry = input.definition.service is not None and input.definition.replica is None
         if service_entry:  # a gateway or OpenCode: its one server is the whole workflow
             self.state.phase = Phase.STARTING
             self.state.desired = 0
         elif not fronted(input):
             return None
-        if not self.new_shape:
+        if not self.state.new_shape:
             self._inline = FrontSupervisor(input, _InlineHost(self))
             return asyncio.create_task(self._inline.run())
-        self.front_id = f"{input.workflow_id}.front"
-        return asyncio.create_task(self._front_child(input, self.front_id))
+        self.state.front_id = f"{input.workflow_id}.front"
+        return asyncio.create_task(self._front_child(input, self.state.front_id))
 
-    def attach_front(self, front_id: str) -> asyncio.Task[None]:
+    def attach(self, front_id: str) -> asyncio.Task[None]:
         """A run continued as new: the front child started by an earlier run runs on; wait for its end."""
-        self.front_id, self.front_started = front_id, True
-        return asyncio.create_task(workflow.wait_condition(lambda: self.front_ended))
+        self.state.front_id, self.state.front_started = front_id, True
+        return asyncio.create_task(workflow.wait_condition(lambda: self.state.front_ended))
 
     async def _front_child(self, input: PoolInput, front_id: str) -> None:
         handle = await workflow.start_child_workflow(
             FrontWorkflow.run, FrontInput(service=input, parent_workflow_id=workflow.info().workflow_id),
             id=front_id, parent_close_policy=workflow.ParentClosePolicy.ABANDON,
         )
-        self.front_started = True
+        self.state.front_started = True
         try:
             await handle
         except ChildWorkflowError as error:
             cause = error.cause
-            if self.front_error is None:
-                self.front_error = cause.message if isinstance(cause, ApplicationError) else str(cause or error)
-        self.front_ended = True
+            if self.state.front_error is None:
+                self.state.front_error = cause.message if isinstance(cause, ApplicationError) else str(cause or error)
+        self.state.front_ended = True
 
-    async def stop_front(self, front: asyncio.Task[None] | None) -> None:
-        self.front_stopping = True
+    async def stop(self, front: asyncio.Task[None] | None) -> None:
+        self.state.front_stopping = True
         if front is None:
             return
-        if self.front_id is not None and not self.front_ended:
+        if self.state.front_id is not None and not self.state.front_ended:
             with contextlib.suppress(FailureError):  # it ended meanwhile: nothing left to stop
-                await workflow.get_external_workflow_handle(self.front_id).signal(
+                await workflow.get_external_workflow_handle(self.state.front_id).signal(
                     FrontWorkflow.stop, StopRequest(by=workflow.info().workflow_id))
         await workflow.wait([front])
         if not front.cancelled() and front.exception() is not None:

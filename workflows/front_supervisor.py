@@ -17,17 +17,12 @@ with workflow.unsafe.imports_passed_through():
     from berth.kinds import ProcessKind, facts
     from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
     from workflows import activity_stubs as stubs
+    from workflows.front_restart import FIRST_BACKOFF_S, FrontVerdict, after_exit
     from workflows.payloads import FrontExit, FrontReport, FrontRun, LiveCheck, PoolInput
     from workflows.supervised import MAX_ADOPTIONS, agent_went_silent, not_adopted, start_supervised
 
 SHORT = timedelta(seconds=60)
 CONTROL_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5))
-# A front process is restarted by its supervisor (with back-off), never by Temporal behind its back
-# (start_supervised runs it once).
-SERVICE_BACKOFF_MAX_S = 60.0
-# A run that lasted this long was healthy: the next crash is restarted after the first back-off again,
-# as `berth up` does for its components (a month of rare crashes must not cost a minute each).
-SERVICE_BACKOFF_RESET_S = 60.0
 PROXY_SERVICE = ProcessKind.LITELLM.value  # the front of a Proxy=true pool
 FATAL_SERVICE_ERRORS = ("EndpointUnreachable", "ServiceConfig", "SecretError", "ServiceSpawnFailed")
 
@@ -52,7 +47,7 @@ class FrontSupervisor:
         inside the (encrypted) history, or as an ApiKeySecret reference resolved on the node."""
         input = self.input
         owner = f"{input.workflow_id}.{front_name(input)}"
-        backoff = 1.0
+        backoff = FIRST_BACKOFF_S
         try:
             while not self.host.stopping():
                 port: FrontPort = await workflow.execute_activity(
@@ -63,20 +58,20 @@ class FrontSupervisor:
                 run = front_run(input, port)
                 started = workflow.now()
                 exit_message = await self._life(run, port)
-                if (workflow.now() - started).total_seconds() >= SERVICE_BACKOFF_RESET_S:
-                    backoff = 1.0
-                if self.host.stopping():
+                decided = after_exit(backoff, (workflow.now() - started).total_seconds(), self.host.stopping(),
+                                     self.failed is not None)
+                backoff = decided.next_backoff_s
+                if decided.verdict is FrontVerdict.STOP:
                     return
-                if self.failed is not None:
+                if decided.verdict is FrontVerdict.FAIL:
                     await self.host.report(FrontReport(kind="service_failed", message=exit_message,
                                                        last_error=exit_message, failed=True))
                     return
                 await self.host.report(FrontReport(
-                    kind="service_exited", message=f"{exit_message}; restarting it in {backoff:.0f} s",
+                    kind="service_exited", message=f"{exit_message}; restarting it in {decided.wait_s:.0f} s",
                     last_error=exit_message, restarted=True))
                 with contextlib.suppress(asyncio.TimeoutError):  # the back-off ran out: start it again
-                    await workflow.wait_condition(self.host.stopping, timeout=timedelta(seconds=backoff))
-                backoff = min(backoff * 2, SERVICE_BACKOFF_MAX_S)
+                    await workflow.wait_condition(self.host.stopping, timeout=timedelta(seconds=decided.wait_s))
         finally:
             await workflow.execute_activity(
                 stubs.release_placement, owner, task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,

@@ -1,4 +1,4 @@
-"""PoolMixin: PoolWorkflow's pool of child CopyWorkflows — place up to the desired size, drain on scale-in,
+"""CopyPool: PoolWorkflow's pool of child CopyWorkflows — place up to the desired size, drain on scale-in,
 heal failures, stop them all on stop — and its continue-as-new, which re-attaches the running copies by ID."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from berth.settings import CONTROL_TASK_QUEUE
     from workflows import activity_stubs as stubs
     from workflows.copy import CopyWorkflow
-    from workflows.front_link import FrontLink
+    from workflows.drain import drain_grace, drain_note, moves_to_start, replacement_serves
     from workflows.payloads import (
         CopyInfo,
         CopyInput,
@@ -23,11 +23,14 @@ with workflow.unsafe.imports_passed_through():
         DrainInput,
         DrainResult,
         Phase,
-        PoolCarry,
         PoolInput,
     )
+    from workflows.placement import new_copy
+    from workflows.pool_phase import update_phase
+    from workflows.pool_size import resize, revision_of, rollout_active, unbalanced
     from workflows.pool_state import PoolState
-    from workflows.rollout import RolloutMixin
+    from workflows.rollout import RolloutDriver
+    from workflows.rollout_payloads import MoveRequest
 
 Running = dict[str, asyncio.Task[None]]
 # A moved copy drains once its replacement is ready (patched: histories of earlier moves replay as they ran),
@@ -36,74 +39,52 @@ MOVE_PATCH = "move-replacement-first"
 MOVE_WAIT = timedelta(minutes=10)
 
 
-class PoolMixin(RolloutMixin, FrontLink):
-    def __init__(self) -> None:
-        super().__init__()
-        self.state = PoolState()
-        self.input: PoolInput | None = None
-        self.reported: dict[str, CopyResult] = {}  # copies' last words (copy_finished)
-        self._attached: set[str] = set()  # copies an earlier run started: their end arrives as copy_finished
-        self._started: set[str] = set()  # copies whose child workflow this run has started
-        self._continued = 0
+class CopyPool:
+    """The pool loop's half of a PoolWorkflow: it runs the copies, executing the deciders' verdicts."""
+
+    def __init__(self, state: PoolState, rollout: RolloutDriver) -> None:
+        self.state = state
+        self.rollout = rollout
 
     # --- continue-as-new --------------------------------------------------------------------------
-    def resume(self, carry: PoolCarry) -> None:
-        self.new_shape = True
-        self.state = PoolState.carried(carry)
-        self._attached = set(carry.running)
-        self.reported = {r.copy_id: r for r in carry.reported}
-        self._continued = carry.continued + 1
 
     def _continue_suggested(self) -> bool:
-        if not self.new_shape or self.input is None:
+        if not self.state.new_shape or self.state.input is None:
             return False
         info = workflow.info()
-        limit = self.input.timings.continue_as_new_after_events
+        limit = self.state.input.timings.continue_as_new_after_events
         return info.is_continue_as_new_suggested() or (0 < limit <= info.get_current_history_length())
 
     def _may_continue(self, running: Running) -> bool:
         """Suggested, and nothing in between: no drain, no copy end unhandled, every child started."""
         return self._continue_suggested() and not self.state.draining and not self.state.finished \
-            and not self.rollout_active() and not self.moves \
-            and all(c in self._started or c in self._attached for c in running) \
-            and (self.front_id is None or self.front_started) and not self.state.stop_requested
+            and not rollout_active(self.state) and not self.state.moves \
+            and all(c in self.state.started or c in self.state.attached for c in running) \
+            and (self.state.front_id is None or self.state.front_started) and not self.state.stop_requested
 
     async def _continue_as_new(self, input: PoolInput, running: Running, model_dir: str) -> None:
         await workflow.wait_condition(workflow.all_handlers_finished)
         if not self._may_continue(running):  # a copy ended, a drain or a stop began meanwhile: next time
             return
         ids = tuple(running)
-        carry = self.state.carry(ids, model_dir, None if self.front_ended else self.front_id, self._continued)
-        carry = carry.model_copy(update={"reported": tuple(r for c, r in self.reported.items() if c in ids)})
         self.state.event("continued_as_new", f"history at {workflow.info().get_current_history_length()} "
                          f"events: continuing as new with {len(ids)} running copies")
-        carry = carry.model_copy(update={"events": tuple(self.state.events)})
-        workflow.continue_as_new(input.model_copy(update={"carry": carry}))
+        workflow.continue_as_new(input.model_copy(update={"carry": self.state.carry(ids, model_dir)}))
 
     # --- the copies --------------------------------------------------------------------------------
     def _copy_input(self, input: PoolInput, model_dir: str, revision: int = 1) -> CopyInput:
-        replica = input.definition.replica
-        assert replica is not None
         index = self.state.next_copy
         self.state.next_copy += 1
-        weights = input.definition.weights
-        return CopyInput(
-            workflow_id=input.workflow_id, endpoint_id=input.endpoint_id,
-            copy_id=f"{input.workflow_id}.copy-{index}", copy_index=index, engine=replica.engine,
-            nodes=replica.nodes, gpus_per_node=replica.gpus_per_node, gpu_memory_gb=replica.gpu_memory_gb,
-            model_dir=model_dir, volume=weights.volume if weights else None,
-            model_digest=self.state.weights.digest if self.state.weights and input.definition.model_ref else None,
-            parent_workflow_id=workflow.info().workflow_id, timings=input.timings, revision=revision,
-        )
+        return new_copy(input, model_dir, index, revision, self.state.weights, workflow.info().workflow_id)
 
     async def _run_copy(self, copy: CopyInput) -> None:
         self.state.copies[copy.copy_id] = CopyInfo(copy_id=copy.copy_id, status=CopyStatus.SCHEDULING,
                                                    revision=copy.revision)
         try:
-            if self.new_shape:  # abandoned, not cancelled, when this run continues as new
+            if self.state.new_shape:  # abandoned, not cancelled, when this run continues as new
                 handle = await workflow.start_child_workflow(
                     CopyWorkflow.run, copy, id=copy.copy_id, parent_close_policy=workflow.ParentClosePolicy.ABANDON)
-                self._started.add(copy.copy_id)
+                self.state.started.add(copy.copy_id)
                 result: CopyResult = await handle
             else:
                 result = await workflow.execute_child_workflow(
@@ -117,86 +98,86 @@ class PoolMixin(RolloutMixin, FrontLink):
     async def _attached_copy(self, copy_id: str) -> None:
         """A copy an earlier run started: it runs on; cancelling this task cancels it by ID."""
         try:
-            await workflow.wait_condition(lambda: copy_id in self.reported)
+            await workflow.wait_condition(lambda: copy_id in self.state.reported)
         except asyncio.CancelledError:
             with contextlib.suppress(FailureError):  # it ended meanwhile: its report is on its way
                 await workflow.get_external_workflow_handle(copy_id).cancel()
-            await workflow.wait_condition(lambda: copy_id in self.reported)
-        self._attached.discard(copy_id)
-        self._copy_ended(self.reported[copy_id])
+            await workflow.wait_condition(lambda: copy_id in self.state.reported)
+        self.state.attached.discard(copy_id)
+        self._copy_ended(self.state.reported[copy_id])
 
     def _copy_ended(self, result: CopyResult) -> None:
-        self.reported.pop(result.copy_id, None)
-        self._started.discard(result.copy_id)
+        self.state.reported.pop(result.copy_id, None)
+        self.state.started.discard(result.copy_id)
         self.state.finished[result.copy_id] = result
         self.state.copies.pop(result.copy_id, None)
         self.state.ready_since.pop(result.copy_id, None)
-        self.nudge()
-        self._update_phase()
+        self.state.nudge()
+        update_phase(self.state)
 
     # --- the pool loop -------------------------------------------------------------------------------
-    async def hold_pool(self, input: PoolInput, model_dir: str) -> None:
-        self.model_dir = model_dir
-        running: Running = {c: asyncio.create_task(self._attached_copy(c)) for c in sorted(self._attached)}
+    def move(self, request: MoveRequest) -> int:
+        """Copies on a drained node (`move_copies`): each is replaced elsewhere and drained with the grace."""
+        moving = [c for c in request.copy_ids if c in self.state.copies and c not in self.state.draining]
+        self.state.moves.extend((c, request.grace_s) for c in moving)
+        if moving:
+            self.state.event("copies_moving", f"{request.reason or 'moving'}: {', '.join(moving)} drain with a "
+                             f"grace of {request.grace_s:.0f} s and are placed elsewhere")
+            self.state.nudge()
+        return len(moving)
+
+    async def hold(self, input: PoolInput, model_dir: str) -> None:
+        self.state.model_dir = model_dir
+        running: Running = {c: asyncio.create_task(self._attached_copy(c)) for c in sorted(self.state.attached)}
         drains: list[asyncio.Task[None]] = []
         # Histories recorded before pools healed themselves never re-place with back-off.
         healing = workflow.patched("pool-self-healing")
         while True:
-            input = self._serving()  # a completed rollout changes it
-            self.ensure_driver()
+            input = self.state.serving()  # a completed rollout changes it
+            self.rollout.ensure()
             pause = self.state.replace_pause()
             self._start_moves(running, drains)
-            for revision, want in self.wants().items():
-                while not self.state.stop_requested and self._active(running, revision) < want and pause is None:
-                    copy = self._copy_input(*self.source(revision), revision)
-                    if revision != 1 or self.state.revision_of:
-                        self.state.revision_of[copy.copy_id] = revision
-                    running[copy.copy_id] = asyncio.create_task(self._run_copy(copy))
-                    self._update_phase()
-                surplus = self._active(running, revision) - want
-                if not self.state.stop_requested and surplus > 0:
-                    grace_s = input.definition.pool.drain_grace_s if self.next_grace_s is None else self.next_grace_s
-                    for copy_id in self._scale_in_order(running, surplus, revision):
-                        self.state.draining.append(copy_id)
-                        drains.append(asyncio.create_task(self._drain(copy_id, running, grace_s)))
-            self.next_grace_s = None
-            self.pool_nudged = False
+            for decided in resize(self.state, running, pause is not None):
+                for _ in range(decided.start):
+                    self._start_copy(running, decided.revision)
+                grace_s = drain_grace(input.definition.pool.drain_grace_s, self.state.next_grace_s)
+                for copy_id in decided.drain:
+                    self.state.draining.append(copy_id)
+                    drains.append(asyncio.create_task(self._drain(copy_id, running, grace_s)))
+            self.state.next_grace_s = None
+            self.state.pool_nudged = False
 
             def woken(paused: bool = pause is not None) -> bool:
-                return (self.state.stop_requested or bool(self.state.finished) or self._unbalanced(running, paused)
-                        or self.pool_nudged or bool(self.moves) or self._may_continue(running))
+                return (self.state.stop_requested or bool(self.state.finished)
+                        or unbalanced(self.state, running, paused) or self.state.pool_nudged
+                        or bool(self.state.moves) or self._may_continue(running))
 
             with contextlib.suppress(asyncio.TimeoutError):  # the back-off ran out: place the replacement
                 await workflow.wait_condition(woken, timeout=pause)
             if self.state.stop_requested:
                 self.state.phase = Phase.STOPPING
-                self.stop_driver()
+                self.rollout.stop()
                 for drain in drains:
                     drain.cancel()
                 await self._stop_all(running)
                 return
             await self._handle_finished(input, running, healing)
             if self._may_continue(running):
-                await self._continue_as_new(input, running, self.model_dir)
+                await self._continue_as_new(input, running, self.state.model_dir)
 
-    def _active(self, running: Running, revision: int) -> int:
-        """A revision's copies that count toward its size (not being drained)."""
-        return sum(1 for c in running if c not in self.state.draining and self.revision_of(c) == revision)
-
-    def _unbalanced(self, running: Running, paused: bool) -> bool:
-        for revision, want in self.wants().items():
-            active = self._active(running, revision)
-            if active > want or (active < want and not paused):
-                return True
-        return False
+    def _start_copy(self, running: Running, revision: int) -> None:
+        copy = self._copy_input(*self.state.source(revision), revision)
+        if revision != 1 or self.state.revision_of:
+            self.state.revision_of[copy.copy_id] = revision
+        running[copy.copy_id] = asyncio.create_task(self._run_copy(copy))
+        update_phase(self.state)
 
     def _start_moves(self, running: Running, drains: list[asyncio.Task[None]]) -> None:
         """Copies leaving a drained node: drained with their grace; the loop places their replacements."""
-        moves, self.moves = self.moves, []
-        for copy_id, grace_s in moves:
-            if copy_id in running and copy_id not in self.state.draining:
-                self.state.draining.append(copy_id)
-                drains.append(asyncio.create_task(self._drain(copy_id, running, grace_s, moved=True)))
+        moves, self.state.moves = self.state.moves, []
+        for copy_id, grace_s in moves_to_start(moves, running, self.state.draining):
+            self.state.draining.append(copy_id)
+            drains.append(asyncio.create_task(self._drain(copy_id, running, grace_s, moved=True)))
 
     async def _handle_finished(self, input: PoolInput, running: Running, healing: bool) -> None:
         pool = input.definition.pool
@@ -206,16 +187,17 @@ class PoolMixin(RolloutMixin, FrontLink):
             if copy_id in self.state.draining:
                 continue  # scaled in on purpose: its end is the drain's business
             rollout = self.state.rollout
-            if self.rollout_active() and rollout is not None and self.revision_of(copy_id) == rollout.to_revision:
+            if rollout_active(self.state) and rollout is not None \
+                    and revision_of(self.state, copy_id) == rollout.to_revision:
                 if result.status is CopyStatus.FAILED:
-                    self.on_new_copy_failed(copy_id, result.message)
+                    self.rollout.on_new_copy_failed(copy_id, result.message)
                 continue  # the rollout's business: the old revision serves on
             try:
                 if healing:
                     self.state.on_copy_failed(result, len(running), input)
                 else:
                     self.state.on_copy_finished(result, len(running), pool.min_replicas, pool.replace_failed_copies)
-                self._update_phase()  # e.g. dropped to zero copies
+                update_phase(self.state)  # e.g. dropped to zero copies
             except ApplicationError:
                 self.state.phase = Phase.STOPPING
                 await self._stop_all(running)
@@ -228,25 +210,10 @@ class PoolMixin(RolloutMixin, FrontLink):
             await workflow.wait(list(running.values()))
 
     async def _replacement_ready(self, copy_id: str) -> None:
-        """Until the moved copy's revision has as many ready copies besides it as it wants (its replacement
-        serves), the pool stops, or MOVE_WAIT went by (no capacity for a replacement: the node's drain
-        goes on, as it must)."""
-        revision = self.revision_of(copy_id)
-
-        def replaced() -> bool:
-            ready = sum(1 for c, info in self.state.copies.items() if c != copy_id and c not in self.state.draining
-                        and info.status is CopyStatus.READY and self.revision_of(c) == revision)
-            return self.state.stop_requested or ready >= max(1, self.wants().get(revision, 0))
-
+        """Until the moved copy's replacement serves, the pool stops, or MOVE_WAIT went by (no capacity for a
+        replacement: the node's drain goes on, as it must)."""
         with contextlib.suppress(asyncio.TimeoutError):
-            await workflow.wait_condition(replaced, timeout=MOVE_WAIT)
-
-    def _scale_in_order(self, running: Running, count: int, revision: int) -> list[str]:
-        """Which copies of a revision to scale in: ones not yet serving first (nothing to drain), then the newest."""
-        candidates = [c for c in running if c not in self.state.draining and self.revision_of(c) == revision]
-        serving = {c for c, info in self.state.copies.items() if info.status is CopyStatus.READY}
-        candidates.sort(key=lambda c: (c in serving, -int(c.rsplit("-", 1)[-1])))
-        return candidates[:count]
+            await workflow.wait_condition(lambda: replacement_serves(self.state, copy_id), timeout=MOVE_WAIT)
 
     async def _drain(self, copy_id: str, running: Running, grace_s: float, moved: bool = False) -> None:
         """Scale one copy in: no new requests, in-flight ones finish (up to the grace), then stop it. A copy
@@ -265,8 +232,7 @@ class PoolMixin(RolloutMixin, FrontLink):
                     task_queue=CONTROL_TASK_QUEUE,
                     start_to_close_timeout=timedelta(seconds=grace_s + 60),
                 )
-                note = (f"in-flight requests finished in {result.waited_s:.1f} s" if result.drained
-                        else f"grace of {grace_s:.0f} s ran out with requests still in flight")
+                note = drain_note(result.drained, result.waited_s, grace_s)
                 self.state.event("copy_drained", f"{copy_id}: {note}; stopping it", copy_id)
             if task is not None and not task.done():
                 task.cancel()  # cancels the child workflow: it stops its ranks and releases its GPUs
@@ -276,4 +242,4 @@ class PoolMixin(RolloutMixin, FrontLink):
             self.state.copies.pop(copy_id, None)
             if copy_id in self.state.draining:
                 self.state.draining.remove(copy_id)
-            self._update_phase()
+            update_phase(self.state)

@@ -30,64 +30,60 @@ def _failed(name: str, message: str | None) -> ApplicationError:
                             type="ModelFailed", non_retryable=True)
 
 
-class ModelMixin:
-    state: PoolState
-    model_news: ModelUpdate | None
+async def _use(input: PoolInput) -> ModelUseAnswer:
+    ref = input.definition.model_ref or ""
+    answer: ModelUseAnswer = await workflow.execute_activity(
+        stubs.use_model, UseInput(ref=ref, user=input.owner.user, workflow_id=input.workflow_id),
+        task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=timedelta(seconds=60),
+        retry_policy=RETRY)
+    return answer
 
-    def take_model_update(self, update: ModelUpdate) -> None:
-        self.model_news = update
 
-    async def _use(self, input: PoolInput) -> ModelUseAnswer:
-        ref = input.definition.model_ref or ""
-        answer: ModelUseAnswer = await workflow.execute_activity(
-            stubs.use_model, UseInput(ref=ref, user=input.owner.user, workflow_id=input.workflow_id),
-            task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=RETRY)
-        return answer
+def _waiting(state: PoolState, record: ModelRecord | ModelUpdate, shown: set[ModelState]) -> None:
+    if record.state in shown:
+        return
+    shown.add(record.state)
+    state.event("waiting_for_model", f"waiting for model {record.name} to materialize "
+                                     f"({record.state.value})")
 
-    def _waiting(self, record: ModelRecord | ModelUpdate, shown: set[ModelState]) -> None:
-        if record.state in shown:
-            return
-        shown.add(record.state)
-        self.state.event("waiting_for_model", f"waiting for model {record.name} to materialize "
-                                              f"({record.state.value})")
 
-    async def acquire_model(self, input: PoolInput) -> str:
-        """The model's directory once Ready ("" when a stop came first); raises when its job failed."""
-        self.state.phase = Phase.DOWNLOADING
-        answer = await self._use(input)
-        record, shown = answer.model, set[ModelState]()
-        name = record.name
-        model_dir, digest = answer.model_dir, record.digest
-        while not (record.state is ModelState.READY and model_dir):
-            if record.state is ModelState.FAILED:
-                raise _failed(name, record.message)
-            self._waiting(record, shown)
-            try:
-                await workflow.wait_condition(lambda: self.model_news is not None or self.state.stop_requested,
-                                              timeout=LOOK_AGAIN)
-            except TimeoutError:
-                pass
-            if self.state.stop_requested:
-                return ""
-            news, self.model_news = self.model_news, None
-            if news is None or (news.state is ModelState.READY and not news.model_dir):
-                answer = await self._use(input)  # a look at the registry: it has the job's outcome
-                record, model_dir, digest = answer.model, answer.model_dir, answer.model.digest
-                continue
-            if news.state is ModelState.FAILED:
-                raise _failed(name, news.message)
-            if news.state is ModelState.READY:
-                model_dir, digest = news.model_dir, news.digest
-                break
-            self._waiting(news, shown)
-        assert model_dir is not None
-        self.state.weights = WeightsResult(model_dir=model_dir, bytes_total=record.size_bytes, cache_hit=not shown,
-                                           digest=digest, model=input.definition.model_ref)
-        self.state.event("model_ready", f"model {name} ready: digest sha256:{(digest or '?')[:12]}… in {model_dir}")
-        self.state.phase = Phase.SCHEDULING
-        return model_dir
+async def acquire_model(state: PoolState, input: PoolInput) -> str:
+    """The model's directory once Ready ("" when a stop came first); raises when its job failed."""
+    state.phase = Phase.DOWNLOADING
+    answer = await _use(input)
+    record, shown = answer.model, set[ModelState]()
+    name = record.name
+    model_dir, digest = answer.model_dir, record.digest
+    while not (record.state is ModelState.READY and model_dir):
+        if record.state is ModelState.FAILED:
+            raise _failed(name, record.message)
+        _waiting(state, record, shown)
+        try:
+            await workflow.wait_condition(lambda: state.model_news is not None or state.stop_requested,
+                                      timeout=LOOK_AGAIN)
+        except TimeoutError:
+            pass
+        if state.stop_requested:
+            return ""
+        news, state.model_news = state.model_news, None
+        if news is None or (news.state is ModelState.READY and not news.model_dir):
+            answer = await _use(input)  # a look at the registry: it has the job's outcome
+            record, model_dir, digest = answer.model, answer.model_dir, answer.model.digest
+            continue
+        if news.state is ModelState.FAILED:
+            raise _failed(name, news.message)
+        if news.state is ModelState.READY:
+            model_dir, digest = news.model_dir, news.digest
+            break
+        _waiting(state, news, shown)
+    assert model_dir is not None
+    state.weights = WeightsResult(model_dir=model_dir, bytes_total=record.size_bytes, cache_hit=not shown,
+                                  digest=digest, model=input.definition.model_ref)
+    state.event("model_ready", f"model {name} ready: digest sha256:{(digest or '?')[:12]}… in {model_dir}")
+    state.phase = Phase.SCHEDULING
+    return model_dir
 
-    async def release_model(self, input: PoolInput) -> None:
-        await workflow.execute_activity(stubs.release_models, input.workflow_id, task_queue=CONTROL_TASK_QUEUE,
-                                        start_to_close_timeout=timedelta(seconds=60), retry_policy=RETRY)
+
+async def release_model(input: PoolInput) -> None:
+    await workflow.execute_activity(stubs.release_models, input.workflow_id, task_queue=CONTROL_TASK_QUEUE,
+                                    start_to_close_timeout=timedelta(seconds=60), retry_policy=RETRY)

@@ -1,5 +1,5 @@
-"""PoolState: everything a PoolWorkflow knows about its pool, with the self-healing verdicts on it, and
-its round trip through PoolCarry when the workflow continues as new."""
+"""PoolState: everything a PoolWorkflow knows about its pool (its one state model), with the self-healing
+verdicts on it, and its round trip through PoolCarry (the wire format) when the workflow continues as new."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from berth.contracts import Rollout
     from workflows.healing import SAME_FAILURES_TO_FAIL, Pacing, Verdict, decide, failure_signature
+    from workflows.model_payloads import ModelUpdate
     from workflows.payloads import (
         CopyInfo,
         CopyResult,
@@ -61,6 +62,38 @@ class PoolState:
     rollout: Rollout | None = None
     want: tuple[int, int] | None = None
     rolled_back: list[int] = field(default_factory=list)  # revisions rolled back (never served), newest last
+    # The inputs: the serving revision's (a completed rollout replaces it) and where its weights are; while a
+    # rollout runs, the revision rolled to, its weights and where they are.
+    input: PoolInput | None = None
+    model_dir: str = ""
+    target: PoolInput | None = None
+    target_model_dir: str = ""
+    target_weights: WeightsResult | None = None
+    # Continue-as-new: this run resumes a carried state (`continued_run`) after `continued` earlier runs; the
+    # copies an earlier run started (their end arrives as copy_finished), those whose child workflow this run
+    # started, and the copies' last words (copy_finished) not yet handled.
+    continued_run: bool = False
+    continued: int = 0
+    attached: set[str] = field(default_factory=set)
+    started: set[str] = field(default_factory=set)
+    reported: dict[str, CopyResult] = field(default_factory=dict)
+    # The front process: a child FrontWorkflow (`new_shape`, "front-child-and-continue-as-new"; copies are
+    # abandoned, not cancelled, and the pool continues as new) or inline, as older histories replay it.
+    new_shape: bool = False
+    front_id: str | None = None
+    front_stopping: bool = False
+    front_started: bool = False
+    front_ended: bool = False
+    front_error: str | None = None  # a fatal configuration error ends a service entry's workflow
+    # What the pool loop and the rollout driver wait on: one nudge flag each, so neither swallows the other's
+    # wake-up; copies to move off a drained node (with their grace); the grace of the drains the next scale-in
+    # starts; the traffic split last sent to the endpoint; the model job's latest step (`model_update`).
+    pool_nudged: bool = False
+    driver_nudged: bool = False
+    moves: list[tuple[str, float]] = field(default_factory=list)
+    next_grace_s: float | None = None
+    traffic_set: dict[int, int] | None = None
+    model_news: ModelUpdate | None = None
 
     def append(self, event: Event) -> None:
         # Listed by when each happened, not by arrival: a copy's report can wait in its outbox while the
@@ -72,7 +105,24 @@ class PoolState:
     def event(self, kind: str, message: str, copy_id: str | None = None) -> None:
         self.append(Event(at=workflow.now(), kind=kind, message=message, copy_id=copy_id))
 
-    def carry(self, running: tuple[str, ...], model_dir: str, front_id: str | None, continued: int) -> PoolCarry:
+    def nudge(self) -> None:
+        """Something the pool loop and the rollout driver wait on changed: wake both."""
+        self.pool_nudged = self.driver_nudged = True
+
+    def serving(self) -> PoolInput:
+        """The serving revision's input (set before any handler runs)."""
+        assert self.input is not None
+        return self.input
+
+    def source(self, revision: int) -> tuple[PoolInput, str]:
+        """The input and weights a new copy of `revision` is started from."""
+        if self.target is not None and revision != self.revision:
+            return self.target, self.target_model_dir
+        return self.serving(), self.model_dir
+
+    def carry(self, running: tuple[str, ...], model_dir: str) -> PoolCarry:
+        """The state the next run resumes: the running copies (and the front child, unless it ended) by ID."""
+        front_id = None if self.front_ended else self.front_id
         return PoolCarry(
             phase=self.phase, events=tuple(self.events), copies=tuple(self.copies.values()), running=running,
             draining=tuple(self.draining), desired=self.desired, next_copy=self.next_copy,
@@ -80,10 +130,11 @@ class PoolState:
             streak_replaced=self.streak_replaced, replace_paused_until=self.replace_paused_until,
             last_error=self.last_error, weights=self.weights, model_dir=model_dir,
             service_ready=self.service_ready, service_restarts=self.service_restarts, front_id=front_id,
-            continued=continued, revision=self.revision,
+            continued=self.continued, revision=self.revision,
             revision_of={c: r for c, r in self.revision_of.items() if c in running},
             ready_since={c: t for c, t in self.ready_since.items() if c in running}, rollout=self.rollout,
             rolled_back=tuple(self.rolled_back),
+            reported=tuple(r for c, r in self.reported.items() if c in running),
         )
 
     @staticmethod
@@ -96,6 +147,8 @@ class PoolState:
             draining=list(carry.draining), service_ready=carry.service_ready,
             service_restarts=carry.service_restarts, revision=carry.revision, revision_of=dict(carry.revision_of),
             ready_since=dict(carry.ready_since), rollout=carry.rollout, rolled_back=list(carry.rolled_back),
+            new_shape=True, attached=set(carry.running), reported={r.copy_id: r for r in carry.reported},
+            continued=carry.continued + 1,
         )
 
     # --- how a pool answers a copy's end ------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""RolloutMixin: a pool rolls to its next revision (issue 17) — the `roll_to` update hands it the signed
+"""RolloutDriver: a pool rolls to its next revision (issue 17) — the `roll_to` update hands it the signed
 input of revision N+1, `rollout_command` pauses, resumes, promotes or rolls it back, `move_copies` moves
 copies off a drained node — and a driver coroutine, durable like the rest of the workflow, that asks the
 planner (workflows/rollout_plan.py) for each revision's size and the traffic split, sets the split on the
@@ -26,11 +26,11 @@ with workflow.unsafe.imports_passed_through():
     )
     from berth.settings import CONTROL_TASK_QUEUE, NODES_TASK_QUEUE
     from workflows import activity_stubs as stubs
-    from workflows.authorized import require_authorized
-    from workflows.payloads import CopyStatus, Phase, PoolInput, WeightsInput, WeightsResult
+    from workflows.payloads import Phase, WeightsInput, WeightsResult
+    from workflows.pool_size import rollout_active, side
     from workflows.pool_state import PoolState
-    from workflows.rollout_payloads import HealthInput, MoveRequest, RolloutRequest, ServeInput, TrafficInput
-    from workflows.rollout_plan import Plan, Side, plan
+    from workflows.rollout_payloads import HealthInput, RolloutRequest, ServeInput, TrafficInput
+    from workflows.rollout_plan import Plan, plan
 
 MAX_ROLLED_BACK = 100  # rolled-back revisions a pool remembers (for their listing)
 TICK = timedelta(seconds=2)  # the driver looks again this often while a clock runs (min-ready, a hold)
@@ -39,61 +39,24 @@ CONTROL = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=ti
                       maximum_attempts=20)
 
 
-class RolloutMixin:
-    state: PoolState
-    input: PoolInput | None
+class RolloutDriver:
+    """The rollout's half of a PoolWorkflow: its updates' bodies (the workflow's handlers call them) and the
+    driver coroutine."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.target: PoolInput | None = None  # the revision being rolled to
-        self.model_dir = ""  # where the serving revision's weights are
-        self.target_model_dir = ""
-        self.target_weights: WeightsResult | None = None
-        self._driver: asyncio.Task[None] | None = None
-        self._traffic_set: dict[int, int] | None = None
-        # Something the pool loop (and the driver) waits on changed: one flag each, so neither swallows
-        # the other's wake-up.
-        self.pool_nudged = False
-        self._driver_nudged = False
-        self.moves: list[tuple[str, float]] = []  # copies to move off a drained node, with their grace
-        self.next_grace_s: float | None = None  # the grace of the drains the next scale-in starts
+    def __init__(self, state: PoolState) -> None:
+        self.state = state
+        self._driver: asyncio.Task[None] | None = None  # a runtime handle (replays rebuild it), not state
 
     # --- reads -----------------------------------------------------------------------------------------
-    def rollout_active(self) -> bool:
-        rollout = self.state.rollout
-        return rollout is not None and rollout.phase not in RolloutPhase.finished()
-
-    def revision_of(self, copy_id: str) -> int:
-        return self.state.revision_of.get(copy_id, self.state.revision)
-
-    def wants(self) -> dict[int, int]:
-        """How many copies each revision should run (the pool loop places and drains to these)."""
-        rollout = self.state.rollout
-        if not self.rollout_active() or rollout is None or self.state.want is None:
-            return {self.state.revision: self.state.desired}
-        return {rollout.from_revision: self.state.want[0], rollout.to_revision: self.state.want[1]}
-
-    def source(self, revision: int) -> tuple[PoolInput, str]:
-        """The input and weights a new copy of `revision` is started from."""
-        if self.target is not None and revision != self.state.revision:
-            return self.target, self.target_model_dir
-        assert self.input is not None
-        return self.input, self.model_dir
-
-    def nudge(self) -> None:
-        self.pool_nudged = self._driver_nudged = True
-
     # --- the updates -----------------------------------------------------------------------------------
-    @workflow.update
-    async def roll_to(self, request: RolloutRequest) -> Rollout:
-        """Start rolling to revision N+1 (signed by the API, like a start)."""
-        await require_authorized(stubs.verify_service_input, request.input)
-        if self.rollout_active():  # another update won the race meanwhile
+    def begin(self, request: RolloutRequest) -> Rollout:
+        """Start rolling to revision N+1 (`roll_to`, once its signed input was verified)."""
+        if rollout_active(self.state):  # another update won the race meanwhile
             raise ApplicationError("A rollout began meanwhile; try again once it ends.")
         now = workflow.now()
-        self.target = request.input.model_copy(update={"carry": None})
-        self.target_model_dir, self.target_weights = "", None
-        same_weights = request.input.definition.weights == self._serving().definition.weights
+        self.state.target = request.input.model_copy(update={"carry": None})
+        self.state.target_model_dir, self.state.target_weights = "", None
+        same_weights = request.input.definition.weights == self.state.serving().definition.weights
         self.state.rollout = Rollout(
             from_revision=self.state.revision, to_revision=request.revision, strategy=request.strategy,
             phase=RolloutPhase.ROLLING if same_weights else RolloutPhase.PREPARING, by=request.by,
@@ -103,18 +66,17 @@ class RolloutMixin:
         self.state.want = None
         self.state.event("rollout_started", f"{request.by or 'someone'}: revision {self.state.revision} → "
                          f"{request.revision} ({request.strategy.kind.value})")
-        self.nudge()
+        self.state.nudge()
         return self.state.rollout
 
-    @roll_to.validator
-    def _check_roll_to(self, request: RolloutRequest) -> None:
-        serving = self._serving()
+    def check_roll_to(self, request: RolloutRequest) -> None:
+        serving = self.state.serving()
         if serving.definition.replica is None:
             raise ApplicationError("Only a replica pool rolls to a new revision; stop and start a service.")
         if self.state.stop_requested or self.state.phase in Phase.terminal():
             raise ApplicationError("The workflow is stopping; it cannot roll to a new revision.")
         rollout = self.state.rollout
-        if self.rollout_active() and rollout is not None:
+        if rollout_active(self.state) and rollout is not None:
             raise ApplicationError(
                 f"A rollout to revision {rollout.to_revision} is {rollout.phase.value}; `berth workflow rollout "
                 "promote` or `rollback` it first.")
@@ -124,8 +86,8 @@ class RolloutMixin:
         if request.revision <= last:
             raise ApplicationError(f"Revision {request.revision} is not newer than revision {last}.")
 
-    @workflow.update
-    def rollout_command(self, command: RolloutCommand) -> Rollout:
+    def command(self, command: RolloutCommand) -> Rollout:
+        """Pause, resume, promote or roll back the rollout (`rollout_command`)."""
         rollout = self.state.rollout
         assert rollout is not None  # the validator said so
         who = command.by or "someone"
@@ -143,14 +105,13 @@ class RolloutMixin:
         else:
             self._set(phase=RolloutPhase.ROLLING_BACK, paused_reason="", resume_phase=None)
             self.state.event("rollout_rolling_back", f"{who}: back to revision {rollout.from_revision}")
-        self.nudge()
+        self.state.nudge()
         assert self.state.rollout is not None
         return self.state.rollout
 
-    @rollout_command.validator
-    def _check_command(self, command: RolloutCommand) -> None:
+    def check_command(self, command: RolloutCommand) -> None:
         rollout = self.state.rollout
-        if rollout is None or not self.rollout_active():
+        if rollout is None or not rollout_active(self.state):
             raise ApplicationError("No rollout is in progress; start one with `berth workflow update`.")
         phase, action = rollout.phase, command.action
         if phase is RolloutPhase.ROLLING_BACK:
@@ -162,38 +123,28 @@ class RolloutMixin:
         if action is RolloutAction.PROMOTE and phase is RolloutPhase.PREPARING:
             raise ApplicationError("The new revision's weights are still being fetched; promote once they are.")
 
-    @workflow.update
-    def move_copies(self, request: MoveRequest) -> int:
-        """Copies on a drained node: each is replaced elsewhere and drained with the grace."""
-        moving = [c for c in request.copy_ids if c in self.state.copies and c not in self.state.draining]
-        self.moves.extend((c, request.grace_s) for c in moving)
-        if moving:
-            self.state.event("copies_moving", f"{request.reason or 'moving'}: {', '.join(moving)} drain with a "
-                             f"grace of {request.grace_s:.0f} s and are placed elsewhere")
-            self.nudge()
-        return len(moving)
-
     # --- the driver ------------------------------------------------------------------------------------
-    def ensure_driver(self) -> None:
-        if self.rollout_active() and (self._driver is None or self._driver.done()):
+    def ensure(self) -> None:
+        if rollout_active(self.state) and (self._driver is None or self._driver.done()):
             self._driver = asyncio.create_task(self._drive())
 
-    def stop_driver(self) -> None:
+    def stop(self) -> None:
         if self._driver is not None and not self._driver.done():
             self._driver.cancel()
 
     async def _drive(self) -> None:
         if self.state.rollout is not None and self.state.rollout.phase is RolloutPhase.PREPARING:
             await self._prepare()
-        if not self.target_model_dir and self.target is not None:
-            self.target_model_dir = self.model_dir
+        if not self.state.target_model_dir and self.state.target is not None:
+            self.state.target_model_dir = self.state.model_dir
         last_judged = 0.0
-        while self.rollout_active() and not self.state.stop_requested:
+        while rollout_active(self.state) and not self.state.stop_requested:
             rollout = self.state.rollout
             assert rollout is not None
             now = workflow.now()
-            decided = plan(rollout, self.state.desired, self._side(rollout.from_revision),
-                           self._side(rollout.to_revision), now)
+            min_ready = rollout.strategy.min_ready_s
+            decided = plan(rollout, self.state.desired, side(self.state, rollout.from_revision, min_ready, now),
+                           side(self.state, rollout.to_revision, min_ready, now), now)
             self._apply(decided, now)
             await self._send_traffic(decided.traffic if decided.finished is None else None)
             if decided.finished is not None:
@@ -204,31 +155,21 @@ class RolloutMixin:
             if self._judging() and now.timestamp() - last_judged >= JUDGE_EVERY_S:
                 last_judged = now.timestamp()
                 await self._judge()
-            self._driver_nudged = False
+            self.state.driver_nudged = False
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(lambda: self._driver_nudged or self.state.stop_requested, timeout=TICK)
+                await workflow.wait_condition(lambda: self.state.driver_nudged or self.state.stop_requested,
+                                              timeout=TICK)
 
     async def _serve_facts(self, revision: int) -> None:
         """The endpoint's facts (sizes, autoscaling, MaxContextSize) follow the serving revision."""
-        assert self.input is not None
+        assert self.state.input is not None
         try:
             await workflow.execute_activity(
-                stubs.serve_revision, ServeInput(workflow_id=self.input.workflow_id, revision=revision),
+                stubs.serve_revision, ServeInput(workflow_id=self.state.input.workflow_id, revision=revision),
                 task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=timedelta(seconds=30), retry_policy=CONTROL)
         except ActivityError as error:  # the copies serve the new revision whatever the endpoint row says
             self.state.event("endpoint_facts_stale", f"the endpoint's facts still describe the previous "
                              f"revision: {error.cause or error}")
-
-    def _side(self, revision: int) -> Side:
-        copies = [c for c in self.state.copies.values() if self.revision_of(c.copy_id) == revision]
-        draining = set(self.state.draining)
-        min_ready = self.state.rollout.strategy.min_ready_s if self.state.rollout else 0.0
-        now = workflow.now()
-        ready = [c for c in copies if c.status is CopyStatus.READY and c.copy_id not in draining]
-        settled = [c for c in ready if (now - self.state.ready_since.get(c.copy_id, now)).total_seconds()
-                   >= min_ready]
-        return Side(running=len(copies), active=sum(1 for c in copies if c.copy_id not in draining),
-                    ready=len(ready), settled=len(settled))
 
     def _apply(self, decided: Plan, now: datetime) -> None:
         rollout = self.state.rollout
@@ -236,7 +177,7 @@ class RolloutMixin:
         want = (decided.want_old, decided.want_new)
         if want != self.state.want:
             self.state.want = want
-            self.nudge()  # the pool loop places or drains to the new sizes
+            self.state.nudge()  # the pool loop places or drains to the new sizes
         if decided.finished is not None:
             return  # the phase turns once the split is cleared (`_finish`): a reader never sees it early
         update: dict[str, object] = {"phase": decided.phase, "message": decided.message}
@@ -270,10 +211,10 @@ class RolloutMixin:
 
     async def _judge(self) -> None:
         rollout = self.state.rollout
-        assert rollout is not None and rollout.step_started_at is not None and self.input is not None
+        assert rollout is not None and rollout.step_started_at is not None and self.state.input is not None
         strategy = rollout.strategy
         health: RevisionHealth = await workflow.execute_activity(
-            stubs.revision_health, HealthInput(endpoint_id=self.input.endpoint_id, revision=rollout.to_revision,
+            stubs.revision_health, HealthInput(endpoint_id=self.state.input.endpoint_id, revision=rollout.to_revision,
                                            since=rollout.step_started_at.timestamp()),
             task_queue=CONTROL_TASK_QUEUE,
             start_to_close_timeout=timedelta(seconds=30), retry_policy=CONTROL)
@@ -294,24 +235,24 @@ class RolloutMixin:
         await self._send_traffic({old: 100, new: 0})
 
     async def _send_traffic(self, weights: dict[int, int] | None) -> None:
-        if weights == self._traffic_set or self.input is None:
+        if weights == self.state.traffic_set or self.state.input is None:
             return
         await workflow.execute_activity(
-            stubs.set_traffic, TrafficInput(endpoint_id=self.input.endpoint_id, weights=weights),
+            stubs.set_traffic, TrafficInput(endpoint_id=self.state.input.endpoint_id, weights=weights),
             task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=timedelta(seconds=30), retry_policy=CONTROL)
-        self._traffic_set = weights
+        self.state.traffic_set = weights
 
     async def _prepare(self) -> None:
         """The new revision's weights, when they differ from the serving revision's."""
-        assert self.target is not None
-        job = self.target.definition.weights
+        assert self.state.target is not None
+        job = self.state.target.definition.weights
         if job is not None:
             self.state.event("rollout_preparing", f"fetching {job.repo}@{job.revision or 'main'} for revision "
                              f"{self.state.rollout.to_revision if self.state.rollout else '?'}")
             try:
                 result: WeightsResult = await workflow.execute_activity(
-                    stubs.download_weights, WeightsInput(workflow_id=self.target.workflow_id, job=job,
-                                                     owner=self.target.owner.user),
+                    stubs.download_weights, WeightsInput(workflow_id=self.state.target.workflow_id, job=job,
+                                                     owner=self.state.target.owner.user),
                     task_queue=NODES_TASK_QUEUE, start_to_close_timeout=timedelta(hours=12),
                     heartbeat_timeout=timedelta(seconds=60), retry_policy=RetryPolicy(maximum_attempts=3))
             except ActivityError as error:
@@ -320,17 +261,18 @@ class RolloutMixin:
                 self._pause(f"fetching revision's weights failed: {message}")
                 self._set(resume_phase=RolloutPhase.PREPARING)
                 return
-            self.target_model_dir, self.target_weights = result.model_dir, result
+            self.state.target_model_dir, self.state.target_weights = result.model_dir, result
         if self.state.rollout is not None and self.state.rollout.phase is RolloutPhase.PREPARING:
             self._set(phase=RolloutPhase.ROLLING)
 
     def _finish(self, how: RolloutPhase) -> None:
         rollout = self.state.rollout
         assert rollout is not None
-        if how is RolloutPhase.COMPLETE and self.target is not None:
-            self.input, self.model_dir = self.target, self.target_model_dir or self.model_dir
-            if self.target_weights is not None:
-                self.state.weights = self.target_weights
+        if how is RolloutPhase.COMPLETE and self.state.target is not None:
+            self.state.input = self.state.target
+            self.state.model_dir = self.state.target_model_dir or self.state.model_dir
+            if self.state.target_weights is not None:
+                self.state.weights = self.state.target_weights
             self.state.revision = rollout.to_revision
             self.state.event("rollout_complete", f"revision {rollout.to_revision} serves; revision "
                              f"{rollout.from_revision}'s copies stopped")
@@ -339,9 +281,9 @@ class RolloutMixin:
                              f"{rollout.to_revision}'s copies stopped")
             self.state.rolled_back = [*self.state.rolled_back, rollout.to_revision][-MAX_ROLLED_BACK:]
         self._set(phase=how, traffic={}, message="")
-        self.target, self.state.want = None, None
+        self.state.target, self.state.want = None, None
         self.state.revision_of = {c: r for c, r in self.state.revision_of.items() if c in self.state.copies}
-        self.nudge()
+        self.state.nudge()
 
     def on_new_copy_failed(self, copy_id: str, message: str) -> None:
         """A copy of the revision being rolled to failed: the rollout pauses; the old revision serves on."""
@@ -349,8 +291,4 @@ class RolloutMixin:
             self._pause(f"{copy_id} of revision {self.state.rollout.to_revision} failed: {message}; revision "
                         f"{self.state.rollout.from_revision} serves on. `rollout resume` retries, `rollout "
                         "rollback` stops the new copies")
-        self.nudge()
-
-    def _serving(self) -> PoolInput:
-        assert self.input is not None
-        return self.input
+        self.state.nudge()
