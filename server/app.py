@@ -1,5 +1,6 @@
 """The control plane's composition root: the server's context built from a state dir, and the REST API
-(FastAPI) composed from it: app-wide limits and error mapping, one router per resource (server/routes/).
+(FastAPI) composed from it: app-wide limits and error mapping (one error shape, declared on every route), one
+router per resource (server/routes/).
 What a route needs reaches it through dependencies (server/context.py, server/guards.py), never through
 module globals. The API holds no state of its own (the autoscaler runs in the control worker,
 control/autoscale_loop.py), so several API processes may serve one store."""
@@ -17,7 +18,7 @@ from berth.api_keys import KeyHasher
 from berth.errors import BerthError
 from berth.security import Cipher, ReplicaKeys, SigningKey, TokenVerifier
 from berth.settings import ClusterSettings, StateLayout, admin_user, key_hmac_secret_file, limit_policy
-from server import control_metrics, request_limits, scheduler
+from server import control_metrics, refusals, request_limits, scheduler
 from server.context import ServerContext
 from server.model_jobs import evict_model_cache, start_model_job
 from server.routes import ROUTERS
@@ -49,7 +50,7 @@ def build_context(state_dir: Path, temporal_address: str, database_url: str | No
 
 
 async def _berth_error(_request: Request, error: BerthError) -> JSONResponse:
-    return JSONResponse({"detail": str(error)}, status_code=error.http_status)
+    return JSONResponse({"detail": str(error), "code": error.code}, status_code=error.http_status)
 
 
 def create_app(context: ServerContext, tracer_provider: TracerProvider | None = None) -> FastAPI:
@@ -67,4 +68,5 @@ def create_app(context: ServerContext, tracer_provider: TracerProvider | None = 
     for router in ROUTERS:
         app.include_router(router)
     console.install(app)  # the web console at /ui: pages over these same routes, as the signed-in user
+    refusals.install(app)  # after every route: /openapi.json states each one's refusals in berth.contracts.Refusal
     return app

@@ -150,4 +150,4 @@ def install(app: FastAPI, max_body_bytes: int) -> None:
         where = ".".join(str(part) for part in first.get("loc", ())) or "body"
         more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
         message = f"The request is malformed at {shown(where)}: {shown(first.get('msg', 'invalid'))}{more}."
-        return JSONResponse({"detail": message}, status_code=422)
+        return JSONResponse({"detail": message, "code": "invalid_request"}, status_code=422)

@@ -25,10 +25,14 @@ class Response(BaseModel):
 
 
 class Refusal(Response):
-    """What the API answers for a refusal it makes itself (server/app.py maps each Berth error): one line,
-    never the caller's input whole. Routes name it in their OpenAPI `responses`, status by status."""
+    """The API's one error shape, for every refusal it makes (server/app.py maps each Berth error; a request
+    FastAPI cannot validate answers 422 in it too): `detail`, one line that never quotes the caller's input
+    whole, and `code`, a machine-readable word for the kind of refusal (berth/errors.py), absent where the
+    refusal is made before Berth's code runs (an oversized body, an unknown path). Every route declares it
+    in /openapi.json for every status it may refuse with (server/refusals.py)."""
 
     detail: str
+    code: str | None = None
 
 
 class OpenResponse(Response):

@@ -13,9 +13,10 @@ from berth.contracts import GroupRequest, GroupView, MemberRequest, UserRequest,
 from berth.errors import UserInputError
 from server.context import Context
 from server.guards import Admin, Caller
+from server.refusals import refusals
 from server.views import user_json
 
-router = APIRouter()
+router = APIRouter(responses=refusals(409))  # a user or group that exists already
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 

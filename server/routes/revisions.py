@@ -27,6 +27,7 @@ from server.access import WorkflowAccess
 from server.context import Context, ServerContext
 from server.guards import ReadableWorkflow, owned_workflow
 from server.pool_query import pool_status
+from server.refusals import refusals
 from server.revisions import NothingToChange, prepare_update
 from server.routes.workflows import QUERY_TIMEOUT, DefinitionReader
 from server.store.revisions import Revision
@@ -36,7 +37,7 @@ from workflows.payloads import Owner, PoolInput, PoolStatus, ScaleRequest
 from workflows.pool_workflow import PoolWorkflow
 from workflows.rollout_payloads import RolloutRequest
 
-router = APIRouter()
+router = APIRouter(responses=refusals(409, 503))  # a rollout in progress; Temporal unreachable
 
 Updater = Annotated[WorkflowAccess, Depends(owned_workflow("update it"))]
 Steerer = Annotated[WorkflowAccess, Depends(owned_workflow("steer its rollout"))]
