@@ -58,7 +58,8 @@ def create_app(context: ServerContext, tracer_provider: TracerProvider | None = 
     carry a URL's query with its values redacted."""
     # FastAPI's own telemetry: its server spans, yes; its OpenTelemetry log records, never (they would carry
     # validation messages and exception texts that may quote what a caller sent); no exporters of its choosing.
-    app = FastAPI(title="Berth control plane",
+    # One schema per model, not an -Input and an -Output twin: a client generated from the document gets one class.
+    app = FastAPI(title="Berth control plane", separate_input_output_schemas=False,
                   telemetry={"tracer_provider": tracer_provider, "logs": False, "auto_configure": False},
                   dependencies=[Depends(request_limits.check_path_ids)])
     app.state.context = context

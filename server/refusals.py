@@ -52,11 +52,18 @@ def refusals(*statuses: int) -> Responses:
 REFUSAL = {"application/json": {"schema": {"$ref": "#/components/schemas/Refusal"}}}
 
 
+# An API token, a service's or a gateway's token (berth/security.py), as `Authorization: Bearer …`.
+BEARER = {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
+
+
+def _is_authorization(parameter: dict[str, Any]) -> bool:
+    return bool(parameter["in"] == "header" and parameter["name"].lower() == "authorization")
+
+
 def _statuses(operation: dict[str, Any]) -> list[int]:
     """What an operation's shape says it may refuse with."""
     where = {parameter["in"] for parameter in operation.get("parameters", ())}
-    authenticated = any(parameter["in"] == "header" and parameter["name"].lower() == "authorization"
-                        for parameter in operation.get("parameters", ()))
+    authenticated = any(_is_authorization(parameter) for parameter in operation.get("parameters", ()))
     body = "requestBody" in operation
     statuses = []
     if body or where & {"path", "query"}:
@@ -75,9 +82,19 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(405)
     async def _method_not_allowed(request: Request, error: StarletteHTTPException) -> JSONResponse:
-        served = {method for route in iter_route_contexts(app.routes)
-                  if route.matches(request.scope)[0] is not Match.NONE for method in route.methods or ()}
-        return JSONResponse({"detail": error.detail}, status_code=405, headers={"Allow": ", ".join(sorted(served))})
+        return JSONResponse({"detail": error.detail}, status_code=405,
+                            headers={"Allow": ", ".join(_served_methods(app, request))})
+
+
+def _served_methods(app: FastAPI, request: Request) -> list[str]:
+    """The methods the document gives the request's path: those of its most specific template (`/v1/models/use`
+    over `/v1/models/{name}`), as a client reading the document resolves it."""
+    matching = [route for route in iter_route_contexts(app.routes)
+                if route.path_format and route.matches(request.scope)[0] is not Match.NONE]
+    if not matching:
+        return []
+    specific = min(matching, key=lambda route: route.path_format.count("{")).path_format
+    return sorted({method for route in matching if route.path_format == specific for method in route.methods or ()})
 
 
 def declare_refusals(app: FastAPI) -> None:
@@ -97,16 +114,23 @@ def declare_refusals(app: FastAPI) -> None:
 
 def _amend(schema: dict[str, Any]) -> None:
     components = schema.setdefault("components", {}).setdefault("schemas", {})
+    schema["components"]["securitySchemes"] = {"bearer": BEARER}
     for item in schema.get("paths", {}).values():
         for operation in item.values():
             answers = operation.setdefault("responses", {})
+            parameters = operation.get("parameters", [])
             if "HTTPValidationError" in str(answers.get("422", "")):
                 del answers["422"]
             for status in _statuses(operation):
                 answers.setdefault(str(status), {"description": WHY[status], "content": REFUSAL})
-            for parameter in operation.get("parameters", ()):
+            for parameter in parameters:
                 if parameter["in"] == "path":
                     parameter["schema"].update(pattern=PATH_ID_PATTERN, maxLength=PATH_ID_MAX_LENGTH)
+            # The guards read the Authorization header themselves (server/guards.py); the document states it as
+            # what it is, a bearer token, so that clients and fuzzers send one rather than any string.
+            if any(_is_authorization(parameter) for parameter in parameters):
+                operation["parameters"] = [parameter for parameter in parameters if not _is_authorization(parameter)]
+                operation["security"] = [{"bearer": []}]
     for unused in ("HTTPValidationError", "ValidationError"):
         components.pop(unused, None)
     components.setdefault("Refusal", Refusal.model_json_schema())

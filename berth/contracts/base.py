@@ -12,6 +12,15 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SerializerFunct
 Number = int | float
 
 
+# Constraints a server module checks itself, with its own one-line message and status (400), stated here so that
+# /openapi.json states them too: a field declares them with `json_schema_extra` (the schema says it; the check and
+# its message stay where they were). The server modules compile these same patterns.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # a user, group or organization name
+SECRET_REF_PATTERN = r"^secret://(user|group|organization)/([A-Za-z0-9][A-Za-z0-9._-]{0,127})$"
+DURATION_PATTERN = r"^\s*[0-9]{1,9}[smhdw]\s*$"  # berth/tokens.parse_duration: 30m, 8h, 7d
+SECRET_TYPES = ("hf", "value")
+
+
 class Payload(BaseModel):
     """A request or Temporal payload (workflows/payloads.py derives from it too)."""
 

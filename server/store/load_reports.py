@@ -13,7 +13,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from enum import Enum
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
@@ -33,6 +33,10 @@ class Source(str, Enum):
 
 
 class LoadReport(BaseModel):
+    # Its own title in /openapi.json: berth.contracts.LoadReport is another model, and a generated client names
+    # each class by its title.
+    model_config = ConfigDict(title="StoredLoadReport")
+
     id: int
     endpoint_id: str
     source: Source
