@@ -93,7 +93,7 @@ def _served_methods(app: FastAPI, request: Request) -> list[str]:
                 if route.path_format and route.matches(request.scope)[0] is not Match.NONE]
     if not matching:
         return []
-    specific = min(matching, key=lambda route: route.path_format.count("{")).path_format
+    specific = min(matching, key=lambda route: str(route.path_format).count("{")).path_format
     return sorted({method for route in matching if route.path_format == specific for method in route.methods or ()})
 
 

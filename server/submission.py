@@ -41,7 +41,7 @@ class StartRequest(BaseModel):
     entry: str
     values: dict[str, Any] = {}
     # The workflow's ID; None: the entry's slug and a random suffix. Checked below with its own message.
-    name: str | None = Field(None, json_schema_extra={"pattern": WORKFLOW_NAME.pattern})
+    name: str | None = Field(default=None, json_schema_extra={"pattern": WORKFLOW_NAME.pattern})
 
     @field_validator("name")
     @classmethod

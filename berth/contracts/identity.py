@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pydantic import Field
+from pydantic.config import JsonDict
 
 from berth.contracts.base import NAME_PATTERN, Payload, Response
 
-_NAME = {"pattern": NAME_PATTERN}  # checked by server/routes/identity.py, 400 in one line
+_NAME: JsonDict = {"pattern": NAME_PATTERN}  # checked by server/routes/identity.py, 400 in one line
 
 
 class UserView(Response):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pydantic import Field
+from pydantic.config import JsonDict
 
 from berth.contracts.base import SECRET_REF_PATTERN, SECRET_TYPES, Payload, Response
 
-_REF = {"pattern": SECRET_REF_PATTERN}  # checked by server/secrets.py, 400 in one line
+_REF: JsonDict = {"pattern": SECRET_REF_PATTERN}  # checked by server/secrets.py, 400 in one line
 
 
 class SecretCreated(Response):

@@ -19,6 +19,8 @@ from berth.security import Identity
 from server.app import build_context, create_app
 
 ADMIN = Identity(user="client-admin", groups=("default",), org="default", admin=True)
+# Its own venv (mk/openapi-client.mk, a dependency of `make test`): it pins an older typer than Berth's CLI uses.
+GENERATOR = Path(__file__).parents[2] / ".tools" / "openapi-python-client" / "bin" / "openapi-python-client"
 # No post hooks: the generator would run ruff over the package, which the test does not need.
 CONFIG = "project_name_override: berth_api\npackage_name_override: berth_api\npost_hooks: []\n"
 
@@ -29,7 +31,8 @@ def generated(tmp_path: Path) -> Iterator[tuple[ModuleType, Any, str]]:
     app = create_app(context)
     (tmp_path / "openapi.json").write_text(json.dumps(app.openapi()))
     (tmp_path / "config.yml").write_text(CONFIG)
-    subprocess.run([sys.executable, "-m", "openapi_python_client", "generate", "--path", "openapi.json",
+    assert GENERATOR.exists(), f"{GENERATOR} is missing: run `make openapi-client`"
+    subprocess.run([str(GENERATOR), "generate", "--path", "openapi.json",
                     "--config", "config.yml", "--meta", "none", "--output-path", "berth_api",
                     "--fail-on-warning"], cwd=tmp_path, check=True, capture_output=True, timeout=120)
     sys.path.insert(0, str(tmp_path))
