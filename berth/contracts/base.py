@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import types
 from functools import cache
-from typing import Any
+from typing import Any, Union, get_args, get_origin
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 # A JSON number read back as it was sent: a bare `float` field would turn the 80 an agent reported into
 # 80.0, and `-o json` would print other bytes than the API sent.
@@ -21,7 +30,42 @@ DURATION_PATTERN = r"^\s*[0-9]{1,9}[smhdw]\s*$"  # berth/tokens.parse_duration: 
 SECRET_TYPES = ("hf", "value")
 
 
-class Payload(BaseModel):
+class JsonScalars(BaseModel):
+    """A model that refuses `true`/`false` for a number and a number for a boolean, as its JSON schema says: pydantic
+    would read `false` as 0 and `1` as true, and a request the document calls invalid would be served."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _json_scalars(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, kind in _scalar_fields(cls).items():
+                value = data.get(key)
+                if kind is bool and isinstance(value, int | float) and not isinstance(value, bool):
+                    raise ValueError(f"{key} is true or false, not a number")
+                if kind is float and isinstance(value, bool):
+                    raise ValueError(f"{key} is a number, not true or false")
+        return data
+
+
+@cache
+def _scalar_fields(model: type[BaseModel]) -> dict[str, type]:
+    """Each input name of `model`'s boolean fields → bool, and of its number fields → float (an optional one too)."""
+    kinds: dict[str, type] = {}
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        options = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+        present = {option for option in options if option is not type(None)}
+        kind = bool if present == {bool} else float if present and present <= {int, float} else None
+        if kind is None:
+            continue
+        alias = field.validation_alias
+        names = [choice for choice in alias.choices if isinstance(choice, str)] if isinstance(alias, AliasChoices) \
+            else [alias] if isinstance(alias, str) else [field.alias or name]
+        kinds.update(dict.fromkeys(names, kind))
+    return kinds
+
+
+class Payload(JsonScalars):
     """A request or Temporal payload (workflows/payloads.py derives from it too)."""
 
     model_config = ConfigDict(frozen=True)

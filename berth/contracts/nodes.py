@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import ConfigDict, Field
 
 from berth.contracts.base import Number, OpenResponse, Payload, Response
+from berth.contracts.placement import MAX_HOLDINGS, NodeHolding
 
 
 class GpuReport(Payload):
@@ -42,7 +43,9 @@ class NodeInventory(Payload):
     volumes: list[str] = []
     port_start: int = Field(0, ge=0, le=65535)
     models: list[Any] | None = None  # cache digests: the store keeps the well-formed ones (server/store/database.py)
-    held: list[Any] | None = None
+    # Checked item by item by server/store/fencing.py (400 in one line); the schema states the same shape.
+    held: list[Any] | None = Field(None, json_schema_extra={"items": NodeHolding.model_json_schema(),
+                                                            "maxItems": MAX_HOLDINGS})
 
 
 class NodeState(Response):

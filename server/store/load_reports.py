@@ -18,6 +18,7 @@ from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from berth.contracts import PoolFacts
+from berth.contracts.base import JsonScalars
 from server.store.tables import EndpointRow, LoadReportRow, ReplicaRow, StoreLockRow
 
 # The autoscaler's rate (control/autoscaler.py) is the mean over this window: smooth enough, quick enough. It is
@@ -64,7 +65,7 @@ class AutoscalerView(BaseModel):
     reports: list[LoadReport] = []
 
 
-class AutoscalerLease(BaseModel):
+class AutoscalerLease(JsonScalars):  # `ttl_s: false` refused, as its schema says
     holder: str  # the control worker's id for this process
     ttl_s: float = 5.0
 
