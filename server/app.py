@@ -53,6 +53,13 @@ async def _berth_error(_request: Request, error: BerthError) -> JSONResponse:
     return JSONResponse({"detail": str(error), "code": error.code}, status_code=error.http_status)
 
 
+async def _out_of_range(_request: Request, _error: OverflowError) -> JSONResponse:
+    """The net under the contracts' bounds: an integer past what a store column holds fails the driver's conversion
+    (SQLite: OverflowError); the caller sent it, so the answer is theirs to mend (400), never a 500."""
+    return JSONResponse({"detail": "A number in the request is too large for Berth to store; send a smaller one.",
+                         "code": "invalid_input"}, status_code=400)
+
+
 def create_app(context: ServerContext, tracer_provider: TracerProvider | None = None) -> FastAPI:
     """The API. `tracer_provider`: a test's own; None: the process's (berth/telemetry.setup_tracing), whose spans
     carry a URL's query with its values redacted."""
@@ -61,11 +68,12 @@ def create_app(context: ServerContext, tracer_provider: TracerProvider | None = 
     # One schema per model, not an -Input and an -Output twin: a client generated from the document gets one class.
     app = FastAPI(title="Berth control plane", separate_input_output_schemas=False,
                   telemetry={"tracer_provider": tracer_provider, "logs": False, "auto_configure": False},
-                  dependencies=[Depends(request_limits.check_path_ids)])
+                  dependencies=[Depends(request_limits.check_path_ids), Depends(request_limits.check_query_once)])
     app.state.context = context
     request_limits.install(app, context.settings.max_request_body_bytes)
     control_metrics.install(app, context)  # after the body limit: its timer is the outermost middleware
     app.exception_handler(BerthError)(_berth_error)
+    app.exception_handler(OverflowError)(_out_of_range)
     for router in ROUTERS:
         app.include_router(router)
     console.install(app)  # the web console at /ui: pages over these same routes, as the signed-in user

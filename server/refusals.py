@@ -124,7 +124,9 @@ def _amend(schema: dict[str, Any]) -> None:
             for status in _statuses(operation):
                 answers.setdefault(str(status), {"description": WHY[status], "content": REFUSAL})
             for parameter in parameters:
-                if parameter["in"] == "path":
+                if parameter["in"] == "path" and parameter["schema"].get("type") == "integer":
+                    parameter["schema"].update(minimum=0)  # an ID is digits only: never a sign
+                elif parameter["in"] == "path":
                     parameter["schema"].update(pattern=PATH_ID_PATTERN, maxLength=PATH_ID_MAX_LENGTH)
             # The guards read the Authorization header themselves (server/guards.py); the document states it as
             # what it is, a bearer token, so that clients and fuzzers send one rather than any string.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Path
 from starlette.concurrency import run_in_threadpool
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.service import RPCError
@@ -21,6 +21,7 @@ from berth.contracts import (
     WorkflowUpdated,
     WorkflowUpdateRequest,
 )
+from berth.contracts.base import INT32_MAX
 from berth.errors import NotFoundError, UserInputError
 from catalog.definition import WorkflowDefinition
 from server.access import WorkflowAccess
@@ -140,7 +141,8 @@ async def list_revisions(workflow_id: str, access: ReadableWorkflow, context: Co
 
 
 @router.get("/v1/workflows/{workflow_id}/revisions/{revision}", response_model=WorkflowRevisionDefinition)
-async def read_revision(workflow_id: str, revision: int, context: Context, access: DefinitionReader) -> dict[str, Any]:
+async def read_revision(workflow_id: str, revision: Annotated[int, Path(le=INT32_MAX)], context: Context,
+                        access: DefinitionReader) -> dict[str, Any]:
     revisions: list[Revision] = await run_in_threadpool(context.store.revisions.revisions, access.row)
     found = next((r for r in revisions if r.revision == revision), None)
     if found is None:
