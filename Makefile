@@ -30,6 +30,8 @@ TEST_DEPS += redis
 TEST_DEPS += prometheus
 # Debian's chromium, the real browser the console's tests drive through Playwright: mk/chromium.mk.
 TEST_DEPS += chromium
+# openapi-python-client, in its own venv, for the test that generates a client from /openapi.json: mk/openapi-client.mk.
+TEST_DEPS += openapi-client
 HF_MIRRORS ?= .state/hf-mirrors
 
 # Everything the suite needs; the real-engine parts come from mk/engines.mk and mk/litellm.mk.
@@ -42,7 +44,7 @@ test: venv $(TEST_DEPS)
 	$(PYTEST_RUN) $(PYTEST_ARGS)
 
 # Without the real engine and LiteLLM: the simulator-backed suite only.
-test-fast: venv
+test-fast: venv openapi-client
 	$(PYTEST_RUN) -m "not real_engine and not litellm and not postgres and not redis and not browser and not prometheus" $(PYTEST_ARGS)
 
 demo: venv $(DEMO_DEPS)

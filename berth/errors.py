@@ -1,5 +1,7 @@
 """Berth's exceptions; each subclasses the builtin it refines so callers can catch broadly.
 
+Each carries `code`, the machine-readable word the API sends beside the message (`{"detail", "code"}`).
+
     BerthError(Exception)                       base: message is shown to the user as is
     ├── UserInputError(BerthError, ValueError)  bad values, unknown entry/parameter (HTTP 400)
     │   └── CapacityError                       cannot fit any node / beyond cluster limits (HTTP 422)
@@ -28,31 +30,39 @@ class BerthError(Exception):
     """Base class; `str(error)` is a complete sentence saying what is wrong and what to do."""
 
     http_status = 500
+    code = "internal"
 
 
 class UserInputError(BerthError, ValueError):
     http_status = 400
+    code = "invalid_input"
 
 
 class CapacityError(UserInputError):
     http_status = 422
+    code = "over_capacity"
 
 
 class NotFoundError(BerthError, LookupError):
     http_status = 404
+    code = "not_found"
 
 
 class PermissionDeniedError(BerthError, PermissionError):
     http_status = 403
+    code = "permission_denied"
 
 
 class AuthenticationError(BerthError, PermissionError):
     http_status = 401
+    code = "unauthenticated"
 
 
 class ConflictError(BerthError, RuntimeError):
     http_status = 409
+    code = "conflict"
 
 
 class UnavailableError(BerthError, ConnectionError):
     http_status = 503
+    code = "unavailable"

@@ -12,6 +12,7 @@ import httpx
 import jwt
 from pydantic import BaseModel, Field
 
+from berth.contracts.base import DURATION_PATTERN
 from berth.errors import UserInputError
 
 # At most 9 digits: enough for any real lifetime in seconds, and no 60-digit integer reaches the signer.
@@ -86,7 +87,7 @@ class RevokeBody(BaseModel):
 
 
 class TokenMintBody(BaseModel):
-    expiration: str = Field("8h", max_length=64)
+    expiration: str = Field("8h", max_length=64, json_schema_extra={"pattern": DURATION_PATTERN})
     note: str = Field("", max_length=200)
 
 

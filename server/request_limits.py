@@ -1,6 +1,6 @@
 """What the API refuses before any route runs: bodies over the cluster's limit (413), JSON bodies nested deeper
-than berth.bounded_parse allows (400), path IDs outside the ID grammar (400), and malformed bodies — each as one
-short line that never echoes the input."""
+than berth.bounded_parse allows (400), path IDs outside the ID grammar (400), a query parameter given twice (400),
+and malformed bodies — each as one short line that never echoes the input."""
 
 from __future__ import annotations
 
@@ -28,6 +28,16 @@ async def check_path_ids(request: Request) -> None:
         if not isinstance(value, str) or not ID.fullmatch(value) or ".." in value:
             raise UserInputError(f"'{shown(value)}' is not a valid {name.replace('_', ' ')}: IDs are letters, "
                                  "digits, '.', '_' or '-' (at most 128).")
+
+
+async def check_query_once(request: Request) -> None:
+    """An app-wide dependency: refuse a query parameter given more than once. Every one the API reads is one value,
+    as its document says; FastAPI would silently keep the last."""
+    names = [name for name, _value in request.query_params.multi_items()]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise UserInputError(f"The query parameter '{shown(repeated[0])}' is given {names.count(repeated[0])} times; "
+                             "give it once.")
 
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -150,4 +160,4 @@ def install(app: FastAPI, max_body_bytes: int) -> None:
         where = ".".join(str(part) for part in first.get("loc", ())) or "body"
         more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
         message = f"The request is malformed at {shown(where)}: {shown(first.get('msg', 'invalid'))}{more}."
-        return JSONResponse({"detail": message}, status_code=422)
+        return JSONResponse({"detail": message, "code": "invalid_request"}, status_code=422)

@@ -8,7 +8,7 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from berth.contracts import PoolFacts
 from berth.errors import NotFoundError
@@ -40,12 +40,13 @@ WORKFLOW_NAME = re.compile(r"^[a-z][a-z0-9-]{1,62}$")
 class StartRequest(BaseModel):
     entry: str
     values: dict[str, Any] = {}
-    name: str | None = None  # the workflow's ID; None: the entry's slug and a random suffix
+    # The workflow's ID; None: the entry's slug and a random suffix. Checked below with its own message.
+    name: str | None = Field(default=None, json_schema_extra={"pattern": WORKFLOW_NAME.pattern})
 
     @field_validator("name")
     @classmethod
     def _name(cls, name: str | None) -> str | None:
-        if name is not None and not WORKFLOW_NAME.match(name):
+        if name is not None and not WORKFLOW_NAME.fullmatch(name):
             raise ValueError("name: 2 to 63 characters of a-z, 0-9 and '-', starting with a letter")
         return name
 

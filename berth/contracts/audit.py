@@ -10,7 +10,7 @@ from enum import Enum
 
 from pydantic import Field
 
-from berth.contracts.base import Payload, Response
+from berth.contracts.base import INT64_MAX, Payload, Response
 from berth.contracts.choices import MAX_AUDIT_LIST as MAX_AUDIT_LIST  # re-exported: defined apart for the CLI
 
 MAX_AUDIT_BATCH = 1000  # records per POST /v1/internal/audit; the writer sends at most 200
@@ -30,8 +30,8 @@ class AuditRecord(Payload):
     phase: AuditPhase
     request_id: str = Field(min_length=1, max_length=ID_LENGTH)  # links an ATTEMPT to its outcome
     status: int = Field(default=0, ge=0, le=999)  # the HTTP status sent; 0 for an ATTEMPT or none sent
-    tokens_in: int = Field(default=0, ge=0)
-    tokens_out: int = Field(default=0, ge=0)
+    tokens_in: int = Field(default=0, ge=0, le=INT64_MAX)
+    tokens_out: int = Field(default=0, ge=0, le=INT64_MAX)
     key_id: str | None = Field(default=None, max_length=ID_LENGTH)  # the API key's id, when one is used
     user: str | None = Field(default=None, max_length=ID_LENGTH)  # None: an anonymous caller (public)
     endpoint_id: str = Field(max_length=ID_LENGTH)

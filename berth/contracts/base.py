@@ -2,17 +2,92 @@
 
 from __future__ import annotations
 
+import types
 from functools import cache
-from typing import Any
+from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 # A JSON number read back as it was sent: a bare `float` field would turn the 80 an agent reported into
 # 80.0, and `-o json` would print other bytes than the API sent.
 Number = int | float
+# A number at least 0, the bound stated on each member: on `Number` itself pydantic writes an `ge` JSON Schema does
+# not know, and the document would call a negative value valid.
+NonNegativeNumber = Annotated[int, Field(ge=0)] | Annotated[float, Field(ge=0)]
+# Bounds of integers a store column keeps: a larger value is refused in one line (422) instead of failing the insert
+# (500). A count (a BIGINT column) stops at JSON's largest safe integer, 2**53 - 1: past it JSON readers and schema
+# validators compare as doubles, and 2**63 - 1 itself reads as 2**63. An INTEGER column (PostgreSQL: 32 bits), such
+# as a revision or a process id, at 2**31 - 1.
+INT64_MAX = 2**53 - 1
+INT32_MAX = 2**31 - 1
 
 
-class Payload(BaseModel):
+# Constraints a server module checks itself, with its own one-line message and status (400), stated here so that
+# /openapi.json states them too: a field declares them with `json_schema_extra` (the schema says it; the check and
+# its message stay where they were). The server modules compile these same patterns.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # a user, group or organization name
+SECRET_REF_PATTERN = r"^secret://(user|group|organization)/([A-Za-z0-9][A-Za-z0-9._-]{0,127})$"
+DURATION_PATTERN = r"^\s*[0-9]{1,9}[smhdw]\s*$"  # berth/tokens.parse_duration: 30m, 8h, 7d
+SECRET_TYPES = ("hf", "value")
+
+
+class JsonScalars(BaseModel):
+    """A model that refuses `true`/`false` for a number and a number for a boolean, as its JSON schema says: pydantic
+    would read `false` as 0 and `1` as true, and a request the document calls invalid would be served."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _json_scalars(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, (kind, many) in _scalar_fields(cls).items():
+                value = data.get(key)
+                values = value if many and isinstance(value, list | tuple) else () if many else (value,)
+                for item in values:
+                    if kind is bool and isinstance(item, int | float) and not isinstance(item, bool):
+                        raise ValueError(f"{key} holds true or false, not a number")
+                    if kind is float and isinstance(item, bool):
+                        raise ValueError(f"{key} holds numbers, not true or false")
+        return data
+
+
+def _scalar_kind(annotation: Any) -> type | None:
+    """bool for a boolean, float for a number (int, float or both), optional or not; else None."""
+    options = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    present = {get_args(option)[0] if get_origin(option) is Annotated else option
+               for option in options if option is not type(None)}
+    return bool if present == {bool} else float if present and present <= {int, float} else None
+
+
+@cache
+def _scalar_fields(model: type[BaseModel]) -> dict[str, tuple[type, bool]]:
+    """Each input name of `model`'s boolean and number fields (and lists or tuples of them: many) → (bool or float,
+    many)."""
+    kinds: dict[str, tuple[type, bool]] = {}
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        kind, many = _scalar_kind(annotation), False
+        if kind is None and get_origin(annotation) in (list, tuple):
+            items = [item for item in get_args(annotation) if item is not Ellipsis]
+            kinds_of_items = {_scalar_kind(item) for item in items}
+            kind, many = (kinds_of_items.pop(), True) if len(kinds_of_items) == 1 else (None, False)
+        if kind is None:
+            continue
+        alias = field.validation_alias
+        names = [choice for choice in alias.choices if isinstance(choice, str)] if isinstance(alias, AliasChoices) \
+            else [alias] if isinstance(alias, str) else [field.alias or name]
+        kinds.update(dict.fromkeys(names, (kind, many)))
+    return kinds
+
+
+class Payload(JsonScalars):
     """A request or Temporal payload (workflows/payloads.py derives from it too)."""
 
     model_config = ConfigDict(frozen=True)
@@ -25,10 +100,14 @@ class Response(BaseModel):
 
 
 class Refusal(Response):
-    """What the API answers for a refusal it makes itself (server/app.py maps each Berth error): one line,
-    never the caller's input whole. Routes name it in their OpenAPI `responses`, status by status."""
+    """The API's one error shape, for every refusal it makes (server/app.py maps each Berth error; a request
+    FastAPI cannot validate answers 422 in it too): `detail`, one line that never quotes the caller's input
+    whole, and `code`, a machine-readable word for the kind of refusal (berth/errors.py), absent where the
+    refusal is made before Berth's code runs (an oversized body, an unknown path). Every route declares it
+    in /openapi.json for every status it may refuse with (server/refusals.py)."""
 
     detail: str
+    code: str | None = None
 
 
 class OpenResponse(Response):

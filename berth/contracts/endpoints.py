@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from berth.contracts.base import OpenResponse, Payload, Renamed, Response, formerly
+from berth.contracts.base import DURATION_PATTERN, OpenResponse, Payload, Renamed, Response, formerly
 
 
 class CopyView(Response):
@@ -119,7 +119,7 @@ class EndpointClientFacts(Response):
 
 # --- requests ------------------------------------------------------------------------------------------
 class EndpointTokenRequest(Payload):
-    expiration: str = "8h"
+    expiration: str = Field("8h", json_schema_extra={"pattern": DURATION_PATTERN})  # berth/tokens.parse_duration
     note: str = Field("", max_length=200)  # why it exists, shown by `berth endpoint tokens`
 
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from berth.contracts.base import Payload, Response
+from pydantic import Field
+from pydantic.config import JsonDict
+
+from berth.contracts.base import NAME_PATTERN, Payload, Response
+
+_NAME: JsonDict = {"pattern": NAME_PATTERN}  # checked by server/routes/identity.py, 400 in one line
 
 
 class UserView(Response):
@@ -19,15 +24,15 @@ class GroupView(Response):
 
 # --- requests ------------------------------------------------------------------------------------------
 class UserRequest(Payload):
-    name: str
-    org: str = "default"
-    groups: list[str] = []
+    name: str = Field(json_schema_extra=_NAME)
+    org: str = Field("default", json_schema_extra=_NAME)
+    groups: list[str] = Field([], json_schema_extra={"items": {"type": "string", **_NAME}})
     admin: bool = False
 
 
 class GroupRequest(Payload):
-    name: str
-    org: str = "default"
+    name: str = Field(json_schema_extra=_NAME)
+    org: str = Field("default", json_schema_extra=_NAME)
 
 
 class MemberRequest(Payload):

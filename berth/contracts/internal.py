@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from berth.contracts.base import OpenResponse, Payload, Renamed, Response, formerly
+from berth.contracts.base import INT32_MAX, INT64_MAX, OpenResponse, Payload, Renamed, Response, formerly
 from berth.contracts.limits import LimitPolicy
 from berth.contracts.rollouts import CopyOutcomes
 
@@ -119,9 +119,9 @@ class RequestCounters(Payload, Renamed):
     """What the LiteLLM sync hook posts (gateway.litellm_hooks.replica_sync.RequestSnapshot; other fields ignored).
     `replicas` is the old name of `copies` (deprecated; read too for one release)."""
 
-    pid: int
+    pid: int = Field(ge=-INT32_MAX - 1, le=INT32_MAX)
     started_at: float
-    requests_total: int
+    requests_total: int = Field(ge=-INT64_MAX - 1, le=INT64_MAX)
     copies: tuple[str, ...] = formerly("replicas", "copies", ())  # copy ids LiteLLM routes to now
 
 
@@ -135,5 +135,5 @@ class OwnerTokenRequest(Payload):
 
 
 class LoadReport(Payload):
-    requests: int  # requests the endpoint proxy admitted since its last report
+    requests: int = Field(ge=-INT64_MAX - 1, le=INT64_MAX)  # requests the endpoint proxy admitted since its last report
     copies: dict[str, CopyOutcomes] = {}  # how each copy answered them (a canary is judged on these)

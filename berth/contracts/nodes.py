@@ -7,7 +7,8 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from berth.contracts.base import Number, OpenResponse, Payload, Response
+from berth.contracts.base import NonNegativeNumber, Number, OpenResponse, Payload, Response
+from berth.contracts.placement import MAX_HOLDINGS, NodeHolding
 
 
 class GpuReport(Payload):
@@ -18,8 +19,8 @@ class GpuReport(Payload):
 
     index: int = Field(ge=0, le=1023)
     name: str = Field("", max_length=256)
-    memory_gb: Number = Field(0, ge=0)
-    memory_free_gb: Number | None = Field(None, ge=0)
+    memory_gb: NonNegativeNumber = 0
+    memory_free_gb: NonNegativeNumber | None = None
     uuid: str | None = Field(None, max_length=256)  # a simulated GPU's holds its node's id (128 at most)
     pci_bus_id: str | None = Field(None, max_length=64)
     temperature_c: int | None = None
@@ -36,13 +37,15 @@ class NodeInventory(Payload):
     gpus: list[GpuReport] = Field(default=[], max_length=256)
     gpu_source: str | None = Field(None, max_length=1024)  # "nvml", or why NVML is unavailable
     cpus: int = Field(0, ge=0)
-    memory_gb: Number = Field(0, ge=0)
+    memory_gb: NonNegativeNumber = 0
     labels: dict[str, str] = {}
     taints: list[str] = []
     volumes: list[str] = []
     port_start: int = Field(0, ge=0, le=65535)
     models: list[Any] | None = None  # cache digests: the store keeps the well-formed ones (server/store/database.py)
-    held: list[Any] | None = None
+    # Checked item by item by server/store/fencing.py (400 in one line); the schema states the same shape.
+    held: list[Any] | None = Field(None, json_schema_extra={"items": NodeHolding.model_json_schema(),
+                                                            "maxItems": MAX_HOLDINGS})
 
 
 class NodeState(Response):

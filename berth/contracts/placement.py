@@ -4,9 +4,11 @@ ports), in the one pydantic base every Temporal payload derives from (workflows/
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
-from berth.contracts.base import Payload
+from berth.contracts.base import INT32_MAX, Payload
 
 
 class RankPlacement(Payload):
@@ -57,8 +59,9 @@ class NodeHolding(Payload):
     """What one live rank process on a node holds, as its node agent reports it in each heartbeat."""
 
     owner: str = Field(max_length=160)  # the copy id
-    gpus: tuple[int, ...] = Field(default=(), max_length=64)
-    ports: tuple[int, ...] = Field(default=(), max_length=4)
+    # Bounded as a node's GPU indices (GpuReport) and ports are: an index past a store column's range answered 500.
+    gpus: tuple[Annotated[int, Field(ge=0, le=1023)], ...] = Field(default=(), max_length=64)
+    ports: tuple[Annotated[int, Field(ge=0, le=65535)], ...] = Field(default=(), max_length=4)
 
 
 class CopyReadiness(Payload):
@@ -75,7 +78,7 @@ class CopyRecord(Payload):
     copy_id: str
     url: str
     ready: bool = True
-    revision: int = 1  # the workflow revision the copy serves
+    revision: int = Field(1, ge=-INT32_MAX - 1, le=INT32_MAX)  # the workflow revision the copy serves
 
 
 class FrontPortRequest(Payload):

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from berth.contracts.base import Payload, Response
+from berth.contracts.base import INT64_MAX, Payload, Response
 from berth.contracts.choices import RolloutAction, RolloutKind  # re-exported: defined apart for the CLI
 
 MAX_STEPS = 20
@@ -145,10 +145,10 @@ class ServedRevision(Payload):
 class CopyOutcomes(Payload):
     """What one endpoint proxy saw of one copy since its last load report."""
 
-    requests: int = Field(default=0, ge=0)
-    errors: int = Field(default=0, ge=0)  # answered 5xx, or failed before an answer
+    requests: int = Field(default=0, ge=0, le=INT64_MAX)
+    errors: int = Field(default=0, ge=0, le=INT64_MAX)  # answered 5xx, or failed before an answer
     ttft_sum_s: float = Field(default=0.0, ge=0)  # time to the first byte of the copy's answer, summed
-    ttft_count: int = Field(default=0, ge=0)
+    ttft_count: int = Field(default=0, ge=0, le=INT64_MAX)
 
 
 class RevisionHealth(Response):

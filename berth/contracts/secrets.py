@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pydantic import Field
+from pydantic.config import JsonDict
 
-from berth.contracts.base import Payload, Response
+from berth.contracts.base import SECRET_REF_PATTERN, SECRET_TYPES, Payload, Response
+
+_REF: JsonDict = {"pattern": SECRET_REF_PATTERN}  # checked by server/secrets.py, 400 in one line
 
 
 class SecretCreated(Response):
@@ -30,12 +33,12 @@ class ResolvedSecret(Response):
 
 # --- requests ------------------------------------------------------------------------------------------
 class SecretRequest(Payload):
-    ref: str
-    type: str
+    ref: str = Field(json_schema_extra=_REF)
+    type: str = Field(json_schema_extra={"enum": list(SECRET_TYPES)})
     value: str = Field(repr=False)
     group: str | None = None
 
 
 class ResolveRequest(Payload):
-    ref: str
+    ref: str = Field(json_schema_extra=_REF)
     user: str

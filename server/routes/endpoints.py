@@ -22,11 +22,12 @@ from server.access import in_scope
 from server.context import Context
 from server.guards import Caller, ReachableEndpoint, VisibleEndpoint
 from server.pool_query import pool_status
+from server.refusals import refusals
 from server.views import endpoint_url, endpoint_view
 from workflows.payloads import PoolStatus
 from workflows.pool_workflow import PoolWorkflow
 
-router = APIRouter()
+router = APIRouter(responses=refusals(503))  # Temporal unreachable
 
 
 @router.get("/v1/endpoints", response_model=list[EndpointView], response_model_exclude_unset=True)

@@ -10,17 +10,19 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from berth.contracts import GroupRequest, GroupView, MemberRequest, UserRequest, UserView
+from berth.contracts.base import NAME_PATTERN
 from berth.errors import UserInputError
 from server.context import Context
 from server.guards import Admin, Caller
+from server.refusals import refusals
 from server.views import user_json
 
-router = APIRouter()
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+router = APIRouter(responses=refusals(409))  # a user or group that exists already
+NAME = re.compile(NAME_PATTERN)
 
 
 def _check_name(kind: str, name: str) -> str:
-    if not NAME.match(name):
+    if not NAME.fullmatch(name):  # never a trailing newline, as the schema's pattern
         raise UserInputError(f"{kind} name '{name}' must be letters, digits, '.', '_' or '-' (at most 128).")
     return name
 

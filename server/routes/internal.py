@@ -44,6 +44,7 @@ from berth.tokens import TokenKind
 from server.access import in_scope
 from server.context import Context, ServerContext
 from server.guards import Admin, replica_keys_owner, service_audience, service_or_admin
+from server.refusals import refusals
 from server.replica_keys import REPLICA_KEYS_TOKEN_TTL_S, discoverable
 from server.store.copy_outcomes import traffic_of
 from server.store.load_reports import AutoscalerLease, AutoscalerView
@@ -52,7 +53,7 @@ from server.token_minting import mint_endpoint_token
 from server.views import replica_view
 
 log = logging.getLogger(__name__)
-router = APIRouter()
+router = APIRouter(responses=refusals(409, 503))  # a model name taken; no free service port
 ServiceOrAdmin = Depends(service_or_admin)
 # A LiteLLM service reads its pool's replica list with this token for as long as it runs; it reaches
 # nothing else (its audience is one endpoint's service routes), so a long life costs little.

@@ -16,8 +16,9 @@ from berth.errors import AuthenticationError, NotFoundError, PermissionDeniedErr
 from server.context import Context
 from server.control_metrics import ControlMetrics
 from server.guards import admin, caller
+from server.refusals import refusals
 
-router = APIRouter()
+router = APIRouter(responses=refusals(404))  # metrics turned off (BERTH_METRICS=off)
 LOOPBACK = frozenset({"127.0.0.1", "::1"})
 
 

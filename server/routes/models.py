@@ -21,10 +21,11 @@ from berth.contracts import (
 from berth.errors import UnavailableError
 from server.context import Context, ServerContext
 from server.guards import Admin, Caller
+from server.refusals import refusals
 from server.store.model_registry import ModelRegistry
 from server.store.model_usage import ModelUsage
 
-router = APIRouter()
+router = APIRouter(responses=refusals(409, 503))  # a model name taken or in use; no model job runner
 
 
 def registry(context: ServerContext) -> ModelRegistry:

@@ -13,11 +13,12 @@ from berth.contracts import NodeInventory, NodeState, NodeView, WorkflowDrainReq
 from server.access import allocation_labels
 from server.context import Context, ServerContext
 from server.guards import Admin, Caller
+from server.refusals import refusals
 from server.store import fencing
 from server.views import gpu_row
 from workflows.rollout_payloads import MoveRequest
 
-router = APIRouter()
+router = APIRouter(responses=refusals(503))  # Temporal unreachable while draining
 log = logging.getLogger(__name__)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Path
 from starlette.concurrency import run_in_threadpool
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.service import RPCError
@@ -21,12 +21,14 @@ from berth.contracts import (
     WorkflowUpdated,
     WorkflowUpdateRequest,
 )
+from berth.contracts.base import INT32_MAX
 from berth.errors import NotFoundError, UserInputError
 from catalog.definition import WorkflowDefinition
 from server.access import WorkflowAccess
 from server.context import Context, ServerContext
 from server.guards import ReadableWorkflow, owned_workflow
 from server.pool_query import pool_status
+from server.refusals import refusals
 from server.revisions import NothingToChange, prepare_update
 from server.routes.workflows import QUERY_TIMEOUT, DefinitionReader
 from server.store.revisions import Revision
@@ -36,7 +38,7 @@ from workflows.payloads import Owner, PoolInput, PoolStatus, ScaleRequest
 from workflows.pool_workflow import PoolWorkflow
 from workflows.rollout_payloads import RolloutRequest
 
-router = APIRouter()
+router = APIRouter(responses=refusals(409, 503))  # a rollout in progress; Temporal unreachable
 
 Updater = Annotated[WorkflowAccess, Depends(owned_workflow("update it"))]
 Steerer = Annotated[WorkflowAccess, Depends(owned_workflow("steer its rollout"))]
@@ -139,7 +141,8 @@ async def list_revisions(workflow_id: str, access: ReadableWorkflow, context: Co
 
 
 @router.get("/v1/workflows/{workflow_id}/revisions/{revision}", response_model=WorkflowRevisionDefinition)
-async def read_revision(workflow_id: str, revision: int, context: Context, access: DefinitionReader) -> dict[str, Any]:
+async def read_revision(workflow_id: str, revision: Annotated[int, Path(le=INT32_MAX)], context: Context,
+                        access: DefinitionReader) -> dict[str, Any]:
     revisions: list[Revision] = await run_in_threadpool(context.store.revisions.revisions, access.row)
     found = next((r for r in revisions if r.revision == revision), None)
     if found is None:

@@ -3,12 +3,13 @@ the control worker resolves them through the internal route)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
 from berth.contracts import SecretCreated, SecretRequest, SecretView
+from berth.contracts.base import SECRET_REF_PATTERN
 from server.context import Context
 from server.guards import Caller
 from server.store.secrets import Secrets
@@ -27,5 +28,6 @@ async def list_secrets(context: Context, who: Caller) -> list[dict[str, Any]]:
 
 
 @router.delete("/v1/secrets", status_code=204)
-async def delete_secret(ref: str, context: Context, who: Caller) -> None:
+async def delete_secret(ref: Annotated[str, Query(json_schema_extra={"pattern": SECRET_REF_PATTERN})], context: Context,
+                        who: Caller) -> None:
     await run_in_threadpool(Secrets(context.store).delete, who, ref)

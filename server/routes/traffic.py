@@ -3,10 +3,13 @@ proxy enforces, and a revision's health as the proxies saw its copies, which a c
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
 from berth.contracts import RevisionHealth, ServedRevision, TrafficSplit
+from berth.contracts.base import INT32_MAX
 from berth.errors import NotFoundError
 from catalog.definition import WorkflowDefinition
 from server.context import Context, ServerContext
@@ -23,7 +26,8 @@ async def set_traffic(endpoint_id: str, split: TrafficSplit, context: Context, _
 
 
 @router.get("/v1/internal/endpoints/{endpoint_id}/revision-health", response_model=RevisionHealth)
-async def revision_health(endpoint_id: str, revision: int, since: float, context: Context,
+async def revision_health(endpoint_id: str, revision: Annotated[int, Query(ge=-INT32_MAX - 1, le=INT32_MAX)],
+                          since: float, context: Context,
                           _who: Admin) -> RevisionHealth:
     return await run_in_threadpool(context.store.outcomes.health, endpoint_id, revision, since)
 

@@ -35,6 +35,7 @@ from server.context import Context, ServerContext
 from server.guards import Caller, ReadableWorkflow, owned_workflow
 from server.model_refs import register_first_use
 from server.pool_query import pool_status
+from server.refusals import refusals
 from server.store.tables import EndpointRow
 from server.submission import StartRequest, copy_timings, new_rows, prepare, with_generated_keys
 from server.views import endpoint_url, endpoint_view, scaling_of
@@ -42,7 +43,7 @@ from workflows.activity_stubs import activity_name, download_weights
 from workflows.payloads import Owner, PoolInput, PoolStatus, ScaleRequest, StopRequest
 from workflows.pool_workflow import PoolWorkflow
 
-router = APIRouter()
+router = APIRouter(responses=refusals(409, 503))  # a workflow name taken; Temporal unreachable
 QUERY_TIMEOUT = timedelta(seconds=5)
 # How a closed PoolWorkflow's Temporal status reads as its phase: it completes only once stopped.
 _CLOSED_PHASES = {WorkflowExecutionStatus.COMPLETED: "stopped", WorkflowExecutionStatus.FAILED: "failed"}

@@ -13,11 +13,12 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from enum import Enum
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from berth.contracts import PoolFacts
+from berth.contracts.base import JsonScalars
 from server.store.tables import EndpointRow, LoadReportRow, ReplicaRow, StoreLockRow
 
 # The autoscaler's rate (control/autoscaler.py) is the mean over this window: smooth enough, quick enough. It is
@@ -33,6 +34,10 @@ class Source(str, Enum):
 
 
 class LoadReport(BaseModel):
+    # Its own title in /openapi.json: berth.contracts.LoadReport is another model, and a generated client names
+    # each class by its title.
+    model_config = ConfigDict(title="StoredLoadReport")
+
     id: int
     endpoint_id: str
     source: Source
@@ -60,7 +65,7 @@ class AutoscalerView(BaseModel):
     reports: list[LoadReport] = []
 
 
-class AutoscalerLease(BaseModel):
+class AutoscalerLease(JsonScalars):  # `ttl_s: false` refused, as its schema says
     holder: str  # the control worker's id for this process
     ttl_s: float = 5.0
 

@@ -79,7 +79,7 @@ class Placements:
         for node_id, last_heartbeat, gpus, taints, volumes, draining, models in s.execute(columns):
             views.append(scheduler.NodeView(
                 id=node_id, ready=now - last_heartbeat <= self.node_offline_after_s,
-                gpus=tuple(scheduler.GpuView(int(g["index"]), float(g["memory_gb"])) for g in gpus),
+                gpus=tuple(scheduler.GpuView(int(g["index"]), float(g.get("memory_gb", 0))) for g in gpus),
                 busy_gpus=frozenset(busy.get(node_id, ())), taints=tuple(taints or ()),
                 volumes=frozenset(volumes or ()), draining=bool(draining), models=frozenset(models or ()),
             ))

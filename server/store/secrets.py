@@ -11,18 +11,19 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from berth.bounded_parse import TooDeep, load_json
+from berth.contracts.base import SECRET_REF_PATTERN, SECRET_TYPES
 from berth.errors import NotFoundError, PermissionDeniedError, UserInputError
 from berth.security import Identity
 from catalog.entry import Entry, ParameterType
 from server.store.database import Store
 from server.store.tables import SecretRow
 
-REFERENCE = re.compile(r"^secret://(user|group|organization)/([A-Za-z0-9][A-Za-z0-9._-]{0,127})$")
-TYPES = ("hf", "value")
+REFERENCE = re.compile(SECRET_REF_PATTERN)
+TYPES = SECRET_TYPES
 
 
 def parse_reference(ref: str) -> tuple[str, str]:
-    match = REFERENCE.match(ref)
+    match = REFERENCE.fullmatch(ref)  # never a trailing newline, as the schema's pattern
     if not match:
         raise UserInputError(f"'{ref}' is not a secret reference; use secret://user/NAME "
                              "(or secret://group/NAME, secret://organization/NAME).")
