@@ -8,12 +8,17 @@
     ├── HubUnavailableError(WeightsError, ConnectionError)  endpoint unreachable or 5xx/429: retry later
     └── HubRequestError(WeightsError, RuntimeError)         any other refusal from the endpoint
 
-The Temporal activity wrapper turns these into `ApplicationError(message, type=error_type,
-non_retryable=non_retryable)`; Temporal owns the retries, so a retryable error is raised after one attempt.
+`application_error` turns these into `ApplicationError(message, type=error_type,
+non_retryable=non_retryable)` for both download activities (weights_activity.py, model_jobs.py); Temporal
+owns the retries, so a retryable error is raised after one attempt.
 Messages never contain the token.
 """
 
 from __future__ import annotations
+
+import errno
+
+from temporalio.exceptions import ApplicationError
 
 
 class WeightsError(Exception):
@@ -47,6 +52,11 @@ class VolumeFullError(WeightsError, OSError):
 
     error_type = "VolumeFull"
 
+    @staticmethod
+    def matches(exc: BaseException) -> bool:
+        """Whether `exc` is the filesystem saying no more bytes fit (no space left, or over quota)."""
+        return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
 
 class HubUnavailableError(WeightsError, ConnectionError):
     """The endpoint could not be reached or answered 429/5xx; a later attempt may succeed."""
@@ -59,3 +69,8 @@ class HubRequestError(WeightsError, RuntimeError):
     """The endpoint refused the request for a reason not covered above."""
 
     error_type = "HubRequest"
+
+
+def application_error(error: WeightsError) -> ApplicationError:
+    """The Temporal failure an activity raises for `error`: its message and type, final or retryable by its class."""
+    return ApplicationError(str(error), type=error.error_type, non_retryable=error.non_retryable)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import fcntl
 import hashlib
 import logging
@@ -31,7 +30,7 @@ from urllib.parse import quote
 import httpx
 
 from activities.errors import GatedModelError, HubRequestError, HubUnavailableError, VolumeFullError, WeightsError
-from activities.model_resolve import RemoteFile, Resolved
+from activities.hub import RemoteFile, Resolved, status_verdict
 from berth.contracts.model_registry import ModelProgress
 
 logger = logging.getLogger(__name__)
@@ -350,7 +349,7 @@ async def _download(client: httpx.AsyncClient, url: str, file: RemoteFile, sink:
             raise HubUnavailableError(f"{file.path}: transfer from the endpoint failed "
                                       f"({type(exc).__name__}); the partial file is kept for the next attempt") from exc
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            if VolumeFullError.matches(exc):
                 raise VolumeFullError(f"{file.path}: no space left while writing it; free space or evict the "
                                       f"cache: berth model cache evict") from exc
             raise
@@ -367,11 +366,10 @@ def _raise_for_status(response: httpx.Response, file: RemoteFile) -> None:
     if status < 400:
         return
     where = f"{file.path} ({status} from the endpoint)"
-    if status in (401, 403):
-        raise GatedModelError(f"Access to {where} refused: check the token in HfTokenSecret")
-    if status == 429 or status >= 500:
-        raise HubUnavailableError(f"{where}: retry later")
-    raise HubRequestError(where)
+    verdict = status_verdict(status)  # the same verdict as activities.hub gives huggingface_hub's failures
+    if verdict is GatedModelError:
+        raise verdict(f"Access to {where} refused: check the token in HfTokenSecret")
+    raise verdict(f"{where}: retry later" if verdict is HubUnavailableError else where)
 
 
 async def _stream_body(response: httpx.Response, sink: _Sink, counters: _Counters, file: RemoteFile) -> None:

@@ -105,19 +105,19 @@ class ModelJobActivities:
             raise _fail(str(error), "ModelSource") from None
 
     def _resolve_hf(self, spec: JobModel, token: str | None, revision: str) -> object:
-        from activities.model_resolve import resolve
+        from activities.hub import resolve
 
         return resolve(self._endpoint(), spec.repo or "", revision, token, list(spec.allow_patterns) or None,
                        list(spec.ignore_patterns) or None)
 
     async def _resolve(self, spec: JobModel, revision: str) -> object:
-        from activities.errors import WeightsError
+        from activities.errors import WeightsError, application_error
 
         token = await self._hf_token(spec)
         try:
             return await asyncio.to_thread(self._resolve_hf, spec, token, revision)
         except WeightsError as error:
-            raise _fail(str(error), error.error_type, error.non_retryable) from None
+            raise application_error(error) from None
 
     # --- activities ---------------------------------------------------------------------------------
     @implements(stubs.resolve_model)
@@ -143,7 +143,7 @@ class ModelJobActivities:
             return DownloadedModel(node_id=self.context.node_id, staging=str(self.cache.digest_dir(spec.digest)),
                                    digest=spec.digest, size_bytes=resolved.size_bytes, files=resolved.files,
                                    bytes_transferred=0, verified=True, cached=True)
-        from activities.errors import WeightsError
+        from activities.errors import WeightsError, application_error
         from activities.model_fetch import fetch
 
         listing = await self._resolve(spec, resolved.commit)  # the pinned commit: the same files
@@ -154,7 +154,7 @@ class ModelJobActivities:
                 result = await fetch(listing, self._endpoint(), spec.repo or "", staging,  # type: ignore[arg-type]
                                      await self._hf_token(spec), reporter)
         except WeightsError as error:
-            raise _fail(str(error), error.error_type, error.non_retryable) from None
+            raise application_error(error) from None
         finally:
             await reporter.flush()
         entries = [ManifestEntry(path=path, size=size, sha256=sha) for path, (size, sha) in result.files.items()]

@@ -74,7 +74,7 @@ async def download_into_volume(context: NodeContext, request: WeightsInput,
         activity.heartbeat(DownloadProgress(bytes_done=size, bytes_total=size).model_dump())
         return WeightsResult(model_dir=str(target), bytes_total=size, dry_run=True)
     from activities import weights, weights_progress
-    from activities.errors import WeightsError
+    from activities.errors import WeightsError, application_error
 
     def report(progress: weights_progress.DownloadProgress) -> None:
         tally.progress(progress.bytes_done, progress.bytes_per_second)
@@ -92,7 +92,7 @@ async def download_into_volume(context: NodeContext, request: WeightsInput,
         with context.downloads.download() as tally:
             result = await weights.download_weights(request_spec, report)
     except WeightsError as error:
-        raise ApplicationError(str(error), type=error.error_type, non_retryable=error.non_retryable) from None
+        raise application_error(error) from None
     return WeightsResult(model_dir=result.local_dir, bytes_total=result.bytes_total,
                          bytes_transferred=result.bytes_downloaded, cache_hit=result.cache_hit,
                          digest=await _digest(Path(result.local_dir)), model=f"hf://{job.repo}@{result.commit}")

@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from activities.weights_volume import RemoteFile, bytes_on_disk
+from activities.hub import RemoteFile
+from activities.weights_volume import bytes_on_disk
 
 
 @dataclass(frozen=True)

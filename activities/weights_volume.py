@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
 from activities.errors import VolumeFullError
+from activities.hub import RemoteFile
 
 logger = logging.getLogger(__name__)
 
@@ -20,13 +20,6 @@ DOWNLOAD_CACHE = Path(".cache") / "huggingface" / "download"
 
 # Identity of a final file (inode, mtime, size), None when absent: a rewrite shows even at equal size.
 FileIdentity = tuple[int, int, int] | None
-
-
-@dataclass(frozen=True)
-class RemoteFile:
-    path: str
-    size: int
-    etag: str  # what huggingface_hub puts in the `.incomplete` name: LFS sha256, else the git blob id
 
 
 def prepare_volume(local_dir: Path, files: Sequence[RemoteFile], snapshot: str) -> tuple[dict[str, FileIdentity], int]:

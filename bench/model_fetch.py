@@ -1,4 +1,4 @@
-"""Model fetch throughput: activities.model_resolve + model_fetch vs a plain `snapshot_download`.
+"""Model fetch throughput: activities.hub (listing) + model_fetch vs a plain `snapshot_download`.
 
 Same run, same olah mirror, same repo (SmolLM2-135M-Instruct from .state/hf-mirrors), cold target each
 time, best of 3, the two alternating. Target (issue 16): fetch ≥ 0.95× plain, goal ≥ 1.0×. Prints JSON.
@@ -21,8 +21,8 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from huggingface_hub import snapshot_download  # noqa: E402
 
+from activities.hub import resolve  # noqa: E402
 from activities.model_fetch import fetch  # noqa: E402
-from activities.model_resolve import resolve  # noqa: E402
 from berth.hf_mirror import MirrorConfig, MirrorProcess  # noqa: E402
 
 MIRRORS = Path(os.environ.get("BERTH_HF_MIRRORS", REPO / ".state" / "hf-mirrors"))
