@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from berth.contracts.base import NonNegativeNumber, Number, OpenResponse, Payload, Response
+from berth.contracts.base import INT32_MAX, NonNegativeNumber, Number, OpenResponse, Payload, Response
 from berth.contracts.placement import MAX_HOLDINGS, NodeHolding
 
 
@@ -36,7 +36,7 @@ class NodeInventory(Payload):
     engine: str = Field(min_length=1, max_length=64)
     gpus: list[GpuReport] = Field(default=[], max_length=256)
     gpu_source: str | None = Field(None, max_length=1024)  # "nvml", or why NVML is unavailable
-    cpus: int = Field(0, ge=0)
+    cpus: int = Field(0, ge=0, le=INT32_MAX)  # an Integer column: past it the store cannot keep it (was a 400)
     memory_gb: NonNegativeNumber = 0
     labels: dict[str, str] = {}
     taints: list[str] = []

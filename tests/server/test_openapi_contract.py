@@ -118,6 +118,20 @@ async def test_an_empty_heartbeat_is_a_documented_one_line_refusal(contract_app:
     assert refusal["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Refusal"}
 
 
+async def test_a_heartbeat_count_the_store_cannot_keep_is_refused_as_the_document_says(contract_app: FastAPI) -> None:
+    """Schemathesis's find in a CI run: `cpus` past the store's Integer column was schema-valid and refused (400,
+    "too large for Berth to store"); the bound is now in the schema, so the refusal is the documented 422."""
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=contract_app), base_url="http://api",
+                                 headers=contract_app.state.admin_headers) as api:
+        document = (await api.get("/openapi.json")).json()
+        beat = {"address": "127.0.0.1", "engine": "simulator"}
+        kept = await api.post("/v1/nodes/node-3/heartbeat", json={**beat, "cpus": 2**31 - 1})
+        refused = await api.post("/v1/nodes/node-3/heartbeat", json={**beat, "cpus": 1084086282964935507968})
+    assert document["components"]["schemas"]["NodeInventory"]["properties"]["cpus"]["maximum"] == 2**31 - 1
+    assert kept.status_code == 200, kept.text
+    assert refused.status_code == 422 and refused.json()["code"] == "invalid_request", refused.text
+
+
 @pytest.mark.parametrize("value", ["a", "A-1_b.c", "a.", "a.b.c", "a..b", ".a", "-a", "a/b", "a b", "é", "a" * 128,
                                    "a" * 129, "a\n"])
 def test_the_documented_path_id_grammar_is_the_enforced_one(value: str) -> None:
