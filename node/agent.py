@@ -115,6 +115,15 @@ class NodeAgent:
         await supervisor.stop_unadopted(orphans)
         supervisor.drop_unclaimed_markers(marked)
 
+    async def rank_user_with_cache(self) -> RankUser | None:
+        """Who this agent's ranks run as (rank_user below), with the engine cache given to that user."""
+        user = await asyncio.to_thread(rank_user)
+        if user is not None:
+            # Once per agent: a cache filled by ranks that ran as root (BERTH_RANK_USER=none before) becomes
+            # the rank user's; each rank start then gives only the cache's top (activities/ranks.py).
+            await asyncio.to_thread(give, user, [self.context.engine_cache])
+        return user
+
     async def heartbeat_forever(self, api: ApiClient, supervisor: Supervisor, metrics: NodeMetrics | None) -> None:
         while True:
             try:
@@ -146,12 +155,7 @@ class NodeAgent:
         cipher = Cipher.load_or_create(self.state.keys)
         client = await connect(self.config.temporal_address, cipher)
         secrets_api = ApiClient(self.config.api_url, self.config.token)
-        user = await asyncio.to_thread(rank_user)
-        if user is not None:
-            # Once per agent: a cache filled by ranks that ran as root (BERTH_RANK_USER=none before) becomes
-            # the rank user's; each rank start then gives only the cache's top (activities/ranks.py).
-            await asyncio.to_thread(give, user, [self.context.engine_cache])
-        activities = NodeActivities(self.context, supervisor, secrets_api, user)
+        activities = NodeActivities(self.context, supervisor, secrets_api, await self.rank_user_with_cache())
         reaper = asyncio.create_task(self.reap_orphans(
             orphans, marked, supervisor, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
         standby = LiteLLMStandby(self.context.node_dir / "litellm-standby", litellm_standby_enabled())
