@@ -6,7 +6,9 @@
     ├── RevisionNotFoundError(WeightsError, LookupError)    the repository exists, the revision does not
     ├── VolumeFullError(WeightsError, OSError)              no space left on the weights volume
     ├── HubUnavailableError(WeightsError, ConnectionError)  endpoint unreachable or 5xx/429: retry later
-    └── HubRequestError(WeightsError, RuntimeError)         any other refusal from the endpoint
+    ├── HubRequestError(WeightsError, RuntimeError)         any other refusal from the endpoint
+    └── ChecksumMismatchError(WeightsError, ValueError)     a fetched file's bytes differ from the listing's: retried
+                                                            (defined beside the fetch: activities/model_fetch.py)
 
 `application_error` turns these into `ApplicationError(message, type=error_type,
 non_retryable=non_retryable)` for both download activities (weights_activity.py, model_jobs.py); Temporal
