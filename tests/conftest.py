@@ -16,6 +16,8 @@ import pytest
 
 from tests.support import RunningStack, free_port_base
 
+pytest_plugins = ["tests.group_budget"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
