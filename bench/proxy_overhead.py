@@ -30,6 +30,7 @@ import yaml
 
 from bench.common import cpu_seconds, emit, summary
 from bench.limits_admit import start_redis
+from bench.process_cpu import cpu_per_request, endpoint_of
 from bench.proxy_limits import LimitedStack, Target, audit_cost, start_limited, write_limits_file
 from berth.processes import free_port, stop_group_sync, wait_http_sync
 from stack.driver import RunningStack, free_port_base, litellm_bin
@@ -200,7 +201,9 @@ def _plain_figures(stack: RunningStack, direct: Target, proxied: Target,
             "proxy_cpu_ms_per_streamed_chunk": cpu_per_chunk_ms, "streamed_chunks": chunks,
             "rps_concurrency_32_httpx_load_generator": {
                 "direct": asyncio.run(throughput(direct[0], direct[1], 32, 6)),
-                "proxy": asyncio.run(throughput(proxied[0], proxied[1], 32, 6))}}
+                "proxy": asyncio.run(throughput(proxied[0], proxied[1], 32, 6))},
+            # Issue 33: every Berth process's CPU per proxied request (bench/process_cpu.py).
+            "process_cpu": cpu_per_request(stack, proxied[0], proxied[1], endpoint_of(proxied[0]))}
 
 
 def _keyed_figures(limited: LimitedStack, kept: dict[str, dict[str, float]]) -> dict[str, Any]:
@@ -213,7 +216,8 @@ def _keyed_figures(limited: LimitedStack, kept: dict[str, dict[str, float]]) -> 
             "rps_concurrency_32": asyncio.run(rps(url, headers)),
             "rps_concurrency_32_key_without_request_quota": asyncio.run(rps(*limited.keyed_no_quota[:2])),
             "rps_concurrency_32_httpx_load_generator": asyncio.run(throughput(url, headers, 32, 6)),
-            "cpu_ms_per_streamed_chunk": cpu_per_chunk_ms, "streamed_chunks": chunks}
+            "cpu_ms_per_streamed_chunk": cpu_per_chunk_ms, "streamed_chunks": chunks,
+            "process_cpu": cpu_per_request(limited.stack, url, headers, endpoint_of(url))}
 
 
 def _litellm_figures(direct: Target, workdir: Path, result: dict[str, Any]) -> subprocess.Popen[bytes]:

@@ -53,7 +53,7 @@ class GuardedHttpTools(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._peer = self.client[0] if self.client else ""
-        self._head_bytes, self._in_head, self._discarding = 0, True, False
+        self._head_bytes, self._in_head, self._discarding, self._body_read = 0, True, False, False
         self._timer: asyncio.TimerHandle | None = None
         self._counted = self.OPEN.admit(self._peer, self.LIMITS)
         if not self._counted:
@@ -79,18 +79,26 @@ class GuardedHttpTools(HttpToolsProtocol):
                 if end < 0 or self._head_bytes + end + 4 > limit:
                     self._refuse(431, f"The request's headers exceed {limit} bytes.")
                     return
-            if self._timer is None:
-                self._arm(self.LIMITS.header_timeout_s, self._head_too_slow)  # the next request's head began
             self._head_bytes += len(data)
+        self._body_read = False
         super().data_received(data)
+        # The clocks run only for what this read left incomplete: a request that arrives whole in one read
+        # (nearly every one) arms and cancels nothing, where a timer a parser event cost ~5 µs a request.
+        if self._discarding or self.transport.is_closing():
+            return
+        if self._in_head:
+            if self._head_bytes and self._timer is None:
+                self._arm(self.LIMITS.header_timeout_s, self._head_too_slow)  # from the head's first byte on
+        elif self._body_read or self._timer is None:
+            self._arm(self.LIMITS.body_read_timeout_s, self._body_too_slow)  # from the last body bytes read
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        self._arm(self.LIMITS.body_read_timeout_s, self._body_too_slow)
+        self._cancel()  # the head's clock; the body's starts when this read is parsed (data_received)
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
-        self._arm(self.LIMITS.body_read_timeout_s, self._body_too_slow)
+        self._body_read = True
         super().on_body(body)
 
     def on_message_complete(self) -> None:

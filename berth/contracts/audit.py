@@ -13,7 +13,7 @@ from pydantic import Field
 from berth.contracts.base import INT64_MAX, Payload, Response
 from berth.contracts.choices import MAX_AUDIT_LIST as MAX_AUDIT_LIST  # re-exported: defined apart for the CLI
 
-MAX_AUDIT_BATCH = 1000  # records per POST /v1/internal/audit; the writer sends at most 200
+MAX_AUDIT_BATCH = 1000  # records per POST /v1/internal/audit; the writer sends at most 500 (under 1 MiB)
 ID_LENGTH = 128  # request, endpoint, copy, key ids and user names (the store's columns are this wide)
 
 

@@ -17,6 +17,7 @@ from gateway.edge.asgi import plain
 from gateway.edge.upstream import Send
 
 UNKNOWN = "unknown"
+SERIES_KEPT = 10_000  # labelled series looked up ahead; the endpoint label is bounded by known endpoints anyway
 # Seconds: from a cached answer's 1 ms to a long generation's minutes.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                    120.0, 300.0, 600.0)
@@ -87,6 +88,10 @@ class ProxyMetrics:
         self.held = Gauge(f"{prefix}_held_requests", "Requests waiting for a copy (scale from zero)", registry=r)
         self.wakeups = Counter(f"{prefix}_wakeups", f"Wake calls sent for {subject}s scaled to zero", one,
                                registry=r)
+        # Each request's labelled series, looked up once per endpoint (and code) rather than five `labels()`
+        # calls a request (each takes the metric's lock and builds its key): ~8 µs of every request.
+        self._series: dict[str, tuple[Any, Any, Any, Any]] = {}
+        self._counted: dict[tuple[str, int], Any] = {}
 
     def watch(self, send: Send) -> tuple[Send, RequestClock]:
         """`send` that notes the first body byte and counts the chunks, and the clock it notes them on."""
@@ -108,15 +113,27 @@ class ProxyMetrics:
         if not self.enabled:
             return
         now = time.monotonic()
-        self.requests.labels(endpoint, str(status or 0)).inc()
-        self.duration.labels(endpoint).observe(now - clock.started)
+        counted = self._counted.get((endpoint, status))
+        if counted is None:
+            if len(self._counted) >= SERIES_KEPT:
+                self._counted.clear()
+            counted = self._counted[(endpoint, status)] = self.requests.labels(endpoint, str(status or 0))
+        counted.inc()
+        series = self._series.get(endpoint)
+        if series is None:
+            if len(self._series) >= SERIES_KEPT:
+                self._series.clear()
+            series = self._series[endpoint] = (self.duration.labels(endpoint), self.first_byte.labels(endpoint),
+                                               self.chunks.labels(endpoint), self.added.labels(endpoint))
+        duration, first_byte, chunks, added = series
+        duration.observe(now - clock.started)
         if clock.first_byte is not None:
-            self.first_byte.labels(endpoint).observe(clock.first_byte - clock.started)
+            first_byte.observe(clock.first_byte - clock.started)
         if clock.chunks:
-            self.chunks.labels(endpoint).inc(clock.chunks)
+            chunks.inc(clock.chunks)
         if clock.upstream_headers_s is not None and clock.answered is not None:
             own = (clock.answered - clock.started) - clock.upstream_headers_s
-            self.added.labels(endpoint).observe(max(own, 0.0))
+            added.observe(max(own, 0.0))
         if not proxied and status in REFUSALS:
             self.refusals.labels(endpoint, REFUSALS[status]).inc()
 

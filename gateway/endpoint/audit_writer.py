@@ -85,7 +85,7 @@ class AuditedRequest:
 
 
 class AuditWriter:
-    def __init__(self, post: Post, capacity: int = 10_000, batch_size: int = 200, every_s: float = 0.5) -> None:
+    def __init__(self, post: Post, capacity: int = 10_000, batch_size: int = 500, every_s: float = 0.5) -> None:
         self._post = post
         self.capacity, self.batch_size, self.every_s = capacity, batch_size, every_s
         self._queue: deque[Pending] = deque()

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]  # the C encoder json.dumps uses
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Table, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from berth.contracts import MAX_AUDIT_LIST, AuditAppended, AuditRecord, AuditRow, AuditVerdict, KeyRequests
@@ -26,6 +28,7 @@ from server.store.tables import AuditChainRow, StoreLockRow
 
 GENESIS = "0" * 64  # the first row's prev_hash
 VERIFY_PAGE = 1000  # rows read at a time by verify(): memory stays bounded whatever the chain's length
+AUDIT_TABLE: Table = AuditChainRow.__table__  # type: ignore[assignment]  # a declarative class's Table
 FIELDS = ("seq", "at", "phase", "request_id", "status", "tokens_in", "tokens_out", "key_id", "user",
           "endpoint_id", "copy_id", "latency_ms")
 
@@ -37,6 +40,24 @@ def canonical(fields: dict[str, Any]) -> str:
              "tokens_in": int(fields["tokens_in"]), "tokens_out": int(fields["tokens_out"]),
              "latency_ms": float(fields["latency_ms"])}
     return json.dumps({name: typed[name] for name in FIELDS}, sort_keys=True, separators=(",", ":"))
+
+
+def _text(value: str | None) -> str:
+    return "null" if value is None else encode_basestring_ascii(value)
+
+
+def record_canonical(seq: int, record: AuditRecord) -> str:
+    """`canonical` of a new row, written out in the sorted key order: a third of json.dumps's cost, the same
+    text (a test holds the two equal over generated records; a float json.dumps would spell as NaN or Infinity
+    takes its path)."""
+    at, latency = float(record.at), float(record.latency_ms)
+    if not (math.isfinite(at) and math.isfinite(latency)):
+        return canonical({"seq": seq, **record.model_dump(mode="json")})
+    return (f'{{"at":{at!r},"copy_id":{_text(record.copy_id)},"endpoint_id":{_text(record.endpoint_id)},'
+            f'"key_id":{_text(record.key_id)},"latency_ms":{latency!r},"phase":{_text(record.phase.value)},'
+            f'"request_id":{_text(record.request_id)},"seq":{int(seq)},"status":{int(record.status)},'
+            f'"tokens_in":{int(record.tokens_in)},"tokens_out":{int(record.tokens_out)},'
+            f'"user":{_text(record.user)}}}')
 
 
 def row_hash(prev_hash: str, fields: dict[str, Any]) -> str:
@@ -68,12 +89,16 @@ class AuditChain:
                 if key in present:
                     continue
                 seq += 1
-                fields = {"seq": seq, **record.model_dump(mode="json")}
-                digest = row_hash(prev_hash, fields)
-                rows.append({**fields, "prev_hash": prev_hash, "hash": digest})
+                digest = hashlib.sha256((prev_hash + record_canonical(seq, record)).encode()).hexdigest()
+                rows.append({"seq": seq, "at": record.at, "phase": record.phase.value,
+                             "request_id": record.request_id, "status": record.status, "tokens_in": record.tokens_in,
+                             "tokens_out": record.tokens_out, "key_id": record.key_id, "user": record.user,
+                             "endpoint_id": record.endpoint_id, "copy_id": record.copy_id,
+                             "latency_ms": record.latency_ms, "prev_hash": prev_hash, "hash": digest})
                 prev_hash = digest
             if rows:
-                s.execute(insert(AuditChainRow), rows)  # one executemany: a fifth of the ORM's cost per row
+                # One executemany on the table itself: the ORM's bulk path cost ~5 µs more a row.
+                s.execute(insert(AUDIT_TABLE), rows)
         return AuditAppended(appended=len(rows), duplicates=len(batch) - len(rows))
 
     def list(self, endpoint_id: str | None = None, key_id: str | None = None, user: str | None = None,

@@ -28,3 +28,23 @@ def test_a_key_in_any_header_or_cookie_is_stripped_and_a_service_key_kept(tmp_pa
     kept = strip_berth_credentials(headers, verifier)
     assert kept == [(b"cookie", b"session=1"), (b"x-service-key", b"sk-litellm-master")]
     assert KEY.encode() not in b"".join(value for _, value in kept)
+
+
+def test_a_berth_token_is_stripped_every_time_and_the_answers_kept_are_bounded(tmp_path: Path) -> None:
+    """issued() keeps its answer per token (the proxy asks it of every request): the same token is stripped on
+    its hundredth request as on its first, a foreign JWT kept each time, and the kept answers stay bounded."""
+    import jwt
+
+    from berth import security
+
+    signing = SigningKey.load_or_create(tmp_path)
+    verifier = TokenVerifier.from_jwks(signing.jwks())
+    ours = signing.sign({"sub": "alice", "aud": "ep-1"}, 60)
+    theirs = jwt.encode({"sub": "x", "iss": "someone-else"}, "k" * 32, algorithm="HS256")
+    headers = [(b"authorization", f"Bearer {ours}".encode()), (b"x-upstream", theirs.encode())]
+    for _ in range(100):
+        assert strip_berth_credentials(headers, verifier) == [(b"x-upstream", theirs.encode())]
+    for number in range(security.ISSUED_CACHE + 5):
+        verifier.issued(jwt.encode({"n": number}, "k" * 32, algorithm="HS256"))
+    assert len(verifier._issued) <= security.ISSUED_CACHE
+    assert verifier.issued(ours) and not verifier.issued(theirs)
