@@ -51,6 +51,7 @@ JWKS_CACHE_S: Final = 60.0
 JWKS_RETRY_AFTER_FAILURE_S: Final = 5.0
 # An unknown `kid` forces a refetch at most this often, so forged kids cannot hammer the JWKS.
 JWKS_UNKNOWN_KID_COOLDOWN_S: Final = 10.0
+VERIFIED_KEPT: Final = 10_000  # distinct verified assertions kept; cleared when full rather than grown
 
 
 # The OpenAI inference surface an assertion admits; every other route (/key/*, /user/*, /model/*,
@@ -104,6 +105,9 @@ class AssertionVerifier:
             ssl_context=api_ssl_context(os.environ),  # the control plane's private CA, when it has one
         )
         self._unreachable_until = 0.0
+        # Assertions already verified, until their `exp` (and never past the key set's own trust window): the
+        # proxy reuses one per caller for up to 30 s, and an EdDSA check is most of this hook's cost.
+        self._verified: dict[str, tuple[Caller, float]] = {}
         # The last key set fetched: used while the control plane cannot be reached ("fail static", like
         # the replica sync), so an API outage does not turn every identified caller into a 401.
         self._last_good: PyJWKSet | None = None
@@ -120,6 +124,18 @@ class AssertionVerifier:
 
     async def verify(self, token: str) -> Caller | None:
         """Return the caller, or None for any assertion that does not verify (never raises)."""
+        kept: Final = self._verified.get(token)
+        if kept is not None and kept[1] > time.time():
+            return kept[0]
+        verified: Final = await self._verify(token)
+        if verified is None:
+            return None
+        if len(self._verified) >= VERIFIED_KEPT:
+            self._verified.clear()
+        self._verified[token] = verified
+        return verified[0]
+
+    async def _verify(self, token: str) -> tuple[Caller, float] | None:
         try:
             header: Final = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -146,7 +162,10 @@ class AssertionVerifier:
         except jwt.PyJWTError as error:
             logger.debug("caller assertion refused: %s", type(error).__name__)
             return None
-        return _caller_from_claims(claims)
+        caller: Final = _caller_from_claims(claims)
+        if caller is None:
+            return None
+        return caller, min(float(claims["exp"]), time.time() + JWKS_CACHE_S)
 
     async def _signing_key(self, kid: str) -> PyJWK | None:
         # The common case answers from the cached key set without leaving the event loop.
