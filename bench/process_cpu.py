@@ -8,7 +8,13 @@ request: the chain is part of what a proxied request costs the control plane, ev
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+import shutil
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -50,6 +56,25 @@ async def _drive(url: str, headers: dict[str, str], requests: int, concurrency: 
     return time.monotonic() - started
 
 
+def _drive_wrk(url: str, headers: dict[str, str], seconds: float, concurrency: int) -> tuple[int, float] | None:
+    """wrk (C, one thread: it leaves the cores to what is measured) for `seconds`: (requests, seconds), or None
+    when wrk is not installed (then the httpx client in this process drives, and bounds, the load)."""
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        return None
+    script = Path(tempfile.mkdtemp(prefix="berth-bench-wrk-")) / "post.lua"
+    lines = "".join(f'wrk.headers["{name}"] = "{value}"\n' for name, value in headers.items())
+    script.write_text(f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n{lines}'
+                      f"wrk.body = '{json.dumps(BODY)}'\n")
+    result = subprocess.run([wrk, "-t1", f"-c{concurrency}", f"-d{seconds:.0f}s", "-s", str(script), url],
+                            capture_output=True, text=True, check=True)
+    match = re.search(r"(\d+) requests in ([\d.]+)(m?s)", result.stdout)
+    if "Non-2xx" in result.stdout or match is None:
+        raise RuntimeError(f"wrk saw errors:\n{result.stdout}")
+    took = float(match.group(2)) / (1000 if match.group(3) == "ms" else 1)
+    return int(match.group(1)), took
+
+
 def _audit_rows(stack: RunningStack, endpoint_id: str) -> int:
     """The newest audit row's seq for the endpoint (0: none yet): the chain's length as the API holds it."""
     rows = stack.api("GET", "/v1/audit", params={"endpoint": endpoint_id, "limit": 1}).json()
@@ -70,13 +95,17 @@ def cpu_per_request(stack: RunningStack, url: str, headers: dict[str, str], endp
         if (now := _audit_rows(stack, endpoint_id)) == seq:
             break
         seq = now
-    # The idle window: as long as the load's will be, roughly (a first pass at the same request count).
-    idle_s = max(3.0, requests / 1500)
+    # The idle window: as long as the load's (wrk runs that long; the httpx client, about that long).
+    idle_s = max(8.0, requests / 1500)
     before = _cpu(pids)
     time.sleep(idle_s)
     idle_rate = {name: (value - before[name]) / idle_s for name, value in _cpu(pids).items()}
     before, began = _cpu(pids), time.monotonic()
-    load_s = asyncio.run(_drive(url, headers, requests, concurrency))
+    driven = _drive_wrk(url, headers, idle_s, concurrency)
+    if driven is None:
+        load_s = asyncio.run(_drive(url, headers, requests, concurrency))
+    else:
+        requests, load_s = driven
     expected = seq + 2 * requests  # an ATTEMPT and an outcome a request
     while _audit_rows(stack, endpoint_id) < expected and time.monotonic() - began < load_s + AUDIT_SETTLE_S:
         time.sleep(0.25)
@@ -85,6 +114,7 @@ def cpu_per_request(stack: RunningStack, url: str, headers: dict[str, str], endp
     per_request = {name: round(max(0.0, after[name] - before[name] - idle_rate[name] * window) / requests * 1e6, 1)
                    for name in pids}
     return {"requests": requests, "concurrency": concurrency, "load_s": round(load_s, 2),
+            "load_generator": "httpx" if driven is None else "wrk", "rps": round(requests / load_s),
             "window_s": round(window, 2), "audit_complete": _audit_rows(stack, endpoint_id) >= expected,
             "cpu_us_per_request": per_request,
             "api_and_worker_us_per_request": round(per_request.get("api", 0) + per_request.get("worker", 0), 1)}
