@@ -101,6 +101,14 @@ class NodeAgent:
                 # restarted agent never reports as free what a process it has not stopped yet holds.
                 "held": [holding.model_dump(mode="json") for holding in supervisor.holdings()]}
 
+    async def say_leaving(self, api: ApiClient, supervisor: Supervisor) -> None:
+        """One last heartbeat that takes the node offline before its ranks stop: their copies are re-placed on
+        other nodes, not on this one. Best effort, briefly: an API that cannot be reached changes nothing here
+        (the node goes offline when its heartbeats stop, as before)."""
+        with contextlib.suppress(BerthError, TimeoutError):
+            await asyncio.wait_for(api.heartbeat_node(self.config.node_id,
+                                                      {**self.inventory(supervisor), "leaving": True}), 3)
+
     async def reap_orphans(self, orphans: list[Orphan], marked: list[Path], supervisor: Supervisor,
                            grace_s: float) -> None:
         """Give each orphan (a rank or service a previous agent left running) `grace_s` to be adopted by its
@@ -186,10 +194,11 @@ class NodeAgent:
             log.info("node %s ready: engine %s, %d GPU(s) (%s)", self.config.node_id, self.engine,
                      len(self.gpus), self.gpu_note)
             await stop.wait()
+            beat.cancel()
+            await self.say_leaving(api, supervisor)
             # Before the workers stop the ranks: should Temporal be unable to record their "agent stopped"
             # results now, the restarted agent asked to adopt them still knows they were interrupted, not lost.
             supervisor.mark_shutdown()
-            beat.cancel()
             reaper.cancel()
             await asyncio.gather(own.shutdown(), shared.shutdown())
             for run in runs:

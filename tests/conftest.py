@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+# The hook stops a profile's stack once its group is done (tests/group_stacks.py); a conftest's hooks are its names.
+from tests.group_stacks import SIM_STACK_GROUP, group_of, pytest_runtest_teardown, stop_after_group  # noqa: F401
 from tests.support import RunningStack, free_port_base
 
 pytest_plugins = ["tests.group_budget"]
@@ -39,31 +41,31 @@ def pytest_configure(config: pytest.Config) -> None:
 # collection order, so these start first and the short ones fill in around them (longest first, as a scheduler
 # would), instead of a 5-minute group starting last on a worker while the others idle.
 SLOW_GROUPS_FIRST = (
-    "real-engine", "tests.e2e.test_service_entries", "tests.e2e.test_durability", "tests.e2e.test_chaos_smoke",
-    "tests.e2e.test_multinode", "tests.e2e.test_models", "tests.e2e.test_lifecycle", "tests.e2e.test_tls",
-    "tests.e2e.test_clients_sim", "tests.e2e.test_pools", "tests.e2e.test_rollouts",
+    "real-engine", "sim-stack", "tests.e2e.test_service_entries", "tests.e2e.test_durability",
+    "tests.e2e.test_chaos_smoke", "tests.e2e.test_multinode", "tests.e2e.test_models", "tests.e2e.test_lifecycle",
+    "tests.e2e.test_tls", "tests.e2e.test_pools", "tests.e2e.test_rollouts",
     "tests.server.test_two_api_processes",
 )
 
 
-def _group(item: pytest.Item) -> str:
-    mark = item.get_closest_marker("xdist_group")
-    return str(mark.args[0]) if mark and mark.args else ""
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Before xdist's own hook reads the marks: a test with no declared profile keeps to its module's group.
+    # Before xdist's own hook reads the marks: a test on the shared simulated stack is in its profile's group (one
+    # worker boots it, once: in a module's group each, up to four workers booted one each and kept it all run
+    # long); any other with no declared profile keeps to its module's group.
     for item in items:
-        if item.get_closest_marker("xdist_group") is None:
+        if item.get_closest_marker("xdist_group") is None and SHARED_STACK & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group(SIM_STACK_GROUP))
+        elif item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
     if os.environ.get("PYTEST_XDIST_WORKER"):
         rank = {name: index for index, name in enumerate(SLOW_GROUPS_FIRST)}
         # A stable sort: within a group (and among the rest) the collection order stays.
-        items.sort(key=lambda item: rank.get(_group(item), len(rank)))
+        items.sort(key=lambda item: rank.get(group_of(item), len(rank)))
 
 
-# The fixtures that hand a test the shared simulated stack (tests/security/conftest.py adds the last two).
+# The fixtures that hand a test the shared simulated stack (tests/security/conftest.py adds the last two), and
+# the group every test that takes one of them is in.
 SHARED_STACK = {"sim_stack", "security_stack", "people"}
 
 
@@ -91,6 +93,7 @@ def sim_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack
     state = Path(tmp_path_factory.mktemp("sim-stack"))
     stack = RunningStack(state_dir=state, port_base=free_port_base(), nodes=2, simulate_gpus="4x80GB")
     stack.start()
+    stop_after_group(SIM_STACK_GROUP, stack)
     try:
         yield stack
     finally:

@@ -46,6 +46,9 @@ class NodeInventory(Payload):
     # Checked item by item by server/store/fencing.py (400 in one line); the schema states the same shape.
     held: list[Any] | None = Field(None, json_schema_extra={"items": NodeHolding.model_json_schema(),
                                                             "maxItems": MAX_HOLDINGS})
+    # The agent is shutting down (its last heartbeat): the node is offline at once, so no copy is placed on it
+    # while it stops its ranks (`berth down` waited 15 s for a copy re-placed onto it), until its next heartbeat.
+    leaving: bool = False
 
 
 class NodeState(Response):

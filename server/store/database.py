@@ -281,7 +281,8 @@ class Store:
             row.volumes = inventory.get("volumes", [])
             if "models" in inventory:  # an agent from before the model registry reports none: kept None
                 row.models = cached_digests(inventory["models"])
-            row.last_heartbeat = now
+            # A leaving agent's node is offline from now on (node_ready): as if its heartbeats had stopped long ago.
+            row.last_heartbeat = 0.0 if inventory.get("leaving") else now
             row.port_start, row.port_end = port_start, port_start + NODE_PORTS
             if held is not None:
                 fencing.reconcile(s, node_id, held)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.group_stacks import stop_after_group
 from tests.support import REPO, RunningStack, free_port_base
 
 # BERTH_HF_MIRRORS / BERTH_VLLM_BIN let a worktree use the main checkout's mirror and engine.
@@ -27,6 +28,7 @@ def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStac
     state = Path(tmp_path_factory.mktemp("real-engine-stack")) / "state"
     stack = RunningStack(state_dir=state, port_base=free_port_base(), nodes=2, simulate_gpus=None,
                          hf_mirror=MIRROR).start()
+    stop_after_group(REAL_ENGINE_GROUP, stack)
     try:
         yield stack
     finally:
