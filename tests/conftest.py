@@ -50,11 +50,14 @@ SLOW_GROUPS_FIRST = (
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Before xdist's own hook reads the marks: a test on the shared simulated stack is in its profile's group (one
-    # worker boots it, once: in a module's group each, up to four workers booted one each and kept it all run
-    # long); any other with no declared profile keeps to its module's group.
+    # Before xdist's own hook reads the marks: a module with a test on the shared simulated stack is in its
+    # profile's group (one worker boots it, once: in a module's group each, up to four workers booted one each and
+    # kept it all run long); any other test with no declared profile keeps to its module's group.
+    # A whole module goes with its tests on that stack: its module-scoped fixtures (shared_stack_left_as_found)
+    # must not run again, on another worker, for the module's other tests.
+    on_shared = {item.module for item in items if SHARED_STACK & set(getattr(item, "fixturenames", ()))}
     for item in items:
-        if item.get_closest_marker("xdist_group") is None and SHARED_STACK & set(getattr(item, "fixturenames", ())):
+        if item.get_closest_marker("xdist_group") is None and item.module in on_shared:
             item.add_marker(pytest.mark.xdist_group(SIM_STACK_GROUP))
         elif item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
