@@ -49,6 +49,8 @@ QUERY_TIMEOUT = timedelta(seconds=5)
 _CLOSED_PHASES = {WorkflowExecutionStatus.COMPLETED: "stopped", WorkflowExecutionStatus.FAILED: "failed"}
 
 
+PREPARING = asyncio.Semaphore(2)  # submissions checked and rendered at once, per API process
+
 DefinitionReader = Annotated[
     WorkflowAccess, Depends(owned_workflow("read its definition (it holds its keys and passwords)"))]
 Stopper = Annotated[WorkflowAccess, Depends(owned_workflow("stop it"))]
@@ -58,8 +60,10 @@ Scaler = Annotated[WorkflowAccess, Depends(owned_workflow("scale it"))]
 @router.post("/v1/workflows", status_code=201, response_model=WorkflowStarted)
 async def start_workflow(body: StartRequest, context: Context, who: Caller) -> dict[str, Any]:
     # Checking and rendering a submission is CPU work and reads the store: off the event loop, so
-    # one large submission cannot hold every other request (issue 11 item 3).
-    entry, definition = await run_in_threadpool(prepare, context, body, who)
+    # one large submission cannot hold every other request (issue 11 item 3). Two at a time: each thread doing
+    # it takes the GIL in turn with the event loop, and six at once made a /healthz wait over a second for it.
+    async with PREPARING:
+        entry, definition = await run_in_threadpool(prepare, context, body, who)
     definition = with_generated_keys(definition)
     row, endpoint = new_rows(entry, definition, who, body.name)
     workflow_id, endpoint_id = row.id, endpoint.id
