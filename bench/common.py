@@ -39,3 +39,16 @@ def emit(name: str, result: dict[str, Any]) -> None:
     target = REPO / "bench" / "results"
     target.mkdir(exist_ok=True)
     (target / f"{name}.json").write_text(json.dumps(out, indent=2))
+
+
+# The non-streamed completion the proxy benchmarks send (max_tokens 1: the proxy's cost, not the copy's).
+CHAT_BODY = {"model": "openai/gpt-oss-20b", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def wrk_post_script(directory: Path, headers: dict[str, str]) -> Path:
+    """A wrk Lua script that POSTs CHAT_BODY with `headers` (wrk's own way to send a body)."""
+    lines = "".join(f'wrk.headers["{name}"] = "{value}"\n' for name, value in headers.items())
+    script = directory / "post.lua"
+    script.write_text(f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n{lines}'
+                      f"wrk.body = '{json.dumps(CHAT_BODY)}'\n")
+    return script

@@ -8,7 +8,6 @@ request: the chain is part of what a proxied request costs the control plane, ev
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import shutil
 import subprocess
@@ -19,10 +18,9 @@ from typing import Any
 
 import httpx
 
-from bench.common import cpu_seconds
+from bench.common import CHAT_BODY, cpu_seconds, wrk_post_script
 from stack.driver import RunningStack, free_port_base
 
-BODY = {"model": "openai/gpt-oss-20b", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
 AUDIT_SETTLE_S = 30.0  # the audit writer posts every ~second; this is a ceiling, not a wait
 
 
@@ -50,7 +48,7 @@ async def _drive(url: str, headers: dict[str, str], requests: int, concurrency: 
             nonlocal left
             while left > 0:
                 left -= 1
-                (await client.post(url, json=BODY, headers=headers)).raise_for_status()
+                (await client.post(url, json=CHAT_BODY, headers=headers)).raise_for_status()
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     return time.monotonic() - started
@@ -62,10 +60,7 @@ def _drive_wrk(url: str, headers: dict[str, str], seconds: float, concurrency: i
     wrk = shutil.which("wrk")
     if wrk is None:
         return None
-    script = Path(tempfile.mkdtemp(prefix="berth-bench-wrk-")) / "post.lua"
-    lines = "".join(f'wrk.headers["{name}"] = "{value}"\n' for name, value in headers.items())
-    script.write_text(f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n{lines}'
-                      f"wrk.body = '{json.dumps(BODY)}'\n")
+    script = wrk_post_script(Path(tempfile.mkdtemp(prefix="berth-bench-wrk-")), headers)
     result = subprocess.run([wrk, "-t1", f"-c{concurrency}", f"-d{seconds:.0f}s", "-s", str(script), url],
                             capture_output=True, text=True, check=True)
     match = re.search(r"(\d+) requests in ([\d.]+)(m?s)", result.stdout)

@@ -14,7 +14,6 @@ to the proxy's p50 (kept-alive connection, as an SDK uses; and a new connection'
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import shutil
@@ -28,7 +27,7 @@ from typing import Any
 import httpx
 import yaml
 
-from bench.common import cpu_seconds, emit, summary
+from bench.common import CHAT_BODY, cpu_seconds, emit, summary, wrk_post_script
 from bench.limits_admit import start_redis
 from bench.process_cpu import cpu_per_request, endpoint_of
 from bench.proxy_limits import LimitedStack, Target, audit_cost, start_limited, write_limits_file
@@ -36,7 +35,7 @@ from berth.processes import free_port, stop_group_sync, wait_http_sync
 from stack.driver import RunningStack, free_port_base, litellm_bin
 
 LONG_REPLY = " ".join(["token"] * 400)
-BODY = {"model": "openai/gpt-oss-20b", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
+BODY = CHAT_BODY
 
 
 async def latencies(url: str, headers: dict[str, str], count: int) -> list[float]:
@@ -73,10 +72,7 @@ def throughput_wrk(url: str, headers: dict[str, str], concurrency: int, seconds:
     wrk = shutil.which("wrk")
     if wrk is None:
         return None
-    script = Path(tempfile.mkdtemp()) / "post.lua"
-    header_lines = "".join(f'wrk.headers["{k}"] = "{v}"\n' for k, v in headers.items())
-    script.write_text('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-                      + header_lines + f"wrk.body = '{json.dumps(BODY)}'\n")
+    script = wrk_post_script(Path(tempfile.mkdtemp()), headers)
     result = subprocess.run([wrk, "-t1", f"-c{concurrency}", f"-d{seconds:.0f}s", "-s", str(script), url],
                             capture_output=True, text=True, check=True)
     match = re.search(r"Requests/sec:\s+([\d.]+)", result.stdout)
