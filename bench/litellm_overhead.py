@@ -14,16 +14,7 @@ from pathlib import Path
 from bench.common import cpu_seconds, emit, summary
 from bench.proxy_overhead import LONG_REPLY, latencies, start_litellm, stream_chunks, throughput
 from berth.processes import stop_group_sync
-from stack.driver import RunningStack, free_port_base, litellm_bin, processes_mentioning
-
-
-def service_pid(stack: RunningStack) -> int:
-    """The workflow's LiteLLM process (its command line names its config under the state dir)."""
-    for line in processes_mentioning(str(stack.state_dir)):
-        pid, _, cmdline = line.partition(": ")
-        if "litellm" in cmdline and "--config" in cmdline:
-            return int(pid)
-    raise RuntimeError("no LiteLLM service process found")
+from stack.driver import RunningStack, free_port_base, litellm_bin, service_record
 
 
 def main() -> None:
@@ -52,7 +43,8 @@ def main() -> None:
             full_ms += asyncio.run(latencies(full_url, auth, 100))
             stock_ms += asyncio.run(latencies(stock_url, stock_auth, 100))
         proxy_pid = next(c["pid"] for c in stack.info["children"] if c["name"] == "proxy")
-        berth_litellm = service_pid(stack)
+        # The node agent's record: a front that was its standby keeps the standby's command line.
+        berth_litellm = int(service_record(stack.state_dir, workflow_id)["pid"])
         before = cpu_seconds(proxy_pid) + cpu_seconds(berth_litellm)
         full_chunks = asyncio.run(stream_chunks(full_url, auth, 5))
         full_cpu = (cpu_seconds(proxy_pid) + cpu_seconds(berth_litellm) - before) * 1000 / max(full_chunks, 1)

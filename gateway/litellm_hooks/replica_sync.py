@@ -47,6 +47,7 @@ from pydantic import ValidationError
 
 from berth.contracts import ServiceCopies
 from berth.settings import litellm_hook_settings
+from gateway.litellm_hooks import gc_pacing
 from gateway.litellm_hooks.api_tls import api_ssl_context
 from gateway.litellm_hooks.auth import warm_up
 from gateway.litellm_hooks.policy_routing import PolicyRouting, deployments_for
@@ -333,6 +334,8 @@ async def start() -> None:
     """LITELLM_WORKER_STARTUP_HOOKS entry point: start this worker's replica sync."""
     from litellm.proxy import proxy_server
 
+    # First: from here on, no collection fires inside a ContextVar operation (gateway/litellm_hooks/gc_pacing.py).
+    proxy_server.app.state.berth_gc_pacing = gc_pacing.start()
     settings: Final = SyncSettings.from_environment(os.environ)
     token: Final = litellm_hook_settings(os.environ).replicas_token
     # The token reads one endpoint's replica list and nothing else; never logged.
