@@ -2,7 +2,9 @@
 request's path: creating the request's record, the ATTEMPT, the watched `send`, the outcome), what its
 background task spends turning them into records to post, and what the store spends per row appending
 batches of 200 to the chain and verifying it: SQLite in a temp dir, or `--database-url` (an empty
-PostgreSQL database, say). Prints JSON.
+PostgreSQL database, say). And what the API spends per record posted to `POST /v1/internal/audit` in batches
+of 500 as the proxy posts them, through the real app in process (an administrator's token, SQLite): CPU of
+the whole process, its thread pool included (issue 33). Prints JSON.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from server.store.database import Store
 REQUESTS = 50_000
 ROWS = 20_000
 BATCH = 200
+ROUTE_ROWS = 20_000
+ROUTE_BATCH = 500  # gateway/endpoint/audit_writer.py's batch size
 
 
 async def _discard(_batch: object) -> None:
@@ -83,12 +87,53 @@ def bench_store(url: str | None) -> dict[str, float]:
             "verify_per_row_us": round(verify_s / ROWS * 1e6, 1), "rows": ROWS}
 
 
+def bench_route() -> dict[str, float]:
+    import httpx
+
+    from berth.contracts import AuditBatch
+    from berth.security import Identity
+    from server.app import build_context, create_app
+
+    context = build_context(Path(tempfile.mkdtemp(prefix="berth-bench-audit-route-")), "127.0.0.1:1")
+    token = context.signing.api_token(Identity(user="admin", groups=("default",), org="default", admin=True))
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    async def made() -> list[bytes]:
+        writer = AuditWriter(_discard, capacity=ROUTE_ROWS + 1)
+        for _ in range(ROUTE_ROWS // 2):
+            audited = writer.request("ep-bench")
+            audited.admit("alice")
+            audited.copy_id, audited.status = "ep-bench.copy-0", 200
+            audited.end()
+        records = as_records(writer.pending())
+        return [AuditBatch(records=records[offset:offset + ROUTE_BATCH]).model_dump_json().encode()
+                for offset in range(0, len(records), ROUTE_BATCH)]
+
+    async def post_all(bodies: list[bytes]) -> float:
+        transport = httpx.ASGITransport(app=create_app(context))
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+            (await client.post("/v1/internal/audit", content=bodies[0], headers=headers)).raise_for_status()
+            started = time.process_time()
+            for body in bodies[1:]:
+                (await client.post("/v1/internal/audit", content=body, headers=headers)).raise_for_status()
+            return time.process_time() - started
+
+    async def run() -> dict[str, float]:
+        bodies = await made()
+        cpu_s = await post_all(bodies)
+        return {"cpu_per_record_us": round(cpu_s / ((len(bodies) - 1) * ROUTE_BATCH) * 1e6, 1),
+                "batch_size": ROUTE_BATCH}
+
+    return asyncio.run(run())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--database-url", help="an empty database (default: SQLite in a temp dir)")
     url = parser.parse_args().database_url
     emit("audit_writer", {"proxy": asyncio.run(bench_enqueue()), "batch_size": BATCH,
-                          "store": {"database": url.split(":", 1)[0] if url else "sqlite", **bench_store(url)}})
+                          "store": {"database": url.split(":", 1)[0] if url else "sqlite", **bench_store(url)},
+                          "api_route": bench_route()})
 
 
 if __name__ == "__main__":
