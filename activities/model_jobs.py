@@ -43,7 +43,6 @@ from workflows.model_payloads import (
     VerifyInput,
 )
 
-DEFAULT_ENDPOINT = "https://huggingface.co"
 PROGRESS_EVERY_S = 1.0
 
 
@@ -65,7 +64,7 @@ class ModelJobActivities:
 
     # --- helpers ------------------------------------------------------------------------------------
     def _endpoint(self) -> str:
-        return os.environ.get("HF_ENDPOINT") or self.settings.hf_endpoint or DEFAULT_ENDPOINT
+        return self.settings.weights_endpoint()
 
     async def _secret(self, ref: str, owner: str, kind: str, what: str) -> str:
         if self.api is None:

@@ -32,7 +32,7 @@ from berth.child_environment import engine_environment
 from berth.errors import BerthError
 from berth.processes import berth_python, read_pidfile, remove_file, tail
 from berth.security import ReplicaKeys
-from berth.settings import repo_root, vllm_bin_override
+from berth.settings import HF_HUB_ENDPOINT, repo_root, vllm_bin_override
 from workflows import activity_stubs as stubs
 from workflows.activity_stubs import implements
 from workflows.payloads import Event, HealthCheck, RankExit, RankSpec, ReadyCheck, WeightsInput, WeightsResult
@@ -115,8 +115,9 @@ class NodeActivities:
     """Activities bound to one node agent (its id, engine and state dir)."""
 
     def __init__(self, context: NodeContext, supervisor: Supervisor, api: ApiClient | None = None,
-                 rank_user: RankUser | None = None) -> None:
+                 rank_user: RankUser | None = None, weights_endpoint: str = HF_HUB_ENDPOINT) -> None:
         self.context = context
+        self.weights_endpoint = weights_endpoint  # ClusterSettings.weights_endpoint()
         self.supervisor = supervisor
         self.api = api  # resolves secrets at the last moment (never through Temporal)
         self.rank_user = rank_user  # None: ranks run as the agent (activities/rank_jail.py)
@@ -322,7 +323,7 @@ class NodeActivities:
     async def download_weights(self, request: WeightsInput) -> WeightsResult:
         from activities.weights_activity import download_into_volume
 
-        return await download_into_volume(self.context, request, self.api)
+        return await download_into_volume(self.context, request, self.weights_endpoint, self.api)
 
     @implements(stubs.delete_ephemeral_volume)
     async def delete_ephemeral_volume(self, workflow_id: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,7 +19,6 @@ if TYPE_CHECKING:
     from activities.node_context import NodeContext
     from berth.api_client import ApiClient
 
-DEFAULT_ENDPOINT = "https://huggingface.co"
 DIGEST_MAX_FILES = 100_000  # a snapshot the download accepted is hashed whole
 
 
@@ -59,8 +57,9 @@ async def _token(request: WeightsInput, api: ApiClient | None) -> str | None:
     return str(json.loads(value)["token"])
 
 
-async def download_into_volume(context: NodeContext, request: WeightsInput,
+async def download_into_volume(context: NodeContext, request: WeightsInput, endpoint: str,
                                api: ApiClient | None = None) -> WeightsResult:
+    """Download the entry's weights into its volume from `endpoint` (ClusterSettings.weights_endpoint)."""
     target = model_dir_for(context, request)
     job = request.job
     # Resolved before the dry run too, as a real node would: a secret deleted after submission (or of the
@@ -84,7 +83,7 @@ async def download_into_volume(context: NodeContext, request: WeightsInput,
         ).model_dump())
 
     request_spec = weights.WeightsRequest(
-        repo_id=job.repo, local_dir=str(target), endpoint=os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT,
+        repo_id=job.repo, local_dir=str(target), endpoint=endpoint,
         revision=job.revision or "main", allow_patterns=job.allow_patterns or None,
         ignore_patterns=job.ignore_patterns or None, token=token,
     )

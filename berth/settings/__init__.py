@@ -101,6 +101,9 @@ class StackPorts:
         return self.base + 100
 
 
+HF_HUB_ENDPOINT = "https://huggingface.co"
+
+
 class ClusterSettings(BaseModel):
     """Cluster-wide settings an administrator sets (state dir `cluster.json`, `BERTH_…` env)."""
 
@@ -170,6 +173,12 @@ class ClusterSettings(BaseModel):
     def save(self, state_dir: Path) -> None:
         state_dir.mkdir(parents=True, exist_ok=True)
         (state_dir / "cluster.json").write_text(self.model_dump_json(indent=2))
+
+    def weights_endpoint(self) -> str:
+        """Where a node downloads weights from: HF_ENDPOINT (huggingface_hub's own variable) where the node agent
+        has it, else the cluster's mirror, else the Hub. Both download paths (a catalog start's weights and a
+        model job) ask here."""
+        return os.environ.get("HF_ENDPOINT") or self.hf_endpoint or HF_HUB_ENDPOINT
 
 
 @dataclass(frozen=True)

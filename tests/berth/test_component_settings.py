@@ -48,3 +48,16 @@ def test_the_limits_come_from_the_environment() -> None:
     for bad in ({"BERTH_UPSTREAM_DEADLINE_S": "2m"}, {"BERTH_STREAM_IDLE_S": "0"}):
         with pytest.raises(UserInputError):
             settings.ProxyLimits.from_env(bad)
+
+
+def test_weights_come_from_hf_endpoint_then_the_clusters_mirror_then_the_hub(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Both download paths (a catalog start's weights, a model job) ask this one method: the weights path once
+    # read only HF_ENDPOINT and went to the Hub on a cluster whose mirror was set in cluster.json.
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    assert settings.ClusterSettings().weights_endpoint() == settings.HF_HUB_ENDPOINT
+    mirrored = settings.ClusterSettings(hf_endpoint="http://mirror.internal:8090")
+    assert mirrored.weights_endpoint() == "http://mirror.internal:8090"
+    monkeypatch.setenv("HF_ENDPOINT", "http://node-local:8090")
+    assert mirrored.weights_endpoint() == "http://node-local:8090"

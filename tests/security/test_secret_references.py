@@ -16,7 +16,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.node_context import NodeContext
 from activities.weights_activity import download_into_volume
 from berth.api_client import ApiClient
-from berth.settings import StateLayout
+from berth.settings import HF_HUB_ENDPOINT, StateLayout
 from catalog.definition import WeightsJob
 from tests.security.conftest import People
 from workflows.payloads import WeightsInput, WeightsResult
@@ -87,7 +87,7 @@ def _simulated_download(people: People, tmp_path: Path, ref: str) -> WeightsResu
 
     async def run() -> WeightsResult:
         async with ApiClient(people.stack.info["api_url"], people.tokens["admin"]) as api:
-            return await ActivityEnvironment().run(download_into_volume, context, request, api)
+            return await ActivityEnvironment().run(download_into_volume, context, request, HF_HUB_ENDPOINT, api)
 
     return asyncio.run(run())
 
