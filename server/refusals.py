@@ -35,7 +35,8 @@ WHY = {
     413: "The request body is larger than the cluster accepts (max_request_body_bytes)",
     422: "The request does not match this document (a missing, mistyped or out-of-range field), or asks for "
          "more than the cluster can hold",
-    503: "Temporal, the control worker or a node it needs is unreachable now; try again",
+    503: "Temporal, the control worker or a node it needs is unreachable now, or the API is busy checking other "
+         "submissions; try again",
 }
 
 # The ID grammar server/request_limits.ID enforces (1 to 128 of letters, digits, '.', '_', '-', a letter or digit

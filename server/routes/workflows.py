@@ -38,6 +38,7 @@ from server.pool_query import pool_status
 from server.refusals import refusals
 from server.store.tables import EndpointRow
 from server.submission import StartRequest, copy_timings, new_rows, prepare, with_generated_keys
+from server.submission_slots import SubmissionSlots
 from server.views import endpoint_url, endpoint_view, scaling_of
 from workflows.activity_stubs import activity_name, download_weights
 from workflows.payloads import Owner, PoolInput, PoolStatus, ScaleRequest, StopRequest
@@ -49,7 +50,7 @@ QUERY_TIMEOUT = timedelta(seconds=5)
 _CLOSED_PHASES = {WorkflowExecutionStatus.COMPLETED: "stopped", WorkflowExecutionStatus.FAILED: "failed"}
 
 
-PREPARING = asyncio.Semaphore(2)  # submissions checked and rendered at once, per API process
+SUBMISSIONS = SubmissionSlots()  # submissions checked and rendered at once in this process: two, one per user
 
 DefinitionReader = Annotated[
     WorkflowAccess, Depends(owned_workflow("read its definition (it holds its keys and passwords)"))]
@@ -60,9 +61,9 @@ Scaler = Annotated[WorkflowAccess, Depends(owned_workflow("scale it"))]
 @router.post("/v1/workflows", status_code=201, response_model=WorkflowStarted)
 async def start_workflow(body: StartRequest, context: Context, who: Caller) -> dict[str, Any]:
     # Checking and rendering a submission is CPU work and reads the store: off the event loop, so
-    # one large submission cannot hold every other request (issue 11 item 3). Two at a time: each thread doing
-    # it takes the GIL in turn with the event loop, and six at once made a /healthz wait over a second for it.
-    async with PREPARING:
+    # one large submission cannot hold every other request (issue 11 item 3); two at a time, one per user
+    # (server/submission_slots.py).
+    async with SUBMISSIONS.slot(who.user):
         entry, definition = await run_in_threadpool(prepare, context, body, who)
     definition = with_generated_keys(definition)
     row, endpoint = new_rows(entry, definition, who, body.name)
