@@ -18,6 +18,14 @@ async def _hold(slots: SubmissionSlots, user: str, holding: asyncio.Event, relea
         await release.wait()
 
 
+async def _holding(slots: SubmissionSlots, user: str, release: asyncio.Event) -> asyncio.Task[None]:
+    """A submission of `user`'s that holds its slot until `release`, once it holds it."""
+    holding: Final = asyncio.Event()
+    holder: Final = asyncio.create_task(_hold(slots, user, holding, release))
+    await asyncio.wait_for(holding.wait(), timeout=5)
+    return holder
+
+
 async def test_a_users_burst_leaves_the_other_slot_to_another_user() -> None:
     slots: Final = SubmissionSlots(total=2, wait_s=5)
     release: Final = asyncio.Event()
@@ -41,9 +49,7 @@ async def test_a_users_burst_leaves_the_other_slot_to_another_user() -> None:
 async def test_a_wait_past_its_bound_is_refused_in_one_line_and_leaves_nothing() -> None:
     slots: Final = SubmissionSlots(total=2, wait_s=0.2)
     release: Final = asyncio.Event()
-    holding: Final = asyncio.Event()
-    holder: Final = asyncio.create_task(_hold(slots, "bob", holding, release))
-    await asyncio.wait_for(holding.wait(), timeout=5)
+    holder: Final = await _holding(slots, "bob", release)
 
     with pytest.raises(UnavailableError) as refused:
         async with slots.slot("bob"):
@@ -61,9 +67,7 @@ async def test_a_wait_past_its_bound_is_refused_in_one_line_and_leaves_nothing()
 async def test_a_submission_cancelled_while_waiting_gives_back_its_place() -> None:
     slots: Final = SubmissionSlots(total=1, wait_s=5)
     release: Final = asyncio.Event()
-    holding: Final = asyncio.Event()
-    holder: Final = asyncio.create_task(_hold(slots, "dave", holding, release))
-    await asyncio.wait_for(holding.wait(), timeout=5)
+    holder: Final = await _holding(slots, "dave", release)
 
     waiting: Final = asyncio.create_task(_hold(slots, "erin", asyncio.Event(), release))
     await asyncio.sleep(0)
