@@ -19,6 +19,7 @@ from berth.temporal import connect
 from server.store.api_keys import ApiKeys
 from server.store.database import Store
 from server.store.token_registry import TokenRegistry
+from server.submission_slots import SubmissionSlots
 
 # Where the model routes hand work to the model jobs (issue 16): start the job `job_id` of `kind`
 # (materialize | verify) for the model, or join it when it runs already (the starter is idempotent per
@@ -46,6 +47,8 @@ class ServerContext:
     limits: LimitPolicy = field(default_factory=LimitPolicy)
     model_jobs: ModelJobStarter | None = None
     model_cache_evict: ModelCacheEvictor | None = None
+    # Submissions checked and rendered at once by this API process: two, one per user (server/submission_slots.py).
+    submissions: SubmissionSlots = field(default_factory=SubmissionSlots)
     _temporal: Client | None = None
 
     async def temporal(self) -> Client:

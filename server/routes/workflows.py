@@ -38,7 +38,6 @@ from server.pool_query import pool_status
 from server.refusals import refusals
 from server.store.tables import EndpointRow
 from server.submission import StartRequest, copy_timings, new_rows, prepare, with_generated_keys
-from server.submission_slots import SubmissionSlots
 from server.views import endpoint_url, endpoint_view, scaling_of
 from workflows.activity_stubs import activity_name, download_weights
 from workflows.payloads import Owner, PoolInput, PoolStatus, ScaleRequest, StopRequest
@@ -49,8 +48,6 @@ QUERY_TIMEOUT = timedelta(seconds=5)
 # How a closed PoolWorkflow's Temporal status reads as its phase: it completes only once stopped.
 _CLOSED_PHASES = {WorkflowExecutionStatus.COMPLETED: "stopped", WorkflowExecutionStatus.FAILED: "failed"}
 
-
-SUBMISSIONS = SubmissionSlots()  # submissions checked and rendered at once in this process: two, one per user
 
 DefinitionReader = Annotated[
     WorkflowAccess, Depends(owned_workflow("read its definition (it holds its keys and passwords)"))]
@@ -63,7 +60,7 @@ async def start_workflow(body: StartRequest, context: Context, who: Caller) -> d
     # Checking and rendering a submission is CPU work and reads the store: off the event loop, so
     # one large submission cannot hold every other request (issue 11 item 3); two at a time, one per user
     # (server/submission_slots.py).
-    async with SUBMISSIONS.slot(who.user):
+    async with context.submissions.slot(who.user):
         entry, definition = await run_in_threadpool(prepare, context, body, who)
     definition = with_generated_keys(definition)
     row, endpoint = new_rows(entry, definition, who, body.name)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]  # the C encoder json.dumps uses
 from typing import Any
 
-from sqlalchemy import Select, Table, bindparam, func, insert, select, update
+from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
@@ -34,6 +34,11 @@ AUDIT_TABLE: Table = AuditChainRow.__table__  # type: ignore[assignment]  # a de
 FIELDS = ("seq", "at", "phase", "request_id", "status", "tokens_in", "tokens_out", "key_id", "user",
           "endpoint_id", "copy_id", "latency_ms")
 INSERTED = (*FIELDS, "prev_hash", "hash")  # an appended row's columns, in the order append_batch builds them
+# append_batch's reads: what of a batch is in the chain already (by request id alone: the unique (request_id, phase)
+# index serves it on both databases), and the chain's tip.
+PRESENT = (select(AuditChainRow.request_id, AuditChainRow.phase)
+           .where(AuditChainRow.request_id.in_(bindparam("requests", expanding=True))))
+TIP = select(AuditChainRow.seq, AuditChainRow.hash).order_by(AuditChainRow.seq.desc()).limit(1)
 
 
 def canonical(fields: dict[str, Any]) -> str:
@@ -71,7 +76,7 @@ class AuditChain:
     def __init__(self, session: Callable[[], AbstractContextManager[Session]]) -> None:
         self._session = session
         self._lock = threading.Lock()
-        self._compiled: _Statements | None = None
+        self._insert: _Insert | None = None
 
     def append_batch(self, records: Iterable[AuditRecord]) -> AuditAppended:
         """Add the records to the chain's end, in the order given, in one transaction."""
@@ -82,11 +87,11 @@ class AuditChain:
             s.execute(update(StoreLockRow).where(StoreLockRow.name == "audit").values(holder=StoreLockRow.holder)
                       .execution_options(synchronize_session=False))
             connection = s.connection()
-            statements = self._statements(connection.dialect)
-            # By request id alone: the unique (request_id, phase) index serves it on both databases.
+            if self._insert is None:  # a store has one engine, so one dialect
+                self._insert = _Insert.compile(connection.dialect)
             requests = sorted({request_id for request_id, _ in batch})
-            present = set(connection.execute(statements.present, {"requests": requests}).all())
-            tip = connection.execute(statements.tip).first()
+            present = set(connection.execute(PRESENT, {"requests": requests}).all())
+            tip = connection.execute(TIP).first()
             seq, prev_hash = (tip[0], tip[1]) if tip is not None else (0, GENESIS)
             rows = []
             for key, record in batch.items():
@@ -101,13 +106,8 @@ class AuditChain:
             if rows:
                 # The driver's own executemany on a statement compiled once: SQLAlchemy's per-row parameter
                 # processing was a third of a row's cost (and the ORM's bulk path more).
-                connection.exec_driver_sql(statements.insert, statements.parameters(rows))
+                connection.exec_driver_sql(self._insert.sql, self._insert.parameters(rows))
         return AuditAppended(appended=len(rows), duplicates=len(batch) - len(rows))
-
-    def _statements(self, dialect: Dialect) -> _Statements:
-        if self._compiled is None or self._compiled.dialect_name != dialect.name:
-            self._compiled = _Statements.compile(dialect)
-        return self._compiled
 
     def list(self, endpoint_id: str | None = None, key_id: str | None = None, user: str | None = None,
              since: float | None = None, limit: int = 100) -> list[AuditRow]:
@@ -166,24 +166,18 @@ class AuditChain:
 
 
 @dataclass(frozen=True)
-class _Statements:
-    """append_batch's statements for one dialect: the INSERT as the driver takes it (its own parameter style)."""
+class _Insert:
+    """append_batch's INSERT as the store's driver takes it, in the driver's own parameter style."""
 
-    dialect_name: str
-    insert: str
+    sql: str
     positional: bool
-    present: Select[str, str]
-    tip: Select[int, str]
 
     @classmethod
-    def compile(cls, dialect: Dialect) -> _Statements:
+    def compile(cls, dialect: Dialect) -> _Insert:
         compiled = insert(AUDIT_TABLE).values({name: bindparam(name) for name in INSERTED}).compile(dialect=dialect)
         if compiled.positional and tuple(compiled.positiontup or ()) != INSERTED:
             raise RuntimeError(f"the audit INSERT's parameters came out as {compiled.positiontup}")
-        present = (select(AuditChainRow.request_id, AuditChainRow.phase)
-                   .where(AuditChainRow.request_id.in_(bindparam("requests", expanding=True))))
-        tip = select(AuditChainRow.seq, AuditChainRow.hash).order_by(AuditChainRow.seq.desc()).limit(1)
-        return cls(dialect.name, str(compiled), bool(compiled.positional), present, tip)
+        return cls(str(compiled), bool(compiled.positional))
 
     def parameters(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]] | list[dict[str, Any]]:
         if self.positional:
