@@ -3,10 +3,11 @@ I/O, no validation: see docs/performance.md for the figure); a background task t
 `AuditRecord`s and posts them to the control plane in batches, which appends them to the hash chain
 (server/store/audit.py). The rows in the store are what is durable; the queue is not.
 
-Bounded memory: at most `capacity` records wait. While the API cannot be reached a batch is put back and
-tried again every tick; only when the queue is full is the oldest record dropped, counted in `dropped` and
-logged in one line per tick. A batch is safe to retry: the store skips a record it already holds (request
-id and phase), so an answer lost after the append adds nothing twice.
+Bounded memory: at most `capacity` records wait, and one batch that was posted without an answer. That batch is
+posted again, whole and under its number, every tick until the API answers, before anything after it: the store
+keeps a batch once (writer and number), so an answer lost after the append adds nothing twice. While it waits only
+the queue grows; when the queue is full its oldest record is dropped, counted in `dropped` and logged in one line
+per tick.
 """
 
 from __future__ import annotations
@@ -23,18 +24,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from berth.contracts import AuditPhase, AuditRecord
-from berth.contracts.audit import ID_LENGTH
+from berth.contracts import AuditBatch, AuditPhase, AuditRecord
+from berth.contracts.audit import ID_LENGTH, RECORD_FIELDS
 from berth.failure_log import FailureLog
 
 log = logging.getLogger("berth.audit")
 
-Post = Callable[[list[AuditRecord]], Awaitable[Any]]
+Post = Callable[[AuditBatch], Awaitable[Any]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 # What a request enqueues: (at, phase, request id, status, tokens in, tokens out, key id, user, endpoint id,
 # copy id, latency ms), in AuditRecord's field order.
 Pending = tuple[float, AuditPhase, str, int, int, int, str | None, str | None, str, str | None, float]
-FIELDS = tuple(AuditRecord.model_fields)
 
 
 class AuditedRequest:
@@ -94,6 +94,8 @@ class AuditWriter:
         self.posted = 0
         self._prefix = uuid.uuid4().hex[:16]  # request ids unique across proxies, without a uuid per request
         self._numbers = itertools.count(1)
+        self._batches = itertools.count(1)  # (prefix, number) names a batch to the store
+        self._unanswered: AuditBatch | None = None  # posted, no answer yet: posted again as it is
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._failures = FailureLog(log, "audit batch")
@@ -110,7 +112,7 @@ class AuditWriter:
             self._wake.set()
 
     def __len__(self) -> int:
-        return len(self._queue)
+        return len(self._queue) + (len(self._unanswered) if self._unanswered is not None else 0)
 
     def pending(self) -> list[Pending]:
         """What waits to be posted, oldest first (a copy)."""
@@ -140,37 +142,38 @@ class AuditWriter:
                 self._dropped_logged = self.dropped
 
     async def flush(self, only_waiting: bool = False) -> bool:
-        """Post every waiting record in batches; False when a post failed (that batch waits again).
-        `only_waiting`: the records that wait now, not those that arrive while they are posted — under load,
-        posting until the queue is empty became a post every few records, back to back (each costing the
-        API an authentication and a transaction: ~1 ms of the API's CPU per proxied request, on the same
-        cores as the proxy); they wait for the next round, or for a full batch."""
+        """Post the batch still without an answer, then every waiting record in batches; False when a post failed
+        (that batch is posted again first). `only_waiting`: the records that wait now, not those that arrive while
+        they are posted — under load, posting until the queue is empty became a post every few records, back to
+        back (each costing the API an authentication and a transaction: ~1 ms of the API's CPU per proxied
+        request, on the same cores as the proxy); they wait for the next round, or for a full batch."""
         left = len(self._queue) if only_waiting else None
-        while self._queue and (left is None or left > 0):
-            count = min(self.batch_size, len(self._queue), left if left is not None else self.batch_size)
-            if left is not None:
-                left -= count
-            taken = [self._queue.popleft() for _ in range(count)]
-            records = as_records(taken)
+        while self._unanswered is not None or (self._queue and (left is None or left > 0)):
+            if self._unanswered is None:
+                count = min(self.batch_size, len(self._queue), left if left is not None else self.batch_size)
+                if left is not None:
+                    left -= count
+                taken = [self._queue.popleft() for _ in range(count)]
+                self._unanswered = as_batch(self._prefix, next(self._batches), taken)
             try:
-                await self._post(records)
-            except asyncio.CancelledError:
-                self._put_back(taken)
-                raise
+                await self._post(self._unanswered)
             except Exception as error:  # noqa: BLE001 — whatever one post raises, the writer carries on
                 self._failures.failed(error)
-                self._put_back(taken)
                 return False
             self._failures.succeeded()
-            self.posted += len(records)
+            self.posted += len(self._unanswered)
+            self._unanswered = None
         return True
 
-    def _put_back(self, taken: list[Pending]) -> None:
-        """In front of what arrived meanwhile, the oldest dropped (and counted) past `capacity`."""
-        self._queue.extendleft(reversed(taken))
-        while len(self._queue) > self.capacity:
-            self._queue.popleft()
-            self.dropped += 1
+
+def as_batch(writer: str, number: int, taken: list[Pending]) -> AuditBatch:
+    """The tuples as one batch, a column a field (no record object is made). A record that is not valid (it cannot
+    be: fields are bounded when captured) is logged and left out rather than blocking every batch behind it."""
+    try:
+        columns = dict(zip(RECORD_FIELDS, zip(*taken, strict=True), strict=True))
+        return AuditBatch.model_validate({"writer": writer, "number": number, **columns})
+    except ValidationError:
+        return AuditBatch.of(writer, number, as_records(taken))
 
 
 def as_records(taken: list[Pending]) -> list[AuditRecord]:
@@ -179,7 +182,7 @@ def as_records(taken: list[Pending]) -> list[AuditRecord]:
     records = []
     for pending in taken:
         try:
-            records.append(AuditRecord.model_validate(dict(zip(FIELDS, pending, strict=True))))
+            records.append(AuditRecord.model_validate(dict(zip(RECORD_FIELDS, pending, strict=True))))
         except ValidationError as error:
             log.warning("audit record for request %s left out: %s", pending[2], error.errors()[0]["msg"])
     return records

@@ -73,7 +73,7 @@ class EndpointProxy:
         self.served: set[str] = set()
         self.scraper = MetricsScraper(self._scrape_targets)
         # ATTEMPT, then SUCCESS or FAILED, per endpoint request; posted in batches by a background task.
-        self.audit = AuditWriter(lambda records: self.api.append_audit(records))
+        self.audit = AuditWriter(lambda batch: self.api.append_audit(batch))
         self.limits = ProxyLimits()  # body size, upstream deadline, stream idle (gateway/edge/exchange.py)
         self.tracing = proxy_tracing.ProxyTracing()  # x-request-id; spans with BERTH_OTEL_ENDPOINT
         self.pipeline = Pipeline(self)  # the steps of a request to an endpoint, made and linked once

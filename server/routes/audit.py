@@ -20,8 +20,8 @@ IdQuery = Annotated[str | None, Query(max_length=ID_LENGTH)]
 
 @router.post("/v1/internal/audit")
 async def append_audit(batch: AuditBatch, context: Context, _who: Admin) -> AuditAppended:
-    """Append the proxy's records to the chain, in order (a record already there is skipped: retries are safe)."""
-    return await run_in_threadpool(context.store.audit.append_batch, batch.records)
+    """Append the proxy's records to the chain, in order (a batch already there adds nothing: retries are safe)."""
+    return await run_in_threadpool(context.store.audit.append_batch, batch)
 
 
 @router.get("/v1/audit")

@@ -1,198 +1,205 @@
-"""The audit chain in the store: append the endpoint proxy's records in order, each row's hash linking to
-the one before; list them (bounded); verify the chain by recomputing every hash and link.
+"""The audit chain in the store: append the endpoint proxy's batches in order, each record's hash linking to the
+one before (server/store/audit_text.py); list records (bounded); count a key's requests; verify the chain by
+recomputing every hash.
 
-hash = SHA-256(prev_hash + canonical JSON of the row's fields, seq included), hex; the first row's
-prev_hash is 64 zeros. Appending is serialised like placements (server/store/placement.py): a lock in the
-process, then an UPDATE of the `audit` row of `store_locks` first (a row lock on PostgreSQL, the write lock
-on SQLite), so two API processes never read the same tip and fork the chain. A record already in the chain
-(same request id and phase: a batch retried after its answer was lost) is skipped, so retries are safe.
+A batch is one row (`audit_batches`: its records' canonical lines and their hashes) and a few tallies
+(`audit_tallies`: per minute, endpoint, copy, key and user, the records of each phase and their tokens), not a row
+a record: the API appends two records for every proxied request, and an INSERT a record with its indexes was most
+of what the API spent on a request it never served (docs/performance.md). Listing reads the batches the tallies
+point to; counting reads the tallies alone.
+
+Appending is serialised like placements (server/store/placement.py): a lock in the process, then an UPDATE of the
+`audit` row of `store_locks` first (a row lock on PostgreSQL, the write lock on SQLite), so two API processes never
+read the same tip and fork the chain. A batch already stored (same writer and number: sent again after its answer
+was lost) adds nothing, so retries are safe.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]  # the C encoder json.dumps uses
 from typing import Any
 
-from sqlalchemy import Table, bindparam, func, insert, select, update
-from sqlalchemy.engine import Dialect
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from berth.contracts import MAX_AUDIT_LIST, AuditAppended, AuditRecord, AuditRow, AuditVerdict, KeyRequests
+from berth.contracts import MAX_AUDIT_LIST, AuditAppended, AuditBatch, AuditRow, AuditVerdict, KeyRequests
 from berth.contracts.audit import AuditPhase
-from server.store.tables import AuditChainRow, StoreLockRow
+from berth.contracts.base import INT64_MAX
+from server.store.audit_text import GENESIS, HASH_LENGTH, BatchText, link, stored_row
+from server.store.tables import AuditBatchRow, AuditTallyRow, StoreLockRow
 
-GENESIS = "0" * 64  # the first row's prev_hash
-VERIFY_PAGE = 1000  # rows read at a time by verify(): memory stays bounded whatever the chain's length
-AUDIT_TABLE: Table = AuditChainRow.__table__  # type: ignore[assignment]  # a declarative class's Table
-FIELDS = ("seq", "at", "phase", "request_id", "status", "tokens_in", "tokens_out", "key_id", "user",
-          "endpoint_id", "copy_id", "latency_ms")
-INSERTED = (*FIELDS, "prev_hash", "hash")  # an appended row's columns, in the order append_batch builds them
-# append_batch's reads: what of a batch is in the chain already (by request id alone: the unique (request_id, phase)
-# index serves it on both databases), and the chain's tip.
-PRESENT = (select(AuditChainRow.request_id, AuditChainRow.phase)
-           .where(AuditChainRow.request_id.in_(bindparam("requests", expanding=True))))
-TIP = select(AuditChainRow.seq, AuditChainRow.hash).order_by(AuditChainRow.seq.desc()).limit(1)
-
-
-def canonical(fields: dict[str, Any]) -> str:
-    """The row's fields as one JSON text: sorted keys, no spaces, ASCII, numbers as their type says (a
-    float read back from either database is the same double, so its text is the same)."""
-    typed = {**fields, "seq": int(fields["seq"]), "at": float(fields["at"]), "status": int(fields["status"]),
-             "tokens_in": int(fields["tokens_in"]), "tokens_out": int(fields["tokens_out"]),
-             "latency_ms": float(fields["latency_ms"])}
-    return json.dumps({name: typed[name] for name in FIELDS}, sort_keys=True, separators=(",", ":"))
-
-
-def _text(value: str | None) -> str:
-    return "null" if value is None else encode_basestring_ascii(value)
-
-
-def record_canonical(seq: int, record: AuditRecord) -> str:
-    """`canonical` of a new row, written out in the sorted key order: a third of json.dumps's cost, the same
-    text (a test holds the two equal over generated records; a float json.dumps would spell as NaN or Infinity
-    takes its path)."""
-    at, latency = float(record.at), float(record.latency_ms)
-    if not (math.isfinite(at) and math.isfinite(latency)):
-        return canonical({"seq": seq, **record.model_dump(mode="json")})
-    return (f'{{"at":{at!r},"copy_id":{_text(record.copy_id)},"endpoint_id":{_text(record.endpoint_id)},'
-            f'"key_id":{_text(record.key_id)},"latency_ms":{latency!r},"phase":{_text(record.phase.value)},'
-            f'"request_id":{_text(record.request_id)},"seq":{int(seq)},"status":{int(record.status)},'
-            f'"tokens_in":{int(record.tokens_in)},"tokens_out":{int(record.tokens_out)},'
-            f'"user":{_text(record.user)}}}')
-
-
-def row_hash(prev_hash: str, fields: dict[str, Any]) -> str:
-    return hashlib.sha256((prev_hash + canonical(fields)).encode()).hexdigest()
+VERIFY_PAGE = 50  # batches read at a time by verify(): memory stays bounded whatever the chain's length
+LIST_PAGE = 20  # batches read at a time by list()
+TIP = (select(AuditBatchRow.number, AuditBatchRow.first_seq, AuditBatchRow.count, AuditBatchRow.tip_hash)
+       .order_by(AuditBatchRow.number.desc()).limit(1))
+INSERT_BATCH = insert(AuditBatchRow)
+INSERT_TALLIES = insert(AuditTallyRow)
+# A tally's key, and its counts: attempts, successes, failures, tokens in, tokens out.
+TallyKey = tuple[int, str, str | None, str | None, str | None]
+PHASE_COLUMN = {AuditPhase.ATTEMPT: 0, AuditPhase.SUCCESS: 1, AuditPhase.FAILED: 2}
+Row = tuple[Any, ...]  # a record's fields in AuditBatch.rows()'s order
 
 
 class AuditChain:
     def __init__(self, session: Callable[[], AbstractContextManager[Session]]) -> None:
         self._session = session
         self._lock = threading.Lock()
-        self._insert: _Insert | None = None
 
-    def append_batch(self, records: Iterable[AuditRecord]) -> AuditAppended:
-        """Add the records to the chain's end, in the order given, in one transaction."""
-        batch = _unique(records)
-        if not batch:
+    def append_batch(self, batch: AuditBatch) -> AuditAppended:
+        """Add the batch's records to the chain's end, in the order given, in one transaction."""
+        records = list(batch.rows())
+        if not records:
             return AuditAppended(appended=0)
+        tallies = _tallies(records)
         with self._lock, self._session() as s:
             s.execute(update(StoreLockRow).where(StoreLockRow.name == "audit").values(holder=StoreLockRow.holder)
                       .execution_options(synchronize_session=False))
             connection = s.connection()
-            if self._insert is None:  # a store has one engine, so one dialect
-                self._insert = _Insert.compile(connection.dialect)
-            requests = sorted({request_id for request_id, _ in batch})
-            present = set(connection.execute(PRESENT, {"requests": requests}).all())
+            if _stored(connection, batch):
+                return AuditAppended(appended=0, duplicates=len(batch))
             tip = connection.execute(TIP).first()
-            seq, prev_hash = (tip[0], tip[1]) if tip is not None else (0, GENESIS)
-            rows = []
-            for key, record in batch.items():
-                if key in present:
-                    continue
-                seq += 1
-                digest = hashlib.sha256((prev_hash + record_canonical(seq, record)).encode()).hexdigest()
-                rows.append((seq, record.at, key[1], record.request_id, record.status, record.tokens_in,
-                             record.tokens_out, record.key_id, record.user, record.endpoint_id, record.copy_id,
-                             record.latency_ms, prev_hash, digest))
-                prev_hash = digest
-            if rows:
-                # The driver's own executemany on a statement compiled once: SQLAlchemy's per-row parameter
-                # processing was a third of a row's cost (and the ORM's bulk path more).
-                connection.exec_driver_sql(self._insert.sql, self._insert.parameters(rows))
-        return AuditAppended(appended=len(rows), duplicates=len(batch) - len(rows))
+            number, seq, prev_hash = (tip[0] + 1, tip[1] + tip[2], tip[3]) if tip is not None else (1, 1, GENESIS)
+            texts, hashes = _linked(records, seq, prev_hash)
+            connection.execute(INSERT_BATCH, {
+                "number": number, "writer": batch.writer, "writer_batch": batch.number, "first_seq": seq,
+                "count": len(texts), "prev_hash": prev_hash, "tip_hash": hashes[-1], "records": "\n".join(texts),
+                "hashes": "".join(hashes)})
+            connection.execute(INSERT_TALLIES, [
+                {"batch": number, "ordinal": ordinal, "minute": key[0], "endpoint_id": key[1], "copy_id": key[2],
+                 "key_id": key[3], "user": key[4], "attempts": counts[0], "successes": counts[1],
+                 "failures": counts[2], "tokens_in": min(INT64_MAX, counts[3]),
+                 "tokens_out": min(INT64_MAX, counts[4])}
+                for ordinal, (key, counts) in enumerate(tallies.items())])
+        return AuditAppended(appended=len(texts))
 
     def list(self, endpoint_id: str | None = None, key_id: str | None = None, user: str | None = None,
              since: float | None = None, limit: int = 100) -> list[AuditRow]:
-        """The newest `limit` rows (at most MAX_AUDIT_LIST) that match, in chain order."""
-        query = select(AuditChainRow).order_by(AuditChainRow.seq.desc()).limit(max(1, min(limit, MAX_AUDIT_LIST)))
-        if endpoint_id is not None:
-            query = query.where(AuditChainRow.endpoint_id == endpoint_id)
-        if key_id is not None:
-            query = query.where(AuditChainRow.key_id == key_id)
-        if user is not None:
-            query = query.where(AuditChainRow.user == user)
-        if since is not None:
-            query = query.where(AuditChainRow.at >= since)
-        with self._session() as s:
-            rows = [AuditRow.model_validate(row, from_attributes=True) for row in s.scalars(query).all()]
-        return rows[::-1]
+        """The newest `limit` records (at most MAX_AUDIT_LIST) that match, in chain order."""
+        wanted = max(1, min(limit, MAX_AUDIT_LIST))
+        filters = {"endpoint_id": endpoint_id, "key_id": key_id, "user": user}
+
+        def matches(row: AuditRow) -> bool:
+            return (all(value is None or getattr(row, name) == value for name, value in filters.items())
+                    and (since is None or row.at >= since))
+
+        found: list[AuditRow] = []
+        for batch in self._newest_batches(endpoint_id, key_id, user, since):
+            found.extend(row for row in reversed(list(_rows(batch))) if matches(row))
+            if len(found) >= wanted:
+                break
+        return found[:wanted][::-1]
 
     def key_requests(self, key_id: str) -> KeyRequests:
-        """How many requests a key made (ATTEMPT rows) and how many were answered below 400 (SUCCESS): the
+        """How many requests a key made (ATTEMPT records) and how many were answered below 400 (SUCCESS): the
         chain sees every request whatever the key's limits, so a key without a quota is counted too."""
-        query = (select(AuditChainRow.phase, func.count()).where(AuditChainRow.key_id == key_id)
-                 .where(AuditChainRow.phase.in_((AuditPhase.ATTEMPT.value, AuditPhase.SUCCESS.value)))
-                 .group_by(AuditChainRow.phase))
+        query = (select(func.coalesce(func.sum(AuditTallyRow.attempts), 0),
+                        func.coalesce(func.sum(AuditTallyRow.successes), 0))
+                 .where(AuditTallyRow.key_id == key_id))
         with self._session() as s:
-            counts = {str(phase): int(count) for phase, count in s.execute(query).all()}
-        return KeyRequests(made=counts.get(AuditPhase.ATTEMPT.value, 0),
-                           answered=counts.get(AuditPhase.SUCCESS.value, 0))
+            made, answered = s.execute(query).one()
+        return KeyRequests(made=int(made), answered=int(answered))
 
     def verify(self) -> AuditVerdict:
-        """Recompute every row's hash and its link to the row before, page by page; name the first row
-        that does not hold."""
+        """Recompute every record's hash from the hash before it and its own line, batch by batch; name the first
+        record that does not hold."""
         expected_prev, checked = GENESIS, 0
-        for row in self._rows():
-            checked += 1
-            fields = {name: row[name] for name in FIELDS}
-            if row["prev_hash"] != expected_prev:
-                return _broken(row["seq"], checked, "its link to the row before does not hold (that row was "
-                                                    "changed, removed or inserted)")
-            if row_hash(row["prev_hash"], fields) != row["hash"]:
-                return _broken(row["seq"], checked, "its fields do not match its hash (the row was changed)")
-            expected_prev = row["hash"]
+        for batch in self._batches():
+            lines = batch.records.split("\n")
+            if batch.prev_hash != expected_prev:
+                return _broken(batch.first_seq, checked + 1, "its link to the record before does not hold (that "
+                                                             "record was changed, removed or inserted)")
+            if len(lines) != batch.count or len(batch.hashes) != batch.count * HASH_LENGTH:
+                return _broken(batch.first_seq, checked + 1, "its batch's records and hashes do not agree (a record "
+                                                             "was removed or inserted)")
+            for index, text in enumerate(lines):
+                checked += 1
+                stored = batch.hashes[index * HASH_LENGTH:(index + 1) * HASH_LENGTH]
+                if f'"seq":{batch.first_seq + index},' not in text or link(expected_prev, text) != stored:
+                    return _broken(batch.first_seq + index, checked,
+                                   "its hash does not follow from the record before and its own fields (this "
+                                   "record was changed, or the one before it was changed, removed or inserted)")
+                expected_prev = stored
         return AuditVerdict(ok=True, rows=checked, message=f"The audit chain holds: {checked} row(s) verified.")
 
-    def _rows(self) -> Iterator[dict[str, Any]]:
-        columns = [getattr(AuditChainRow, name) for name in (*FIELDS, "prev_hash", "hash")]
+    def _newest_batches(self, endpoint_id: str | None, key_id: str | None, user: str | None,
+                        since: float | None) -> Iterator[AuditBatchRow]:
+        """The batches that may hold a matching record, newest first, a page at a time."""
+        numbers = select(AuditTallyRow.batch).distinct()
+        for column, value in ((AuditTallyRow.endpoint_id, endpoint_id), (AuditTallyRow.key_id, key_id),
+                              (AuditTallyRow.user, user)):
+            if value is not None:
+                numbers = numbers.where(column == value)
+        if since is not None:
+            numbers = numbers.where(AuditTallyRow.minute >= int(since // 60))
+        before: int | None = None
+        while True:
+            page = numbers if before is None else numbers.where(AuditTallyRow.batch < before)
+            with self._session() as s:
+                chosen = s.scalars(page.order_by(AuditTallyRow.batch.desc()).limit(LIST_PAGE)).all()
+                batches = s.scalars(select(AuditBatchRow).where(AuditBatchRow.number.in_(chosen))
+                                    .order_by(AuditBatchRow.number.desc())).all() if chosen else []
+            yield from batches
+            if len(chosen) < LIST_PAGE:
+                return
+            before = chosen[-1]
+
+    def _batches(self) -> Iterator[AuditBatchRow]:
         after = 0
         while True:
             with self._session() as s:
-                page = s.execute(select(*columns).where(AuditChainRow.seq > after)
-                                 .order_by(AuditChainRow.seq).limit(VERIFY_PAGE)).mappings().all()
+                page = s.scalars(select(AuditBatchRow).where(AuditBatchRow.number > after)
+                                 .order_by(AuditBatchRow.number).limit(VERIFY_PAGE)).all()
             if not page:
                 return
-            for row in page:
-                yield dict(row)
-            after = page[-1]["seq"]
+            yield from page
+            after = page[-1].number
 
 
-@dataclass(frozen=True)
-class _Insert:
-    """append_batch's INSERT as the store's driver takes it, in the driver's own parameter style."""
-
-    sql: str
-    positional: bool
-
-    @classmethod
-    def compile(cls, dialect: Dialect) -> _Insert:
-        compiled = insert(AUDIT_TABLE).values({name: bindparam(name) for name in INSERTED}).compile(dialect=dialect)
-        if compiled.positional and tuple(compiled.positiontup or ()) != INSERTED:
-            raise RuntimeError(f"the audit INSERT's parameters came out as {compiled.positiontup}")
-        return cls(str(compiled), bool(compiled.positional))
-
-    def parameters(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]] | list[dict[str, Any]]:
-        if self.positional:
-            return rows
-        return [dict(zip(INSERTED, row, strict=True)) for row in rows]
+def _stored(connection: Connection, batch: AuditBatch) -> bool:
+    found = connection.execute(select(AuditBatchRow.number).where(AuditBatchRow.writer == batch.writer)
+                               .where(AuditBatchRow.writer_batch == batch.number)).first()
+    return found is not None
 
 
-def _unique(records: Iterable[AuditRecord]) -> dict[tuple[str, str], AuditRecord]:
-    """The batch keyed by (request id, phase), first occurrence kept, order kept."""
-    batch: dict[tuple[str, str], AuditRecord] = {}
-    for record in records:
-        batch.setdefault((record.request_id, record.phase.value), record)
-    return batch
+def _linked(records: list[Row], first_seq: int, prev_hash: str) -> tuple[list[str], list[str]]:
+    """The records' canonical texts, numbered from `first_seq`, and their hashes, the first linked to `prev_hash`."""
+    canonical, texts, hashes = BatchText(), [], []
+    for seq, record in enumerate(records, start=first_seq):
+        text = canonical.record(seq, record)
+        prev_hash = link(prev_hash, text)
+        texts.append(text)
+        hashes.append(prev_hash)
+    return texts, hashes
+
+
+def _tallies(records: list[Row]) -> dict[TallyKey, list[int]]:
+    """Per (minute, endpoint, copy, key, user): attempts, successes, failures, tokens in and out. Token sums are
+    clamped to the column's range when stored: a copy's usage figures are not Berth's to trust, and a tally past
+    the range would refuse every batch after it."""
+    tallies: dict[TallyKey, list[int]] = {}
+    for at, phase, _, _, tokens_in, tokens_out, key_id, user, endpoint_id, copy_id, _ in records:
+        key = (int(at // 60), endpoint_id, copy_id, key_id, user)
+        counts = tallies.get(key)
+        if counts is None:
+            counts = tallies[key] = [0, 0, 0, 0, 0]
+        counts[PHASE_COLUMN[phase]] += 1
+        counts[3] += tokens_in
+        counts[4] += tokens_out
+    return tallies
+
+
+def _rows(batch: AuditBatchRow) -> Iterator[AuditRow]:
+    prev_hash = batch.prev_hash
+    for index, text in enumerate(batch.records.split("\n")):
+        digest = batch.hashes[index * HASH_LENGTH:(index + 1) * HASH_LENGTH]
+        yield stored_row(text, prev_hash, digest)
+        prev_hash = digest
 
 
 def _broken(seq: int, checked: int, why: str) -> AuditVerdict:
     return AuditVerdict(ok=False, rows=checked, first_broken_seq=seq,
                         message=f"The audit chain is broken at row {seq}: {why}.")
+

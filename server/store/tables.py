@@ -243,27 +243,45 @@ class StoreLockRow(Base):
     expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
-class AuditChainRow(Base):
-    """One phase of one proxied request in the audit chain (server/store/audit.py): facts, never content. `seq` is
-    the chain's order, assigned under the `audit` store lock (the hash covers it, so it is known before the
-    INSERT); `hash` = SHA-256(`prev_hash` + the canonical JSON of the other columns)."""
+class AuditBatchRow(Base):
+    """One batch of the audit chain as an endpoint proxy posted it (server/store/audit.py): facts, never content.
+    Record `first_seq + i` is line i of `records` (its canonical JSON, server/store/audit_text.py) and characters
+    64·i to 64·(i+1) of `hashes`; its hash = SHA-256(the record before's hash + its line), the first's before it
+    being `prev_hash`, the previous batch's `tip_hash`. One row a batch, not a row a record: appending is the API's
+    part of every proxied request, and a row with its indexes cost more than the rest of a record's work.
+    (`writer`, `writer_batch`) names the batch as its writer sent it, so a batch sent again is not stored twice."""
 
-    __tablename__ = "audit_rows"
-    __table_args__ = (UniqueConstraint("request_id", "phase", name="uq_audit_rows_request_phase"),)
-    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-    at: Mapped[float] = mapped_column(Float, index=True)
-    phase: Mapped[str] = mapped_column(String(16))
-    request_id: Mapped[str] = mapped_column(String(128))
-    status: Mapped[int] = mapped_column(Integer)
-    tokens_in: Mapped[int] = mapped_column(BigInteger)
-    tokens_out: Mapped[int] = mapped_column(BigInteger)
-    key_id: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
-    user: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
+    __tablename__ = "audit_batches"
+    __table_args__ = (UniqueConstraint("writer", "writer_batch", name="uq_audit_batches_writer"),)
+    number: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    writer: Mapped[str] = mapped_column(String(64))
+    writer_batch: Mapped[int] = mapped_column(BigInteger)
+    first_seq: Mapped[int] = mapped_column(BigInteger)
+    count: Mapped[int] = mapped_column(Integer)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    tip_hash: Mapped[str] = mapped_column(String(64))
+    records: Mapped[str] = mapped_column(Text)
+    hashes: Mapped[str] = mapped_column(Text)
+
+
+class AuditTallyRow(Base):
+    """What one audit batch holds for one (minute, endpoint, copy, key, user): how many records of each phase and
+    their tokens. It finds the batches a filtered listing reads, and sums requests and tokens without reading
+    records; derived from the batch's records in the same transaction."""
+
+    __tablename__ = "audit_tallies"
+    batch: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    ordinal: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    minute: Mapped[int] = mapped_column(BigInteger, index=True)  # Unix time // 60 of the records
     endpoint_id: Mapped[str] = mapped_column(String(128), index=True)
     copy_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
-    latency_ms: Mapped[float] = mapped_column(Float)
-    prev_hash: Mapped[str] = mapped_column(String(64))
-    hash: Mapped[str] = mapped_column(String(64))
+    key_id: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
+    user: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
+    attempts: Mapped[int] = mapped_column(Integer)
+    successes: Mapped[int] = mapped_column(Integer)
+    failures: Mapped[int] = mapped_column(Integer)
+    tokens_in: Mapped[int] = mapped_column(BigInteger)
+    tokens_out: Mapped[int] = mapped_column(BigInteger)
 
 
 class ApiKeyRow(Base):

@@ -10,16 +10,16 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 from typer.testing import CliRunner
 
-from berth.contracts import AuditPhase, AuditRecord
+from berth.contracts import AuditBatch, AuditPhase, AuditRecord
 from berth.security import Identity
 from cli.audit import since_time
 from cli.main import app
 from server.app import build_context
 from server.context import ServerContext
-from server.store.tables import AuditChainRow
+from server.store.tables import AuditBatchRow
 from tests.cli.loopback_api import serve_api
 
 ADMIN = Identity(user="admin", groups=("default",), org="default", admin=True)
@@ -30,10 +30,10 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServerCo
     context = build_context(tmp_path / "state", "127.0.0.1:1")  # the audit routes never reach Temporal
     now = time.time()
     for n, (at, endpoint) in enumerate([(now - 7200, "ep-old"), (now - 60, "ep-1"), (now - 30, "ep-2")]):
-        context.store.audit.append_batch([
+        context.store.audit.append_batch(AuditBatch.of("proxy-a", n + 1, [
             AuditRecord(at=at, phase=AuditPhase.ATTEMPT, request_id=f"r{n}", user="alice", endpoint_id=endpoint),
             AuditRecord(at=at + 0.1, phase=AuditPhase.FAILED, request_id=f"r{n}", status=502, user="alice",
-                        endpoint_id=endpoint, latency_ms=100.0)])
+                        endpoint_id=endpoint, latency_ms=100.0)]))
     with serve_api(context, context.signing.api_token(ADMIN), tmp_path, monkeypatch):
         yield context
 
@@ -57,7 +57,10 @@ def test_verify_names_the_first_broken_row(served: ServerContext) -> None:
     code, out = _run("audit", "verify")
     assert code == 0 and "6 row(s) verified" in out
     with served.store.engine.begin() as connection:
-        connection.execute(update(AuditChainRow).where(AuditChainRow.seq == 4).values(status=200))
+        stored = connection.execute(select(AuditBatchRow.records).where(AuditBatchRow.number == 2)).scalar_one()
+        # Row 4 is the second of batch 2, its only 502.
+        edited = stored.replace('"status":502', '"status":200')
+        connection.execute(update(AuditBatchRow).where(AuditBatchRow.number == 2).values(records=edited))
     code, out = _run("audit", "verify")
     assert code == 1 and "broken at row 4" in out
     code, out = _run("audit", "verify", "-o", "json")

@@ -49,7 +49,7 @@ class FakeApi:
         return KeyVerdict(key_id="key-1", owner="alice", org="acme", groups=[], endpoint_id="ep-1", model="m",
                           limits=KeyLimits())
 
-    async def append_audit(self, _records: Any) -> None:
+    async def append_audit(self, _batch: Any) -> None:
         pass
 
     async def aclose(self) -> None:

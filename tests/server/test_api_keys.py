@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from berth.contracts import AuditBatch, AuditRecord
 from berth.security import API_AUDIENCE
 from server.app import build_context, create_app
 from server.context import ServerContext
@@ -96,7 +97,8 @@ async def test_a_key_without_a_quota_still_counts_its_requests(context: ServerCo
                    phase("r2", "ATTEMPT", key_id), phase("r2", "FAILED", key_id, 429),
                    phase("r3", "ATTEMPT", key_id), phase("r3", "SUCCESS", key_id, 200),
                    phase("r4", "ATTEMPT", other), phase("r4", "SUCCESS", other, 200)]
-        assert (await api.post("/v1/internal/audit", json={"records": records})).status_code == 200
+        batch = AuditBatch.of("proxy-a", 1, [AuditRecord.model_validate(record) for record in records])
+        assert (await api.post("/v1/internal/audit", json=batch.model_dump(mode="json"))).status_code == 200
         described = (await api.get(f"/v1/keys/{key_id}")).json()
         assert described["requests"] == {"made": 3, "answered": 2}
         assert described["limits"]["request_quota"] is None

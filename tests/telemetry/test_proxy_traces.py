@@ -34,7 +34,7 @@ class FakeApi:
             "id": "ep1", "scope": "public", "owner": "alice", "org": "acme", "groups": [], "service": "vllm",
             "copy_urls": [self.copy_url]}]})
 
-    async def append_audit(self, records: Any) -> None:
+    async def append_audit(self, batch: Any) -> None:
         pass
 
     async def aclose(self) -> None:

@@ -1,6 +1,6 @@
 """The proxy's audit writer alone: batches of at most `batch_size`, posted by its background task; a batch
-the API refuses (down) waits and goes with the next try, in order; a full queue drops its oldest records,
-counted and logged in one line; stopping posts what waits."""
+the API refuses (down) is posted again whole, under its number, before anything after it; a full queue drops its
+oldest records, counted and logged in one line; stopping posts what waits."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from berth.contracts import AuditPhase, AuditRecord
+from berth.contracts import AuditBatch, AuditPhase, AuditRecord
 from berth.errors import UnavailableError
 from gateway.endpoint.audit_writer import AuditWriter
 
@@ -19,11 +19,13 @@ class FlakyApi:
     def __init__(self) -> None:
         self.up = True
         self.batches: list[list[AuditRecord]] = []
+        self.tried: list[tuple[str, int, int]] = []  # (writer, number, records) of every post, answered or not
 
-    async def post(self, records: list[AuditRecord]) -> None:
+    async def post(self, batch: AuditBatch) -> None:
+        self.tried.append((batch.writer, batch.number, len(batch)))
         if not self.up:
             raise UnavailableError("Cannot reach the Berth API")
-        self.batches.append(records)
+        self.batches.append(batch.records())
 
     def posted(self) -> list[str]:
         return [f"{r.request_id}:{r.phase.value}" for batch in self.batches for r in batch]
@@ -52,16 +54,19 @@ async def test_batches_are_bounded_and_a_refused_batch_waits_in_order() -> None:
     writer = AuditWriter(api.post, batch_size=4, every_s=0.02)
     api.up = False
     ids = _requests(writer, 3)  # six records
+    assert not await writer.flush() and len(writer) == 6  # refused: kept, nothing lost
+    ids += _requests(writer, 1)  # two more arrive while the API is down: they wait behind the refused batch
     writer.start()
     try:
-        assert not await writer.flush() and len(writer) == 6  # refused: put back, nothing lost
         api.up = True
-        await _wait_for(lambda: len(api.posted()) == 6)
+        await _wait_for(lambda: len(api.posted()) == 8)
     finally:
         await writer.aclose()
-    assert [len(batch) for batch in api.batches] == [4, 2]
+    assert [len(batch) for batch in api.batches] == [4, 4]
     assert api.posted() == [f"{i}:{phase}" for i in ids for phase in ("ATTEMPT", "SUCCESS")]
-    assert all(isinstance(r, AuditRecord) for batch in api.batches for r in batch)
+    # The refused batch went again as it was, under its number (the store keeps a batch once).
+    writer_id = api.tried[0][0]
+    assert api.tried[0] == api.tried[1] == (writer_id, 1, 4) and api.tried[-1] == (writer_id, 2, 4)
 
 
 async def test_a_full_queue_drops_the_oldest_counted_and_logged(caplog: pytest.LogCaptureFixture) -> None:
@@ -80,9 +85,9 @@ async def test_a_full_queue_drops_the_oldest_counted_and_logged(caplog: pytest.L
 
 
 class SlowApi(FlakyApi):
-    async def post(self, records: list[AuditRecord]) -> None:
+    async def post(self, batch: AuditBatch) -> None:
         await asyncio.sleep(0.02)  # the API's own time per post, simulated: not a wait for a condition
-        await super().post(records)
+        await super().post(batch)
 
 
 async def test_under_steady_load_records_go_in_few_batches_not_a_post_every_few_records() -> None:
