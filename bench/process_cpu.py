@@ -103,7 +103,7 @@ def cpu_per_request(stack: RunningStack, url: str, headers: dict[str, str], endp
         requests, load_s = driven
     expected = seq + 2 * requests  # an ATTEMPT and an outcome a request
     while _audit_rows(stack, endpoint_id) < expected and time.monotonic() - began < load_s + AUDIT_SETTLE_S:
-        time.sleep(0.25)
+        time.sleep(1.0)  # each look is an API request too: few of them (the idle rate covers the wait)
     window = time.monotonic() - began
     after = _cpu(pids)
     per_request = {name: round(max(0.0, after[name] - before[name] - idle_rate[name] * window) / requests * 1e6, 1)

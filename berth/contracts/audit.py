@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from berth.contracts.base import INT64_MAX, Payload, Response, json_float, json_int
 from berth.contracts.choices import MAX_AUDIT_LIST as MAX_AUDIT_LIST  # re-exported: defined apart for the CLI
 
-MAX_AUDIT_BATCH = 1000  # records per POST /v1/internal/audit; the writer sends at most 500 (well under 1 MiB)
+# Records per POST /v1/internal/audit, and the writer's batch: its ids are Berth's own (ASCII, bounded), so 1,000
+# records as columns stay under 800 KB, within the API's 1 MiB body limit.
+MAX_AUDIT_BATCH = 1000
 ID_LENGTH = 128  # request, endpoint, copy, key ids and user names (the store's columns are this wide)
 WRITER_LENGTH = 64
 MAX_UNIX_TIME = 1e11  # the year 5138: past it a time is not a moment but a mistake

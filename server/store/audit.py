@@ -16,6 +16,7 @@ was lost) adds nothing, so retries are safe.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -79,18 +80,18 @@ class AuditChain:
              since: float | None = None, limit: int = 100) -> list[AuditRow]:
         """The newest `limit` records (at most MAX_AUDIT_LIST) that match, in chain order."""
         wanted = max(1, min(limit, MAX_AUDIT_LIST))
-        filters = {"endpoint_id": endpoint_id, "key_id": key_id, "user": user}
-
-        def matches(row: AuditRow) -> bool:
-            return (all(value is None or getattr(row, name) == value for name, value in filters.items())
-                    and (since is None or row.at >= since))
-
+        filters = [(name, value) for name, value in (("endpoint_id", endpoint_id), ("key_id", key_id), ("user", user))
+                   if value is not None]
         found: list[AuditRow] = []
         for batch in self._newest_batches(endpoint_id, key_id, user, since):
-            found.extend(row for row in reversed(list(_rows(batch))) if matches(row))
-            if len(found) >= wanted:
-                break
-        return found[:wanted][::-1]
+            # Newest first, each line parsed only when reached: a listing of the newest few reads a few lines.
+            for index, text in _lines_newest_first(batch):
+                fields = json.loads(text)
+                if all(fields[name] == value for name, value in filters) and (since is None or fields["at"] >= since):
+                    found.append(_row(batch, index, fields))
+                    if len(found) == wanted:
+                        return found[::-1]
+        return found[::-1]
 
     def key_requests(self, key_id: str) -> KeyRequests:
         """How many requests a key made (ATTEMPT records) and how many were answered below 400 (SUCCESS): the
@@ -191,12 +192,15 @@ def _tallies(records: list[Row]) -> dict[TallyKey, list[int]]:
     return tallies
 
 
-def _rows(batch: AuditBatchRow) -> Iterator[AuditRow]:
-    prev_hash = batch.prev_hash
-    for index, text in enumerate(batch.records.split("\n")):
-        digest = batch.hashes[index * HASH_LENGTH:(index + 1) * HASH_LENGTH]
-        yield stored_row(text, prev_hash, digest)
-        prev_hash = digest
+def _lines_newest_first(batch: AuditBatchRow) -> Iterator[tuple[int, str]]:
+    lines = batch.records.split("\n")
+    return zip(range(len(lines) - 1, -1, -1), reversed(lines), strict=True)
+
+
+def _row(batch: AuditBatchRow, index: int, fields: dict[str, Any]) -> AuditRow:
+    """Record `index` of the batch (its fields parsed from its line) with the hash before it and its own."""
+    prev_hash = batch.prev_hash if index == 0 else batch.hashes[(index - 1) * HASH_LENGTH:index * HASH_LENGTH]
+    return stored_row(fields, prev_hash, batch.hashes[index * HASH_LENGTH:(index + 1) * HASH_LENGTH])
 
 
 def _broken(seq: int, checked: int, why: str) -> AuditVerdict:

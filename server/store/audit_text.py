@@ -73,6 +73,6 @@ def row_hash(prev_hash: str, fields: dict[str, Any]) -> str:
     return link(prev_hash, canonical(fields))
 
 
-def stored_row(text: str, prev_hash: str, digest: str) -> AuditRow:
-    """The row a stored line is: its fields, the hash before it and its own."""
-    return AuditRow.model_validate({**json.loads(text), "prev_hash": prev_hash, "hash": digest})
+def stored_row(fields: dict[str, Any], prev_hash: str, digest: str) -> AuditRow:
+    """The row a stored line is: its fields (the line parsed), the hash before it and its own."""
+    return AuditRow.model_validate({**fields, "prev_hash": prev_hash, "hash": digest})

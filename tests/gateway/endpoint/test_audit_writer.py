@@ -102,3 +102,18 @@ async def test_under_steady_load_records_go_in_few_batches_not_a_post_every_few_
     assert len(api.posted()) == 2 * len(ids)  # nothing lost
     # One round per 0.5 s and one per full batch of 200: a handful, where draining until empty made ~25.
     assert len(api.batches) <= 10, [len(batch) for batch in api.batches]
+
+
+async def test_woken_by_a_full_batch_it_posts_full_batches_and_the_rest_on_the_tick() -> None:
+    api = FlakyApi()
+    writer = AuditWriter(api.post, batch_size=4, every_s=0.3)
+    writer.start()
+    try:
+        _requests(writer, 5)  # ten records: two full batches wake the writer at once, two wait for the tick
+        await _wait_for(lambda: len(api.batches) == 2)
+        woken_at = time.monotonic()
+        assert [len(batch) for batch in api.batches] == [4, 4] and len(writer) == 2
+        await _wait_for(lambda: len(api.batches) == 3)
+        assert len(api.batches[2]) == 2 and time.monotonic() - woken_at > 0.1  # the tick's, not the wake's
+    finally:
+        await writer.aclose()
