@@ -9,6 +9,7 @@ import typer
 from cli import (
     apply,
     audit,
+    capacity,
     catalog,
     components,
     endpoint,
@@ -33,6 +34,7 @@ app.add_typer(identity.app)  # login
 app.add_typer(apply.app)  # apply, diff
 app.add_typer(web_console.app)  # console
 app.add_typer(top.app)  # top
+app.add_typer(capacity.app)  # capacity
 app.add_typer(workflow.app, name="workflow")
 app.add_typer(catalog.app, name="catalog", help="Alias of `berth workflow catalog`.")
 app.add_typer(endpoint.app, name="endpoint")

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from berth.errors import CapacityError
+from berth.errors import CapacityError, UserInputError
 from catalog.definition import ReplicaSpec, WorkflowDefinition
-from catalog.entry import Entry, ModelFacts
+from catalog.entry import Entry, ModelFacts, ParameterType
 from catalog.memory import max_context_that_fits, memory_need
+from catalog.render import render, resolve_values
 from server import scheduler
+from server.capacity_figures import EntryDemand
 
 if TYPE_CHECKING:
     from server.context import ServerContext
@@ -26,14 +28,36 @@ def check_capacity(context: ServerContext, entry: Entry, definition: WorkflowDef
         raise CapacityError(
             "No node has registered with this cluster yet. Start one (`berth up` or `berth node`)."
         )
-    demand = scheduler.Demand(nodes=replica.nodes, gpus_per_node=replica.gpus_per_node,
-                              gpu_memory_gb=replica.gpu_memory_gb,
-                              utilization=replica.engine.gpu_memory_utilization)
     max_nodes = context.settings.max_nodes_per_copy
-    reason = scheduler.rejection_reason(demand, views, max_nodes)
+    reason = scheduler.rejection_reason(replica_demand(replica), views, max_nodes)
     if reason is None:
         return
     raise CapacityError(f"Rejected: {reason}.{what_would_fit(entry, replica, views, max_nodes)}")
+
+
+def replica_demand(replica: ReplicaSpec) -> scheduler.Demand:
+    """What one copy asks of the scheduler (where its weights already are aside)."""
+    return scheduler.Demand(nodes=replica.nodes, gpus_per_node=replica.gpus_per_node,
+                            gpu_memory_gb=replica.gpu_memory_gb, utilization=replica.engine.gpu_memory_utilization)
+
+
+# Stand-ins for the values an entry requires and has no default for, so that it renders with its defaults: none
+# of them sets a copy's shape (a gated model's token secret, the general vLLM entry's Model); the answer names them.
+STAND_INS = {ParameterType.SECRET: "secret://user/stand-in", ParameterType.HF_MODEL: "hf://stand-in/model"}
+
+
+def default_demand(entry: Entry) -> EntryDemand | None:
+    """What one copy of `entry` asks for with its default values; None for an entry that places no model copy
+    (a gateway, OpenCode) or that needs a value no stand-in gives. Reads its template: off the event loop."""
+    required = [parameter for parameter in entry.parameters if parameter.required]
+    given = {p.name: p.example or STAND_INS.get(p.type) for p in required}
+    try:
+        replica = render(entry, resolve_values(entry, given)).replica
+    except UserInputError:
+        return None
+    if replica is None:
+        return None
+    return EntryDemand(entry.name, replica_demand(replica), tuple(p.name for p in required))
 
 
 def names(nodes: list[scheduler.NodeView], limit: int = 5) -> str:

@@ -10,6 +10,7 @@ import heapq
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
+from typing import Literal
 
 
 class Policy(str, Enum):
@@ -31,6 +32,7 @@ class Policy(str, Enum):
 class GpuView:
     index: int
     memory_gb: float
+    name: str = ""  # the model as its node reports it (NVML's name): placement ignores it, capacity groups by it
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,14 @@ class NodeView:
     volumes: frozenset[str] = frozenset()
     models: frozenset[str] = frozenset()  # digests in the node's model cache
     draining: bool = False  # keeps its copies, takes no new ones
+
+    def unavailable(self) -> Literal["offline", "draining", "tainted"] | None:
+        """Why no new copy is placed here now ("offline", "draining", "tainted"), or None: `place`'s filter."""
+        if not self.ready:
+            return "offline"
+        if self.draining:
+            return "draining"
+        return "tainted" if self.taints else None
 
     def free_gpus(self, min_memory_gb: float) -> list[int]:
         return [g.index for g in self.gpus if g.index not in self.busy_gpus and g.memory_gb >= min_memory_gb]
@@ -113,18 +123,15 @@ def place(demand: Demand, nodes: list[NodeView], policy: Policy = Policy.PACK) -
     scored: list[tuple[tuple[int, int, str], NodeView]] = []
     reasons: dict[str, int] = {"offline": 0, "draining": 0, "tainted": 0, "busy": 0}
     for node in nodes:
-        if not node.ready:
-            reasons["offline"] += 1
-        elif node.draining:
-            reasons["draining"] += 1
-        elif node.taints:
-            reasons["tainted"] += 1
+        closed = node.unavailable()
+        if closed is not None:
+            reasons[closed] += 1
+            continue
+        free = node.free_count(min_memory)
+        if free < demand.gpus_per_node:
+            reasons["busy"] += 1
         else:
-            free = node.free_count(min_memory)
-            if free < demand.gpus_per_node:
-                reasons["busy"] += 1
-            else:
-                scored.append((_score(node, free, demand, policy), node))
+            scored.append((_score(node, free, demand, policy), node))
     if len(scored) < demand.nodes:
         detail = ", ".join(f"{count} {why}" for why, count in reasons.items() if count)
         memory = f" with ≥ {min_memory:.0f} GB" if min_memory else ""

@@ -26,6 +26,14 @@ if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module 
         Response,
         wire,
     )
+    from berth.contracts.capacity import (
+        Capacity,
+        EntryFit,
+        GpuFigures,
+        GpuModelCapacity,
+        NodeCapacity,
+        NodeCounts,
+    )
     from berth.contracts.catalog import (
         EntryDetail,
         EntrySummary,
@@ -212,6 +220,12 @@ __all__ = [
     "WorkflowRevisionDefinition",
     "WorkflowUpdated",
     "WorkflowUpdateRequest",
+    "Capacity",
+    "EntryFit",
+    "GpuFigures",
+    "GpuModelCapacity",
+    "NodeCapacity",
+    "NodeCounts",
     "AuditAppended",
     "AuditBatch",
     "AuditPhase",

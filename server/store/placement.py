@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
@@ -31,6 +31,14 @@ class PlacementObserver(Protocol):
     def reserved(self, request: ReserveRequest, result: ReserveResult, seconds: float) -> None: ...
 
     def released(self, copy_id: str) -> None: ...
+
+
+class CapacitySnapshot(NamedTuple):
+    """What the capacity figures are made of (server/capacity_figures.py), read in one transaction."""
+
+    views: list[scheduler.NodeView]
+    holders: dict[tuple[str, int], str]  # (node id, GPU index) → the copy holding it, fenced or not
+    serving: frozenset[str]  # the copies published ready
 
 
 class Placements:
@@ -79,7 +87,8 @@ class Placements:
         for node_id, last_heartbeat, gpus, taints, volumes, draining, models in s.execute(columns):
             views.append(scheduler.NodeView(
                 id=node_id, ready=now - last_heartbeat <= self.node_offline_after_s,
-                gpus=tuple(scheduler.GpuView(int(g["index"]), float(g.get("memory_gb", 0))) for g in gpus),
+                gpus=tuple(scheduler.GpuView(int(g["index"]), float(g.get("memory_gb", 0)), str(g.get("name", "")))
+                           for g in gpus),
                 busy_gpus=frozenset(busy.get(node_id, ())), taints=tuple(taints or ()),
                 volumes=frozenset(volumes or ()), draining=bool(draining), models=frozenset(models or ()),
             ))
@@ -88,6 +97,14 @@ class Placements:
     def node_views(self) -> list[scheduler.NodeView]:
         with self._session() as s:
             return self._views(s, time.time())
+
+    def capacity_snapshot(self) -> CapacitySnapshot:
+        with self._session() as s:
+            views = self._views(s, time.time())
+            held = s.execute(select(AllocationRow.node_id, AllocationRow.gpu_index, AllocationRow.copy_id))
+            holders = {(node_id, gpu_index): copy_id for node_id, gpu_index, copy_id in held}
+            serving = frozenset(s.scalars(select(ReplicaRow.copy_id).where(ReplicaRow.ready.is_(True))))
+        return CapacitySnapshot(views, holders, serving)
 
     def reserve(self, request: ReserveRequest) -> ReserveResult:
         """Atomically place a copy: GPUs and ports for every rank, or the reason it must wait."""
