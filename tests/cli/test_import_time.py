@@ -1,6 +1,7 @@
 """`berth` answers at once (issue 33): `berth --help` imports no client, contract or settings module, `workflow
-list` only its own route's, and their CPU time stays within a budget relative to `python -c pass`'s, measured
-in the same run (bench/cli_start.py measures the same commands; docs/performance.md, "CLI start").
+list` only its own route's, and their CPU time stays within a budget relative to a bare interpreter importing the
+libraries each command needs, measured in the same run (bench/cli_start.py measures the same commands;
+docs/performance.md, "CLI start").
 
 What a command imports is checked from `python -X importtime` (deterministic); the budgets compare CPU time
 (user+system of the child, best of 3), which a loaded machine disturbs less than wall time.
@@ -27,11 +28,20 @@ NOT_FOR_HELP = ("pydantic", "httpx", "anyio", "berth.api_client", "berth.api_tra
 NOT_FOR_LIST = ("berth.api_client", "berth.contracts.model_registry", "berth.contracts.internal",
                 "berth.contracts.keys", "berth.tls", "berth.tokens", "cryptography", "prometheus_client", "jwt",
                 "yaml", "click", "pygments", "catalog", "stack", "temporalio")
-# CPU time as a multiple of `python -c pass`'s. Measured on the 2-core development machine, loaded: `--help`
-# 8×, `workflow list` 15-16× (before issue 33: 22× and 24×). The budgets leave room for a noisy CI machine;
-# the import checks above catch a heavy import long before these do.
-HELP_BUDGET = 15
-LIST_BUDGET = 26
+# CPU time as a multiple of a bare interpreter's that imports the libraries the command needs: what Berth adds on
+# top of them. Not of `python -c pass`'s: an interpreter's own start differs by machine (22-24 ms on one
+# development machine, 11-12 ms on the next) far more than the libraries' imports do, and the same commands went
+# from within the budget to over it with no change of Berth's. Measured on the 2-core development machine, loaded:
+# `--help` 2.9×, `workflow list` 2.0×. The budgets leave room for a noisy CI machine; the import checks above catch
+# a heavy import long before these do.
+# Against `python -c pass` too, as issue 33 asks, with ceilings wide enough for the fastest interpreter start seen
+# (`--help` 18×, `workflow list` 34× at 11 ms).
+HELP_PASS_BUDGET = 25
+LIST_PASS_BUDGET = 45
+HELP_LIBRARIES = "import typer, rich.table"
+LIST_LIBRARIES = "import typer, rich.table, pydantic, httpx, asyncio"
+HELP_BUDGET = 4.0
+LIST_BUDGET = 3.0
 
 
 @pytest.fixture(scope="module")
@@ -66,13 +76,15 @@ def test_workflow_list_imports_its_route_and_nothing_else(env: dict[str, str]) -
 
 
 def test_help_and_workflow_list_cost_a_few_interpreter_starts(env: dict[str, str]) -> None:
-    commands = {"pass": ["-c", "pass"], "help": ["-m", "cli", "--help"], "list": ["-m", "cli", "workflow", "list"]}
+    commands = {"pass": ["-c", "pass"], "help libraries": ["-c", HELP_LIBRARIES], "help": ["-m", "cli", "--help"],
+                "list libraries": ["-c", LIST_LIBRARIES], "list": ["-m", "cli", "workflow", "list"]}
     for argv in commands.values():  # bytecode cached, as an installed CLI has it
         measure([PYTHON, *argv], env, 1)
     cpu = {name: measure([PYTHON, *argv], env, 3).cpu_s for name, argv in commands.items()}
     shown = {name: f"{seconds * 1000:.0f} ms" for name, seconds in cpu.items()}
-    assert cpu["help"] <= HELP_BUDGET * cpu["pass"], shown
-    assert cpu["list"] <= LIST_BUDGET * cpu["pass"], shown
+    assert cpu["help"] <= HELP_BUDGET * cpu["help libraries"], shown
+    assert cpu["list"] <= LIST_BUDGET * cpu["list libraries"], shown
+    assert cpu["help"] <= HELP_PASS_BUDGET * cpu["pass"] and cpu["list"] <= LIST_PASS_BUDGET * cpu["pass"], shown
 
 
 def test_the_canned_answer_is_a_valid_listing() -> None:
