@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 from berth.api_capacity import CapacityApi
+from berth.api_explain import ExplainApi
 from berth.api_models import ModelsApi
 from berth.api_rollouts import RolloutsApi
 from berth.api_transport import body, many, one, segment
@@ -78,10 +79,10 @@ from berth.errors import (
 from berth.tokens import RevokeResult, TokenMintBody, TokenRecord
 
 
-class ApiClient(WorkflowsApi, ModelsApi, RolloutsApi, CapacityApi):
+class ApiClient(WorkflowsApi, ModelsApi, RolloutsApi, CapacityApi, ExplainApi):
     """One method per route, each returning the model its route declares (the catalog's and the workflows'
     in berth/api_workflows.py, the model registry's in berth/api_models.py, the rollouts' in
-    berth/api_rollouts.py, the capacity's in berth/api_capacity.py)."""
+    berth/api_rollouts.py, the capacity's in berth/api_capacity.py, the explain's in berth/api_explain.py)."""
 
     # --- endpoints and nodes ----------------------------------------------------------------------
     async def endpoints(self) -> list[EndpointView]:

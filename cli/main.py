@@ -13,6 +13,7 @@ from cli import (
     catalog,
     components,
     endpoint,
+    explain,
     identity,
     key,
     model,
@@ -38,6 +39,7 @@ app.add_typer(capacity.app)  # capacity
 app.add_typer(workflow.app, name="workflow")
 app.add_typer(catalog.app, name="catalog", help="Alias of `berth workflow catalog`.")
 app.add_typer(endpoint.app, name="endpoint")
+app.add_typer(explain.app, name="explain")
 app.add_typer(node.app, name="node")
 app.add_typer(secret.app, name="secret")
 app.add_typer(identity.user_app, name="user")

@@ -107,7 +107,24 @@ def rejection_reason(demand: Demand, nodes: list[NodeView], max_nodes_per_copy: 
     return None
 
 
-def _score(node: NodeView, free: int, demand: Demand, policy: Policy) -> tuple[int, int, str]:
+# `place`'s filters, in the order it applies them: a node turned away by one is not asked the next.
+Filter = Literal["offline", "draining", "tainted", "gpus_too_small", "busy"]
+
+
+def first_filter(node: NodeView, demand: Demand) -> Filter | None:
+    """The first filter that turns `node` away for `demand`, or None when it passes them all: not ready,
+    draining or tainted (`unavailable`), fewer GPUs of the size asked for than the copy needs even when all
+    are free ("gpus_too_small"), or too few of them free now ("busy")."""
+    closed = node.unavailable()
+    if closed is not None:
+        return closed
+    min_memory = demand.min_gpu_memory_gb
+    if node.free_count(min_memory) >= demand.gpus_per_node:
+        return None
+    return "gpus_too_small" if node.capable_gpus(min_memory) < demand.gpus_per_node else "busy"
+
+
+def score(node: NodeView, free: int, demand: Demand, policy: Policy) -> tuple[int, int, str]:
     """Sort key, smallest first: model already on the node (its volume, or its digest in the node's model
     cache: the cache-hit score), then pack or spread, then id."""
     on_volume = 0 if ((demand.prefer_volume and demand.prefer_volume in node.volumes)
@@ -123,15 +140,11 @@ def place(demand: Demand, nodes: list[NodeView], policy: Policy = Policy.PACK) -
     scored: list[tuple[tuple[int, int, str], NodeView]] = []
     reasons: dict[str, int] = {"offline": 0, "draining": 0, "tainted": 0, "busy": 0}
     for node in nodes:
-        closed = node.unavailable()
-        if closed is not None:
-            reasons[closed] += 1
-            continue
-        free = node.free_count(min_memory)
-        if free < demand.gpus_per_node:
-            reasons["busy"] += 1
-        else:
-            scored.append((_score(node, free, demand, policy), node))
+        rejected = first_filter(node, demand)
+        if rejected is None:
+            scored.append((score(node, node.free_count(min_memory), demand, policy), node))
+        else:  # the one-line reason counts GPUs too small as busy, as it always has
+            reasons["busy" if rejected == "gpus_too_small" else rejected] += 1
     if len(scored) < demand.nodes:
         detail = ", ".join(f"{count} {why}" for why, count in reasons.items() if count)
         memory = f" with ≥ {min_memory:.0f} GB" if min_memory else ""

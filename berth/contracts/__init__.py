@@ -54,6 +54,12 @@ if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module 
         WakeRequest,
         WakeResult,
     )
+    from berth.contracts.explain import (
+        CopyPlacement,
+        NodeVerdict,
+        PlacementExplanation,
+        ScoreTerms,
+    )
     from berth.contracts.identity import (
         GroupRequest,
         GroupView,
@@ -226,6 +232,10 @@ __all__ = [
     "GpuModelCapacity",
     "NodeCapacity",
     "NodeCounts",
+    "CopyPlacement",
+    "NodeVerdict",
+    "PlacementExplanation",
+    "ScoreTerms",
     "AuditAppended",
     "AuditBatch",
     "AuditPhase",

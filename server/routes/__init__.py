@@ -11,6 +11,7 @@ from server.routes import (
     endpoint_policy,
     endpoint_tokens,
     endpoints,
+    explain,
     health,
     identity,
     internal,
@@ -32,5 +33,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     tokens.router, health.router, catalog.router, workflows.router, endpoints.router, endpoint_tokens.router,
     endpoint_policy.router, secrets.router, identity.router, nodes.router, keys.router, litellm_keys.router,
     internal.router, audit.router, models.router, model_reports.router, revisions.router, scaling.router,
-    traffic.router, metrics.router, capacity.router,
+    traffic.router, metrics.router, capacity.router, explain.router,
 )

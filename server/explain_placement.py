@@ -1,0 +1,99 @@
+"""Explain placement (`GET /v1/explain/placement/{id}`, docs/explain.md): pure functions from the scheduler's node
+views and one copy's demand to the CopyPlacement contract, asking the scheduler's own filters and score
+(server/scheduler.py `first_filter`, `score`, `place`, `rejection_reason`) rather than restating them. No I/O: the
+route reads the store."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import get_args
+
+from berth.contracts.explain import CopyPlacement, NodeOutcome, NodeVerdict, ScoreTerms
+from server import scheduler
+
+# A copy's ranks as its reservation holds them: (node id, GPU indices), rank 0 first.
+Ranks = Sequence[tuple[str, Sequence[int]]]
+OUTCOME_ORDER = {outcome: position for position, outcome in enumerate(get_args(NodeOutcome))}
+
+
+def freed(views: list[scheduler.NodeView], ranks: Ranks) -> list[scheduler.NodeView]:
+    """The nodes as the scheduler would see them with this copy's own GPUs free again: a placed copy is judged as
+    if it were placed now, not against the GPUs it holds itself."""
+    held = {node_id: frozenset(gpus) for node_id, gpus in ranks}
+    return [dataclasses.replace(view, busy_gpus=view.busy_gpus - held[view.id]) if view.id in held else view
+            for view in views]
+
+
+def detail(view: scheduler.NodeView, demand: scheduler.Demand, outcome: NodeOutcome) -> str:
+    """The figures behind a node's outcome, in one line."""
+    min_gb = demand.min_gpu_memory_gb
+    size = f" of ≥ {min_gb:.0f} GB" if min_gb else ""
+    if outcome == "offline":
+        return "no heartbeat: its agent is not reporting"
+    if outcome == "draining":
+        return "draining: it keeps its copies and takes no new one"
+    if outcome == "tainted":
+        return f"tainted ({', '.join(view.taints)}): it takes no copy"
+    if outcome == "gpus_too_small":
+        return (f"{view.capable_gpus(min_gb)} of its {len(view.gpus)} GPU(s) are{size or ' usable'}, "
+                f"the copy needs {demand.gpus_per_node} on one node")
+    free = view.free_count(min_gb)
+    if outcome == "busy":
+        return f"{free} of its {view.capable_gpus(min_gb)} GPU(s){size} free now, the copy needs {demand.gpus_per_node}"
+    return f"{free} GPU(s){size} free"
+
+
+def verdicts(demand: scheduler.Demand, views: list[scheduler.NodeView], policy: scheduler.Policy,
+             chosen: Ranks) -> list[NodeVerdict]:
+    """Every node for one copy: the chosen (rank order) with their score terms, then the nodes that passed every
+    filter but scored lower, then each other node with the first filter that turned it away."""
+    min_gb = demand.min_gpu_memory_gb
+    passed = sorted((scheduler.score(view, view.free_count(min_gb), demand, policy), view) for view in views
+                    if scheduler.first_filter(view, demand) is None)
+    terms = {view.id: ScoreTerms(model_on_node=key[0] == 0, free_gpus=view.free_count(min_gb), order=position)
+             for position, (key, view) in enumerate(passed, start=1)}
+    ranks = {node_id: (rank, list(gpus)) for rank, (node_id, gpus) in enumerate(chosen)}
+    found = []
+    for view in views:
+        rejected = scheduler.first_filter(view, demand)
+        if view.id in ranks:
+            rank, gpus = ranks[view.id]
+            now = f"; now {rejected}: a new copy would not go here" if rejected else ""
+            found.append((rank, NodeVerdict(node=view.id, outcome="chosen", gpus=gpus, score=terms.get(view.id),
+                                            detail=f"rank {rank}, GPUs {gpus}{now}")))
+            continue
+        outcome: NodeOutcome = rejected or "scored_lower"
+        found.append((len(ranks), NodeVerdict(node=view.id, outcome=outcome, gpus=[], score=terms.get(view.id),
+                                              detail=detail(view, demand, outcome))))
+
+    def order(item: tuple[int, NodeVerdict]) -> tuple[int, int, int, str]:
+        rank, verdict = item
+        place = verdict.score.order if verdict.score is not None else 0
+        return rank, OUTCOME_ORDER[verdict.outcome], place, verdict.node
+
+    return [verdict for _rank, verdict in sorted(found, key=order)]
+
+
+def explain_placed(copy_id: str, ranks: Ranks, demand: scheduler.Demand, views: list[scheduler.NodeView],
+                   policy: scheduler.Policy) -> CopyPlacement:
+    """A copy holding its GPUs: its nodes, and whether the scheduler would place it again now (with its own GPUs
+    counted free), and where every other node stands."""
+    seen = freed(views, ranks)
+    again = scheduler.place(demand, seen, policy)
+    return CopyPlacement(copy_id=copy_id, placed=True, fits_now=again.blocked_reason is None,
+                         blocked_reason=again.blocked_reason, nodes=verdicts(demand, seen, policy, ranks), advice=[])
+
+
+def explain_unplaced(copy_id: str | None, demand: scheduler.Demand, views: list[scheduler.NodeView],
+                     policy: scheduler.Policy, max_nodes_per_copy: int,
+                     advise: Callable[[str | None], list[str]]) -> CopyPlacement:
+    """A copy holding nothing (blocked, or the workflow's next one): what placing it now meets — the nodes the
+    scheduler would choose, or why it would wait, and then `advise(never_reason)`: the smallest changes that
+    would place it."""
+    never = scheduler.rejection_reason(demand, views, max_nodes_per_copy)
+    decision = scheduler.place(demand, views, policy) if never is None else scheduler.Decision(blocked_reason=never)
+    fits = decision.blocked_reason is None
+    return CopyPlacement(copy_id=copy_id, placed=False, fits_now=fits, blocked_reason=decision.blocked_reason,
+                         never_reason=never, nodes=verdicts(demand, views, policy, decision.ranks),
+                         advice=[] if fits else advise(never))

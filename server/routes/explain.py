@@ -1,0 +1,107 @@
+"""Explain routes (docs/explain.md): where the scheduler placed a workflow's copies and why, or what a copy it has not
+placed meets now. Whoever may describe the workflow may ask (server/access.py); other users' copies holding a node's
+GPUs are not named, as in `node list`. The scaling answer stays at `/v1/workflows/{id}/scaling`
+(server/routes/scaling.py): `berth explain scaling` reads it there."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from starlette.concurrency import run_in_threadpool
+
+from berth.contracts import Placement
+from berth.contracts.explain import CopyPlacement, PlacementExplanation
+from berth.errors import NotFoundError, UserInputError
+from berth.security import Identity
+from catalog.definition import WorkflowDefinition
+from catalog.entry import load_catalog
+from server import explain_placement, placement_advice
+from server.access import WorkflowAccess, allocation_labels, workflow_access
+from server.capacity import replica_demand
+from server.context import Context, ServerContext
+from server.guards import Caller
+from server.store.placement import CapacitySnapshot
+
+router = APIRouter()
+
+COPY_MARK = ".copy-"  # a copy's ID is its workflow's and its index (workflows/placement.py new_copy)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What `{target_id}` names: a workflow the caller may describe, and one of its copies or all of them."""
+
+    access: WorkflowAccess
+    copy_id: str | None
+
+
+def find_target(context: ServerContext, target_id: str, who: Identity) -> Target:
+    """A workflow ID, else a copy ID of a workflow the caller may describe; anything else is not there (404)."""
+    try:
+        return Target(workflow_access(context.store, target_id, who), None)
+    except NotFoundError:
+        workflow_id, mark, index = target_id.rpartition(COPY_MARK)
+        if not (mark and index.isdigit()):
+            raise
+    return Target(workflow_access(context.store, workflow_id, who), target_id)
+
+
+async def explained_target(target_id: str, context: Context, who: Caller) -> Target:
+    return await run_in_threadpool(find_target, context, target_id, who)
+
+
+ExplainedTarget = Annotated[Target, Depends(explained_target)]
+
+
+@router.get("/v1/explain/placement/{target_id}")
+async def explain_placement_of(target: ExplainedTarget, context: Context) -> PlacementExplanation:
+    """The chosen nodes of each copy with their score terms, the first filter that turned every other node away,
+    and for a copy not placed now the smallest changes that would place it."""
+    return await run_in_threadpool(_placement, context, target)
+
+
+def _held_by(snapshot: CapacitySnapshot, context: ServerContext, who: Identity) -> dict[str, list[str]]:
+    label = allocation_labels(context.store, who)
+    holders: dict[str, set[str]] = defaultdict(set)
+    for (node_id, _gpu), copy_id in snapshot.holders.items():
+        shown = label(copy_id)
+        if shown is not None:
+            holders[node_id].add(shown)
+    return {node_id: sorted(copies) for node_id, copies in holders.items()}
+
+
+def _placement(context: ServerContext, target: Target) -> PlacementExplanation:
+    """Blocking: it reads the store and the catalog."""
+    row = target.access.row
+    definition = WorkflowDefinition.model_validate(context.store.workflow_definition(row))
+    replica = definition.replica
+    if replica is None:
+        raise UserInputError(f"{row.id} runs a service, not model copies: the scheduler places none of it.")
+    volume = definition.weights.volume if definition.weights else None
+    demand = dataclasses.replace(replica_demand(replica), prefer_volume=volume)
+    placements = context.store.placements
+    snapshot = placements.capacity_snapshot()
+    held = {r.copy_id: [(rank.node_id, rank.gpus) for rank in Placement.model_validate(r.placement).ranks]
+            for r in placements.reservations(row.id)}
+    max_nodes = context.settings.max_nodes_per_copy
+    blocked = placement_advice.Blocked(demand=demand, replica=replica, entry=load_catalog().get(row.entry),
+                                       views=snapshot.views, policy=placements.policy, max_nodes_per_copy=max_nodes,
+                                       holders=_held_by(snapshot, context, target.access.who))
+
+    def explain(copy_id: str | None) -> CopyPlacement:
+        if copy_id in held:
+            assert copy_id is not None
+            return explain_placement.explain_placed(copy_id, held[copy_id], demand, snapshot.views, placements.policy)
+        return explain_placement.explain_unplaced(copy_id, demand, snapshot.views, placements.policy, max_nodes,
+                                                  lambda never: placement_advice.advice(blocked, never))
+
+    # A workflow: its placed copies, then its next one (what a blocked copy's next try, or a scale-out, meets).
+    asked = [target.copy_id] if target.copy_id is not None else [*sorted(held), None]
+    return PlacementExplanation(workflow_id=row.id, policy=placements.policy.value, nodes_per_copy=demand.nodes,
+                                gpus_per_node=demand.gpus_per_node,
+                                min_gpu_memory_gb=round(demand.min_gpu_memory_gb, 1),
+                                copies=[explain(copy_id) for copy_id in asked])
