@@ -140,11 +140,18 @@ def place(demand: Demand, nodes: list[NodeView], policy: Policy = Policy.PACK) -
     scored: list[tuple[tuple[int, int, str], NodeView]] = []
     reasons: dict[str, int] = {"offline": 0, "draining": 0, "tainted": 0, "busy": 0}
     for node in nodes:
-        rejected = first_filter(node, demand)
-        if rejected is None:
-            scored.append((score(node, node.free_count(min_memory), demand, policy), node))
-        else:  # the one-line reason counts GPUs too small as busy, as it always has
-            reasons["busy" if rejected == "gpus_too_small" else rejected] += 1
+        # first_filter's rules, with each node's free GPUs counted once: this loop runs for every node on every
+        # placement (1,000 copies on 1,000 nodes: 0.5 s, 1.2 s when it called first_filter and counted twice).
+        # The one-line reason counts GPUs too small as busy, as it always has.
+        closed = node.unavailable()
+        if closed is not None:
+            reasons[closed] += 1
+            continue
+        free = node.free_count(min_memory)
+        if free < demand.gpus_per_node:
+            reasons["busy"] += 1
+        else:
+            scored.append((score(node, free, demand, policy), node))
     if len(scored) < demand.nodes:
         detail = ", ".join(f"{count} {why}" for why, count in reasons.items() if count)
         memory = f" with ≥ {min_memory:.0f} GB" if min_memory else ""
