@@ -112,14 +112,14 @@ def render_config(spec: LiteLLMServiceSpec) -> dict[str, Any]:
             # Retries hide a dead replica behind latency; the pool replaces replicas, the client retries.
             "num_retries": 0,
             "request_timeout": spec.request_timeout_s,
-            # Prompts and completions stay out of LiteLLM's logging callbacks.
+            # Prompts and completions stay out of LiteLLM's logging callbacks and out of its own log (tool-call
+            # arguments it cannot parse are logged): kept, though its copies cost ~0.7 ms of CPU a request.
             "turn_off_message_logging": True,
             "disable_hf_tokenizer_download": True,
-            # LiteLLM's default aiohttp transport leaks one ClientSession per few /v1/completions
-            # calls ("Unclosed connector" from the garbage collector); two LiteLLM processes here died
-            # of a segfault in the main thread right after such a finalizer. httpx's own transport
-            # leaks nothing and cost the same CPU per request in interleaved runs.
-            "disable_aiohttp_transport": True,
+            # LiteLLM's default aiohttp transport, kept: httpx's cost about 3 ms more CPU per request in
+            # 1.108.7 (bench/litellm_overhead.py). The sessions it leaked came from /v1/completions building a
+            # client per call, which gateway.litellm_hooks.request_path replaces with one shared client; the
+            # segfaults that followed such leaks were CPython's collector (gateway.litellm_hooks.gc_pacing).
         },
         "router_settings": {
             "num_retries": 0,

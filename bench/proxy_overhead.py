@@ -99,15 +99,17 @@ async def stream_chunks(url: str, headers: dict[str, str], requests: int) -> int
 
 
 def start_litellm(replica: str, workdir: Path, replica_key: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Stock LiteLLM as its documentation has a user put it in front of a vLLM server: one `hosted_vllm/`
+    deployment and a master key, every other setting and the log level left at LiteLLM's defaults (the cost map
+    read from the package, as this machine has no internet: a start-up matter, not a per-request one)."""
     port = free_port()
     config = {"model_list": [{"model_name": "openai/gpt-oss-20b",
-                              "litellm_params": {"model": "openai/openai/gpt-oss-20b", "api_base": replica + "/v1",
+                              "litellm_params": {"model": "hosted_vllm/openai/gpt-oss-20b", "api_base": replica + "/v1",
                                                  "api_key": replica_key}}],
-              "general_settings": {"master_key": "sk-bench-master"},
-              "litellm_settings": {"telemetry": False, "num_retries": 0}}
+              "general_settings": {"master_key": "sk-bench-master"}}
     path = workdir / "litellm.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_LOG="ERROR")
+    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")
     log = open(workdir / "litellm.log", "wb")  # noqa: SIM115
     process = subprocess.Popen([litellm_bin() or "litellm", "--config", str(path), "--port",
                                 str(port), "--host", "127.0.0.1", "--num_workers", "1"], env=env, stdout=log,

@@ -47,7 +47,7 @@ from pydantic import ValidationError
 
 from berth.contracts import ServiceCopies
 from berth.settings import litellm_hook_settings
-from gateway.litellm_hooks import gc_pacing
+from gateway.litellm_hooks import gc_pacing, request_path
 from gateway.litellm_hooks.api_tls import api_ssl_context
 from gateway.litellm_hooks.auth import warm_up
 from gateway.litellm_hooks.policy_routing import PolicyRouting, deployments_for
@@ -336,6 +336,8 @@ async def start() -> None:
 
     # First: from here on, no collection fires inside a ContextVar operation (gateway/litellm_hooks/gc_pacing.py).
     proxy_server.app.state.berth_gc_pacing = gc_pacing.start()
+    # Then the per-request work Berth has no use for, set aside before the first request (its module says what).
+    proxy_server.app.state.berth_request_path = request_path.start()
     settings: Final = SyncSettings.from_environment(os.environ)
     token: Final = litellm_hook_settings(os.environ).replicas_token
     # The token reads one endpoint's replica list and nothing else; never logged.
