@@ -21,6 +21,7 @@ import asyncio
 import importlib
 import logging
 import sys
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Final
 
 import httpx
@@ -54,10 +55,15 @@ def settle_failing_import(module_name: str) -> bool:
 
 def share_sdk_client() -> httpx.AsyncClient:
     """One HTTP client for the calls LiteLLM makes through the OpenAI SDK (text completions), with the trust
-    LiteLLM would have given each per-call client. No connection cap: per-call clients had none either."""
+    LiteLLM would have given each per-call client. No connection cap: per-call clients had none either.
+
+    Shared by every caller's requests, so it keeps nothing of one for the next: no cookie is ever stored (a
+    per-call client forgot them with the call), and no redirect is followed (a copy answers its routes itself;
+    a redirect would carry a caller's prompt to wherever it points)."""
     client: Final = httpx.AsyncClient(
         verify=get_ssl_configuration(),
-        follow_redirects=True,
+        follow_redirects=False,
+        cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
     )
     litellm.aclient_session = client

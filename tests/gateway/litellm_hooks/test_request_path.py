@@ -1,4 +1,5 @@
-"""The per-request work set aside in LiteLLM's worker: no access log line, no failing import retried, one SDK client."""
+"""The per-request work set aside in LiteLLM's worker: no access log line, no failing import retried, one SDK client
+(which keeps no cookie and follows no redirect: every caller shares it)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,11 @@ SCRIPT: Final = textwrap.dedent(
         assert logging.getLogger("uvicorn.access").getEffectiveLevel() > logging.INFO
         client = litellm.aclient_session
         assert isinstance(client, httpx.AsyncClient) and not client.is_closed
+        # Shared by every caller: it keeps no cookie a copy sets and follows no redirect.
+        answer = httpx.Response(200, headers={"set-cookie": "seen=alice; Path=/"},
+                                request=httpx.Request("POST", "http://127.0.0.1:9/v1/completions"))
+        client.cookies.extract_cookies(answer)
+        assert len(client.cookies.jar) == 0 and not client.follow_redirects
         await asyncio.sleep(0)
         task.cancel()  # what the worker's loop does to its tasks at shutdown
         await asyncio.gather(task, return_exceptions=True)
