@@ -22,9 +22,13 @@ from gateway.edge.upstream import HOP_BY_HOP, Send, UpstreamError, UpstreamRespo
 # "All connection attempts failed" / "Connection refused": LiteLLM still routed to a copy already gone.
 # "Exception - " then nothing (the JSON's escaped newline, or its end): a connection-level error with no text
 # (httpx's ReadError when the dying copy reset the connection); an error the model answered has its text.
+# aiohttp's (LiteLLM's default transport, which Berth's LiteLLM uses again since issue 33): "Server disconnected"
+# (the copy died mid-reply), "Cannot connect to host" (routed to a copy already gone), "Response payload is not
+# completed" and "Not enough data to satisfy" (the body cut short).
 LOST_WITH_COPY = re.compile(rb"APIConnectionError|Connection error|Server disconnected|RemoteProtocolError|"
                             rb"peer closed connection|Connection reset|All connection attempts failed|"
-                            rb'Connection refused|Exception - (?:\\n|")')
+                            rb"Connection refused|Cannot connect to host|Response payload is not completed|"
+                            rb'Not enough data to satisfy|Exception - (?:\\n|")')
 REPLAYED_STATUSES = frozenset({500, 502, 503})
 MAX_ERROR_BODY = 16 * 1024  # an error answer is small; a bigger 5xx body is relayed, never buffered whole
 # How long to wait for LiteLLM's routed copies to change before sending again anyway (the API learns of a

@@ -28,6 +28,13 @@ LOST = (b'{"error":{"message":"litellm.APIConnectionError: Hosted_vllmException 
 LOST_SILENTLY = (b'{"error":{"message":"litellm.InternalServerError: InternalServerError: Hosted_vllmException - '
                  b'\\n\\nLiteLLM: model group \'m\' failed with the error above. No fallback was attempted.",'
                  b'"type":null,"param":null,"code":"500"}}')
+# aiohttp's words (LiteLLM's default transport): a copy already gone, and a body cut short.
+LOST_REFUSED = (b'{"error":{"message":"litellm.InternalServerError: InternalServerError: Hosted_vllmException - '
+                b'Cannot connect to host 127.0.0.1:9 ssl:default [Connect call failed (\'127.0.0.1\', 9)]",'
+                b'"type":null,"param":null,"code":"500"}}')
+LOST_CUT = (b'{"error":{"message":"litellm.InternalServerError: InternalServerError: Hosted_vllmException - '
+            b'Response payload is not completed: <ContentLengthError: 400, message=\'Not enough data to satisfy '
+            b'content length header.\'>","type":null,"param":null,"code":"500"}}')
 MODEL_ERROR = b'{"error":{"message":"litellm.InternalServerError: the model raised","type":null,"code":"500"}}'
 
 
@@ -139,7 +146,8 @@ def test_a_pool_never_seen_serving_gets_litellms_own_answer(verifier: TokenVerif
     assert asyncio.run(main()) == (400, [1])
 
 
-@pytest.mark.parametrize("lost", [LOST, LOST_SILENTLY], ids=["connection-error", "no-text"])
+@pytest.mark.parametrize("lost", [LOST, LOST_SILENTLY, LOST_REFUSED, LOST_CUT],
+                         ids=["connection-error", "no-text", "aiohttp-refused", "aiohttp-cut"])
 def test_a_completion_lost_with_a_dying_copy_is_sent_again_once_the_copies_changed(verifier: TokenVerifier,
                                                                                  lost: bytes) -> None:
     async def main() -> tuple[int, bytes, list[int]]:
