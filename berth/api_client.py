@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from berth.api_backup import BackupApi
 from berth.api_capacity import CapacityApi
 from berth.api_explain import ExplainApi
 from berth.api_models import ModelsApi
@@ -79,10 +80,11 @@ from berth.errors import (
 from berth.tokens import RevokeResult, TokenMintBody, TokenRecord
 
 
-class ApiClient(WorkflowsApi, ModelsApi, RolloutsApi, CapacityApi, ExplainApi):
+class ApiClient(WorkflowsApi, ModelsApi, RolloutsApi, CapacityApi, ExplainApi, BackupApi):
     """One method per route, each returning the model its route declares (the catalog's and the workflows'
     in berth/api_workflows.py, the model registry's in berth/api_models.py, the rollouts' in
-    berth/api_rollouts.py, the capacity's in berth/api_capacity.py, the explain's in berth/api_explain.py)."""
+    berth/api_rollouts.py, the capacity's in berth/api_capacity.py, the explain's in berth/api_explain.py, backup
+    and restore in berth/api_backup.py)."""
 
     # --- endpoints and nodes ----------------------------------------------------------------------
     async def endpoints(self) -> list[EndpointView]:

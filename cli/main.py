@@ -7,6 +7,7 @@ import sys
 import typer
 
 from cli import (
+    admin,
     apply,
     audit,
     capacity,
@@ -48,6 +49,7 @@ app.add_typer(tokens.app, name="token")
 app.add_typer(audit.app, name="audit")
 app.add_typer(key.app, name="key")
 app.add_typer(model.app, name="model")
+app.add_typer(admin.app, name="admin")
 
 
 def main() -> None:

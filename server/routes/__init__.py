@@ -6,6 +6,7 @@ from fastapi import APIRouter
 
 from server.routes import (
     audit,
+    backup,
     capacity,
     catalog,
     endpoint_policy,
@@ -33,5 +34,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     tokens.router, health.router, catalog.router, workflows.router, endpoints.router, endpoint_tokens.router,
     endpoint_policy.router, secrets.router, identity.router, nodes.router, keys.router, litellm_keys.router,
     internal.router, audit.router, models.router, model_reports.router, revisions.router, scaling.router,
-    traffic.router, metrics.router, capacity.router, explain.router,
+    traffic.router, metrics.router, capacity.router, explain.router, backup.router,
 )

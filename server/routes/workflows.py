@@ -29,18 +29,18 @@ from berth.contracts import (
 from berth.errors import NotFoundError, UnavailableError, UserInputError
 from berth.kinds import facts
 from berth.processes import tail
-from berth.settings import CONTROL_TASK_QUEUE
 from server.access import WorkflowAccess
 from server.context import Context, ServerContext
 from server.guards import Caller, ReadableWorkflow, owned_workflow
 from server.model_refs import register_first_use
 from server.pool_query import pool_status
+from server.pool_start import start_pool
 from server.refusals import refusals
 from server.store.tables import EndpointRow
-from server.submission import StartRequest, copy_timings, new_rows, prepare, with_generated_keys
+from server.submission import StartRequest, new_rows, prepare, with_generated_keys
 from server.views import endpoint_url, endpoint_view, scaling_of
 from workflows.activity_stubs import activity_name, download_weights
-from workflows.payloads import Owner, PoolInput, PoolStatus, ScaleRequest, StopRequest
+from workflows.payloads import PoolStatus, ScaleRequest, StopRequest
 from workflows.pool_workflow import PoolWorkflow
 
 router = APIRouter(responses=refusals(409, 503))  # a workflow name taken; Temporal unreachable
@@ -71,18 +71,11 @@ async def start_workflow(body: StartRequest, context: Context, who: Caller) -> d
     await run_in_threadpool(register_first_use, context, definition, who, workflow_id)
     try:
         client = await context.temporal()
-        unsigned = PoolInput(workflow_id=workflow_id, endpoint_id=endpoint_id,
-                                endpoint_url=endpoint_url(context, endpoint_id),
-                                owner=Owner(user=who.user, groups=who.groups, org=who.org),
-                                definition=definition, timings=copy_timings(context))
-        # The control worker runs only an input the API signed (node agents hold no signing key).
-        grant = context.signing.workflow_grant(who.user, workflow_id, unsigned.digest())
         # The trace's root (BERTH_OTEL_ENDPOINT): placement, rank start and ready chain under it.
         with trace.get_tracer("berth.server").start_as_current_span(
                 "berth.catalog.start", kind=trace.SpanKind.SERVER,
                 attributes={"berth.workflow": workflow_id, "berth.endpoint": endpoint_id}):
-            await client.start_workflow(PoolWorkflow.run, unsigned.model_copy(update={"grant": grant}),
-                                        id=workflow_id, task_queue=CONTROL_TASK_QUEUE)
+            await start_pool(context, client, workflow_id, endpoint_id, definition, who)
     except (RPCError, UnavailableError) as error:
         await run_in_threadpool(context.store.remove_endpoint, endpoint_id)
         raise UnavailableError(f"Temporal refused to start the workflow ({error}); nothing was created.") from None

@@ -37,7 +37,8 @@ class FakeTemporal:
 
     started: list[str] = field(default_factory=list)
 
-    async def start_workflow(self, _run: Any, _input: Any, *, id: str, task_queue: str) -> None:  # noqa: A002
+    async def start_workflow(self, _run: Any, _input: Any, *, id: str, task_queue: str,  # noqa: A002
+                             id_conflict_policy: Any = None) -> None:
         self.started.append(id)
 
     def get_workflow_handle(self, workflow_id: str) -> Any:

@@ -30,7 +30,8 @@ ADDED = ("berth key",  # API keys (issue 15)
          "berth top",  # a live table of the endpoints' figures from the proxy's /metrics (issue 19)
          "berth endpoint tokens", "berth endpoint revoke-token",  # endpoint tokens one by one (issue 31, item 10)
          "berth capacity",  # free GPUs per node and GPU model, and which entries fit now (issue 34)
-         "berth explain")  # why a workflow's copies are placed or scaled as they are (issue 34)
+         "berth explain",  # why a workflow's copies are placed or scaled as they are (issue 34)
+         "berth admin")  # backup and restore of the control plane (issue 34)
 # Options added since to commands that were there, each with the change that needed it: their lines in the
 # command's help are the only change to it (pinned in tests/cli/test_rollout_cli.py).
 ADDED_OPTIONS = {"berth workflow get": ("--revision",), "berth node drain": ("--grace-seconds",),  # issue 17
@@ -42,7 +43,9 @@ ADDED_OPTIONS = {"berth workflow get": ("--revision",), "berth node drain": ("--
 
 def _before_additions(after: dict[str, str]) -> dict[str, str]:
     """The help texts less the added commands, and their parents' help less their lines."""
-    kept = {path: text for path, text in after.items() if not path.startswith(ADDED)}
+    # A command or one under it: `berth admin` is added, `berth admin-token` was there before.
+    kept = {path: text for path, text in after.items()
+            if not any(path == added or path.startswith(f"{added} ") for added in ADDED)}
     for added in ADDED:
         parent, name = added.rsplit(" ", 1)
         if parent in kept:

@@ -34,9 +34,9 @@ NO_TEMPORAL = "127.0.0.1:1"  # never dialled: the context holds NoWorkflowsTempo
 
 # Operations whose refusal of a schema-valid value depends on the cluster's settings, the store's state or another
 # field, which no schema states (a token lifetime over the cluster's cap, a model path outside its model dirs, a
-# split of revisions the workflow does not have, an hf secret's value that is not its JSON): a 400 there is the
-# contract, not a breach of it.
-STATEFUL_REFUSALS = {"POST /v1/secrets",
+# split of revisions the workflow does not have, an hf secret's value that is not its JSON, a backup made under other
+# keys or restored over a store in use): a 400 or 409 there is the contract, not a breach of it.
+STATEFUL_REFUSALS = {"POST /v1/secrets", "POST /v1/admin/restore",
     "POST /v1/users/{name}/tokens", "POST /v1/endpoints/{endpoint_id}/tokens", "POST /v1/models",
     "PUT /v1/internal/endpoints/{endpoint_id}/traffic", "POST /v1/workflows", "POST /v1/keys",
 }
