@@ -55,7 +55,9 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          # Issue 34: free and total GPUs per node and GPU model, and which catalog entries would fit now.
          ("GET", "/v1/capacity"),
          # Issue 34: where the scheduler placed a workflow's copies and why, or what an unplaced copy meets.
-         ("GET", "/v1/explain/placement/{target_id}")}
+         ("GET", "/v1/explain/placement/{target_id}"),
+         # Issue 34: which copies behind an endpoint get its requests, and every recorded end of a copy.
+         ("GET", "/v1/explain/routing/{endpoint_id}"), ("GET", "/v1/explain/failure/{target_id}")}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 CONSOLE = "/ui"  # the web console's HTML pages: not the REST API (tests/console/ covers them)
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema
