@@ -18,6 +18,7 @@ from berth.contracts.workflows import DownloadProgress as DownloadProgress
 from berth.contracts.workflows import Event as Event
 from berth.contracts.workflows import Phase as Phase
 from berth.contracts.workflows import PoolStatus as PoolStatus
+from berth.contracts.workflows import RankEnd as RankEnd
 from berth.contracts.workflows import WeightsResult as WeightsResult
 from catalog.definition import EngineSpec, WeightsJob, WorkflowDefinition
 
@@ -173,6 +174,14 @@ class CopyResult(Payload):
     status: CopyStatus
     failure: RankExit | None = None
     message: str = ""
+
+    def rank_end(self) -> RankEnd | None:
+        """The rank that ended the copy, as the pool's event keeps it (None: no rank ended it, e.g. never ready)."""
+        failure = self.failure
+        if failure is None:
+            return None
+        return RankEnd(rank=failure.rank, node_id=failure.node_id, exit_code=failure.exit_code, signal=failure.signal,
+                       reason=failure.reason)
 
 
 class WeightsInput(Payload):

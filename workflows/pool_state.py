@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
         Phase,
         PoolCarry,
         PoolInput,
+        RankEnd,
         WeightsResult,
     )
 
@@ -102,8 +103,8 @@ class PoolState:
         bisect.insort_right(self.events, event, key=_when)
         del self.events[:-MAX_EVENTS]
 
-    def event(self, kind: str, message: str, copy_id: str | None = None) -> None:
-        self.append(Event(at=workflow.now(), kind=kind, message=message, copy_id=copy_id))
+    def event(self, kind: str, message: str, copy_id: str | None = None, ended: RankEnd | None = None) -> None:
+        self.append(Event(at=workflow.now(), kind=kind, message=message, copy_id=copy_id, ended=ended))
 
     def nudge(self) -> None:
         """Something the pool loop and the rollout driver wait on changed: wake both."""
@@ -154,12 +155,13 @@ class PoolState:
     # --- how a pool answers a copy's end ------------------------------------------------------------
     def on_copy_finished(self, result: CopyResult, remaining: int, minimum: int, replace_budget: int) -> None:
         if result.status is CopyStatus.INTERRUPTED:
-            self.event("copy_interrupted", f"{result.copy_id}: {result.message}; placing it again", result.copy_id)
+            self.event("copy_interrupted", f"{result.copy_id}: {result.message}; placing it again", result.copy_id,
+                       result.rank_end())
             return  # desired unchanged: the loop places a fresh copy
         if result.status is not CopyStatus.FAILED:
             return
         self.last_error = f"{result.copy_id}: {result.message}"
-        self.event("copy_failed", result.message, result.copy_id)
+        self.event("copy_failed", result.message, result.copy_id, result.rank_end())
         if self.replaced_failures < replace_budget:
             self.replaced_failures += 1
             self.event("copy_replaced", f"re-placing {result.copy_id} "
@@ -188,7 +190,7 @@ class PoolState:
             self.on_copy_finished(result, remaining, 0, 0)  # interrupted: placed again; stopped: nothing
             return
         self.last_error = f"{result.copy_id}: {result.message}"
-        self.event("copy_failed", result.message, result.copy_id)
+        self.event("copy_failed", result.message, result.copy_id, result.rank_end())
         exit_info = result.failure
         streak = self.failure_streak
         streak.append(failure_signature(exit_info.reason, exit_info.exit_code, exit_info.signal)

@@ -1,9 +1,11 @@
-"""Explain contracts (`GET /v1/explain/placement/{id}`): where the scheduler put each copy of a workflow and why,
-which filter turned every other node away, and for a copy it cannot place now the smallest change that would
-place it. docs/explain.md says what each field means."""
+"""Explain contracts (`GET /v1/explain/placement|routing|failure/{id}`): where the scheduler put each copy of a
+workflow and why, which filter turned every other node away, and for a copy it cannot place now the smallest change
+that would place it; which copies behind an endpoint get its requests and why the others do not; and every recorded
+reason a copy or rank ended. docs/explain.md says what each field means."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import Field
@@ -58,3 +60,89 @@ class PlacementExplanation(Response):
     gpus_per_node: int = Field(ge=0)  # 0: a CPU engine
     min_gpu_memory_gb: Number  # each GPU's memory at least (the need over the engine's memory utilization)
     copies: list[CopyPlacement]
+
+
+# --- routing ------------------------------------------------------------------------------------------------------
+# Why a copy behind an endpoint does or does not get its requests, the first rule that turned it away in the order
+# the routers apply them (berth/routing_rules.py, gateway/edge/routing.py `eligible`, traffic_split.py).
+RoutingVerdict = Literal["included", "not_ready", "draining", "revision_weight_0", "not_in_litellm", "scrape_failed",
+                         "metrics_stale"]
+
+
+class CopyRouting(Response):
+    """One copy behind the endpoint."""
+
+    copy_id: str
+    revision: int = Field(ge=1)
+    verdict: RoutingVerdict
+    detail: str  # one line: the figures behind the verdict
+    # Its expected share of the endpoint's requests, percent: its revision's share over that revision's included
+    # copies (exact under round_robin; under a load-aware policy, at equal load). None: excluded.
+    share_percent: Number | None = None
+    # Whether its scraped figures are fresh enough to route on; None: not recorded at the control plane (each
+    # router scrapes the copies itself and keeps what it saw).
+    metrics_fresh: bool | None = None
+
+
+# Who picks the copy: the endpoint proxy, the pool's LiteLLM proxy (Proxy=true), or a service with no copies.
+Router = Literal["endpoint_proxy", "litellm", "service"]
+
+
+class RoutingExplanation(Response):
+    """The whole answer: who routes the endpoint's requests, by which policy and split, and each copy."""
+
+    endpoint_id: str
+    workflow_id: str
+    router: Router
+    policy: str  # the routing policy's name (gateway/edge/routing.py POLICIES)
+    # A rollout's split, revision → percent; None: every revision alike.
+    weights: dict[int, int] | None = None
+    # Each revision's share of the requests now, percent (the split over the revisions with an included copy).
+    revision_shares: dict[int, Number]
+    copies: list[CopyRouting]  # by copy id
+    note: str | None = None  # what the answer cannot say (e.g. the routers' scrapes are not recorded)
+
+
+# --- failure ------------------------------------------------------------------------------------------------------
+class CopyEnd(Response):
+    """One recorded end of a copy (or of the rank that ended it), as its pool recorded it. A field that is None
+    was not recorded."""
+
+    at: datetime | None = None
+    kind: str  # the pool's event: copy_failed, copy_interrupted, copy_stopping, copy_dropped, copy_replaced, …
+    reason: str  # the recorded line, as this reader may see it
+    node: str | None = None
+    rank: int | None = None
+    exit_status: int | None = None
+    signal: int | None = None
+
+
+class RankLog(Response):
+    """The last lines of one rank's log that this reader may see."""
+
+    job: str  # vllm-rank-N
+    rank: int | None = None
+    node: str | None = None  # where that rank ran, as the pool lists the copy's nodes (None: not recorded)
+    lines: list[str]
+
+
+class CopyFailure(Response):
+    """One copy: its status now, every end recorded for it, and its ranks' last log lines."""
+
+    copy_id: str
+    status: str | None = None  # as its pool lists it now; None: the pool no longer lists it
+    detail: str | None = None
+    nodes: list[str]  # its ranks' nodes, rank 0 first, as the pool lists them
+    ends: list[CopyEnd]  # oldest first
+    logs: list[RankLog]
+    log_note: str | None = None  # why no log lines are shown, when none are
+
+
+class FailureExplanation(Response):
+    """The whole answer for a copy, or every copy of a workflow."""
+
+    workflow_id: str
+    phase: str | None = None  # the pool's phase; None: its record could not be read (see note)
+    last_error: str | None = None
+    copies: list[CopyFailure]
+    note: str | None = None

@@ -45,11 +45,26 @@ class CopyStatus(str, Enum):
     INTERRUPTED = "interrupted"  # its node agent went away cleanly (berth down); re-placed
 
 
+class RankEnd(Payload):
+    """The rank whose end ended a copy, as its node agent reported it (workflows/payloads.py RankExit), kept on the
+    pool's event so that `berth explain failure` reads it without parsing the message."""
+
+    rank: int
+    node_id: str
+    exit_code: int | None = None  # None: killed by a signal, or not known (the message says why)
+    signal: int | None = None
+    # exited | cancelled | agent-stopped | lost | spawn-failed | unhealthy | interrupted (RankExit.reason)
+    reason: str = "exited"
+
+
 class Event(Payload):
     at: datetime  # as the workflow recorded it (ISO 8601 on the wire; the CLI shows it in local time)
     kind: str
     message: str
     copy_id: str | None = None
+    # A copy's end (copy_failed, copy_interrupted): the rank that ended it. None on every other event, and on those
+    # recorded before Berth kept it.
+    ended: RankEnd | None = None
 
 
 class CopyInfo(Payload):

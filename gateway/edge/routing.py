@@ -10,11 +10,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-log = logging.getLogger("berth.routing")
+# The freshness window is the ground floor's (the control plane's routing explanation judges by it too); the
+# routers import it from here as they always did.
+from berth.routing_rules import FRESH_FOR_S as FRESH_FOR_S
+from berth.routing_rules import metrics_fresh
 
-# A replica whose last successful scrape is older than this is not routed to: its figures may hide a
-# replica that has stopped answering, and a failed scrape must never read as "idle".
-FRESH_FOR_S = 30.0
+log = logging.getLogger("berth.routing")
 
 
 @dataclass
@@ -31,10 +32,7 @@ class ReplicaMetrics:
     failed_at: float | None = None  # monotonic time of the last failed scrape or connect failure
 
     def fresh(self, now: float, fresh_for_s: float = FRESH_FOR_S) -> bool:
-        if self.scraped_at is None or now - self.scraped_at > fresh_for_s:
-            return False
-        # A failure after the last good scrape: out until a scrape succeeds again.
-        return self.failed_at is None or self.failed_at < self.scraped_at
+        return metrics_fresh(self.scraped_at, self.failed_at, now, fresh_for_s)
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from berth.routing_rules import revision_weighted
 from gateway.edge.routing import FRESH_FOR_S, Replica, eligible
 
 
@@ -19,7 +20,7 @@ class TrafficSplit:
 
     def pick(self, revisions: set[int]) -> int | None:
         """The next revision among those offered that has a weight above 0; None: none of them has."""
-        offered = [r for r in self.weights if r in revisions and self.weights[r] > 0]
+        offered = [r for r in self.weights if r in revisions and revision_weighted(self.weights, r)]
         if not offered:
             return None
         total = 0

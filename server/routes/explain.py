@@ -1,32 +1,44 @@
 """Explain routes (docs/explain.md): where the scheduler placed a workflow's copies and why, or what a copy it has not
-placed meets now. Whoever may describe the workflow may ask (server/access.py); other users' copies holding a node's
-GPUs are not named, as in `node list`. The scaling answer stays at `/v1/workflows/{id}/scaling`
+placed meets now; which copies behind an endpoint get its requests; every recorded end of a copy. Whoever may describe
+the workflow may ask of it (server/access.py), whoever may see the endpoint of its routing; other users' copies holding
+a node's GPUs are not named, as in `node list`. The scaling answer stays at `/v1/workflows/{id}/scaling`
 (server/routes/scaling.py): `berth explain scaling` reads it there."""
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
 from starlette.concurrency import run_in_threadpool
+from temporalio.client import WorkflowQueryFailedError
+from temporalio.service import RPCError
 
-from berth.contracts import Placement
-from berth.contracts.explain import CopyPlacement, PlacementExplanation
-from berth.errors import NotFoundError, UserInputError
+from berth.contracts import Placement, PoolFacts
+from berth.contracts.explain import CopyPlacement, FailureExplanation, PlacementExplanation, RoutingExplanation
+from berth.errors import BerthError, NotFoundError, UserInputError
+from berth.kinds import facts
+from berth.processes import tail
 from berth.security import Identity
 from catalog.definition import WorkflowDefinition
 from catalog.entry import load_catalog
-from server import explain_placement, placement_advice
+from gateway.edge.routing import DEFAULT_POLICY
+from server import explain_failure, explain_placement, explain_routing, placement_advice
 from server.access import WorkflowAccess, allocation_labels, workflow_access
 from server.capacity import replica_demand
 from server.context import Context, ServerContext
-from server.guards import Caller
+from server.guards import Caller, VisibleEndpoint
+from server.pool_query import pool_status
+from server.store.copy_outcomes import traffic_of
 from server.store.placement import CapacitySnapshot
+from server.store.tables import EndpointRow
 
 router = APIRouter()
+QUERY_TIMEOUT = timedelta(seconds=5)  # as `workflow describe` waits for the pool's status
 
 COPY_MARK = ".copy-"  # a copy's ID is its workflow's and its index (workflows/placement.py new_copy)
 
@@ -105,3 +117,57 @@ def _placement(context: ServerContext, target: Target) -> PlacementExplanation:
                                 gpus_per_node=demand.gpus_per_node,
                                 min_gpu_memory_gb=round(demand.min_gpu_memory_gb, 1),
                                 copies=[explain(copy_id) for copy_id in asked])
+
+
+@router.get("/v1/explain/routing/{endpoint_id}")
+async def explain_routing_of(endpoint: VisibleEndpoint, context: Context) -> RoutingExplanation:
+    """Each copy behind the endpoint, included in its routing or excluded and why, with the routing policy and
+    each revision's share of the requests."""
+    return await run_in_threadpool(_routing, context, endpoint)
+
+
+def _routing(context: ServerContext, endpoint: EndpointRow) -> RoutingExplanation:
+    """Blocking: it reads the store — the same rows `/v1/internal/routes` sends the routers."""
+    annotations = endpoint.annotations or {}
+    fronts_pool = facts(endpoint.service).fronts_pool
+    routed = context.store.load.litellm_routed().get(endpoint.id) if fronts_pool else None
+    pool = PoolFacts.from_annotations(annotations)
+    known = explain_routing.Endpoint(
+        endpoint_id=endpoint.id, workflow_id=endpoint.workflow_id, policy=pool.routing_policy or DEFAULT_POLICY,
+        weights=traffic_of(annotations), fronts_pool=fronts_pool,
+        litellm_routed=None if routed is None else frozenset(routed), service=not pool.pool and not fronts_pool)
+    copies = [explain_routing.PoolCopy(copy_id=r.copy_id, revision=r.revision, ready=r.ready, draining=r.draining)
+              for r in context.store.replicas(endpoint.id)]
+    # No scrapes: the routers keep theirs (docs/explain.md, "not recorded at the control plane").
+    return explain_routing.explain_routing(known, copies, None, time.time())
+
+
+@router.get("/v1/explain/failure/{target_id}")
+async def explain_failure_of(target: ExplainedTarget, context: Context) -> FailureExplanation:
+    """Every recorded end of a copy (or of each copy of a workflow): the pool's reasons with node, rank, exit
+    status and signal where recorded, and the last lines of its ranks' logs this caller may see."""
+    status, unread = None, None
+    try:
+        client = await context.temporal()
+        status = await pool_status(client.get_workflow_handle(target.access.row.id), rpc_timeout=QUERY_TIMEOUT)
+    except (BerthError, RPCError, WorkflowQueryFailedError, TimeoutError) as error:
+        unread = f"{type(error).__name__}: is the control worker up?"
+    logs = await run_in_threadpool(_copy_logs, context, target)
+    access = target.access
+    return explain_failure.explain_failure(access.row.id, target.copy_id, status, unread, logs, access.redact)
+
+
+def _copy_logs(context: ServerContext, target: Target) -> dict[str, list[explain_failure.LogFile]]:
+    """Blocking: each copy's log files under the state dir, their last lines where this caller may read them."""
+    root = context.state.workflow_logs(target.access.row.id)
+    prefix = f"{target.access.row.id}{COPY_MARK}"
+    found: dict[str, list[explain_failure.LogFile]] = {}
+    folders = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    for folder in folders:
+        if not folder.name.startswith(prefix) or target.copy_id not in (None, folder.name):
+            continue
+        found[folder.name] = [
+            explain_failure.LogFile(job=path.stem, lines=tail(path, explain_failure.LOG_LINES).splitlines()
+                                    if target.access.may_read_job(path.stem) else None)
+            for path in sorted(folder.glob("*.log"))]
+    return found

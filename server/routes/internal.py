@@ -39,6 +39,7 @@ from berth.contracts import (
 )
 from berth.errors import NotFoundError, UserInputError
 from berth.kinds import facts
+from berth.routing_rules import revision_weighted
 from berth.security import API_AUDIENCE, Identity
 from berth.tokens import TokenKind
 from server.access import in_scope
@@ -224,8 +225,7 @@ async def endpoint_replicas(endpoint_id: str, context: Context) -> ServiceCopies
     # While a split is set, a revision at 0 % is not LiteLLM's to route to either (a blue-green new set
     # before its switch, an old one after it).
     split = traffic_of(annotations)
-    if split is not None:
-        rows = [r for r in rows if split.get(r.revision, 0) > 0]
+    rows = [r for r in rows if revision_weighted(split, r.revision)]
     return ServiceCopies(
         copies=[ServiceCopy(copy_id=r.copy_id, url=r.url.rstrip("/") + "/v1", ready=r.ready and not r.draining,
                             api_key=context.replica_keys.for_copy(r.copy_id))

@@ -1,5 +1,6 @@
 """`berth explain placement` against a real API on loopback: the placed copy's nodes, the next copy's reason and the
-changes that would place it, and `-o json` as the API sent it; `berth explain scaling` answers as the old command."""
+changes that would place it, and `-o json` as the API sent it; `berth explain scaling` answers as the old command;
+`berth explain routing` and `failure` print each copy's verdict and each copy's ends and log lines."""
 
 from __future__ import annotations
 
@@ -66,3 +67,21 @@ def test_explain_placement_prints_each_copy_and_json(served: ServerContext) -> N
 def test_explain_scaling_is_the_workflow_commands_answer(served: ServerContext) -> None:
     new, old = _run("explain", "scaling", "wf-oss"), _run("workflow", "explain-scaling", "wf-oss")
     assert new == old and new[0] == 1 and "the autoscaler has not sized wf-oss yet" in new[1]
+
+
+def test_explain_routing_and_failure_print_each_copy(served: ServerContext) -> None:
+    endpoint_id = served.store.workflow("wf-oss").endpoint_id
+    assert served.store.placements.publish("wf-oss", endpoint_id, "wf-oss.copy-0", "http://127.0.0.1:9", False)
+    code, out = _run("explain", "routing", endpoint_id)
+    assert code == 0, out
+    assert f"{endpoint_id} (wf-oss): routed by the pool's LiteLLM proxy, policy least_queue." in out
+    assert [line for line in out.splitlines() if "wf-oss.copy-0" in line and "not ready" in line]
+    logs = served.state.workflow_logs("wf-oss") / "wf-oss.copy-0"
+    logs.mkdir(parents=True)
+    (logs / "vllm-rank-0.log").write_text("loading\nCUDA out of memory\n")
+    code, out = _run("explain", "failure", "wf-oss")
+    assert code == 0, out
+    assert "wf-oss: phase not recorded" in out and "could not be read" in out
+    assert "Last lines of vllm-rank-0 (rank 0 on a node not recorded):" in out and "CUDA out of memory" in out
+    code, out = _run("explain", "failure", "wf-oss.copy-0", "-o", "json")
+    assert code == 0 and json.loads(out)["copies"][0]["logs"][0]["lines"] == ["loading", "CUDA out of memory"]

@@ -84,8 +84,12 @@ def test_the_status_parts_keep_their_json_shape() -> None:
     assert status["phase"] == "ready"
     assert status["copies"][0] == {"copy_id": "wf-1.copy-0", "status": "ready", "url": "http://10.0.0.1:8000",
                                    "nodes": ["n0", "n1"], "detail": "serving", "revision": 1}
+    # `ended` added after (issue 34: the rank that ended a copy, for `berth explain failure`): an older event reads
+    # without it.
     assert status["events"][0] == {"at": "2026-12-02T07:00:01.500000Z", "kind": "copy-ready",
-                                   "message": "copy 0 ready", "copy_id": "wf-1.copy-0"}
+                                   "message": "copy 0 ready", "copy_id": "wf-1.copy-0", "ended": None}
+    older = {key: value for key, value in status["events"][0].items() if key != "ended"}
+    assert Event.model_validate(older).ended is None
     assert status["weights"] == {"model_dir": "/weights/qwen", "bytes_total": 1200, "bytes_transferred": 1200,
                                  "cache_hit": True, "dry_run": False, "digest": None, "model": None}
     assert DownloadProgress(bytes_done=10, bytes_total=100, rate_bps=80).model_dump(mode="json") == {

@@ -1,6 +1,7 @@
-"""CopyWorkflow under its pool, with the node activities mocked: a copy whose rank ends stops as a unit; a
-rank lost with its silent agent is fenced and the copy placed again without spending ReplaceFailedCopies;
-an agent that answers again adopts its rank and the copy serves on; a copy with no room waits and says why."""
+"""CopyWorkflow under its pool, with the node activities mocked: a copy whose rank ends stops as a unit (its event
+keeps the rank, node and exit status); a rank lost with its silent agent is fenced and the copy placed again without
+spending ReplaceFailedCopies; an agent that answers again adopts its rank and the copy serves on; a copy with no room
+waits and says why."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from berth.contracts import FenceRequest
 from tests.workflows.fake_cluster import FakeCluster, FakeNode
 from tests.workflows.harness import Harness, copy_ids, event_kinds, node_ids, pool_definition
-from workflows.payloads import Phase
+from workflows.payloads import Phase, RankEnd
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -29,6 +30,8 @@ async def test_a_copy_stops_as_a_unit_when_one_of_its_ranks_ends(harness: Harnes
         assert rank0.cancelled and not rank0.running and not rank1.cancelled
         failed = next(e for e in status.events if e.kind == "copy_failed")
         assert failed.message == f"copy stopped as a unit: rank 1 on node {worker.node_id} exited with status 3"
+        # Kept whole on the event too (`berth explain failure` reads it), not only in the message.
+        assert failed.ended == RankEnd(rank=1, node_id=worker.node_id, exit_code=3, reason="exited")
         assert event_kinds(status).count("copy_replaced") == 1
         assert first not in cluster.placements and cluster.called("fence_placement") == []
         assert (leader.rank, worker.rank) == (0, 1)
@@ -60,6 +63,8 @@ async def test_a_rank_lost_with_its_agent_is_placed_again_without_spending_the_b
         interrupted = next(e for e in status.events if e.kind == "copy_interrupted")
         assert f"rank 1 on node {lost_node} was lost (its node agent stopped answering)" in interrupted.message
         assert interrupted.message.endswith("placing it again")
+        assert interrupted.ended is not None and (interrupted.ended.node_id, interrupted.ended.reason) == (
+            lost_node, "lost")
         # What the lost rank holds stays fenced before the copy's placement is released; the new copy avoids it.
         names = [name for name, _ in cluster.calls]
         fence = names.index("fence_placement")
