@@ -32,6 +32,8 @@ TEST_DEPS += prometheus
 TEST_DEPS += chromium
 # openapi-python-client, in its own venv, for the test that generates a client from /openapi.json: mk/openapi-client.mk.
 TEST_DEPS += openapi-client
+# Debian's slurm-wlm and munge for the Slurm placement backend's one-machine cluster: mk/slurm.mk.
+TEST_DEPS += slurm
 HF_MIRRORS ?= .state/hf-mirrors
 
 # Everything the suite needs; the real-engine parts come from mk/engines.mk and mk/litellm.mk.
@@ -45,7 +47,7 @@ test: venv $(TEST_DEPS)
 
 # Without the real engine and LiteLLM: the simulator-backed suite only.
 test-fast: venv openapi-client
-	$(PYTEST_RUN) -m "not real_engine and not litellm and not postgres and not redis and not browser and not prometheus" $(PYTEST_ARGS)
+	$(PYTEST_RUN) -m "not real_engine and not litellm and not postgres and not redis and not browser and not prometheus and not slurm" $(PYTEST_ARGS)
 
 demo: venv $(DEMO_DEPS)
 	$(BIN)/python scripts/demo.py --hf-mirror $(HF_MIRRORS) $(DEMO_ARGS)

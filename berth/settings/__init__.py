@@ -117,6 +117,8 @@ class ClusterSettings(BaseModel):
                                               "copy of the revocation list may be (revoked on the same "
                                               "process: refused at once)")
     node_offline_after_s: float = Field(60.0, gt=0, description="Silent node becomes offline")
+    placement_backend: str = Field("berth", pattern="^(berth|slurm)$", description="Who places copies: Berth's "
+                                   "node agents, or Slurm (each copy one job; the `slurm` section's settings)")
     placement_policy: str = Field("pack", pattern="^(pack|spread)$",
                                   description="pack: fill busy nodes first; spread: prefer empty nodes")
     rank_heartbeat_timeout_s: float = Field(30.0, ge=2, description="A rank's (or service's) node agent silent "
@@ -372,3 +374,4 @@ from berth.settings.limits import (  # noqa: E402, F401 — re-exported: berth.s
     read_limit_policy,
     redis_url,
 )
+from berth.settings.slurm import SlurmSettings  # noqa: E402, F401 — re-exported: berth.settings is the one import

@@ -1,0 +1,88 @@
+"""The Slurm placement backend's settings (issue 35): where Berth's copies go as Slurm jobs and what each job asks
+for. Part of berth.settings, which re-exports every name: import from there.
+
+Precedence as for ClusterSettings: defaults < the state dir's `cluster.json` ("slurm": {...}) < `BERTH_SLURM_…`
+environment variables (a list as comma-separated words). Only an administrator sets these; a workflow's values may
+pick a partition or account only from the `selectable_…` lists, and a time limit only up to `max_time_limit`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from berth.errors import UserInputError
+
+# Slurm's own time forms (sbatch --time): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
+SLURM_TIME = r"^(\d{1,7}|\d{1,7}:\d{1,2}|\d{1,5}:\d{1,2}:\d{1,2}|\d{1,4}-\d{1,2}(:\d{1,2}){0,2})$"
+_WORD = r"^[A-Za-z0-9_.+-]{1,64}$"  # a partition, account or QOS name as Slurm allows them
+_OPTION = re.compile(r"^--[a-z][a-z0-9-]{0,40}(=[^\s'\"\\;&|`$<>]{0,200})?$")
+# Options Berth sets itself for every copy: an extra option may not change what a copy is.
+_OWN_OPTIONS = ("--nodes", "--ntasks", "--ntasks-per-node", "--gpus", "--gpus-per-node", "--gres", "--job-name",
+                "--output", "--error", "--export", "--chdir", "--kill-on-bad-exit", "--wrap", "--array")
+LIST_FIELDS = ("selectable_partitions", "selectable_accounts", "sbatch_options")
+
+
+class SlurmSettings(BaseModel):
+    """What every copy's `sbatch` asks for, and where the job's files live."""
+
+    partition: str = Field("", pattern=rf"{_WORD}|^$", description="Partition (-p); empty: Slurm's default")
+    account: str = Field("", pattern=rf"{_WORD}|^$", description="Account (-A); empty: the submitter's default")
+    qos: str = Field("", pattern=rf"{_WORD}|^$", description="QOS (--qos); empty: the association's default")
+    time_limit: str = Field("", pattern=rf"{SLURM_TIME}|^$", description="Time limit (--time) in Slurm's forms; "
+                            "empty: the partition's default. A copy whose job reaches it is re-placed as a new job")
+    max_time_limit: str = Field("", pattern=rf"{SLURM_TIME}|^$", description="The longest TimeLimit a workflow's "
+                                "values may ask for; empty: values may not set one")
+    selectable_partitions: list[str] = Field([], description="Partitions a workflow's values may pick")
+    selectable_accounts: list[str] = Field([], description="Accounts a workflow's values may pick")
+    sbatch_options: list[str] = Field([], description="Further `--option=value` words for every job (e.g. "
+                                      "--exclusive, --constraint=a100); none may set what Berth sets itself")
+    shared_dir: str = Field("", max_length=1024, description="A directory every node mounts at the same path: "
+                            "job files and weights live under it")
+    node_address: str = Field("nodeaddr", pattern="^(nodeaddr|hostname|nodename)$", description="How a rank's "
+                              "host is named in the routing table: Slurm's NodeAddr, the node's host name, or the "
+                              "node's Slurm name")
+    conf: str = Field("", max_length=1024, description="SLURM_CONF for Berth's Slurm commands; empty: the "
+                      "commands' own default (/etc/slurm/slurm.conf)")
+    command_timeout_s: float = Field(30.0, gt=0, le=600, description="Longest wait for one Slurm command")
+
+    @field_validator("selectable_partitions", "selectable_accounts")
+    @classmethod
+    def _words(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.match(_WORD, name):
+                raise ValueError(f"{name!r} is not a Slurm partition or account name")
+        return names
+
+    @field_validator("sbatch_options")
+    @classmethod
+    def _options(cls, options: list[str]) -> list[str]:
+        for option in options:
+            if not _OPTION.match(option):
+                raise ValueError(f"{option!r} is not one `--option` or `--option=value` word (no spaces, quotes "
+                                 "or shell characters)")
+            if option.split("=", 1)[0] in _OWN_OPTIONS:
+                raise ValueError(f"{option!r} sets what Berth sets for every copy itself")
+        return options
+
+    @classmethod
+    def load(cls, state_dir: Path) -> SlurmSettings:
+        data: dict[str, object] = {}
+        path = state_dir / "cluster.json"
+        if path.exists():
+            section = json.loads(path.read_text()).get("slurm")
+            if isinstance(section, dict):
+                data.update(section)
+        for name in cls.model_fields:
+            env = os.environ.get(f"BERTH_SLURM_{name.upper()}")
+            if env is not None:
+                data[name] = [w for w in env.split(",") if w.strip()] if name in LIST_FIELDS else env
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise UserInputError(f"Slurm setting {where}: {first['msg']}.") from None
