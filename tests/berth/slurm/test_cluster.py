@@ -16,9 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from activities.slurm_job_files import engine_environment_for, job_description, rank_argvs, write_job_dir
 from berth.processes import berth_python
 from berth.slurm.commands import SlurmCommands, SlurmRefused
 from berth.slurm.job_script import CopyJob, launcher_argv, render
+from catalog.definition import EngineSpec
 from rank import slurm_rank
 from tests.slurm_cluster import SlurmCluster
 
@@ -40,19 +42,13 @@ def commands(cluster: SlurmCluster) -> SlurmCommands:
 
 
 def _job_dir(cluster: SlurmCluster, copy_id: str, nodes: int) -> Path:
-    """What Berth's worker writes before it submits: copy.json (the engine's argv per rank) and the key file."""
+    """What Berth's worker writes before it submits (activities/slurm_job_files.py): copy.json with the engine's
+    argv per rank — the same `vllm serve` flags as on Berth's own nodes, the simulator as the engine — and the key."""
     job_dir = cluster.root / "shared" / copy_id
-    job_dir.mkdir(mode=0o700, parents=True)
-    serve = [*berth_python("simulator"), "serve", "/models/m", "--served-model-name", "m", "--host", "@host@",
-             "--port", "@port@"]
-    follower = [*serve, "-dp", str(nodes), "--data-parallel-address", "@master_addr@", "--data-parallel-rpc-port",
-                "@master_port@", "--headless", "--data-parallel-start-rank", "@rank@"]
-    (job_dir / "key").write_text(KEY)
-    (job_dir / "key").chmod(0o600)
-    (job_dir / "copy.json").write_text(json.dumps({
-        "copy_id": copy_id, "nodes": nodes, "node_address": "nodeaddr", "key_file": "key", "leader_wait_s": 60,
-        "argv": {"leader": serve, "follower": follower},
-        "environment": {"PYTHONPATH": os.environ.get("PYTHONPATH", ""), "BERTH_SIM_STARTUP_DELAY": "0"}}))
+    engine = EngineSpec(served_model_name="m", max_model_len=4096)
+    argvs = rank_argvs(berth_python("simulator"), copy_id, "wf", engine, nodes, 0, "/models/m")
+    environment = engine_environment_for(engine, {"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    write_job_dir(job_dir, job_description(argvs, copy_id, nodes, environment, "nodeaddr", 60), KEY)
     return job_dir
 
 
@@ -92,6 +88,8 @@ async def test_a_two_node_copy_serves_from_rank_0_and_ends_as_a_unit_when_a_rank
                 return False
         await _until(serving)
         assert (await client.get(f"{url}/v1/models")).status_code == 401  # the copy answers only its key holder
+    ranks_argv = [json.loads((job_dir / 'copy.json').read_text())['argv'][role] for role in ('leader', 'follower')]
+    assert '--headless' in ranks_argv[1] and '--node-rank' in ranks_argv[1]  # pipeline parallel over both nodes
     (queued,) = await commands.queue([job_id])
     assert queued.running and queued.nodes == "n[1-2]" and queued.name == "berth-wf-a-c1"
     assert KEY not in (job_dir / "copy.json").read_text() and KEY not in cluster.command("scontrol", "show", "job",
