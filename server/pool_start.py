@@ -28,7 +28,8 @@ async def start_pool(context: ServerContext, client: Client, workflow_id: str, e
     unsigned = PoolInput(workflow_id=workflow_id, endpoint_id=endpoint_id,
                          endpoint_url=endpoint_url(context, endpoint_id),
                          owner=Owner(user=owner.user, groups=owner.groups, org=owner.org),
-                         definition=definition, timings=copy_timings(context))
+                         definition=definition, timings=copy_timings(context),
+                         placement_backend=context.settings.placement_backend)
     # The control worker runs only an input the API signed (node agents hold no signing key).
     grant = context.signing.workflow_grant(owner.user, workflow_id, unsigned.digest())
     await client.start_workflow(PoolWorkflow.run, unsigned.model_copy(update={"grant": grant}), id=workflow_id,

@@ -16,6 +16,7 @@ import pytest
 
 # The hook stops a profile's stack once its group is done (tests/group_stacks.py); a conftest's hooks are its names.
 from tests.group_stacks import SIM_STACK_GROUP, group_of, pytest_runtest_teardown, stop_after_group  # noqa: F401
+from tests.slurm_cluster import slurm_cluster  # noqa: F401 — the session's Slurm cluster, for every test module
 from tests.support import RunningStack, free_port_base
 
 pytest_plugins = ["tests.group_budget"]

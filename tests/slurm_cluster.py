@@ -10,8 +10,11 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 from berth.processes import free_port
 from berth.settings import SlurmSettings
@@ -136,3 +139,15 @@ class SlurmCluster:
                 process.kill()
                 process.wait(timeout=5)
         self.processes.clear()
+
+
+SLURM_GROUP = "slurm"  # every test that takes the session's cluster: one worker runs them all, on one cluster
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """One cluster for the session's Slurm tests (they share the `slurm` xdist group); each test's jobs are its
+    own, by name, and each test cancels what it started."""
+    running = SlurmCluster(tmp_path_factory.mktemp("slurm")).start()
+    yield running
+    running.stop()

@@ -57,6 +57,7 @@ from workflows.payloads import (
     WeightsResult,
 )
 from workflows.rollout_payloads import HealthInput, ServeInput, TrafficInput
+from workflows.slurm_payloads import SlurmCopyEnd, SlurmJobRef, SlurmJobView, SlurmReadyCheck
 
 ImplementationT = TypeVar("ImplementationT", bound=Callable[..., Awaitable[Any]])
 
@@ -245,11 +246,40 @@ async def evict_model_cache(request: EvictInput) -> EvictResult:
     raise _stub()
 
 
+# --- the control worker, for copies placed as Slurm jobs (issue 35): activities/slurm_copies.py -----------------
+@activity.defn
+async def submit_slurm_copy(copy: CopyInput) -> SlurmJobRef:
+    raise _stub()
+
+
+@activity.defn
+async def slurm_copy_state(job: SlurmJobRef) -> SlurmJobView:
+    raise _stub()
+
+
+@activity.defn
+async def wait_slurm_copy_ready(check: SlurmReadyCheck) -> SlurmJobView:
+    raise _stub()
+
+
+@activity.defn
+async def watch_slurm_copy(job: SlurmJobRef) -> SlurmCopyEnd:
+    raise _stub()
+
+
+@activity.defn
+async def cancel_slurm_copy(job: SlurmJobRef) -> None:
+    raise _stub()
+
+
 CONTROL_ACTIVITIES: tuple[Callable[..., Awaitable[Any]], ...] = (
     reserve_placement, release_placement, fence_placement, publish_replica, unpublish_replica, remove_endpoint,
     drain_replica, reserve_service_port, set_endpoint_service, set_traffic, revision_health, serve_revision,
     verify_service_input, verify_copy_parent, verify_front_parent,
     load_model_job, report_model_state, use_model, release_models,
+)
+SLURM_ACTIVITIES: tuple[Callable[..., Awaitable[Any]], ...] = (
+    submit_slurm_copy, slurm_copy_state, wait_slurm_copy_ready, watch_slurm_copy, cancel_slurm_copy,
 )
 NODE_ACTIVITIES: tuple[Callable[..., Awaitable[Any]], ...] = (
     run_rank, adopt_rank, wait_ready, download_weights, delete_ephemeral_volume,

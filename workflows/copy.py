@@ -9,13 +9,14 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from berth.contracts import CopyRecord, FenceRequest, Placement, ReserveRequest, ReserveResult
     from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
     from workflows import activity_stubs as stubs
     from workflows.authorized import require_authorized
+    from workflows.copy_reports import ParentReports
     from workflows.payloads import (
         CopyInfo,
         CopyInput,
@@ -47,10 +48,9 @@ class CopyWorkflow:
         self._stopping = False
         # Nodes where a rank was given up with its agent silent: its process may live on there.
         self._lost_nodes: set[str] = set()
-        # Reports to the pool, sent in order by a task of their own (see `_tell_parent`).
+        # Reports to the pool, sent in order by a task of their own (workflows/copy_reports.py).
         self._reports_aside = False
-        self._outbox: list[tuple[str, CopyInfo | Event | CopyResult]] = []
-        self._sender: asyncio.Task[None] | None = None
+        self._reports: ParentReports | None = None
 
     @workflow.query
     def info(self) -> CopyInfo:
@@ -67,41 +67,22 @@ class CopyWorkflow:
             reports.append(("copy_event", Event(at=workflow.now(), kind=kind, message=message,
                                                 copy_id=self.input.copy_id)))
         if self._reports_aside:
-            self._send_aside(reports)
+            assert self._reports is not None
+            self._reports.send(reports)
             return
         for name, argument in reports:
             await parent.signal(name, argument)
 
-    def _send_aside(self, reports: list[tuple[str, CopyInfo | Event | CopyResult]]) -> None:
-        """Queue reports for the sender task. The run never awaits a signal itself: a cancel that reaches the
-        copy in the workflow task that resolves a signal it awaits is dropped by the SDK (temporalio/sdk-python
-        #620), and the copy would then never stop."""
-        self._outbox.extend(reports)
-        if self._sender is None or self._sender.done():
-            self._sender = asyncio.create_task(self._send_outbox())
-
-    async def _send_outbox(self) -> None:
-        assert self.input is not None
-        parent = workflow.get_external_workflow_handle(self.input.parent_workflow_id)
-        while self._outbox:
-            name, argument = self._outbox.pop(0)
-            try:
-                await parent.signal(name, argument)
-            except FailureError:  # the pool is gone (terminated): nobody left to tell
-                self._outbox.clear()
-
     async def _report_end(self, result: CopyResult) -> CopyResult:
-        """The copy's last word, which a pool that continued as new since starting it waits for."""
-        self._send_aside([("copy_finished", result)])
-        with contextlib.suppress(asyncio.CancelledError):  # already stopped: a late cancel changes nothing
-            await workflow.wait_condition(lambda: not self._outbox and (self._sender is None or self._sender.done()))
-        return result
+        assert self._reports is not None
+        return await self._reports.end(result)
 
     @workflow.run
     async def run(self, input: CopyInput) -> CopyResult:
         self.input = input
         # Histories recorded before copies reported aside and told their pool how they ended await each report.
         self._reports_aside = workflow.patched("copy-reports-aside")
+        self._reports = ParentReports(input.parent_workflow_id)
         if not self._reports_aside:
             return await self._run(input)
         try:

@@ -54,6 +54,9 @@ class PoolInput(Payload):
     timings: CopyTimings = CopyTimings()
     endpoint_url: str = ""  # the endpoint's stable public URL (shown by a service's show-server job)
     grant: str = ""  # the API's signature over the rest (see `digest`); the control worker runs nothing without it
+    # Who places the copies (the cluster's setting when the workflow started): Berth's node agents (CopyWorkflow)
+    # or Slurm, each copy one job (SlurmCopyWorkflow, issue 35). Histories from before it read "berth".
+    placement_backend: str = Field("berth", pattern="^(berth|slurm)$")
     # Set only by the workflow itself when it continues as new (so outside the signed part): the pool it carries.
     carry: PoolCarry | None = None
 

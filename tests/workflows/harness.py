@@ -24,11 +24,13 @@ from catalog.definition import EngineSpec, PoolSpec, ReplicaSpec, WorkflowDefini
 from server.pool_query import pool_status
 from tests.workflows.fake_cluster import FakeCluster
 from tests.workflows.fake_models import FakeModels
+from tests.workflows.fake_slurm import FakeSlurm
 from workflows.copy import CopyWorkflow
 from workflows.front import FrontWorkflow
 from workflows.model_job import ModelCacheWorkflow, ModelJobWorkflow
 from workflows.payloads import CopyTimings, Owner, PoolInput, PoolStatus, StopRequest
 from workflows.pool_workflow import PoolWorkflow
+from workflows.slurm_copy import SlurmCopyWorkflow
 
 WAIT_S = 30.0  # the longest any condition below takes on a loaded machine, several times over
 POLL_S = 0.1
@@ -72,11 +74,12 @@ class Harness:
     started: list[WorkflowHandle[Any, Any]] = field(default_factory=list)
     inputs: dict[str, PoolInput] = field(default_factory=dict)  # workflow id → what it was started with
 
-    async def start(self, definition: WorkflowDefinition, timings: CopyTimings = TIMINGS) -> WorkflowHandle[Any, Any]:
+    async def start(self, definition: WorkflowDefinition, timings: CopyTimings = TIMINGS,
+                    placement_backend: str = "berth") -> WorkflowHandle[Any, Any]:
         """Start a PoolWorkflow as the API does: on the control queue, its input signed."""
         workflow_id = f"pool-{uuid.uuid4().hex[:8]}"
         unsigned = PoolInput(workflow_id=workflow_id, endpoint_id=f"ep-{uuid.uuid4().hex[:10]}", owner=OWNER,
-                                definition=definition, timings=timings)
+                             definition=definition, timings=timings, placement_backend=placement_backend)
         grant = self.signing.workflow_grant(OWNER.user, workflow_id, unsigned.digest())
         signed = unsigned.model_copy(update={"grant": grant})
         handle = await self.client.start_workflow(PoolWorkflow.run, signed, id=workflow_id,
@@ -134,23 +137,25 @@ class Harness:
         status: PoolStatus = await asyncio.wait_for(handle.result(), timeout_s)
         return status
 
-    def control_worker(self, cluster: FakeCluster, models: FakeModels | None = None) -> Worker:
+    def control_worker(self, cluster: FakeCluster, models: FakeModels | None = None,
+                       slurm: FakeSlurm | None = None) -> Worker:
         """The control worker as control/worker.py builds it, over the cluster's control activities."""
         authority = InputAuthority(TokenVerifier.from_jwks(self.signing.jwks()), CONTROL_TASK_QUEUE)
-        workflows = [PoolWorkflow, CopyWorkflow, FrontWorkflow, ModelJobWorkflow, ModelCacheWorkflow]
-        extra = models.control_activities() if models else []
+        workflows = [PoolWorkflow, CopyWorkflow, SlurmCopyWorkflow, FrontWorkflow, ModelJobWorkflow,
+                     ModelCacheWorkflow]
+        extra = (models.control_activities() if models else []) + (slurm.activities() if slurm else [])
         return Worker(self.client, task_queue=CONTROL_TASK_QUEUE, workflows=workflows,
                       activities=[*cluster.control_activities(), authority.verify_service_input,
                                   authority.verify_copy_parent, authority.verify_front_parent, *extra])
 
     @contextlib.asynccontextmanager
     async def running(self, cluster: FakeCluster, models: FakeModels | None = None,
-                      control: bool = True) -> AsyncIterator[Harness]:
+                      control: bool = True, slurm: FakeSlurm | None = None) -> AsyncIterator[Harness]:
         """The control worker and one worker per node, for the length of the block; whatever the test left
         running is terminated after it, so no workflow outlives its test. With `models`, the model jobs too
         (their node activities on the shared nodes queue and on `models.node_id`'s own). Without `control`,
         the node workers only: the test runs the control worker itself (`control_worker`), e.g. to restart it."""
-        workers = [self.control_worker(cluster, models)] if control else []
+        workers = [self.control_worker(cluster, models, slurm)] if control else []
         workers += [Worker(self.client, task_queue=node_task_queue(node.node_id), activities=cluster.node_activities(),
                            max_concurrent_activities=node.slots) for node in cluster.nodes]
         if models is not None:
@@ -162,10 +167,11 @@ class Harness:
             try:
                 yield self
             finally:
-                await self._terminate_leftovers(cluster)
+                await self._terminate_leftovers(cluster, slurm)
 
-    async def _terminate_leftovers(self, cluster: FakeCluster) -> None:
+    async def _terminate_leftovers(self, cluster: FakeCluster, slurm: FakeSlurm | None = None) -> None:
         copies = {request.copy_id for request in cluster.called("reserve_placement")}
+        copies |= set(slurm.jobs) if slurm else set()
         # Children are abandoned (not cancelled) when their pool closes: each is ended by ID.
         fronts = {f"{handle.id}.front" for handle in self.started}
         handles = [self.latest(h) for h in self.started]

@@ -17,6 +17,7 @@ from activities.fronts import FrontActivities
 from activities.model_jobs import ModelJobActivities
 from activities.model_reports import ModelReportActivities
 from activities.ranks import NodeActivities
+from activities.slurm_copies import SlurmCopyActivities
 from tests.workflows.fake_cluster import FakeCluster
 from tests.workflows.fake_models import FakeModels
 from workflows import activity_stubs as stubs
@@ -30,9 +31,12 @@ NAMES = {
     "run_rank", "adopt_rank", "wait_ready", "download_weights", "delete_ephemeral_volume",
     "run_service", "adopt_service", "wait_live",
     "resolve_model", "download_model", "check_model", "verify_model", "evict_model_cache",
+    "submit_slurm_copy", "slurm_copy_state", "wait_slurm_copy_ready", "watch_slurm_copy", "cancel_slurm_copy",
 }
 CONTROL_WORKER = (ControlActivities, InputAuthority, ModelReportActivities)
 NODE_AGENT = (NodeActivities, FrontActivities, ModelJobActivities)
+SLURM = (SlurmCopyActivities,)
+TABLES = (*stubs.CONTROL_ACTIVITIES, *stubs.NODE_ACTIVITIES, *stubs.SLURM_ACTIVITIES)
 FAKES = (FakeCluster, FakeModels)
 
 
@@ -61,20 +65,20 @@ def shape(function: Callable[..., Any]) -> tuple[list[tuple[inspect._ParameterKi
 
 
 def stub_shapes() -> dict[str, tuple[list[tuple[inspect._ParameterKind, Any]], Any]]:
-    return {stubs.activity_name(stub): shape(stub) for stub in (*stubs.CONTROL_ACTIVITIES, *stubs.NODE_ACTIVITIES)}
+    return {stubs.activity_name(stub): shape(stub) for stub in TABLES}
 
 
 def test_the_stub_names_are_the_recorded_names() -> None:
-    control = [stubs.activity_name(stub) for stub in stubs.CONTROL_ACTIVITIES]
-    node = [stubs.activity_name(stub) for stub in stubs.NODE_ACTIVITIES]
-    assert len(set(control + node)) == len(control) + len(node)
-    assert set(control + node) == NAMES
-    for stub in (*stubs.CONTROL_ACTIVITIES, *stubs.NODE_ACTIVITIES):
+    names = [stubs.activity_name(stub) for stub in TABLES]
+    assert len(set(names)) == len(names)
+    assert set(names) == NAMES
+    for stub in TABLES:
         assert registered_name(stub) == stubs.activity_name(stub)
 
 
 @pytest.mark.parametrize(("owners", "table"), [(CONTROL_WORKER, stubs.CONTROL_ACTIVITIES),
-                                               (NODE_AGENT, stubs.NODE_ACTIVITIES)], ids=["control", "node"])
+                                               (NODE_AGENT, stubs.NODE_ACTIVITIES),
+                                               (SLURM, stubs.SLURM_ACTIVITIES)], ids=["control", "node", "slurm"])
 def test_the_workers_implement_exactly_their_stubs(owners: tuple[type, ...],
                                                    table: tuple[Callable[..., Any], ...]) -> None:
     expected = stub_shapes()

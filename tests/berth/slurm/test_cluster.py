@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -22,18 +22,16 @@ from berth.slurm.commands import SlurmCommands, SlurmRefused
 from berth.slurm.job_script import CopyJob, launcher_argv, render
 from catalog.definition import EngineSpec
 from rank import slurm_rank
-from tests.slurm_cluster import SlurmCluster
+from tests.slurm_cluster import SLURM_GROUP, SlurmCluster
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group(SLURM_GROUP), pytest.mark.timeout(180)]
 
 KEY = "sk-copy-key-for-this-test"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    running = SlurmCluster(tmp_path_factory.mktemp("slurm")).start()
-    yield running
-    running.stop()
+@pytest.fixture
+def cluster(slurm_cluster: SlurmCluster) -> SlurmCluster:
+    return slurm_cluster
 
 
 @pytest.fixture

@@ -1,0 +1,212 @@
+"""The control worker's side of copies placed as Slurm jobs (issue 35): submit a copy's job (or take back the one
+already queued under its name), read its state and its ranks' reports, wait until rank 0 serves with every rank on
+a node of its own, watch it until it ends and say how, and cancel it until `squeue` lists it no more.
+
+The worker runs on a host where Slurm's client commands work (a login or service node) and reaches the job
+directories on the shared filesystem. Nothing it hands a job carries a Berth credential: the copy's key goes into
+a 0600 file of the job directory (activities/slurm_job_files.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import httpx
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+import rank
+from activities.ranks import engine_command
+from activities.slurm_job_files import engine_environment_for, job_description, rank_argvs, write_job_dir
+from berth.child_environment import engine_environment
+from berth.processes import tail
+from berth.security import ReplicaKeys
+from berth.settings.slurm import SlurmSettings
+from berth.slurm.commands import SlurmCommands, SlurmRefused
+from berth.slurm.job_script import CopyJob, job_name, launcher_argv, render
+from workflows import activity_stubs as stubs
+from workflows.activity_stubs import implements
+from workflows.payloads import CopyInput, RankExit
+from workflows.slurm_payloads import SlurmCopyEnd, SlurmJobRef, SlurmJobView, SlurmReadyCheck
+
+POLL_S = 1.0  # squeue at most this often per copy: a cluster's controller serves every user's commands
+RECORD_WAIT_S = 30.0  # sacct may record an ended job a moment after squeue stops listing it
+# srun's own line for the task that ended the job (--kill-on-bad-exit): "srun: error: n2: task 1: Killed".
+_SRUN_TASK = re.compile(r"srun: error: (?P<node>[^:\s]+): tasks? (?P<rank>\d+)(?:-\d+)?: (?P<what>.+)")
+_EXIT_STATUS = re.compile(r"Exited with exit code (\d+)")
+_SIGNALS = {"Killed": 9, "Terminated": 15, "Aborted": 6, "Segmentation fault": 11, "Hangup": 1, "Interrupt": 2}
+
+
+def read_reports(job_dir: Path) -> tuple[dict[str, object] | None, list[dict[str, object]]]:
+    """rank 0's `leader.json` and every rank's `rank-R.json` (rank order); blocking file reads."""
+    leader_path = job_dir / "leader.json"
+    leader = json.loads(leader_path.read_text()) if leader_path.exists() else None
+    ranks = sorted((json.loads(p.read_text()) for p in job_dir.glob("rank-*.json")), key=lambda r: int(r["rank"]))
+    return leader, ranks
+
+
+def failed_rank(output: str) -> RankExit | None:
+    """The rank srun says ended the job, from the job's output; None: srun said none."""
+    for line in reversed(output.splitlines()):
+        found = _SRUN_TASK.search(line)
+        if found:
+            what = found["what"].strip()
+            code = _EXIT_STATUS.search(what)
+            return RankExit(rank=int(found["rank"]), node_id=found["node"], reason="exited",
+                            exit_code=int(code[1]) if code else None, signal=_SIGNALS.get(what),
+                            signal_name=what if what in _SIGNALS else "", note=what)
+    return None
+
+
+class SlurmCopyActivities:
+    def __init__(self, commands: SlurmCommands, replica_keys: ReplicaKeys, engine_command: Sequence[str],
+                 launcher: Sequence[str], inherited: Mapping[str, str]) -> None:
+        self.commands = commands
+        self.replica_keys = replica_keys
+        self.engine_command = list(engine_command)
+        self.launcher = tuple(launcher)
+        self.inherited = dict(inherited)  # what a job may inherit: allow-listed by the caller, no credential
+
+    def _job_dir(self, copy_id: str) -> Path:
+        shared = self.commands.settings.shared_dir
+        if not shared:
+            raise ApplicationError("The Slurm backend needs the `slurm.shared_dir` setting: a directory every node "
+                                   "mounts at the same path.", type="SlurmNotConfigured", non_retryable=True)
+        return Path(shared) / "jobs" / copy_id
+
+    @implements(stubs.submit_slurm_copy)
+    async def submit_slurm_copy(self, copy: CopyInput) -> SlurmJobRef:
+        job_dir = self._job_dir(copy.copy_id)
+        name = job_name(copy.copy_id)
+        # An attempt that submitted and then lost its answer: the job is queued under the copy's name; take it
+        # back rather than submit a second one. So does a restarted worker.
+        for queued in await self.commands.queue(name_prefix=name):
+            if queued.name == name and (queued.pending or queued.running):
+                return SlurmJobRef(copy_id=copy.copy_id, job_id=queued.job_id, job_dir=str(job_dir), adopted=True)
+        argvs = rank_argvs(self.engine_command, copy.copy_id, copy.workflow_id, copy.engine, copy.nodes,
+                           copy.gpus_per_node, copy.model_dir)
+        environment = engine_environment_for(copy.engine, self.inherited)
+        description = job_description(argvs, copy.copy_id, copy.nodes, environment,
+                                      self.commands.settings.node_address, copy.engine.startup_timeout_s)
+        await asyncio.to_thread(_fresh_job_dir, job_dir, description, self.replica_keys.for_copy(copy.copy_id))
+        job = CopyJob(copy_id=copy.copy_id, nodes=copy.nodes, gpus_per_node=copy.gpus_per_node,
+                      job_dir=str(job_dir), launcher=self.launcher)
+        options, script = render(job, self.commands.settings)
+        try:
+            job_id = await self.commands.submit(options, script, self.inherited)
+        except SlurmRefused as refusal:
+            raise ApplicationError(str(refusal), type="SlurmRefused", non_retryable=True) from None
+        return SlurmJobRef(copy_id=copy.copy_id, job_id=job_id, job_dir=str(job_dir))
+
+    @implements(stubs.slurm_copy_state)
+    async def slurm_copy_state(self, job: SlurmJobRef) -> SlurmJobView:
+        queued = await self.commands.queue([job.job_id])
+        leader, ranks = await asyncio.to_thread(read_reports, Path(job.job_dir))
+        url = f"http://{leader['host']}:{leader['port']}" if leader else None
+        nodes = tuple(str(r["node"]) for r in ranks)
+        if not queued:
+            return SlurmJobView(state="GONE", nodes=nodes, url=url, ranks_reported=len(set(nodes)))
+        return SlurmJobView(state=queued[0].state, reason=queued[0].reason if queued[0].pending else "", nodes=nodes,
+                            url=url, ranks_reported=len(set(nodes)))
+
+    @implements(stubs.wait_slurm_copy_ready)
+    async def wait_slurm_copy_ready(self, check: SlurmReadyCheck) -> SlurmJobView:
+        """Ready = every rank started on a node of its own (a job holding N nodes but running on one is never
+        ready), rank 0's /health answers 200, and /v1/models (with the copy's key) lists the model."""
+        deadline = time.monotonic() + check.timeout_s
+        last = "no answer yet"
+        headers = {"Authorization": f"Bearer {self.replica_keys.for_copy(check.job.copy_id)}"}
+        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as client:
+            while time.monotonic() < deadline:
+                activity.heartbeat(last)
+                view = await self.slurm_copy_state(check.job)
+                if view.ended:
+                    raise ApplicationError(f"Slurm job {check.job.job_id} ended ({view.state}) before its copy was "
+                                           "ready", type="NotReady", non_retryable=True)
+                if view.url is None or view.ranks_reported < check.nodes:
+                    last = (f"{view.ranks_reported} of {check.nodes} ranks started on nodes of their own "
+                            f"({', '.join(view.nodes) or 'none yet'})")
+                else:
+                    last = await _serving(client, view.url, headers, check.model_id)
+                    if not last:
+                        return view
+                await asyncio.sleep(0.2)
+        raise ApplicationError(f"Slurm job {check.job.job_id}'s copy was not ready within {check.timeout_s:.0f} s "
+                               f"({last})", type="NotReady", non_retryable=True)
+
+    @implements(stubs.watch_slurm_copy)
+    async def watch_slurm_copy(self, job: SlurmJobRef) -> SlurmCopyEnd:
+        """Until the job ends (its first rank to end badly ends it: --kill-on-bad-exit); how it ended."""
+        while True:
+            queued = await self.commands.queue([job.job_id])
+            if not any(q.pending or q.running for q in queued):
+                break
+            activity.heartbeat(queued[0].state if queued else "")
+            await asyncio.sleep(POLL_S)
+        return await self._ending(job)
+
+    async def _ending(self, job: SlurmJobRef) -> SlurmCopyEnd:
+        deadline = time.monotonic() + RECORD_WAIT_S
+        finished = await self.commands.finished(job.job_id)
+        while finished is None and time.monotonic() < deadline:
+            activity.heartbeat("waiting for sacct")
+            await asyncio.sleep(POLL_S)
+            finished = await self.commands.finished(job.job_id)
+        output = await asyncio.to_thread(tail, Path(job.job_dir) / f"slurm-{job.job_id}.out", 15)
+        failure = failed_rank(output)
+        if failure is not None:
+            failure = failure.model_copy(update={"log_tail": output})
+        state = finished.state if finished else "UNKNOWN"
+        where = f" on {finished.nodes}" if finished and finished.nodes else ""
+        status = f", exit status {finished.exit_status}" if finished else ""
+        signal = f", signal {finished.signal}" if finished and finished.signal else ""
+        return SlurmCopyEnd(state=state, failure=failure,
+                            message=f"Slurm job {job.job_id} ended {state}{where}{status}{signal}")
+
+    @implements(stubs.cancel_slurm_copy)
+    async def cancel_slurm_copy(self, job: SlurmJobRef) -> None:
+        """scancel, then wait until squeue lists the job no more (its processes are gone)."""
+        await self.commands.cancel(job.job_id)
+        activity.heartbeat("cancelled")
+        await self.commands.wait_gone(job.job_id, timeout_s=120)
+
+
+async def _serving(client: httpx.AsyncClient, url: str, headers: Mapping[str, str], model_id: str) -> str:
+    """"" when rank 0 serves the model; else what it answered."""
+    try:
+        health = await client.get(f"{url}/health")
+        if health.status_code != 200:
+            return f"/health answered {health.status_code}"
+        models = await client.get(f"{url}/v1/models", headers=dict(headers))
+        ids = [m.get("id") for m in models.json().get("data", [])] if models.is_success else []
+        return "" if model_id in ids else f"/v1/models lists {ids}, not {model_id} yet"
+    except (httpx.HTTPError, ValueError) as error:
+        return f"{type(error).__name__} from {url}"
+
+
+def _fresh_job_dir(job_dir: Path, description: Mapping[str, object], key: str) -> None:
+    """The job directory with no report of an earlier attempt (a launcher must not find a stale leader.json)."""
+    for stale in (*job_dir.glob("rank-*.json"), job_dir / "leader.json"):
+        stale.unlink(missing_ok=True)
+    write_job_dir(job_dir, description, key)
+
+
+def for_cluster(settings: SlurmSettings, replica_keys: ReplicaKeys,
+                environ: Mapping[str, str] | None = None) -> SlurmCopyActivities:
+    """The control worker's Slurm activities as the settings configure them: the engine the compute nodes run,
+    Berth's interpreter there (the worker's own path unless set), and what a job may inherit — the base and the
+    operator's engine knobs (never a credential: berth/child_environment.py), plus SLURM_CONF for `srun` inside
+    the job when the settings name one."""
+    source = os.environ if environ is None else environ
+    inherited = engine_environment(source, simulator=settings.engine == "simulator")
+    if settings.conf:
+        inherited["SLURM_CONF"] = settings.conf
+    launcher = launcher_argv(settings.python or sys.executable, str(Path(rank.__file__).parent / "slurm_rank.py"))
+    return SlurmCopyActivities(SlurmCommands(settings, source), replica_keys, engine_command(settings.engine),
+                               launcher, inherited)

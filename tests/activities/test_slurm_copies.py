@@ -1,0 +1,82 @@
+"""The control worker's Slurm activities on a real one-machine Slurm cluster (issue 35): a 2-node copy submitted
+once (a second submit takes the queued job back), ready only with a rank on each node and rank 0 serving its key
+holder, a rank's death ending the job with srun's rank and node and sacct's state, a refusal in Slurm's words,
+and a cancel that waits until squeue lists the job no more."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.slurm_copies import SlurmCopyActivities, failed_rank, for_cluster
+from berth.security import ReplicaKeys
+from catalog.definition import EngineSpec
+from tests.slurm_cluster import SLURM_GROUP, SlurmCluster
+from workflows.payloads import CopyInput
+from workflows.slurm_payloads import SlurmReadyCheck
+
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group(SLURM_GROUP), pytest.mark.timeout(180)]
+
+
+@pytest.fixture
+def slurm(slurm_cluster: SlurmCluster, tmp_path: Path) -> SlurmCopyActivities:
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    return for_cluster(slurm_cluster.settings(engine="simulator"), ReplicaKeys.load_or_create(tmp_path / "keys"),
+                       environ)
+
+
+def _copy(name: str, nodes: int = 2, gpus: int = 1) -> CopyInput:
+    return CopyInput(workflow_id=name, endpoint_id=f"ep-{name}", copy_id=f"{name}.copy-0", copy_index=0,
+                     engine=EngineSpec(served_model_name="tiny", max_model_len=512, startup_timeout_s=60),
+                     nodes=nodes, gpus_per_node=gpus, gpu_memory_gb=0, model_dir="/models/tiny",
+                     parent_workflow_id=name)
+
+
+async def test_a_copy_job_is_submitted_once_ready_on_both_nodes_and_ends_with_the_rank_that_died(
+        slurm: SlurmCopyActivities) -> None:
+    env = ActivityEnvironment()
+    copy = _copy("wf-s1")
+    job = await env.run(slurm.submit_slurm_copy, copy)
+    again = await env.run(slurm.submit_slurm_copy, copy)  # a retried attempt: the queued job, not a second one
+    assert again.job_id == job.job_id and again.adopted and not job.adopted
+    view = await env.run(slurm.wait_slurm_copy_ready, SlurmReadyCheck(job=job, url="", model_id="tiny", nodes=2,
+                                                                      timeout_s=60))
+    assert view.nodes == ("n1", "n2") and view.url is not None and view.ranks_reported == 2
+    key = slurm.replica_keys.for_copy(copy.copy_id)
+    async with httpx.AsyncClient(timeout=5) as client:
+        assert (await client.get(f"{view.url}/v1/models", headers={"Authorization": f"Bearer {key}"})).is_success
+        assert (await client.get(f"{view.url}/v1/models")).status_code == 401
+    rank1 = json.loads((Path(job.job_dir) / "rank-1.json").read_text())
+    os.kill(rank1["pid"], signal.SIGKILL)
+    end = await asyncio.wait_for(env.run(slurm.watch_slurm_copy, job), 60)
+    assert end.state == "FAILED" and "on n[1-2]" in end.message
+    assert end.failure is not None and (end.failure.rank, end.failure.node_id) == (1, "n2")
+    assert end.failure.signal == 9 and "srun: error: n2: task 1: Killed" in end.failure.log_tail
+    await env.run(slurm.cancel_slurm_copy, job)  # already ended: nothing to cancel, and no error
+
+
+async def test_a_job_slurm_refuses_is_refused_in_slurms_words_and_a_cancel_waits_until_it_is_gone(
+        slurm: SlurmCopyActivities) -> None:
+    env = ActivityEnvironment()
+    with pytest.raises(ApplicationError, match="Requested node configuration is not available") as refused:
+        await env.run(slurm.submit_slurm_copy, _copy("wf-s2", nodes=1, gpus=8))
+    assert refused.value.type == "SlurmRefused" and refused.value.non_retryable
+    job = await env.run(slurm.submit_slurm_copy, _copy("wf-s3", nodes=1))
+    await env.run(slurm.wait_slurm_copy_ready, SlurmReadyCheck(job=job, url="", model_id="tiny", nodes=1,
+                                                               timeout_s=60))
+    await env.run(slurm.cancel_slurm_copy, job)
+    assert (await env.run(slurm.slurm_copy_state, job)).state in ("GONE", "CANCELLED")
+
+
+def test_srun_names_the_rank_that_ended_the_job() -> None:
+    exited = failed_rank("starting\nsrun: error: gpu07: task 3: Exited with exit code 2\nsrun: Terminating")
+    assert exited is not None and (exited.rank, exited.node_id, exited.exit_code) == (3, "gpu07", 2)
+    assert failed_rank("all good") is None
