@@ -109,7 +109,7 @@ def test_sign_in_refuses_a_bad_token_and_admits_a_good_one(
     page.keyboard.press("Enter")
     expect(page.locator("#whoami")).to_have_text("admin")
     nav = page.locator("nav")
-    for label in ("Catalog", "Workflows", "Endpoints", "Nodes", "Models", "Keys", "Secrets", "Users"):
+    for label in ("Catalog", "Workflows", "Endpoints", "Nodes", "Capacity", "Models", "Keys", "Secrets", "Users"):
         expect(nav.get_by_role("link", name=label)).to_be_visible()
     shot(page, tmp_path, "signed-in")
     assert errors == []
