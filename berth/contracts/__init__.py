@@ -63,6 +63,10 @@ if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module 
         MemoryRow,
         ParameterView,
     )
+    from berth.contracts.endpoint_history import (
+        EndpointHistory,
+        HistoryPoint,
+    )
     from berth.contracts.endpoint_policy import EndpointPolicy
     from berth.contracts.endpoints import (
         CopyView,
@@ -409,6 +413,8 @@ __all__ = [
     "ModelStateReport",
     "ModelUse",
     "ModelUseAnswer",
+    "EndpointHistory",
+    "HistoryPoint",
 ]
 
 

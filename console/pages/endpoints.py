@@ -11,6 +11,7 @@ from fastapi.responses import Response
 
 from berth.contracts import EndpointClientFacts, EndpointToken, EndpointView
 from berth.errors import BerthError
+from console.pages.endpoint_history import history_view
 from console.render import page
 from console.routing import ConsoleRoute
 from console.session import CsrfChecked, Session, Signed
@@ -42,7 +43,8 @@ async def _endpoint_page(request: Request, session: Session, endpoint_id: str, *
     url = facts.url if facts else endpoint.url
     model = facts.model_id if facts else endpoint.model_id
     shown = snippets(url, model, facts.models if facts else [], token.token if token else None)
-    return page(request, session, "endpoint.html", status_code, endpoint=endpoint, facts=facts,
+    recent = await history_view(session, endpoint_id)
+    return page(request, session, "endpoint.html", status_code, endpoint=endpoint, facts=facts, recent=recent,
                 facts_error=facts_error, url=url, snippets=shown, token=token, expirations=EXPIRATIONS,
                 expiration=expiration, error=error, private_ca=url.startswith("https://"))
 

@@ -9,6 +9,7 @@ from server.routes import (
     backup,
     capacity,
     catalog,
+    endpoint_history,
     endpoint_policy,
     endpoint_tokens,
     endpoints,
@@ -34,5 +35,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     tokens.router, health.router, catalog.router, workflows.router, endpoints.router, endpoint_tokens.router,
     endpoint_policy.router, secrets.router, identity.router, nodes.router, keys.router, litellm_keys.router,
     internal.router, audit.router, models.router, model_reports.router, revisions.router, scaling.router,
-    traffic.router, metrics.router, capacity.router, explain.router, backup.router,
+    traffic.router, metrics.router, capacity.router, explain.router, backup.router, endpoint_history.router,
 )

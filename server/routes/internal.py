@@ -184,7 +184,16 @@ async def report_load(endpoint_id: str, body: LoadReport, context: Context, _who
 @router.post("/v1/internal/autoscaler")
 async def autoscaler_tick(lease: AutoscalerLease, context: Context, _who: Admin) -> AutoscalerView:
     """What the control worker's autoscaler reads each tick, once it holds (or renewed) the lease."""
-    return await run_in_threadpool(context.store.load.autoscaler_view, lease)
+    return await run_in_threadpool(_autoscaler_view, context, lease)
+
+
+def _autoscaler_view(context: ServerContext, lease: AutoscalerLease) -> AutoscalerView:
+    """Blocking. The leader's tick also samples the pools' ready copies for their endpoints' history, once a
+    minute (server/store/endpoint_history.py)."""
+    view = context.store.load.autoscaler_view(lease)
+    if view.leader:
+        context.store.history.sample_ready([pool.endpoint_id for pool in view.pools])
+    return view
 
 
 @router.delete("/v1/internal/endpoints/{endpoint_id}", status_code=204)

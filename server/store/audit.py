@@ -20,6 +20,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from math import log2
 from typing import Any
 
 from sqlalchemy import func, insert, select, update
@@ -30,6 +31,7 @@ from berth.contracts import MAX_AUDIT_LIST, AuditAppended, AuditBatch, AuditRow,
 from berth.contracts.audit import AuditPhase
 from berth.contracts.base import INT64_MAX
 from server.store.audit_text import GENESIS, HASH_LENGTH, BatchText, link, stored_row
+from server.store.latency_buckets import LAST, PER_DOUBLING, Buckets, encoded
 from server.store.tables import AuditBatchRow, AuditTallyRow, StoreLockRow
 
 VERIFY_PAGE = 50  # batches read at a time by verify(): memory stays bounded whatever the chain's length
@@ -41,6 +43,7 @@ INSERT_TALLIES = insert(AuditTallyRow)
 # A tally's key, and its counts: attempts, successes, failures, tokens in, tokens out.
 TallyKey = tuple[int, str, str | None, str | None, str | None]
 PHASE_COLUMN = {AuditPhase.ATTEMPT: 0, AuditPhase.SUCCESS: 1, AuditPhase.FAILED: 2}
+SUCCESS = AuditPhase.SUCCESS
 Row = tuple[Any, ...]  # a record's fields in AuditBatch.rows()'s order
 
 
@@ -54,7 +57,7 @@ class AuditChain:
         records = list(batch.rows())
         if not records:
             return AuditAppended(appended=0)
-        tallies = _tallies(records)
+        tallies, latencies = _tallies(records)
         with self._lock, self._session() as s:
             s.execute(update(StoreLockRow).where(StoreLockRow.name == "audit").values(holder=StoreLockRow.holder)
                       .execution_options(synchronize_session=False))
@@ -72,7 +75,7 @@ class AuditChain:
                 {"batch": number, "ordinal": ordinal, "minute": key[0], "endpoint_id": key[1], "copy_id": key[2],
                  "key_id": key[3], "user": key[4], "attempts": counts[0], "successes": counts[1],
                  "failures": counts[2], "tokens_in": min(INT64_MAX, counts[3]),
-                 "tokens_out": min(INT64_MAX, counts[4])}
+                 "tokens_out": min(INT64_MAX, counts[4]), "latency_buckets": encoded(latencies.get(key))}
                 for ordinal, (key, counts) in enumerate(tallies.items())])
         return AuditAppended(appended=len(texts))
 
@@ -176,12 +179,14 @@ def _linked(records: list[Row], first_seq: int, prev_hash: str) -> tuple[list[st
     return texts, hashes
 
 
-def _tallies(records: list[Row]) -> dict[TallyKey, list[int]]:
-    """Per (minute, endpoint, copy, key, user): attempts, successes, failures, tokens in and out. Token sums are
+def _tallies(records: list[Row]) -> tuple[dict[TallyKey, list[int]], dict[TallyKey, Buckets]]:
+    """Per (minute, endpoint, copy, key, user): attempts, successes, failures, tokens in and out; and the latency
+    histogram of its successes (an endpoint's p50/p99 a minute: server/store/endpoint_history.py). Token sums are
     clamped to the column's range when stored: a copy's usage figures are not Berth's to trust, and a tally past
     the range would refuse every batch after it."""
     tallies: dict[TallyKey, list[int]] = {}
-    for at, phase, _, _, tokens_in, tokens_out, key_id, user, endpoint_id, copy_id, _ in records:
+    latencies: dict[TallyKey, Buckets] = {}
+    for at, phase, _, _, tokens_in, tokens_out, key_id, user, endpoint_id, copy_id, latency_ms in records:
         key = (int(at // 60), endpoint_id, copy_id, key_id, user)
         counts = tallies.get(key)
         if counts is None:
@@ -189,7 +194,14 @@ def _tallies(records: list[Row]) -> dict[TallyKey, list[int]]:
         counts[PHASE_COLUMN[phase]] += 1
         counts[3] += tokens_in
         counts[4] += tokens_out
-    return tallies
+        if phase is SUCCESS:
+            # latency_buckets.bucket_of, inlined: a call a record was half of what the histogram cost this path.
+            bucket = 0 if latency_ms < 1.0 else min(LAST, int(PER_DOUBLING * log2(latency_ms)))
+            buckets = latencies.get(key)
+            if buckets is None:
+                buckets = latencies[key] = {}
+            buckets[bucket] = buckets.get(bucket, 0) + 1
+    return tallies, latencies
 
 
 def _lines_newest_first(batch: AuditBatchRow) -> Iterator[tuple[int, str]]:

@@ -81,6 +81,7 @@ LEFT_OUT = {
     "audit_batches": "the audit chain is append-only, verified history, not desired state: keep the old store "
                      "(or `berth audit list -o json`) as its archive; the restored stack starts a chain of its own",
     "audit_tallies": "derived from the audit batches",
+    "ready_copy_samples": "an endpoint's last hours of ready copies, stale by the time a restore runs",
 }
 
 # Rows a freshly started control plane already has — its administrator, the records of the token it was given —

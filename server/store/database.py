@@ -27,6 +27,7 @@ from server import scheduler
 from server.store import fencing, schema
 from server.store.audit import AuditChain
 from server.store.copy_outcomes import CopyOutcomeStore
+from server.store.endpoint_history import EndpointHistoryStore
 from server.store.endpoint_tokens import EndpointTokens
 from server.store.load_reports import LoadReports
 from server.store.placement import Placements, upsert_replica_row
@@ -71,6 +72,7 @@ class Store:
         self.load = LoadReports(self.session)
         self.outcomes = CopyOutcomeStore(self.session)  # a rollout's split and its copies' health
         self.audit = AuditChain(self.session)
+        self.history = EndpointHistoryStore(self.session)  # an endpoint's recent minutes (the console's chart)
         self.endpoint_tokens = EndpointTokens(self.session)  # their ids, never the tokens; revoked ones
         self.placements = Placements(self.session, node_offline_after_s, policy)
         self.cipher = cipher
@@ -226,6 +228,7 @@ class Store:
             s.execute(delete(EndpointRow).where(EndpointRow.id == endpoint_id))
             self.load.forget(s, endpoint_id)
             self.outcomes.forget(s, endpoint_id)
+            self.history.forget(s, endpoint_id)
 
     def replicas(self, endpoint_id: str | None = None) -> list[ReplicaRow]:
         with self.session() as s:

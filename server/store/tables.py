@@ -282,6 +282,9 @@ class AuditTallyRow(Base):
     failures: Mapped[int] = mapped_column(Integer)
     tokens_in: Mapped[int] = mapped_column(BigInteger)
     tokens_out: Mapped[int] = mapped_column(BigInteger)
+    # Its SUCCESS records' latencies as `bucket:count` pairs (server/store/latency_buckets.py); None: none, or a
+    # tally written before migration 0012.
+    latency_buckets: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class ApiKeyRow(Base):
@@ -363,3 +366,13 @@ class ModelUseRow(Base):
     model_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     workflow_id: Mapped[str] = mapped_column(String(128), primary_key=True, index=True)
     since: Mapped[float] = mapped_column(Float)
+
+
+class ReadyCopySampleRow(Base):
+    """How many of a pool endpoint's copies were ready and not draining in one minute, as the autoscaler's tick
+    found them: the ready-copies line of an endpoint's history (server/store/endpoint_history.py). Kept 6 hours."""
+
+    __tablename__ = "ready_copy_samples"
+    endpoint_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    minute: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False, index=True)
+    ready: Mapped[int] = mapped_column(Integer)

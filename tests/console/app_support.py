@@ -8,10 +8,13 @@ from pathlib import Path
 
 import httpx
 
+from berth.security import Identity
 from server.app import build_context, create_app
 from server.context import ServerContext
+from server.submission import StartRequest, new_rows, prepare, with_generated_keys
 
 ORIGIN = "http://console.test"
+ENTRY = "SmolLM2 135M Instruct"  # a CPU entry: a node with no GPU passes the submission's capacity check
 
 
 def console_context(state: Path) -> ServerContext:
@@ -38,3 +41,12 @@ def csrf_of(page: str) -> str:
 async def sign_in(client: httpx.AsyncClient, token: str) -> httpx.Response:
     form = await client.get("/ui/signin")
     return await client.post("/ui/signin", data={"token": token, "csrf": csrf_of(form.text)})
+
+
+def start(context: ServerContext, who: Identity, values: dict[str, object]) -> str:
+    """What start_workflow writes to the store, without Temporal; the endpoint's id."""
+    entry, definition = prepare(context, StartRequest(entry=ENTRY, values=values), who)
+    definition = with_generated_keys(definition)
+    row, endpoint = new_rows(entry, definition, who)
+    context.store.add_workflow(row, definition.model_dump(mode="json"), endpoint)
+    return endpoint.id

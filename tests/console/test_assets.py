@@ -33,7 +33,8 @@ def test_no_template_reaches_outside_berth() -> None:
 async def test_the_api_serves_the_assets(tmp_path: Path) -> None:
     context: ServerContext = console_context(tmp_path / "state")
     async with browser(context) as client:
-        for name, kind in (("htmx.min.js", "javascript"), ("console.js", "javascript"), ("console.css", "css")):
+        for name, kind in (("htmx.min.js", "javascript"), ("console.js", "javascript"), ("charts.js", "javascript"),
+                           ("console.css", "css")):
             answer: httpx.Response = await client.get(f"/ui/static/{name}")
             assert answer.status_code == 200 and kind in answer.headers["content-type"], name
         assert (await client.get("/ui/static/../app.py")).status_code == 404

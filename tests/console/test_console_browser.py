@@ -21,7 +21,7 @@ from tests.support import RunningStack, free_port_base
 
 pytestmark = pytest.mark.browser
 ENTRY = "GPT-OSS 20B"
-PAGES = ("nodes", "secrets", "users", "models", "keys")  # opened as they are, each with a screenshot
+PAGES = ("nodes", "capacity", "secrets", "users", "models", "keys")  # opened as they are, each with a screenshot
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_sign_in_refuses_a_bad_token_and_admits_a_good_one(
     page.keyboard.press("Enter")
     expect(page.locator("#whoami")).to_have_text("admin")
     nav = page.locator("nav")
-    for label in ("Catalog", "Workflows", "Endpoints", "Nodes", "Models", "Keys", "Secrets", "Users"):
+    for label in ("Catalog", "Workflows", "Endpoints", "Nodes", "Capacity", "Models", "Keys", "Secrets", "Users"):
         expect(nav.get_by_role("link", name=label)).to_be_visible()
     shot(page, tmp_path, "signed-in")
     assert errors == []
@@ -265,6 +265,8 @@ def test_every_page_opens_at_both_widths(
         expect(page.locator("[role=alert]")).to_have_count(0)
         if name == "nodes":
             expect(page.locator("#capacity")).to_have_text(re.compile(r"\d+ of \d+ GPUs free"))
+        if name in ("capacity", "endpoint"):  # charts.js drew its charts (an SVG each) under the CSP
+            expect(page.locator("figure.chart svg[role=img]")).to_have_count(3)
         # Usable on a narrow window: nothing pushes the page sideways (wide tables scroll in their own box).
         overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
         if overflow > 1:

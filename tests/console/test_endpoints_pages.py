@@ -1,23 +1,24 @@
 """The endpoint pages over the real app (in-process, no Temporal: the workflow and its endpoint are written
 to the store the way a start writes them): the list in the user's scope, the facts, a generated token shown
-once in the POST's own answer, and the snippets carrying it."""
+once in the POST's own answer, and the snippets carrying it; the chart of its last hour from the audit the
+endpoint proxies recorded."""
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from berth.security import Identity
+from berth.contracts import AuditBatch, AuditPhase, AuditRecord
 from console.snippets import api_base
 from server.context import ServerContext
 from server.store.tables import EndpointRow
-from server.submission import StartRequest, new_rows, prepare, with_generated_keys
-from tests.console.app_support import browser, console_context, csrf_of, sign_in, user_token
-
-ENTRY = "SmolLM2 135M Instruct"
+from tests.console.app_support import browser, console_context, csrf_of, sign_in, start, user_token
 
 
 @pytest.fixture
@@ -27,15 +28,6 @@ def context(tmp_path: Path) -> ServerContext:
     context.store.heartbeat_node("node-1", {"address": "127.0.0.1", "engine": "vllm-cpu", "cpus": 8,
                                             "memory_gb": 32, "gpus": []}, port_start=30000)
     return context
-
-
-def start(context: ServerContext, who: Identity, values: dict[str, object]) -> str:
-    """What start_workflow writes to the store, without Temporal; the endpoint's id."""
-    entry, definition = prepare(context, StartRequest(entry=ENTRY, values=values), who)
-    definition = with_generated_keys(definition)
-    row, endpoint = new_rows(entry, definition, who)
-    context.store.add_workflow(row, definition.model_dump(mode="json"), endpoint)
-    return endpoint.id
 
 
 def test_the_api_base_gets_v1_once() -> None:
@@ -118,3 +110,46 @@ async def test_an_endpoint_without_client_facts_still_shows_curl_and_python(cont
         page = (await client.get("/ui/endpoints/ep-bare")).text
         assert 'id="snippet-curl"' in page and "MODEL_ID" in page and "Client facts:" in page
         assert 'id="snippet-opencode"' not in page and "no opencode.json can be written" in page
+
+
+def _chart(page: str, chart_id: str) -> dict[str, Any]:
+    found = re.search(rf"""<figure class="chart" id="{chart_id}" data-chart='([^']*)'>""", page)
+    assert found, f"no chart {chart_id}"
+    return json.loads(html.unescape(found.group(1)))
+
+
+async def test_the_endpoint_page_charts_its_last_hour(context: ServerContext) -> None:
+    endpoint_id = start(context, context.store.identity("bob"), {"Proxy": "false"})
+    minute = int(time.time() // 60) - 2  # whole, and inside the hour whichever minute the page is read in
+    records = []
+    for index, (phase, latency_ms) in enumerate(((AuditPhase.SUCCESS, 120.0), (AuditPhase.FAILED, 5.0))):
+        records += [AuditRecord(at=minute * 60.0 + 1, phase=AuditPhase.ATTEMPT, request_id=f"r{index}",
+                                endpoint_id=endpoint_id, user="bob"),
+                    AuditRecord(at=minute * 60.0 + 2, phase=phase, request_id=f"r{index}", latency_ms=latency_ms,
+                                status=200 if phase is AuditPhase.SUCCESS else 500, endpoint_id=endpoint_id,
+                                user="bob")]
+    context.store.audit.append_batch(AuditBatch.of("proxy-1", 1, records))
+    async with browser(context) as client:
+        await sign_in(client, user_token(context, "bob"))
+        page = (await client.get(f"/ui/endpoints/{endpoint_id}")).text
+        live = (await client.get(f"/ui/endpoints/{endpoint_id}/history", headers={"HX-Request": "true"})).text
+    assert '<script src="/ui/static/charts.js" defer></script>' in page and "style=" not in page
+    traffic, latency, copies = (_chart(page, f"chart-{name}") for name in ("traffic", "latency", "copies"))
+    assert len(traffic["x"]) == 60 and traffic["x"] == sorted(traffic["x"])
+    at = traffic["x"].index(minute * 60.0)
+    requests, failed = ({s["name"]: s["values"] for s in traffic["series"]}[name] for name in ("requests", "failed"))
+    assert (requests[at], failed[at]) == (round(2 / 60, 4), round(1 / 60, 4))
+    assert sum(requests) == requests[at]  # every other minute is quiet
+    p50 = {s["name"]: s["values"] for s in latency["series"]}["p50"]
+    assert p50[at] == pytest.approx(120.0, rel=0.09) and p50.count(None) == 59
+    assert copies["series"][0]["values"] == [None] * 60  # no autoscaler ran: nothing sampled
+    assert 'id="history-table"' in page
+    assert live.startswith('<section id="history"') and 'hx-trigger="every 60s"' in live and "<html" not in live
+
+
+async def test_outside_the_endpoints_scope_its_history_is_refused(context: ServerContext) -> None:
+    theirs = start(context, context.store.identity("admin"), {"Scope": "user", "Proxy": "false"})
+    async with browser(context) as client:
+        await sign_in(client, user_token(context, "bob"))
+        refused = await client.get(f"/ui/endpoints/{theirs}/history")
+    assert refused.status_code == 404 and 'role="alert"' in refused.text and "chart-traffic" not in refused.text
