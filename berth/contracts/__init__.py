@@ -77,6 +77,12 @@ if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module 
         WakeRequest,
         WakeResult,
     )
+    from berth.contracts.events import (
+        MAX_EVENTS_PAGE,
+        EventKind,
+        EventPage,
+        EventRecord,
+    )
     from berth.contracts.explain import (
         CopyPlacement,
         NodeVerdict,
@@ -409,6 +415,10 @@ __all__ = [
     "ModelStateReport",
     "ModelUse",
     "ModelUseAnswer",
+    "MAX_EVENTS_PAGE",
+    "EventKind",
+    "EventPage",
+    "EventRecord",
 ]
 
 
