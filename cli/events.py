@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from berth.contracts.choices import MAX_EVENTS_PAGE
-from cli.common import Format, OutputOption, call, console, emit_json, table
+from cli.common import Format, OutputOption, call, console, emit_json, fail, table
 
 if TYPE_CHECKING:
     from berth.api_events import EventsApi
@@ -40,7 +40,13 @@ def events(workflow: Annotated[str | None, typer.Option(help="One workflow's eve
            output: OutputOption = Format.TABLE) -> None:
     """Show the cluster's events you may see, oldest first; with --follow, new ones as they come."""
     from berth.api_events import EventsApi
+    from berth.contracts.events import event_kinds
+    from berth.errors import UserInputError
 
+    try:  # here, in one line, rather than as the API's pattern refusal
+        event_kinds(kind)
+    except UserInputError as error:
+        raise fail(str(error)) from None
     filters: dict[str, Any] = {"workflow": workflow, "node": node, "kind": kind, "since": since}
     if not follow:
         page = call(lambda api: api.events(**filters, limit=limit), EventsApi)

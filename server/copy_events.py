@@ -30,7 +30,8 @@ def reserved(request: ReserveRequest, result: ReserveResult) -> EventDraft:
     ranks = result.placement.ranks
     where = ", ".join(f"{rank.node_id} (GPUs {', '.join(map(str, rank.gpus)) or 'none'})" for rank in ranks)
     return EventDraft(EventKind.COPY_PLACED, f"copy {request.copy_id} placed on {where}",
-                      workflow_id=request.workflow_id, copy_id=request.copy_id, node_id=ranks[0].node_id, once=True,
+                      workflow_id=request.workflow_id, copy_id=request.copy_id,
+                      node_id=ranks[0].node_id if ranks else None, once=True,
                       details={"nodes": ",".join(rank.node_id for rank in ranks),
                                "gpus": sum(len(rank.gpus) for rank in ranks)})
 

@@ -5,6 +5,7 @@ order they were recorded. docs/events.md says who sees which and how long they a
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Annotated
 
@@ -12,6 +13,7 @@ from pydantic import Field
 
 from berth.contracts.base import Response
 from berth.contracts.choices import MAX_EVENTS_PAGE as MAX_EVENTS_PAGE  # re-exported: defined apart for the CLI
+from berth.errors import UserInputError
 
 MAX_MESSAGE = 300  # a message is one line, cut here
 MAX_DETAILS = 16  # keys of an event's details
@@ -42,6 +44,32 @@ class EventKind(str, Enum):
     ADMIN_BACKUP = "admin.backup"  # an administrator took a backup
     ADMIN_RESTORE = "admin.restore"  # an administrator restored a backup
     BUDGET_EXCEEDED = "budget.exceeded"  # a group's or organization's token or GPU-hour budget was passed
+
+
+def _families() -> list[str]:
+    return sorted({kind.value.split(".")[0] for kind in EventKind})
+
+
+_NAMES = "|".join(re.escape(name) for name in sorted({kind.value for kind in EventKind} | set(_families()), key=len,
+                                                     reverse=True))
+# `GET /v1/events?kind=`: kinds (`copy.ready`) or families (`copy`: every copy.* kind), comma-separated.
+EVENT_KINDS_PATTERN = rf"^\s*({_NAMES})(\s*,\s*({_NAMES}))*\s*$"
+
+
+def event_kinds(text: str | None) -> tuple[EventKind, ...]:
+    """`copy.ready,node` → copy.ready and every node.* kind; empty: () (any kind). An unknown name is refused in one
+    line naming the families."""
+    if text is None or not text.strip():
+        return ()
+    chosen: list[EventKind] = []
+    for name in (part.strip() for part in text.split(",") if part.strip()):
+        found = [kind for kind in EventKind if name in (kind.value, kind.value.split(".")[0])]
+        if not found:
+            shown = name if len(name) <= 40 else name[:40] + "…"
+            raise UserInputError(f"'{shown}' is no event kind: give one of {', '.join(_families())} or a kind such "
+                                 "as copy.ready (docs/events.md lists them).")
+        chosen.extend(kind for kind in found if kind not in chosen)
+    return tuple(chosen)
 
 
 class EventRecord(Response):
