@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from berth.contracts.choices import MAX_EVENTS_PAGE
+from cli.audit import since_time
 from cli.common import Format, OutputOption, call, console, emit_json, fail, table
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ def events(workflow: Annotated[str | None, typer.Option(help="One workflow's eve
            node: Annotated[str | None, typer.Option(help="One node's events")] = None,
            kind: Annotated[str | None, typer.Option(help="Kinds (copy.ready) or families (copy, node), "
                                                     "comma-separated")] = None,
-           since: Annotated[str | None, typer.Option(help="Events since a duration ago (1h) or an ISO time (UTC "
+           since: Annotated[str | None, typer.Option(help="Events since a duration ago (1h) or an ISO time (local "
                                                      "when it names no zone)")] = None,
            limit: Annotated[int, typer.Option(min=1, max=MAX_EVENTS_PAGE, help="The newest N events")] = 100,
            follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events; Ctrl-C ends")]
@@ -47,7 +48,9 @@ def events(workflow: Annotated[str | None, typer.Option(help="One workflow's eve
         event_kinds(kind)
     except UserInputError as error:
         raise fail(str(error)) from None
-    filters: dict[str, Any] = {"workflow": workflow, "node": node, "kind": kind, "since": since}
+    # A Unix time on the wire: a duration or an ISO time read here, on your clock and in your zone (as `audit list`).
+    start = f"{max(0.0, since_time(since)):.3f}" if since is not None else None
+    filters: dict[str, Any] = {"workflow": workflow, "node": node, "kind": kind, "since": start}
     if not follow:
         page = call(lambda api: api.events(**filters, limit=limit), EventsApi)
         if output is Format.JSON:
