@@ -15,6 +15,7 @@ import pytest
 from berth.api_client import ApiClient
 from berth.contracts import CopyInfo, CopyRecord, CopyStatus, EventPage, KeyCreateRequest, ReserveRequest
 from berth.contracts.events import event_kinds
+from berth.contracts.rollouts import ScalingExplanation
 from berth.errors import UserInputError
 from berth.security import Identity
 from node.inventory import simulated_gpus
@@ -189,3 +190,19 @@ def test_a_copy_ended_on_request_or_unread_is_stopped() -> None:
     assert unread.kind.value == "copy.stopped" and unread.details == {"status": "unknown"}
     lost = ended("wf.copy-0", CopyInfo(copy_id="wf.copy-0", status=CopyStatus.INTERRUPTED, detail=""))
     assert (lost.kind.value, lost.message) == ("copy.failed", "copy wf.copy-0 failed: interrupted")
+
+
+async def test_the_autoscalers_resize_is_one_event(context: ServerContext) -> None:
+    def decided(at: float, decision: str, desired: int) -> ScalingExplanation:
+        return ScalingExplanation(workflow_id="wf-alice", at=at, desired=desired, decision=decision,
+                                  reason="queue 4.0 > 2.0 per copy" if decision == "scale_out" else "steady")
+
+    async with _client(context, ADMIN) as api:
+        # Posted again 6 s later (written: the explanation is rewritten every 5 s) before the pool was resized.
+        for explanation in (decided(100, "scale_out", 2), decided(106, "scale_out", 2), decided(107, "hold", 2)):
+            await api.record_scaling(explanation)
+    async with _client(context, ALICE) as api:
+        page = await api.events(workflow="wf-alice")
+    assert [(e.kind.value, e.message, e.actor) for e in page.events] == [
+        ("workflow.scaled", "the autoscaler scaled wf-alice to 2 copies: queue 4.0 > 2.0 per copy", None)]
+    assert page.events[0].details == {"copies": 2, "decision": "scale_out"}
