@@ -139,12 +139,18 @@ def note_offline_nodes(store: Store, now: float | None = None) -> None:
     try:
         nodes = store.nodes()
         now = time.time() if now is None else now
-        offline = [node.id for node in nodes if not store.placements.node_ready(node, now)]
+        offline = [node for node in nodes if not store.placements.node_ready(node, now)]
     except Exception as error:  # noqa: BLE001 — as `record`: never the caller's failure
         log.warning("offline nodes not checked: %s", type(error).__name__)
         return
-    for node_id in offline:
-        record(store, node_offline(node_id, "its heartbeats stopped"))
+    noted = store.events.offline_noted
+    for node in offline:
+        # Told once per silence in this process: a node long gone is not looked up again on every scan.
+        if noted.get(node.id) != node.last_heartbeat:
+            record(store, node_offline(node.id, "its heartbeats stopped"))
+            noted[node.id] = node.last_heartbeat
+    for node_id in set(noted) - {node.id for node in offline}:
+        noted.pop(node_id, None)
 
 
 def node_offline(node_id: str, why: str) -> EventDraft:

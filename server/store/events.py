@@ -73,6 +73,8 @@ class EventLog:
         self.retention = Retention()  # the app sets the cluster's (server/app.py build_context)
         self._written = itertools.count()  # next() is atomic under the GIL: threads of one process share it
         self._due: dict[str, float] = {}
+        # Offline nodes this process recorded, with the heartbeat they fell silent after (server/events.py).
+        self.offline_noted: dict[str, float] = {}
 
     def add(self, row: EventRow, once_among: Sequence[EventKind] = ()) -> int | None:
         """Append an event; its id. With `once_among`: nothing (None) when the newest event of the same subject (its
