@@ -28,6 +28,7 @@ class EventKind(str, Enum):
     WORKFLOW_STARTED = "workflow.started"  # a start was accepted and its pool workflow began
     WORKFLOW_STOPPED = "workflow.stopped"  # its owner (or an administrator) asked it to stop
     WORKFLOW_SCALED = "workflow.scaled"  # its desired copies changed: by hand or by its autoscaler
+    WORKFLOW_UPDATED = "workflow.updated"  # a new revision was submitted: its rollout began
     COPY_PLACED = "copy.placed"  # a copy got its GPUs and ports (its nodes in details)
     COPY_READY = "copy.ready"  # a copy passed its readiness check and was published to the proxies
     COPY_FAILED = "copy.failed"  # a copy ended on its own (a rank exited, readiness failed, its node was lost)

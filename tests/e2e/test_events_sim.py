@@ -1,7 +1,7 @@
 """The event stream on the shared simulated stack, through the real CLI, API, Temporal and node agents: a scripted
-start → ready → stop records workflow.started, copy.placed, copy.ready, workflow.stopped and copy.stopped (the
-copy's workflow says it ended on request), the nodes' joins are there for everyone, and another user sees none of
-the workflow's events."""
+start → ready → scale → stop records each step in order — workflow.started, copy.placed, copy.ready,
+workflow.scaled, workflow.stopped and copy.stopped (the copy's workflow says it ended on request); the nodes' joins
+are there for everyone, and another user sees none of the workflow's events."""
 
 from __future__ import annotations
 
@@ -29,19 +29,23 @@ def _kinds(stack: RunningStack, workflow_id: str) -> list[str]:
     return [event["kind"] for event in _events(stack, workflow=workflow_id)]
 
 
-def test_a_start_ready_stop_as_events(sim_stack: RunningStack) -> None:
-    workflow_id = sim_stack.start_entry("vLLM", f"Model=hf://{MODEL},GpusPerNode=1,Proxy=false,Scope=user")
+def test_a_start_ready_scale_stop_as_events(sim_stack: RunningStack) -> None:
+    workflow_id = sim_stack.start_entry(
+        "vLLM", f"Model=hf://{MODEL},GpusPerNode=1,Proxy=false,MaxReplicas=2,Scope=user")
     wait_for(lambda: "copy.ready" in _kinds(sim_stack, workflow_id), 60, "copy.ready recorded")
-    started = _kinds(sim_stack, workflow_id)
-    assert started[:1] == ["workflow.started"] and started.index("copy.placed") < started.index("copy.ready")
+    sim_stack.cli("workflow", "scale", workflow_id, "--replicas", "2")
+    wait_for(lambda: _kinds(sim_stack, workflow_id).count("copy.ready") == 2, 120, "the second copy.ready")
     sim_stack.cli("workflow", "stop", workflow_id)
-    wait_for(lambda: "copy.stopped" in _kinds(sim_stack, workflow_id), 120, "copy.stopped recorded")
-    events = _events(sim_stack, workflow=workflow_id)
-    assert [e["kind"] for e in events if e["kind"] != "placement.blocked"] == [
-        "workflow.started", "copy.placed", "copy.ready", "workflow.stopped", "copy.stopped"]
-    stopped = events[-1]
-    assert stopped["details"] == {"status": "stopped"} and stopped["copy_id"].startswith(f"{workflow_id}.copy-")
+    wait_for(lambda: _kinds(sim_stack, workflow_id).count("copy.stopped") == 2, 120, "two copy.stopped recorded")
+    events = [e for e in _events(sim_stack, workflow=workflow_id) if e["kind"] != "placement.blocked"]
+    assert [e["kind"] for e in events] == [
+        "workflow.started", "copy.placed", "copy.ready", "workflow.scaled", "copy.placed", "copy.ready",
+        "workflow.stopped", "copy.stopped", "copy.stopped"]
     assert events[0]["actor"] == "admin" and events[0]["details"] == {"entry": "vLLM"}
+    assert events[3]["details"] == {"copies": 2}
+    copies = {e["copy_id"] for e in events if e["kind"] == "copy.placed"}
+    assert {e["copy_id"] for e in events[-2:]} == copies and all(e["details"] == {"status": "stopped"}
+                                                                 for e in events[-2:])
 
     table = sim_stack.cli("events", "--workflow", workflow_id, "--kind", "copy").stdout
     assert "copy.placed" in table and "copy.ready" in table and "copy.stopped" in table
