@@ -88,8 +88,11 @@ async def follow_events(api: EventsApi, filters: dict[str, Any], show: Callable[
 
 
 def rows(page: EventPage) -> list[dict[str, object]]:
-    return [{"id": event.id, "when": _when(event.at), "kind": event.kind.value, "subject": subject(event),
-             "message": event.message} for event in page.events]
+    from rich.markup import escape
+
+    # Escaped: a message may quote a name a user chose, and Rich would read `[…]` in it as markup.
+    return [{"id": event.id, "when": _when(event.at), "kind": event.kind.value, "subject": escape(subject(event)),
+             "message": escape(event.message)} for event in page.events]
 
 
 def subject(event: EventRecord) -> str:
@@ -102,8 +105,10 @@ def _when(at: float) -> str:
 
 
 def _line(event: EventRecord) -> None:
-    console.print(f"{_when(event.at)}  {event.kind.value:<18} {subject(event)}: {event.message}", highlight=False,
-                  soft_wrap=True)
+    from rich.markup import escape
+
+    console.print(escape(f"{_when(event.at)}  {event.kind.value:<18} {subject(event)}: {event.message}"),
+                  highlight=False, soft_wrap=True)
 
 
 def _json_line(event: EventRecord) -> None:

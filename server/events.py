@@ -102,13 +102,18 @@ def _row(store: Store, draft: EventDraft) -> EventRow:
     if audience is None:
         audience, found = workflow_audience(store, draft.workflow_id)
         endpoint_id = endpoint_id or found
-    message = " ".join(draft.message.split())  # one line, whatever a reason quoted
-    details = {key[:64]: value[:MAX_DETAIL_TEXT] if isinstance(value, str) else value
+    details = {printable(key)[:64]: printable(value)[:MAX_DETAIL_TEXT] if isinstance(value, str) else value
                for key, value in list(draft.details.items())[:MAX_DETAILS]}
-    return EventRow(at=time.time(), kind=draft.kind.value, message=message[:MAX_MESSAGE],
+    return EventRow(at=time.time(), kind=draft.kind.value, message=printable(draft.message)[:MAX_MESSAGE],
                     workflow_id=draft.workflow_id, copy_id=draft.copy_id, node_id=draft.node_id,
                     endpoint_id=endpoint_id, actor=draft.actor, owner=audience.owner, org=audience.org,
                     groups=groups_text(audience.groups), scope=audience.scope.value, details=details)
+
+
+def printable(text: str) -> str:
+    """One line with no control character: a message quotes names users chose (a key's), and a reader's terminal
+    must not take any of it for an escape sequence."""
+    return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
 
 
 def workflow_audience(store: Store, workflow_id: str | None) -> tuple[Audience, str | None]:

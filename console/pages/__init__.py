@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from console.pages import catalog, endpoints, keys, models, nodes, people, secrets, signin, workflows
+from console.pages import catalog, endpoints, events, keys, models, nodes, people, secrets, signin, workflows
 
 PAGES: tuple[APIRouter, ...] = (signin.router, catalog.router, workflows.router, endpoints.router, nodes.router,
-                                models.router, keys.router, secrets.router, people.router)
+                                models.router, keys.router, secrets.router, people.router, events.router)

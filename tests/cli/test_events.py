@@ -68,6 +68,14 @@ def test_events_print_a_table_and_json(served: ServerContext) -> None:
     assert code == 0 and json.loads(out)["events"] == []
 
 
+def test_a_message_in_brackets_prints_as_sent(served: ServerContext) -> None:
+    record(served.store, EventDraft(EventKind.NODE_JOINED, "node [bold]x[/bold] joined", audience=Audience.everyone(),
+                                    node_id="node-x"))
+    for argv in (("events", "--node", "node-x"), ("events", "--node", "node-x", "-f", "--max-events", "1")):
+        code, out = _run(*argv)
+        assert code == 0 and "node [bold]x[/bold] joined" in out, out
+
+
 def test_an_unknown_kind_is_one_line(served: ServerContext) -> None:
     code, out = _run("events", "--kind", "nodes")
     assert code == 1 and out.strip().startswith("error: 'nodes' is no event kind: give one of admin, budget, copy")

@@ -21,7 +21,7 @@ from tests.support import RunningStack, free_port_base
 
 pytestmark = pytest.mark.browser
 ENTRY = "GPT-OSS 20B"
-PAGES = ("nodes", "secrets", "users", "models", "keys")  # opened as they are, each with a screenshot
+PAGES = ("nodes", "events", "secrets", "users", "models", "keys")  # opened as they are, each with a screenshot
 
 
 @pytest.fixture(scope="module")

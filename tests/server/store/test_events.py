@@ -136,3 +136,11 @@ def test_writes_prune_as_they_go(store: Store) -> None:
 def test_a_copy_names_its_workflow() -> None:
     assert copy_workflow("wf-alice.copy-12") == "wf-alice"
     assert copy_workflow("litellm-front") is None and copy_workflow("wf.copy-x") is None
+
+
+def test_a_message_is_one_printable_line(store: Store) -> None:
+    record(store, EventDraft(EventKind.KEY_CREATED, "alice created key \x1b[31mred\x1b[0m\nsecond line\tend",
+                             audience=Audience.of_user(ALICE), details={"name": "a\x07b", "n": 3}))
+    event = store.events.page(ADMIN, EventQuery()).events[0]
+    assert event.message == "alice created key [31mred [0m second line end"
+    assert event.details == {"name": "a b", "n": 3}
