@@ -10,6 +10,7 @@ from typing import Any
 from berth.api_backup import BackupApi
 from berth.api_capacity import CapacityApi
 from berth.api_endpoint_history import EndpointHistoryApi
+from berth.api_events import EventsApi
 from berth.api_explain import ExplainApi
 from berth.api_models import ModelsApi
 from berth.api_rollouts import RolloutsApi
@@ -81,7 +82,8 @@ from berth.errors import (
 from berth.tokens import RevokeResult, TokenMintBody, TokenRecord
 
 
-class ApiClient(WorkflowsApi, ModelsApi, RolloutsApi, CapacityApi, ExplainApi, BackupApi, EndpointHistoryApi):
+class ApiClient(WorkflowsApi, ModelsApi, RolloutsApi, CapacityApi, ExplainApi, BackupApi, EndpointHistoryApi,
+                EventsApi):
     """One method per route, each returning the model its route declares (the catalog's and the workflows'
     in berth/api_workflows.py, the model registry's in berth/api_models.py, the rollouts' in
     berth/api_rollouts.py, the capacity's in berth/api_capacity.py, the explain's in berth/api_explain.py, backup

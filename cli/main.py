@@ -14,6 +14,7 @@ from cli import (
     catalog,
     components,
     endpoint,
+    events,
     explain,
     identity,
     key,
@@ -37,6 +38,7 @@ app.add_typer(apply.app)  # apply, diff
 app.add_typer(web_console.app)  # console
 app.add_typer(top.app)  # top
 app.add_typer(capacity.app)  # capacity
+app.add_typer(events.app)  # events
 app.add_typer(workflow.app, name="workflow")
 app.add_typer(catalog.app, name="catalog", help="Alias of `berth workflow catalog`.")
 app.add_typer(endpoint.app, name="endpoint")

@@ -24,6 +24,7 @@ from server.model_jobs import evict_model_cache, start_model_job
 from server.routes import ROUTERS
 from server.store.api_keys import ApiKeys
 from server.store.database import Store
+from server.store.events import Retention
 from server.store.token_registry import TokenRegistry
 
 
@@ -37,6 +38,7 @@ def build_context(state_dir: Path, temporal_address: str, database_url: str | No
     hasher = KeyHasher.load(state.keys, key_hmac_secret_file())
     store = Store(database_url or f"sqlite:///{state.store_db}", cipher, settings.node_offline_after_s,
                   scheduler.Policy.make(settings.placement_policy))
+    store.events.retention = Retention(keep_s=settings.events_keep_days * 86400.0, max_rows=settings.events_max_rows)
     admin = admin_user()
     store.ensure_user(admin, org="default", groups=["default"], admin=True)
     return ServerContext(state=state, settings=settings, store=store, signing=signing,

@@ -81,6 +81,12 @@ if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module 
         WakeRequest,
         WakeResult,
     )
+    from berth.contracts.events import (
+        MAX_EVENTS_PAGE,
+        EventKind,
+        EventPage,
+        EventRecord,
+    )
     from berth.contracts.explain import (
         CopyPlacement,
         NodeVerdict,
@@ -415,6 +421,10 @@ __all__ = [
     "ModelUseAnswer",
     "EndpointHistory",
     "HistoryPoint",
+    "MAX_EVENTS_PAGE",
+    "EventKind",
+    "EventPage",
+    "EventRecord",
 ]
 
 

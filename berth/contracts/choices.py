@@ -8,6 +8,7 @@ from __future__ import annotations
 from enum import Enum, StrEnum
 
 MAX_AUDIT_LIST = 1000  # rows per GET /v1/audit
+MAX_EVENTS_PAGE = 1000  # events per GET /v1/events
 
 
 class ModelFormat(StrEnum):

@@ -159,6 +159,11 @@ class ClusterSettings(BaseModel):
                                    "cache evict` with no --budget-bytes (0: no budget)")
     model_signing_secret: str = Field("", max_length=300, description="secret://…/NAME holding the key "
                                       "model signatures are HMAC-SHA256s under; empty: a signed model fails")
+    # The cluster's event stream (`berth events`, docs/events.md): history, kept this long and at most this many
+    # rows, whichever bound is met first; pruned as events are written (server/store/events.py).
+    events_keep_days: float = Field(30.0, gt=0, le=3650, description="Days a cluster event is kept")
+    events_max_rows: int = Field(1_000_000, ge=1000, le=100_000_000, description="Most cluster events kept; "
+                                 "the oldest go first")
 
     @classmethod
     def load(cls, state_dir: Path) -> ClusterSettings:

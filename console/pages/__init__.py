@@ -9,6 +9,7 @@ from console.pages import (
     catalog,
     endpoint_history,
     endpoints,
+    events,
     keys,
     models,
     nodes,
@@ -20,4 +21,4 @@ from console.pages import (
 
 PAGES: tuple[APIRouter, ...] = (signin.router, catalog.router, workflows.router, endpoints.router,
                                 endpoint_history.router, nodes.router, capacity.router, models.router, keys.router,
-                                secrets.router, people.router)
+                                secrets.router, people.router, events.router)

@@ -13,6 +13,7 @@ from server.routes import (
     endpoint_policy,
     endpoint_tokens,
     endpoints,
+    events,
     explain,
     health,
     identity,
@@ -36,4 +37,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     endpoint_policy.router, secrets.router, identity.router, nodes.router, keys.router, litellm_keys.router,
     internal.router, audit.router, models.router, model_reports.router, revisions.router, scaling.router,
     traffic.router, metrics.router, capacity.router, explain.router, backup.router, endpoint_history.router,
+    events.router,
 )

@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, BackgroundTasks, Depends
 from starlette.concurrency import run_in_threadpool
 
 from berth.contracts import (
@@ -42,6 +42,7 @@ from berth.kinds import facts
 from berth.routing_rules import revision_weighted
 from berth.security import API_AUDIENCE, Identity
 from berth.tokens import TokenKind
+from server import copy_events, events
 from server.access import in_scope
 from server.context import Context, ServerContext
 from server.guards import Admin, replica_keys_owner, service_audience, service_or_admin
@@ -129,12 +130,15 @@ async def replica_keys(context: Context,
 @router.post("/v1/internal/reservations", response_model=ReserveResult)
 async def reserve(request: ReserveRequest, context: Context, _who: Admin) -> dict[str, Any]:
     result = await run_in_threadpool(context.store.placements.reserve, request)
+    await run_in_threadpool(events.record, context.store, copy_events.reserved(request, result))
     return result.model_dump(mode="json")
 
 
 @router.delete("/v1/internal/reservations/{copy_id}", status_code=204)
-async def release(copy_id: str, context: Context, _who: Admin) -> None:
-    await run_in_threadpool(context.store.placements.release, copy_id)
+async def release(copy_id: str, context: Context, _who: Admin, later: BackgroundTasks) -> None:
+    if await run_in_threadpool(context.store.placements.release, copy_id):
+        # After the answer: how the copy ended is its workflow's to say, and asking must not delay the release.
+        later.add_task(copy_events.record_end, context, copy_id)
 
 
 @router.post("/v1/internal/reservations/{copy_id}/fence", status_code=204)
@@ -152,8 +156,10 @@ async def reserve_service_port(request: FrontPortRequest, context: Context, _who
 @router.put("/v1/internal/replicas/{copy_id}", status_code=204)
 async def publish(copy_id: str, record: CopyRecord, context: Context, _who: Admin) -> None:
     # A copy stopped meanwhile publishes nothing (Placements.publish); the late publish is not an error.
-    await run_in_threadpool(context.store.placements.publish, record.workflow_id, record.endpoint_id, copy_id,
-                            record.url, record.ready, record.revision)
+    published = await run_in_threadpool(context.store.placements.publish, record.workflow_id, record.endpoint_id,
+                                        copy_id, record.url, record.ready, record.revision)
+    if published and record.ready:
+        await run_in_threadpool(events.record, context.store, copy_events.ready(copy_id, record))
 
 
 @router.put("/v1/internal/replicas/{copy_id}/ready", status_code=204)

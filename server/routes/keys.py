@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from berth.contracts import (
+    EventKind,
     IssuedKey,
     KeyRecord,
     KeyReservation,
@@ -17,8 +18,10 @@ from berth.contracts import (
     KeyVerifyRequest,
 )
 from berth.errors import UserInputError
+from berth.security import Identity
 from berth.tokens import parse_duration
 from server.context import Context
+from server.events import Audience, EventDraft, record
 from server.guards import Admin, Caller, CreatableKey, OwnedKey
 from server.store.api_keys import MAX_OVERLAP_S, key_lifetime_s
 
@@ -30,7 +33,9 @@ async def create_key(creation: CreatableKey, context: Context, who: Caller) -> I
     """A key speaking for the caller on one endpoint (and model); its plaintext is in this answer only."""
     body, endpoint = creation
     ttl_s = key_lifetime_s(body.ttl, endpoint, context.settings.key_max_ttl)
-    return await run_in_threadpool(context.api_keys.create, who, body, ttl_s)
+    issued = await run_in_threadpool(context.api_keys.create, who, body, ttl_s)
+    await run_in_threadpool(record, context.store, _key_event(EventKind.KEY_CREATED, issued.record, who))
+    return issued
 
 
 @router.get("/v1/keys")
@@ -56,8 +61,18 @@ async def rotate_key(body: KeyRotateRequest, key: OwnedKey, context: Context) ->
 
 
 @router.delete("/v1/keys/{key_id}")
-async def revoke_key(key: OwnedKey, context: Context) -> KeyRecord:
-    return await run_in_threadpool(context.api_keys.revoke, key.id)
+async def revoke_key(key: OwnedKey, context: Context, who: Caller) -> KeyRecord:
+    revoked = await run_in_threadpool(context.api_keys.revoke, key.id)
+    await run_in_threadpool(record, context.store, _key_event(EventKind.KEY_REVOKED, revoked, who))
+    return revoked
+
+
+def _key_event(kind: EventKind, key: KeyRecord, who: Identity) -> EventDraft:
+    """Seen by the key's creator (and administrators): a key is its creator's, whoever revoked it."""
+    done = "created" if kind is EventKind.KEY_CREATED else "revoked"
+    return EventDraft(kind, f"{who.user} {done} API key {key.id} ({key.name}) for endpoint {key.endpoint_id}",
+                      audience=Audience.of_user(key.owner), endpoint_id=key.endpoint_id, actor=who.user,
+                      details={"key_id": key.id, "name": key.name})
 
 
 # --- for the endpoint proxy (Berth's own services: administrators' tokens) ----------------------------

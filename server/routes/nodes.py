@@ -9,12 +9,16 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from berth.contracts import NodeInventory, NodeState, NodeView, WorkflowDrainRequest
+from berth.contracts import EventKind, NodeHolding, NodeInventory, NodeState, NodeView, WorkflowDrainRequest
+from berth.security import Identity
+from server import events
 from server.access import allocation_labels
 from server.context import Context, ServerContext
+from server.events import Audience, EventDraft
 from server.guards import Admin, Caller
 from server.refusals import refusals
 from server.store import fencing
+from server.store.tables import NodeRow
 from server.views import gpu_row
 from workflows.rollout_payloads import MoveRequest
 
@@ -28,8 +32,28 @@ async def node_heartbeat(node_id: str, inventory: NodeInventory, context: Contex
     # heartbeat reaches the store (it answered 500 from a missing `address` or a `port_start` not a number).
     reported = inventory.model_dump(mode="json", exclude_unset=True)
     held = fencing.holdings(reported)
-    row = await run_in_threadpool(context.store.heartbeat_node, node_id, reported, inventory.port_start, held)
+    row = await run_in_threadpool(_heartbeat, context, node_id, reported, inventory.port_start, held)
     return {"id": row.id, "state": context.store.node_state(row)}
+
+
+def _heartbeat(context: ServerContext, node_id: str, reported: dict[str, Any], port_start: int,
+               held: list[NodeHolding] | None) -> NodeRow:
+    """Blocking: record the heartbeat; a node new or back from offline has joined, a leaving one is offline; and now
+    and then look for nodes whose heartbeats stopped (server/events.py)."""
+    store = context.store
+    before = store.node(node_id)
+    was_ready = before is not None and store.placements.node_ready(before)
+    row = store.heartbeat_node(node_id, reported, port_start, held)
+    if reported.get("leaving"):
+        events.record(store, events.node_offline(node_id, "its agent is leaving"))
+    elif not was_ready:
+        gpus = len(row.gpus or [])
+        events.record(store, EventDraft(EventKind.NODE_JOINED, f"node {node_id} joined with {gpus} GPUs",
+                                        audience=Audience.everyone(), node_id=node_id, once=True,
+                                        details={"gpus": gpus, "engine": row.engine}))
+    if store.events.due("offline-scan", events.OFFLINE_SCAN_EVERY_S):
+        events.note_offline_nodes(store)
+    return row
 
 
 @router.get("/v1/nodes", response_model=list[NodeView], response_model_exclude_unset=True)
@@ -49,9 +73,10 @@ async def list_nodes(context: Context, who: Caller) -> list[dict[str, Any]]:
 
 
 @router.post("/v1/nodes/{node_id}/drain", response_model=NodeState)
-async def drain_node(node_id: str, context: Context, _who: Admin,
+async def drain_node(node_id: str, context: Context, who: Admin,
                      body: WorkflowDrainRequest | None = None) -> dict[str, Any]:
     row = await run_in_threadpool(context.store.set_draining, node_id, True)
+    await run_in_threadpool(events.record, context.store, _drain_event(EventKind.NODE_DRAINED, node_id, who, body))
     if body is not None:  # with a grace: each pool moves its copies off the node, draining them first
         await _move_copies(context, node_id, body.grace_s)
     return {"id": row.id, "state": context.store.node_state(row)}
@@ -73,6 +98,16 @@ async def _move_copies(context: ServerContext, node_id: str, grace_s: float) -> 
 
 
 @router.post("/v1/nodes/{node_id}/undrain", response_model=NodeState)
-async def undrain_node(node_id: str, context: Context, _who: Admin) -> dict[str, Any]:
+async def undrain_node(node_id: str, context: Context, who: Admin) -> dict[str, Any]:
     row = await run_in_threadpool(context.store.set_draining, node_id, False)
+    await run_in_threadpool(events.record, context.store, _drain_event(EventKind.NODE_UNDRAINED, node_id, who, None))
     return {"id": row.id, "state": context.store.node_state(row)}
+
+
+def _drain_event(kind: EventKind, node_id: str, who: Identity, body: WorkflowDrainRequest | None) -> EventDraft:
+    if kind is EventKind.NODE_UNDRAINED:
+        return EventDraft(kind, f"{who.user} opened node {node_id} to new copies again", audience=Audience.everyone(),
+                          node_id=node_id, actor=who.user)
+    moving = f"; its copies move off within {body.grace_s:g} s" if body is not None else ""
+    return EventDraft(kind, f"{who.user} drained node {node_id}{moving}", audience=Audience.everyone(),
+                      node_id=node_id, actor=who.user)

@@ -22,10 +22,12 @@ from berth.contracts import (
     WorkflowUpdateRequest,
 )
 from berth.contracts.base import INT32_MAX
+from berth.contracts.events import EventKind
 from berth.errors import NotFoundError, UserInputError
 from catalog.definition import WorkflowDefinition
 from server.access import WorkflowAccess
 from server.context import Context, ServerContext
+from server.events import EventDraft, record
 from server.guards import ReadableWorkflow, owned_workflow
 from server.pool_query import pool_status
 from server.refusals import refusals
@@ -63,6 +65,10 @@ async def update_workflow(workflow_id: str, body: WorkflowUpdateRequest, context
     rollout = await _execute(context, workflow_id, "roll_to", request, Rollout)
     await run_in_threadpool(context.store.revisions.add_revision, workflow_id, revision,
                             definition.model_dump(mode="json"), merged, who.user, body.strategy.model_dump(mode="json"))
+    await run_in_threadpool(record, context.store, EventDraft(
+        EventKind.WORKFLOW_UPDATED, f"{who.user} rolls {workflow_id} from revision {rollout.from_revision} to "
+        f"{revision} ({body.strategy.kind.value})", workflow_id=workflow_id, actor=who.user,
+        details={"revision": revision, "strategy": body.strategy.kind.value}))
     return {"id": workflow_id, "revision": revision, "url": url, "rollout": rollout.model_dump(mode="json"),
             "message": f"rolling {workflow_id} from revision {rollout.from_revision} to {revision} "
                        f"({body.strategy.kind.value}); watch it with `berth workflow rollout status {workflow_id}`"}
@@ -176,4 +182,7 @@ async def drain_workflow(workflow_id: str, body: WorkflowDrainRequest, context: 
     request = ScaleRequest(replicas=definition.pool.min_replicas, reason=f"drained by {access.who.user}",
                            source="drain", grace_s=body.grace_s)
     result = await _execute(context, workflow_id, PoolWorkflow.scale, request, None)
+    await run_in_threadpool(record, context.store, EventDraft(
+        EventKind.WORKFLOW_SCALED, f"{access.who.user} drained {workflow_id} to {request.replicas} copies",
+        workflow_id=workflow_id, actor=access.who.user, details={"copies": request.replicas, "drain": True}))
     return {"id": workflow_id, **result.model_dump(mode="json")}

@@ -6,9 +6,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
+from berth.contracts.events import EventKind
 from berth.contracts.rollouts import ScalingExplanation
 from berth.errors import NotFoundError
 from server.context import Context
+from server.events import EventDraft, record
 from server.guards import Admin, ReadableWorkflow
 from server.views import scaling_of
 
@@ -29,5 +31,10 @@ async def explain_scaling(access: ReadableWorkflow) -> ScalingExplanation:
 @router.put("/v1/internal/workflows/{workflow_id}/scaling", status_code=204)
 async def record_scaling(workflow_id: str, body: ScalingExplanation, context: Context, _: Admin) -> None:
     row = await run_in_threadpool(context.store.workflow, workflow_id)
-    await run_in_threadpool(context.store.note_scaling, row.endpoint_id, body.model_dump(mode="json"),
-                            WRITE_EVERY_S)
+    written = await run_in_threadpool(context.store.note_scaling, row.endpoint_id, body.model_dump(mode="json"),
+                                      WRITE_EVERY_S)
+    if written and body.decision in ("scale_out", "scale_in"):
+        # `once`: the same decision posted again (every few seconds until the pool is resized) is one event.
+        await run_in_threadpool(record, context.store, EventDraft(
+            EventKind.WORKFLOW_SCALED, f"the autoscaler scaled {workflow_id} to {body.desired} copies: {body.reason}",
+            workflow_id=workflow_id, details={"copies": body.desired, "decision": body.decision}, once=True))

@@ -17,6 +17,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFai
 from temporalio.service import RPCError
 
 from berth.contracts import (
+    EventKind,
     WorkflowDefinitionView,
     WorkflowDescription,
     WorkflowLogs,
@@ -31,6 +32,7 @@ from berth.kinds import facts
 from berth.processes import tail
 from server.access import WorkflowAccess
 from server.context import Context, ServerContext
+from server.events import EventDraft, record
 from server.guards import Caller, ReadableWorkflow, owned_workflow
 from server.model_refs import register_first_use
 from server.pool_query import pool_status
@@ -79,6 +81,9 @@ async def start_workflow(body: StartRequest, context: Context, who: Caller) -> d
     except (RPCError, UnavailableError) as error:
         await run_in_threadpool(context.store.remove_endpoint, endpoint_id)
         raise UnavailableError(f"Temporal refused to start the workflow ({error}); nothing was created.") from None
+    await run_in_threadpool(record, context.store, EventDraft(
+        EventKind.WORKFLOW_STARTED, f"{who.user} started {workflow_id} from {entry.name}", workflow_id=workflow_id,
+        actor=who.user, details={"entry": entry.name}))
     return {"id": workflow_id, "endpoint_id": endpoint_id, "url": endpoint_url(context, endpoint_id)}
 
 
@@ -159,6 +164,9 @@ async def stop_workflow(workflow_id: str, context: Context,
     except RPCError as error:
         raise NotFoundError(f"Workflow '{workflow_id}' is not running ({error.message}).") from None
     await run_in_threadpool(context.store.mark_stop_requested, workflow_id)
+    await run_in_threadpool(record, context.store, EventDraft(
+        EventKind.WORKFLOW_STOPPED, f"{access.who.user} asked {workflow_id} to stop", workflow_id=workflow_id,
+        actor=access.who.user))
     return {"id": workflow_id, "stop_requested": True}
 
 
@@ -178,6 +186,9 @@ async def scale_workflow(workflow_id: str, body: WorkflowScaleRequest, context: 
         raise UserInputError(getattr(cause, "message", None) or str(cause or error)) from None
     except RPCError as error:
         raise NotFoundError(f"Workflow '{workflow_id}' is not running ({error.message}).") from None
+    await run_in_threadpool(record, context.store, EventDraft(
+        EventKind.WORKFLOW_SCALED, f"{who.user} scaled {workflow_id} to {body.copies} copies", workflow_id=workflow_id,
+        actor=who.user, details={"copies": body.copies}))
     return {"id": workflow_id, **result.model_dump(mode="json")}
 
 

@@ -82,6 +82,8 @@ LEFT_OUT = {
                      "(or `berth audit list -o json`) as its archive; the restored stack starts a chain of its own",
     "audit_tallies": "derived from the audit batches",
     "ready_copy_samples": "an endpoint's last hours of ready copies, stale by the time a restore runs",
+    "events": "the cluster's event stream is history, not desired state, and kept only for its retention period: "
+              "`berth events -o json` before a backup is its archive; the restored stack records its own",
 }
 
 # Rows a freshly started control plane already has — its administrator, the records of the token it was given —

@@ -1,7 +1,8 @@
 """The control plane's store: identity, workflows, endpoints, replicas and nodes; reservations in
 `store.placements` (server/store/placement.py), load reports in `store.load` (server/store/load_reports.py), the audit
 chain in `store.audit` (server/store/audit.py), a workflow's revisions in `store.revisions` (server/store/revisions.py),
-the endpoint tokens minted in `store.endpoint_tokens` (server/store/endpoint_tokens.py).
+the endpoint tokens minted in `store.endpoint_tokens` (server/store/endpoint_tokens.py), the cluster's events in
+`store.events` (server/store/events.py).
 
 Synchronous SQLAlchemy; the API calls it from a thread pool. The schema is migrated to its head on open
 (server/store/schema.py).
@@ -29,6 +30,7 @@ from server.store.audit import AuditChain
 from server.store.copy_outcomes import CopyOutcomeStore
 from server.store.endpoint_history import EndpointHistoryStore
 from server.store.endpoint_tokens import EndpointTokens
+from server.store.events import EventLog
 from server.store.load_reports import LoadReports
 from server.store.placement import Placements, upsert_replica_row
 from server.store.revisions import Revisions
@@ -77,6 +79,7 @@ class Store:
         self.placements = Placements(self.session, node_offline_after_s, policy)
         self.cipher = cipher
         self.revisions = Revisions(self.session, cipher)
+        self.events = EventLog(self.session)  # history: written by server/events.py `record`, in no backup
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -294,6 +297,10 @@ class Store:
     def nodes(self) -> list[NodeRow]:
         with self.session() as s:
             return list(s.scalars(select(NodeRow).order_by(NodeRow.id)).all())
+
+    def node(self, node_id: str) -> NodeRow | None:
+        with self.session() as s:
+            return s.get(NodeRow, node_id)
 
     def set_draining(self, node_id: str, draining: bool) -> NodeRow:
         with self.placements.transaction() as s:

@@ -185,17 +185,19 @@ class Placements:
                     return node, self.reserve_port(owner, node.id)
         raise UnavailableError("No ready node has a free port for the service; it waits for one.")
 
-    def release(self, copy_id: str) -> None:
-        """Free what `copy_id` holds, except what is fenced: that is freed when its node says so."""
+    def release(self, copy_id: str) -> bool:
+        """Free what `copy_id` holds, except what is fenced: that is freed when its node says so. True when it held
+        a reservation (a retried release, or a service's port, finds none)."""
         with self.transaction() as s:
             s.execute(delete(AllocationRow).where(AllocationRow.copy_id == copy_id,
                                                   fencing.not_fenced(AllocationRow.fenced)))
             s.execute(delete(PortRow).where(PortRow.owner == copy_id, fencing.not_fenced(PortRow.fenced)))
-            s.execute(delete(ReservationRow).where(ReservationRow.copy_id == copy_id))
+            held = s.execute(delete(ReservationRow).where(ReservationRow.copy_id == copy_id))
             # A released copy serves nothing: its record goes with it (see `publish`).
             s.execute(delete(ReplicaRow).where(ReplicaRow.copy_id == copy_id))
         if self.observer is not None:
             self.observer.released(copy_id)
+        return bool(held.rowcount)  # type: ignore[attr-defined]
 
     def publish(self, workflow_id: str, endpoint_id: str, copy_id: str, url: str, ready: bool,
                 revision: int = 1) -> bool:

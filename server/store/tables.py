@@ -376,3 +376,32 @@ class ReadyCopySampleRow(Base):
     endpoint_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     minute: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False, index=True)
     ready: Mapped[int] = mapped_column(Integer)
+
+
+# Postgres: a 64-bit identity (an event stream outlives 2^31 rows); SQLite: INTEGER, its rowid, the only column type
+# SQLite's AUTOINCREMENT takes.
+EVENT_ID = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class EventRow(Base):
+    """A cluster event (server/store/events.py): its kind, subjects and one line, with who may read it — `owner`,
+    `org`, `groups` (written `|a|b|` so that a group matches with one LIKE on every database) and `scope` (a
+    berth.scopes.Scope: user, group, organization, public), as an endpoint's scope reads. Ids are never reused
+    (SQLite AUTOINCREMENT; a Postgres sequence), so `id` is a reader's cursor even after pruning."""
+
+    __tablename__ = "events"
+    __table_args__ = {"sqlite_autoincrement": True}
+    id: Mapped[int] = mapped_column(EVENT_ID, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float, index=True)
+    kind: Mapped[str] = mapped_column(String(64), index=True)
+    message: Mapped[str] = mapped_column(String(300))
+    workflow_id: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
+    copy_id: Mapped[str | None] = mapped_column(String(160), nullable=True, index=True)
+    node_id: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
+    endpoint_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    actor: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    owner: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
+    org: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    groups: Mapped[str] = mapped_column(Text, default="")
+    scope: Mapped[str] = mapped_column(String(32))
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

@@ -21,7 +21,8 @@ from tests.support import RunningStack, free_port_base
 
 pytestmark = pytest.mark.browser
 ENTRY = "GPT-OSS 20B"
-PAGES = ("nodes", "capacity", "secrets", "users", "models", "keys")  # opened as they are, each with a screenshot
+# Opened as they are, each with a screenshot.
+PAGES = ("nodes", "capacity", "events", "secrets", "users", "models", "keys")
 
 
 @pytest.fixture(scope="module")

@@ -61,7 +61,9 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          # Issue 34: which copies behind an endpoint get its requests, and every recorded end of a copy.
          ("GET", "/v1/explain/routing/{endpoint_id}"), ("GET", "/v1/explain/failure/{target_id}"),
          # Issue 34: an endpoint's recent minutes (requests, failures, p50/p99, ready copies) for its page's chart.
-         ("GET", "/v1/endpoints/{endpoint_id}/history")}
+         ("GET", "/v1/endpoints/{endpoint_id}/history"),
+         # Issue 34: the cluster's event stream.
+         ("GET", "/v1/events")}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 CONSOLE = "/ui"  # the web console's HTML pages: not the REST API (tests/console/ covers them)
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema

@@ -1,0 +1,79 @@
+"""Berth on a Slurm cluster, end to end (issue 35): a stack whose placement backend is Slurm (BERTH_PLACEMENT_BACKEND)
+over the session's one-machine cluster. "GPT-OSS 20B" starts with the engine simulator as the rank command, its copy
+one Slurm job that `squeue` shows; the endpoint answers a chat; a rank killed ends the job and a new job serves in
+its place; a stop leaves `squeue` empty of the workflow's jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.slurm_cluster import SLURM_GROUP, SlurmCluster
+from tests.support import RunningStack, free_port_base, wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group(SLURM_GROUP), pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def slurm_stack(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+    # A node agent still runs the weights step and the fronts; every copy goes to Slurm.
+    settings = {"BERTH_PLACEMENT_BACKEND": "slurm", "BERTH_SLURM_CONF": str(slurm_cluster.conf),
+                "BERTH_SLURM_PARTITION": "gpu", "BERTH_SLURM_SHARED_DIR": str(slurm_cluster.root / "shared"),
+                "BERTH_SLURM_ENGINE": "simulator", "BERTH_REPLACE_BACKOFF_S": "0.5"}
+    stack = RunningStack(state_dir=Path(tmp_path_factory.mktemp("slurm-stack")) / "state",
+                         port_base=free_port_base(), nodes=1, simulate_gpus="1x80GB", extra_env=settings).start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+def _berth_jobs(cluster: SlurmCluster, workflow_id: str) -> list[list[str]]:
+    out = cluster.command("squeue", "-h", "-o", "%i|%j|%T|%N")
+    return [line.split("|") for line in out.splitlines() if f"berth-{workflow_id}." in line]
+
+
+def _chat(url: str, token: str) -> str:
+    response = httpx.post(url + "/v1/chat/completions", timeout=30, headers={"Authorization": f"Bearer {token}"},
+                          json={"model": "openai/gpt-oss-20b", "max_tokens": 8,
+                                "messages": [{"role": "user", "content": "What is the capital of France?"}]})
+    response.raise_for_status()
+    return str(response.json()["choices"][0]["message"]["content"])
+
+
+def test_a_copy_is_a_slurm_job_that_serves_heals_as_a_new_job_and_stops(slurm_stack: RunningStack,
+                                                                          slurm_cluster: SlurmCluster) -> None:
+    stack = slurm_stack
+    workflow_id = stack.start_entry("GPT-OSS 20B", "Proxy=false,ReplaceFailedCopies=2")
+    info = stack.wait_phase(workflow_id, {"ready"}, timeout=120)
+    (job,) = _berth_jobs(slurm_cluster, workflow_id)
+    assert job[1] == f"berth-{workflow_id}.copy-0" and job[2] == "RUNNING"
+    assert any(e["kind"] == "copy_placed" and "Slurm job" in e["message"] for e in info["events"])
+    endpoint = stack.endpoint(workflow_id)
+    token = stack.token_for(endpoint["id"])
+    assert "Paris" in _chat(endpoint["url"], token)
+
+    job_dir = slurm_cluster.root / "shared" / "jobs" / f"{workflow_id}.copy-0"
+    rank0 = json.loads((job_dir / "rank-0.json").read_text())
+    os.kill(rank0["pid"], signal.SIGKILL)  # the engine dies: the job ends, a new job takes its place
+
+    def replaced() -> bool:
+        described = stack.describe(workflow_id)
+        return described["phase"] == "ready" and any(c["copy_id"].endswith(".copy-1") and c["status"] == "ready"
+                                                     for c in described["copies"])
+    wait_for(replaced, 120, "copy-1 serving as a new Slurm job")
+    failed = next(e for e in stack.describe(workflow_id)["events"] if e["kind"] == "copy_failed")
+    assert "Slurm job" in failed["message"] and "rank 0 on n1" in failed["message"]
+    assert [j[1] for j in _berth_jobs(slurm_cluster, workflow_id) if j[2] == "RUNNING"] == [
+        f"berth-{workflow_id}.copy-1"]
+    assert "Paris" in _chat(endpoint["url"], token)
+
+    stack.cli("workflow", "stop", workflow_id)
+    stack.wait_phase(workflow_id, {"stopped"}, timeout=120)
+    assert not [j for j in _berth_jobs(slurm_cluster, workflow_id) if j[2] in ("PENDING", "RUNNING", "COMPLETING")]
