@@ -177,6 +177,17 @@ if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module 
         ReserveRequest,
         ReserveResult,
     )
+    from berth.contracts.policies import (
+        DEPLOY_HOURS_PATTERN,
+        POLICY_KINDS,
+        Policy,
+        PolicyKind,
+        PolicyRemoved,
+        PolicyRules,
+        PolicyUsage,
+        ScaleAllowance,
+        ScaleAllowanceRequest,
+    )
     from berth.contracts.pool_facts import (
         PoolFacts,
     )
@@ -409,6 +420,15 @@ __all__ = [
     "ModelStateReport",
     "ModelUse",
     "ModelUseAnswer",
+    "DEPLOY_HOURS_PATTERN",
+    "POLICY_KINDS",
+    "Policy",
+    "PolicyKind",
+    "PolicyRemoved",
+    "PolicyRules",
+    "PolicyUsage",
+    "ScaleAllowance",
+    "ScaleAllowanceRequest",
 ]
 
 

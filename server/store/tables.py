@@ -363,3 +363,15 @@ class ModelUseRow(Base):
     model_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     workflow_id: Mapped[str] = mapped_column(String(128), primary_key=True, index=True)
     since: Mapped[float] = mapped_column(Float)
+
+
+class PolicyRow(Base):
+    """A policy (docs/policies.md): what a user, group or organization may deploy and hold. `rules` is the
+    PolicyRules contract as JSON: the rules grow without a migration each."""
+
+    __tablename__ = "policies"
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)  # user | group | organization
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    rules: Mapped[dict[str, Any]] = mapped_column(JSON)
+    set_by: Mapped[str] = mapped_column(String(128))
+    set_at: Mapped[float] = mapped_column(Float)
