@@ -37,8 +37,10 @@ def deploy_window(text: str) -> tuple[int, int]:
     if not _HOURS.fullmatch(text):
         raise ValueError("deploy_hours must read START-END in UTC hours, like 08-18 or 22:30-06:00")
     start, end = (_minutes(part) for part in text.split("-"))
-    if start % (24 * 60) == end % (24 * 60):
+    if start == end:
         raise ValueError("deploy_hours starts where it ends: leave it out to allow deploys at any hour")
+    if start == 24 * 60:
+        raise ValueError("deploy_hours must start before 24:00 (00:00 is midnight)")
     return start, end
 
 
