@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from berth.contracts.base import NAME_PATTERN, Payload, Response
 
@@ -46,8 +46,9 @@ def deploy_window(text: str) -> tuple[int, int]:
 
 class PolicyRules(Payload):
     """What a policy sets (`PUT /v1/policies/{kind}/{name}`): each rule left out (null) allows anything. An empty
-    list allows nothing of its kind."""
+    list allows nothing of its kind. An unknown field is refused: a misspelt `max_gpu` must not pass as no quota."""
 
+    model_config = ConfigDict(frozen=True, extra="forbid")
     entries: list[EntryName] | None = Field(None, max_length=MAX_LISTED)  # catalog entry names, exactly
     # Prefixes a model's source must start with: hf://meta-llama/ (a registered model: its model://NAME or source).
     model_sources: list[SourcePrefix] | None = Field(None, max_length=MAX_LISTED)
