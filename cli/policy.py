@@ -44,15 +44,16 @@ def set_policy(kind: KindArgument, name: NameArgument,
                max_copies: Annotated[int | None, typer.Option(help="Copies its workflows may hold at once")] = None,
                output: OutputOption = Format.TABLE) -> None:
     """Set (replace) a policy: each rule left out allows anything. Administrators only."""
+    from pydantic import ValidationError
+
     from berth.api_policies import PoliciesApi
     from berth.contracts.policies import PolicyRules
 
     try:
         rules = PolicyRules(entries=entry or None, model_sources=model_source or None, deploy_hours=deploy_hours,
                             max_gpus=max_gpus, max_copies=max_copies)
-    except ValueError as error:  # pydantic's ValidationError: its first problem, in one line
-        first = getattr(error, "errors", lambda: [{"msg": str(error)}])()[0]
-        raise typer.BadParameter(str(first.get("msg", error))) from None
+    except ValidationError as error:  # its first problem, in one line, before anything is sent
+        raise typer.BadParameter(str(error.errors()[0]["msg"])) from None
     policy = answer(output, lambda api: api.set_policy(kind.value, name, rules), PoliciesApi)
     if policy is not None:
         console.print(f"Set policy {policy.kind}/{policy.name}: {describe(policy)}", highlight=False, soft_wrap=True)
@@ -102,6 +103,6 @@ def rows(policies: list[Policy]) -> Rows:
 
 def describe(policy: Policy) -> str:
     """The policy in one sentence."""
-    row = rows([policy])[0]
+    row = {key: ", ".join(value) if isinstance(value, list) else value for key, value in rows([policy])[0].items()}
     return (f"entries {row['entries']}; model sources {row['sources']}; deploy hours {row['hours']}; "
             f"GPUs {row['gpus']}; copies {row['copies']} (in use/max)")

@@ -193,7 +193,8 @@ def test_a_quota_caps_a_scale_out_whole_or_in_part_and_leaves_other_decisions_al
     assert (refused.desired, refused.decision) == (2, "refused")
     assert refused.reason == f"{line} It wanted 4 copies: queue 7.0 per copy"
     part = capped_by_quota(out, 2, 3, line)
-    assert (part.desired, part.decision) == (3, "scale_out") and part.reason.endswith(f"3 of the 4 copies wanted: {line}")
+    assert (part.desired, part.decision) == (3, "scale_out")
+    assert part.reason.endswith(f"3 of the 4 copies wanted: {line}")
     assert capped_by_quota(out, 2, 4, None) is out
     steady = ScalingDecision(2, "steady", "within thresholds", measure([], 0))
     assert capped_by_quota(steady, 2, 2, line) is steady

@@ -55,7 +55,8 @@ def _reserve(context: ServerContext, copy_id: str) -> object:
 
 
 def _client(context: ServerContext, who: Identity) -> ApiClient:
-    return ApiClient("http://api", context.signing.api_token(who), transport=httpx.ASGITransport(app=create_app(context)))
+    transport = httpx.ASGITransport(app=create_app(context))
+    return ApiClient("http://api", context.signing.api_token(who), transport=transport)
 
 
 async def _set(context: ServerContext, kind: str, name: str, rules: PolicyRules) -> None:
@@ -143,7 +144,8 @@ async def test_a_scale_and_the_autoscalers_allowance_stop_at_the_quota(context: 
     async with _client(context, ALICE) as api:
         with pytest.raises(PermissionDeniedError):  # the autoscaler's (an administrator's) route
             await api.scale_allowance("wf-coder", current=1, wanted=3)
-    definition = WorkflowDefinition.model_validate(context.store.workflow_definition(context.store.workflow("wf-coder")))
+    row = context.store.workflow("wf-coder")
+    definition = WorkflowDefinition.model_validate(context.store.workflow_definition(row))
     check_scale(context, "wf-coder", definition, 1, 2)
     with pytest.raises(PermissionDeniedError, match=r"^Refused by policy user/alice: max_gpus 4, 2 in use, this needs"):
         check_scale(context, "wf-coder", definition, 1, 3)

@@ -53,7 +53,8 @@ def test_deploy_hours_are_utc_and_a_start_after_the_end_wraps_past_midnight(hour
     assert in_window(hours, time) is inside
 
 
-@pytest.mark.parametrize("hours", ["8", "25-03", "08-18-20", "8am-6pm", "08:60-09", "24:30-02", "09-09", "24-02", "00-24:00x"])
+@pytest.mark.parametrize("hours", ["8", "25-03", "08-18-20", "8am-6pm", "08:60-09", "24:30-02", "09-09", "24-02",
+                                   "00-24:00x"])
 def test_deploy_hours_that_are_none_are_refused_in_one_line(hours: str) -> None:
     with pytest.raises(ValidationError) as raised:
         PolicyRules(deploy_hours=hours)

@@ -59,7 +59,10 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          # Issue 34: the control plane's desired state backed up, and restored into an empty one.
          ("GET", "/v1/admin/backup"), ("POST", "/v1/admin/restore"),
          # Issue 34: which copies behind an endpoint get its requests, and every recorded end of a copy.
-         ("GET", "/v1/explain/routing/{endpoint_id}"), ("GET", "/v1/explain/failure/{target_id}")}
+         ("GET", "/v1/explain/routing/{endpoint_id}"), ("GET", "/v1/explain/failure/{target_id}"),
+         # Issue 34: policies and quotas per user, group and organization, and how far the quotas let a pool grow.
+         ("GET", "/v1/policies"), ("GET", "/v1/policies/{kind}/{name}"), ("PUT", "/v1/policies/{kind}/{name}"),
+         ("DELETE", "/v1/policies/{kind}/{name}"), ("POST", "/v1/internal/workflows/{workflow_id}/scale-allowance")}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 CONSOLE = "/ui"  # the web console's HTML pages: not the REST API (tests/console/ covers them)
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema
