@@ -83,7 +83,7 @@ def check_quota(context: ServerContext, subject: Subject, gpus: int, copies: int
     """Refuse `copies` more copies holding `gpus` more GPUs when a quota binding `subject` would be exceeded;
     `except_workflow`: left out of what is held (a scale states that workflow's whole new size)."""
     store = Policies(context.store)
-    policies = store.all()
+    policies = policy_rules.applying(store.all(), subject)
     if not policies or copies <= 0:
         return
     usage = policy_rules.tally(policies, store.held(), except_workflow)
@@ -99,8 +99,8 @@ def scale_headroom(context: ServerContext, workflow_id: str, definition: Workflo
     if wanted <= current:
         return wanted, None
     store = Policies(context.store)
-    policies = store.all()
     subject = store.subject(workflow_id)
+    policies = policy_rules.applying(store.all(), subject) if subject is not None else []
     if not policies or subject is None:
         return wanted, None
     usage = policy_rules.tally(policies, store.held(), except_workflow=workflow_id)

@@ -53,9 +53,10 @@ def subject_in(s: Session, workflow_id: str) -> Subject | None:
 def placement_refusal(s: Session, workflow_id: str, gpus: int) -> str | None:
     """The quota line that keeps one more copy of `gpus` GPUs of `workflow_id` from being placed now, or None: read
     in the placement's own transaction, so two copies placed at once cannot both take the last GPUs of a quota."""
-    policies = [p for p in policies_in(s) if p.rules.max_gpus is not None or p.rules.max_copies is not None]
-    subject = subject_in(s, workflow_id) if policies else None
-    if subject is None or not policy_rules.applying(policies, subject):
+    quotas = [p for p in policies_in(s) if p.rules.max_gpus is not None or p.rules.max_copies is not None]
+    subject = subject_in(s, workflow_id) if quotas else None
+    policies = policy_rules.applying(quotas, subject) if subject is not None else []
+    if subject is None or not policies:
         return None
     usage = policy_rules.tally(policies, held_copies(s))
     return policy_rules.decide(policies, subject, Ask(gpus=gpus, copies=1), usage)
