@@ -5,8 +5,10 @@ quota; capacity lists only the entries the caller may start; explain placement n
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -14,6 +16,8 @@ import pytest
 from berth.api_client import ApiClient
 from berth.contracts import ReserveRequest
 from berth.contracts.policies import PolicyRules
+from berth.contracts.rollouts import WorkflowUpdateRequest
+from berth.contracts.workflows import Phase
 from berth.errors import NotFoundError, PermissionDeniedError, UserInputError
 from berth.security import Identity
 from catalog.definition import WorkflowDefinition
@@ -24,6 +28,7 @@ from server.app import build_context, create_app
 from server.context import ServerContext
 from server.policy_check import check_scale
 from server.submission import new_rows
+from workflows.payloads import PoolStatus, ScaleRequest, ScaleResult
 
 pytestmark = pytest.mark.timeout(60)
 ADMIN = Identity(user="admin", groups=("default",), org="default", admin=True)
@@ -171,3 +176,46 @@ async def test_capacity_lists_only_the_entries_the_callers_allow_lists_name(cont
         assert [fit.entry for fit in (await api.capacity()).entries] == [CODER]
     async with _client(context, BOB) as api:
         assert len((await api.capacity()).entries) > 1
+
+
+@dataclass
+class PoolAtOne:
+    """A Temporal client whose every pool answers its status at one copy on revision 1 and records the updates sent
+    to it: the scale and update routes reach it only past their policy checks."""
+
+    updates: list[tuple[str, Any]] = field(default_factory=list)
+
+    def get_workflow_handle(self, workflow_id: str) -> PoolAtOne:
+        return self
+
+    async def query(self, *_args: Any, **_kwargs: Any) -> PoolStatus:
+        return PoolStatus(workflow_id="wf-coder", phase=Phase.READY, desired_copies=1, copies=(), events=())
+
+    async def execute_update(self, update: Any, argument: Any, **_kwargs: Any) -> Any:
+        self.updates.append((getattr(update, "__name__", str(update)), argument))
+        if isinstance(argument, ScaleRequest):
+            return ScaleResult(previous=1, desired=argument.replicas, message="scaled")
+        raise AssertionError(f"unexpected update {update}")
+
+
+async def test_a_scale_or_a_rollout_past_a_quota_is_refused_before_the_workflow_is_told(
+        context: ServerContext) -> None:
+    temporal = PoolAtOne()
+    context._temporal = temporal  # type: ignore[assignment]
+    row = context.store.workflow("wf-coder")
+    context.store.revisions.add_revision(row.id, 1, context.store.workflow_definition(row), {}, ALICE.user)
+    await _set(context, "user", "alice", PolicyRules(max_gpus=4))
+    async with _client(context, ALICE) as api:
+        with pytest.raises(PermissionDeniedError) as refused:
+            await api.scale_workflow("wf-coder", 3)
+        assert str(refused.value) == "Refused by policy user/alice: max_gpus 4, 2 in use, this needs 4 more."
+        assert temporal.updates == []
+        assert (await api.scale_workflow("wf-coder", 2)).desired == 2  # exactly the quota
+        assert [(name, request.replicas) for name, request in temporal.updates] == [("scale", 2)]
+    await _set(context, "group", "team", PolicyRules(max_gpus=2))
+    async with _client(context, ADMIN) as api:  # an administrator's rollout is held to the owner's policies
+        with pytest.raises(PermissionDeniedError) as refused:
+            await api.update_workflow("wf-coder", WorkflowUpdateRequest(values={"MaxContextSize": 8192}))
+        # The smaller context needs one GPU a copy: the surge copy's one is past the group's two, all held.
+        assert str(refused.value) == "Refused by policy group/team: max_gpus 2, 2 in use, this needs 1 more."
+    assert len(temporal.updates) == 1  # the rollout never reached the workflow
