@@ -28,8 +28,9 @@ PolicyEventKind = Literal["policy_set", "policy_removed", "policy_refused"]
 
 def policy_event(kind: PolicyEventKind, policy: str, user: str, detail: str) -> None:
     """THE one place a policy event is recorded: a policy set or removed (`policy`: kind/name, by `user`) or a request
-    refused by one (`policy`: the subject refused, `detail`: the refusal line). Issue 34's cluster-wide event store
-    is to be wired here; until then the control plane's log keeps them."""
+    refused by one (`policy` and `user`: whose request — user/NAME, or workflow/ID for a scale —, `detail`: the
+    refusal line, which names the policy). Issue 34's cluster-wide event store is to be wired here; until then the
+    control plane's log keeps them."""
     log.info("%s: %s by %s: %s", kind, policy, user, detail)
 
 
@@ -56,8 +57,9 @@ def gpus_per_copy(definition: WorkflowDefinition) -> int:
     return 0 if replica is None else replica.nodes * replica.gpus_per_node
 
 
-def refuse(line: str, subject: Subject) -> None:
-    policy_event("policy_refused", f"user/{subject.user}", subject.user, line)
+def refuse(line: str, refused: str) -> None:
+    """Record and raise a refusal of `refused`'s request (user/NAME, or the workflow a scale was for)."""
+    policy_event("policy_refused", refused, refused, line)
     raise PermissionDeniedError(line)
 
 
@@ -75,7 +77,7 @@ def check_deploy(context: ServerContext, subject: Subject, definition: WorkflowD
               at=datetime.now(UTC))
     line = policy_rules.decide(policies, subject, ask, {})
     if line is not None:
-        refuse(line, subject)
+        refuse(line, f"user/{subject.user}")
 
 
 def check_quota(context: ServerContext, subject: Subject, gpus: int, copies: int,
@@ -89,7 +91,7 @@ def check_quota(context: ServerContext, subject: Subject, gpus: int, copies: int
     usage = policy_rules.tally(policies, store.held(), except_workflow)
     line = policy_rules.decide(policies, subject, Ask(gpus=gpus, copies=copies), usage)
     if line is not None:
-        refuse(line, subject)
+        refuse(line, f"user/{subject.user}")
 
 
 def scale_headroom(context: ServerContext, workflow_id: str, definition: WorkflowDefinition,
@@ -116,8 +118,7 @@ def check_scale(context: ServerContext, workflow_id: str, definition: WorkflowDe
     """Refuse a scale from `current` to `wanted` copies that a quota would not allow (a scale-in always passes)."""
     allowed, line = scale_headroom(context, workflow_id, definition, current, wanted)
     if allowed < wanted and line is not None:
-        subject = Policies(context.store).subject(workflow_id) or Subject(user="", org="")
-        refuse(line, subject)
+        refuse(line, f"workflow/{workflow_id}")
 
 
 def check_start(context: ServerContext, who: Identity, definition: WorkflowDefinition) -> None:

@@ -5,6 +5,7 @@ quota; capacity lists only the entries the caller may start; explain placement n
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -219,3 +220,18 @@ async def test_a_scale_or_a_rollout_past_a_quota_is_refused_before_the_workflow_
         # The smaller context needs one GPU a copy: the surge copy's one is past the group's two, all held.
         assert str(refused.value) == "Refused by policy group/team: max_gpus 2, 2 in use, this needs 1 more."
     assert len(temporal.updates) == 1  # the rollout never reached the workflow
+
+
+async def test_every_policy_set_removed_or_refusing_goes_through_the_one_event_function(
+        context: ServerContext, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="berth.policies")
+    await _set(context, "user", "alice", PolicyRules(entries=["GPT-OSS 20B"]))
+    async with _client(context, ALICE) as api:
+        with pytest.raises(PermissionDeniedError):
+            await api.start_workflow(CODER, {})
+    async with _client(context, ADMIN) as api:
+        await api.remove_policy("user", "alice")
+    assert [record.getMessage().split(":")[0] for record in caplog.records if record.name == "berth.policies"] == [
+        "policy_set", "policy_refused", "policy_removed"]
+    refused = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("policy_refused"))
+    assert "user/alice" in refused and "Refused by policy user/alice: it allows the entries GPT-OSS 20B" in refused
