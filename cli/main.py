@@ -20,6 +20,7 @@ from cli import (
     key,
     model,
     node,
+    policy,
     secret,
     stack,
     tokens,
@@ -52,6 +53,7 @@ app.add_typer(audit.app, name="audit")
 app.add_typer(key.app, name="key")
 app.add_typer(model.app, name="model")
 app.add_typer(admin.app, name="admin")
+app.add_typer(policy.app, name="policy")
 
 
 def main() -> None:

@@ -41,7 +41,15 @@ from control.autoscaler import (
     resized_elsewhere,
 )
 from control.copy_activity import CopyActivity, CopyTarget
-from control.scaling_decision import CopyReading, QueueMemory, ScalingDecision, combine, decide_queue, measure
+from control.scaling_decision import (
+    CopyReading,
+    QueueMemory,
+    ScalingDecision,
+    capped_by_quota,
+    combine,
+    decide_queue,
+    measure,
+)
 from server.pool_query import pool_status
 from server.store.load_reports import KEEP_S, AutoscaledPool, AutoscalerLease, AutoscalerView, LoadReport, Source
 from workflows.payloads import PoolStatus, ScaleRequest
@@ -148,6 +156,9 @@ class Autoscaler:
         if resized:
             decision = dataclasses.replace(decision, reason=f"{decision.reason}; its windows started again: the "
                                            f"pool was resized to {status.desired_copies} outside the autoscaler")
+        if decision.decision == "scale_out" and decision.desired > status.desired_copies:
+            allowance = await self.api.scale_allowance(pool.workflow_id, status.desired_copies, decision.desired)
+            decision = capped_by_quota(decision, status.desired_copies, allowance.allowed, allowance.refusal)
         await self._record(pool, policy, decision, now)
         if decision.desired == status.desired_copies:
             return

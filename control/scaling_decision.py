@@ -47,7 +47,7 @@ class QueueMemory:
 @dataclass(frozen=True)
 class ScalingDecision:
     desired: int
-    decision: str  # scale_out | scale_in | hold | steady
+    decision: str  # scale_out | scale_in | hold | steady | refused (a scale-out a quota refused: docs/policies.md)
     reason: str
     signal: ScalingSignal
     # The fewest copies the concurrency rule lets any rule shrink the pool to now (None: no opinion).
@@ -186,3 +186,16 @@ def combine(current: int, rate: tuple[int, str] | None, queue: ScalingDecision |
     if queue is not None:
         return replace(queue, signal=signal)
     return ScalingDecision(current, "steady", f"the rate rule keeps {current} copies", signal)
+
+
+def capped_by_quota(decision: ScalingDecision, current: int, allowed: int, refusal: str | None) -> ScalingDecision:
+    """The decision once the quotas had their say (`allowed`: the largest size they let the pool have now): a
+    scale-out they refuse whole is recorded as the decision "refused", with their line, and not tried again until a
+    later tick finds room; one they refuse in part goes as far as they allow."""
+    if refusal is None or decision.decision != "scale_out" or allowed >= decision.desired:
+        return decision
+    if allowed <= current:
+        return replace(decision, desired=current, decision="refused",
+                       reason=f"{refusal} It wanted {decision.desired} copies: {decision.reason}")
+    return replace(decision, desired=allowed,
+                   reason=f"{decision.reason}; {allowed} of the {decision.desired} copies wanted: {refusal}")

@@ -97,3 +97,17 @@ def explain_unplaced(copy_id: str | None, demand: scheduler.Demand, views: list[
     return CopyPlacement(copy_id=copy_id, placed=False, fits_now=fits, blocked_reason=decision.blocked_reason,
                          never_reason=never, nodes=verdicts(demand, views, policy, decision.ranks),
                          advice=[] if fits else advise(never))
+
+
+def under_quota(placement: CopyPlacement, refusal: str | None) -> CopyPlacement:
+    """An unplaced copy as the placement meets it when a quota refuses it (`refusal`, its line; None: none does):
+    the quota is checked before the nodes, so the nodes that would take it read "quota", and it waits whatever they
+    have free. A placed copy already counts in the quota: it is left as it is."""
+    if refusal is None or placement.placed:
+        return placement
+    nodes = [verdict.model_copy(update={"outcome": "quota", "detail": refusal, "gpus": []})
+             if verdict.outcome in ("chosen", "scored_lower") else verdict for verdict in placement.nodes]
+    advice = [f"{refusal.rstrip('.')}: stop or scale in a workflow that policy counts, or ask an administrator to "
+              "raise it (`berth policy show`)", *placement.advice]
+    return placement.model_copy(update={"fits_now": False, "blocked_reason": refusal, "nodes": nodes,
+                                        "advice": advice})

@@ -10,6 +10,7 @@ from berth.contracts import RolloutKind, WorkflowUpdateRequest
 from berth.errors import UserInputError
 from berth.security import Identity
 from catalog.definition import WorkflowDefinition
+from server.policy_rules import Subject
 from server.store.tables import WorkflowRow
 from server.submission import StartRequest, prepare, with_generated_keys
 
@@ -38,7 +39,9 @@ def prepare_update(context: ServerContext, row: WorkflowRow, body: WorkflowUpdat
         raise UserInputError(f"Workflow '{row.id}' is a service: only replica pools roll to a new revision; "
                              "stop and start a service.")
     merged = {**base.values, **body.values}
-    _entry, definition = prepare(context, StartRequest(entry=row.entry, values=merged), who)
+    endpoint = context.store.endpoint(row.endpoint_id)
+    owner = Subject(user=row.owner, org=row.org, groups=tuple(endpoint.groups or ()))
+    _entry, definition = prepare(context, StartRequest(entry=row.entry, values=merged), who, owner)
     definition = with_generated_keys(_carried_over(serving, definition))
     refuse_unrollable(row.id, serving, definition, body)
     if definition.model_dump(mode="json") == serving.model_dump(mode="json"):

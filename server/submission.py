@@ -23,6 +23,8 @@ from catalog.render import render, resolve_values
 from server.capacity import check_capacity
 from server.kind_checks import check_kind
 from server.model_refs import registered_model, served_from_registry
+from server.policy_check import check_deploy, subject_of
+from server.policy_rules import Subject
 from server.store.database import name_taken
 from server.store.secrets import Secrets, check_references
 from server.store.tables import EndpointRow, WorkflowRow
@@ -51,9 +53,11 @@ class StartRequest(BaseModel):
         return name
 
 
-def prepare(context: ServerContext, body: StartRequest, who: Identity) -> tuple[Entry, WorkflowDefinition]:
-    """A submission's entry and its rendered definition, once its values, secret references and capacity
-    are checked. CPU work that reads the store: call it off the event loop."""
+def prepare(context: ServerContext, body: StartRequest, who: Identity,
+            owner: Subject | None = None) -> tuple[Entry, WorkflowDefinition]:
+    """A submission's entry and its rendered definition, once its values, secret references, policies (as
+    `owner`'s, the caller's by default: a rollout is checked as its workflow's owner's) and capacity are checked.
+    CPU work that reads the store: call it off the event loop."""
     entry = find_entry(body.entry)
     if body.name is not None:
         refuse_taken_name(context, body.name)
@@ -63,6 +67,7 @@ def prepare(context: ServerContext, body: StartRequest, who: Identity) -> tuple[
     if definition.replica is not None:
         refuse_code_flags("ExtraArgs", definition.replica.engine.extra_args, context.settings.allow_trust_remote_code)
     refuse_image(entry, values, context.settings.container_runtime)
+    check_deploy(context, owner or subject_of(who), definition, body.values, values)
     check_capacity(context, entry, definition)
     check_references(Secrets(context.store), who, entry, values)
     check_kind(context.store, definition, context.settings.proxy_url)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module 
         BackupModel,
         BackupModelUse,
         BackupPart,
+        BackupPolicy,
         BackupRestored,
         BackupRevision,
         BackupSecret,
@@ -187,6 +188,17 @@ if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module 
         ReserveRequest,
         ReserveResult,
     )
+    from berth.contracts.policies import (
+        DEPLOY_HOURS_PATTERN,
+        POLICY_KINDS,
+        Policy,
+        PolicyKind,
+        PolicyRemoved,
+        PolicyRules,
+        PolicyUsage,
+        ScaleAllowance,
+        ScaleAllowanceRequest,
+    )
     from berth.contracts.pool_facts import (
         PoolFacts,
     )
@@ -253,6 +265,7 @@ __all__ = [
     "BackupModel",
     "BackupModelUse",
     "BackupPart",
+    "BackupPolicy",
     "BackupRestored",
     "BackupRevision",
     "BackupSecret",
@@ -425,6 +438,15 @@ __all__ = [
     "EventKind",
     "EventPage",
     "EventRecord",
+    "DEPLOY_HOURS_PATTERN",
+    "POLICY_KINDS",
+    "Policy",
+    "PolicyKind",
+    "PolicyRemoved",
+    "PolicyRules",
+    "PolicyUsage",
+    "ScaleAllowance",
+    "ScaleAllowanceRequest",
 ]
 
 

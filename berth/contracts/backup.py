@@ -16,6 +16,7 @@ from berth.contracts.base import INT32_MAX, INT64_MAX, JsonScalars, Response
 BACKUP_FORMAT: Final = "berth-backup"
 BACKUP_VERSION: Final = 1  # a change to the records below is the next version, and a restore of each version it reads
 
+Str16 = Annotated[str, Field(max_length=16)]
 Str32 = Annotated[str, Field(max_length=32)]
 Str64 = Annotated[str, Field(max_length=64)]
 Str128 = Annotated[str, Field(max_length=128)]
@@ -205,6 +206,16 @@ class BackupModelUse(BackupPart):
     since: float
 
 
+class BackupPolicy(BackupPart):
+    """A user's, group's or organization's policy (docs/policies.md): its rules as the PolicyRules contract's JSON."""
+
+    kind: Str16
+    name: Str128
+    rules: dict[str, Any]
+    set_by: Str128
+    set_at: float
+
+
 class BackupTables(BackupPart):
     """The rows of each table in the backup, by table name (server/store/backup.py says why each is in or out)."""
 
@@ -221,6 +232,7 @@ class BackupTables(BackupPart):
     api_keys: list[BackupApiKey] = []
     models: list[BackupModel] = []
     model_uses: list[BackupModelUse] = []
+    policies: list[BackupPolicy] = []  # absent from a document written before policies: none
 
 
 class BackupKeys(BackupPart):

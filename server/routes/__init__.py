@@ -24,6 +24,7 @@ from server.routes import (
     model_reports,
     models,
     nodes,
+    policies,
     revisions,
     scaling,
     secrets,
@@ -37,5 +38,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     endpoint_policy.router, secrets.router, identity.router, nodes.router, keys.router, litellm_keys.router,
     internal.router, audit.router, models.router, model_reports.router, revisions.router, scaling.router,
     traffic.router, metrics.router, capacity.router, explain.router, backup.router, endpoint_history.router,
-    events.router,
+    events.router, policies.router,
 )

@@ -35,6 +35,7 @@ from server.guards import Caller, VisibleEndpoint
 from server.pool_query import pool_status
 from server.store.copy_outcomes import traffic_of
 from server.store.placement import CapacitySnapshot
+from server.store.policies import Policies
 from server.store.tables import EndpointRow
 
 router = APIRouter()
@@ -104,12 +105,15 @@ def _placement(context: ServerContext, target: Target) -> PlacementExplanation:
                                        views=snapshot.views, policy=placements.policy, max_nodes_per_copy=max_nodes,
                                        holders=_held_by(snapshot, context, target.access.who))
 
+    refusal = Policies(context.store).placement_refusal(row.id, demand.nodes * demand.gpus_per_node)
+
     def explain(copy_id: str | None) -> CopyPlacement:
         if copy_id in held:
             assert copy_id is not None
             return explain_placement.explain_placed(copy_id, held[copy_id], demand, snapshot.views, placements.policy)
-        return explain_placement.explain_unplaced(copy_id, demand, snapshot.views, placements.policy, max_nodes,
-                                                  lambda never: placement_advice.advice(blocked, never))
+        unplaced = explain_placement.explain_unplaced(copy_id, demand, snapshot.views, placements.policy, max_nodes,
+                                                      lambda never: placement_advice.advice(blocked, never))
+        return explain_placement.under_quota(unplaced, refusal)
 
     # A workflow: its placed copies, then its next one (what a blocked copy's next try, or a scale-out, meets).
     asked = [target.copy_id] if target.copy_id is not None else [*sorted(held), None]

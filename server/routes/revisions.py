@@ -29,6 +29,7 @@ from server.access import WorkflowAccess
 from server.context import Context, ServerContext
 from server.events import EventDraft, record
 from server.guards import ReadableWorkflow, owned_workflow
+from server.policy_check import check_surge
 from server.pool_query import pool_status
 from server.refusals import refusals
 from server.revisions import NothingToChange, prepare_update
@@ -60,6 +61,8 @@ async def update_workflow(workflow_id: str, body: WorkflowUpdateRequest, context
                                                                status.revision if status else None)
     except NothingToChange as nothing:
         return {"id": workflow_id, "revision": nothing.revision, "url": url, "message": str(nothing), "rollout": None}
+    desired = status.desired_copies if status else max(definition.pool.min_replicas, 1)
+    await run_in_threadpool(check_surge, context, workflow_id, definition, body.strategy, desired)
     signed = await run_in_threadpool(_signed_input, context, access, definition)
     request = RolloutRequest(revision=revision, input=signed, strategy=body.strategy, by=who.user)
     rollout = await _execute(context, workflow_id, "roll_to", request, Rollout)

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from opentelemetry import trace
 from starlette.concurrency import run_in_threadpool
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from berth.contracts import (
@@ -30,11 +30,13 @@ from berth.contracts import (
 from berth.errors import NotFoundError, UnavailableError, UserInputError
 from berth.kinds import facts
 from berth.processes import tail
+from catalog.definition import WorkflowDefinition
 from server.access import WorkflowAccess
 from server.context import Context, ServerContext
 from server.events import EventDraft, record
 from server.guards import Caller, ReadableWorkflow, owned_workflow
 from server.model_refs import register_first_use
+from server.policy_check import check_scale, check_start, quotas_set
 from server.pool_query import pool_status
 from server.pool_start import start_pool
 from server.refusals import refusals
@@ -64,6 +66,7 @@ async def start_workflow(body: StartRequest, context: Context, who: Caller) -> d
     # (server/submission_slots.py).
     async with context.submissions.slot(who.user):
         entry, definition = await run_in_threadpool(prepare, context, body, who)
+        await run_in_threadpool(check_start, context, who, definition)
     definition = with_generated_keys(definition)
     row, endpoint = new_rows(entry, definition, who, body.name)
     workflow_id, endpoint_id = row.id, endpoint.id
@@ -177,8 +180,10 @@ async def scale_workflow(workflow_id: str, body: WorkflowScaleRequest, context: 
     if body.copies < 0:
         raise UserInputError(f"--replicas must be 0 or more, not {body.copies}.")
     client = await context.temporal()
+    handle = client.get_workflow_handle(workflow_id)
     try:
-        result = await client.get_workflow_handle(workflow_id).execute_update(
+        await _check_scale_quota(context, handle, access, body.copies)
+        result = await handle.execute_update(
             PoolWorkflow.scale, ScaleRequest(replicas=body.copies, reason=f"by {who.user}"),
         )
     except WorkflowUpdateFailedError as error:
@@ -190,6 +195,18 @@ async def scale_workflow(workflow_id: str, body: WorkflowScaleRequest, context: 
         EventKind.WORKFLOW_SCALED, f"{who.user} scaled {workflow_id} to {body.copies} copies", workflow_id=workflow_id,
         actor=who.user, details={"copies": body.copies}))
     return {"id": workflow_id, **result.model_dump(mode="json")}
+
+
+async def _check_scale_quota(context: ServerContext, handle: WorkflowHandle[Any, Any], access: WorkflowAccess,
+                             copies: int) -> None:
+    """Refuse a scale-out a quota would not allow (docs/policies.md), asking the pool its size only when a quota
+    is set."""
+    if copies == 0 or not await run_in_threadpool(quotas_set, context):
+        return
+    status: PoolStatus = await pool_status(handle, rpc_timeout=QUERY_TIMEOUT)
+    definition = WorkflowDefinition.model_validate(
+        await run_in_threadpool(context.store.workflow_definition, access.row))
+    await run_in_threadpool(check_scale, context, access.row.id, definition, status.desired_copies, copies)
 
 
 @router.get("/v1/workflows/{workflow_id}/logs", response_model=WorkflowLogs, response_model_exclude_unset=True)

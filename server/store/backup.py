@@ -24,6 +24,7 @@ from berth.contracts import (
     BackupModel,
     BackupModelUse,
     BackupPart,
+    BackupPolicy,
     BackupRevision,
     BackupSecret,
     BackupTables,
@@ -43,6 +44,7 @@ from server.store.tables import (
     MembershipRow,
     ModelRow,
     ModelUseRow,
+    PolicyRow,
     RevisionRow,
     SecretRow,
     TokenCutoffRow,
@@ -67,6 +69,8 @@ BACKED_UP: tuple[tuple[str, type[Base], type[BackupPart]], ...] = (
     ("models", ModelRow, BackupModel),
     # Which workflow serves which model: kept so that a model in use is not removed before its pool is back.
     ("model_uses", ModelUseRow, BackupModelUse),
+    # Policies are desired state an administrator set: a restored cluster keeps its allow-lists and quotas.
+    ("policies", PolicyRow, BackupPolicy),
 )
 
 LEFT_OUT = {

@@ -22,6 +22,7 @@ from berth.contracts import Placement, RankPlacement, ReserveRequest, ReserveRes
 from berth.errors import NotFoundError, UnavailableError
 from server import scheduler
 from server.store import fencing
+from server.store.policies import placement_refusal
 from server.store.tables import AllocationRow, NodeRow, PortRow, ReplicaRow, ReservationRow, StoreLockRow
 
 
@@ -122,6 +123,10 @@ class Placements:
             demand = scheduler.Demand(nodes=request.nodes, gpus_per_node=request.gpus_per_node,
                                       gpu_memory_gb=request.gpu_memory_gb, prefer_volume=request.prefer_volume,
                                       prefer_model=request.prefer_model)
+            # Quotas first (docs/policies.md): a copy they refuse waits, whatever the nodes have free.
+            refused = placement_refusal(s, request.workflow_id, request.nodes * request.gpus_per_node)
+            if refused is not None:
+                return ReserveResult(blocked_reason=refused)
             decision = scheduler.place(demand, self._views(s, time.time()), self.policy)
             if decision.blocked_reason is not None:
                 return ReserveResult(blocked_reason=decision.blocked_reason)

@@ -405,3 +405,15 @@ class EventRow(Base):
     groups: Mapped[str] = mapped_column(Text, default="")
     scope: Mapped[str] = mapped_column(String(32))
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class PolicyRow(Base):
+    """A policy (docs/policies.md): what a user, group or organization may deploy and hold. `rules` is the
+    PolicyRules contract as JSON: the rules grow without a migration each."""
+
+    __tablename__ = "policies"
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)  # user | group | organization
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    rules: Mapped[dict[str, Any]] = mapped_column(JSON)
+    set_by: Mapped[str] = mapped_column(String(128))
+    set_at: Mapped[float] = mapped_column(Float)

@@ -4,7 +4,15 @@ missing metrics (with the copies named), scale-in after its window, and combinin
 from __future__ import annotations
 
 from control.autoscaler import PoolPolicy, policy_from_annotations
-from control.scaling_decision import CopyReading, QueueMemory, ScalingDecision, combine, decide_queue, measure
+from control.scaling_decision import (
+    CopyReading,
+    QueueMemory,
+    ScalingDecision,
+    capped_by_quota,
+    combine,
+    decide_queue,
+    measure,
+)
 
 POLICY = PoolPolicy(min_replicas=1, max_replicas=3, scale_out_queue=4, scale_out_s=30, scale_out_ttft_ms=500,
                     scale_in_queue=1, scale_in_s=60)
@@ -176,3 +184,17 @@ def test_a_concurrency_scale_in_never_shrinks_below_what_the_rate_rule_needs() -
     assert (held.decision, held.desired) == ("steady", 3) and "the rate rule (TargetRequestRate) needs 3" in held.reason
     assert combine(3, None, queue, queue.signal, rate_wants=2).desired == 2  # down to what the rate needs
     assert combine(3, None, queue, queue.signal).desired == 1  # no rate rule: the load's own size
+
+
+def test_a_quota_caps_a_scale_out_whole_or_in_part_and_leaves_other_decisions_alone() -> None:
+    line = "Refused by policy group/ml: max_gpus 8, 8 in use, this needs 2 more."
+    out = ScalingDecision(4, "scale_out", "queue 7.0 per copy", measure([], 0))
+    refused = capped_by_quota(out, 2, 2, line)
+    assert (refused.desired, refused.decision) == (2, "refused")
+    assert refused.reason == f"{line} It wanted 4 copies: queue 7.0 per copy"
+    part = capped_by_quota(out, 2, 3, line)
+    assert (part.desired, part.decision) == (3, "scale_out")
+    assert part.reason.endswith(f"3 of the 4 copies wanted: {line}")
+    assert capped_by_quota(out, 2, 4, None) is out
+    steady = ScalingDecision(2, "steady", "within thresholds", measure([], 0))
+    assert capped_by_quota(steady, 2, 2, line) is steady

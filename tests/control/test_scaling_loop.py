@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from berth.contracts.policies import ScaleAllowance
 from berth.contracts.rollouts import ScalingExplanation
 from berth.contracts.workflows import Phase, PoolStatus
 from control.autoscale_loop import Autoscaler
@@ -59,9 +60,11 @@ def two_copies() -> Iterator[list[Copy]]:
 
 
 class FakeApi:
-    def __init__(self, ready: dict[str, str]) -> None:
+    def __init__(self, ready: dict[str, str], quota_copies: int | None = None) -> None:
         self.ready = ready
         self.recorded: list[ScalingExplanation] = []
+        self.quota_copies = quota_copies  # the most copies a quota lets the pool have (None: no quota)
+        self.asked: list[tuple[int, int]] = []
 
     async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
         assert (method, path) == ("POST", "/v1/internal/autoscaler")
@@ -70,6 +73,16 @@ class FakeApi:
 
     async def record_scaling(self, explanation: ScalingExplanation) -> None:
         self.recorded.append(explanation)
+
+    async def scale_allowance(self, workflow_id: str, current: int, wanted: int) -> ScaleAllowance:
+        """As the API's allowance route answers under a user's max_copies (server/policy_check.scale_headroom)."""
+        assert workflow_id == "wf1"
+        self.asked.append((current, wanted))
+        if self.quota_copies is None or wanted <= self.quota_copies:
+            return ScaleAllowance(allowed=wanted)
+        return ScaleAllowance(allowed=max(current, self.quota_copies), refusal=(
+            f"Refused by policy user/alice: max_copies {self.quota_copies}, {self.quota_copies} in use, "
+            "this needs 1 more."))
 
 
 class FakeHandle:
@@ -130,6 +143,31 @@ def test_queue_scales_out_and_a_silent_copy_holds_scale_in(two_copies: list[Copy
                 await autoscaler.tick()
                 assert api.recorded[-1].decision == "hold" and temporal.handle.desired == 2
                 await asyncio.sleep(0.1)
+        finally:
+            await autoscaler.copies.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_scale_out_a_quota_refuses_is_recorded_as_the_decision_and_not_sent(two_copies: list[Copy]) -> None:
+    async def scenario() -> None:
+        api = FakeApi({"c0": two_copies[0].url, "c1": two_copies[1].url}, quota_copies=2)
+        temporal = FakeTemporal()
+        autoscaler = Autoscaler(api, temporal, holder="test")  # type: ignore[arg-type]
+        try:
+            for copy in two_copies:
+                copy.waiting = 9
+            refused = await tick_until(autoscaler, api, "refused")
+            assert refused.desired == 2 and api.asked[-1] == (2, 3)
+            assert refused.reason.startswith("Refused by policy user/alice: max_copies 2, 2 in use, this needs 1 more. "
+                                             "It wanted 3 copies: "), refused.reason
+            assert "ScaleOutQueue=4" in refused.reason
+            await autoscaler.tick()  # the next tick decides again, and is refused again: nothing is sent
+            assert temporal.handle.scaled == [] and temporal.handle.desired == 2
+            assert api.recorded[-1].decision == "refused"
+            api.quota_copies = None  # the quota is raised: the same queue scales the pool out
+            out = await tick_until(autoscaler, api, "scale_out")
+            assert out.desired == 3 and temporal.handle.scaled[-1][0] == 3
         finally:
             await autoscaler.copies.aclose()
 

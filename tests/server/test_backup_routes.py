@@ -21,12 +21,14 @@ import pytest
 
 from berth.api_client import ApiClient
 from berth.contracts import KeyCreateRequest, KeyVerifyRequest, ModelCreate, ModelRecord
+from berth.contracts.policies import PolicyRules
 from berth.errors import ConflictError, PermissionDeniedError, UserInputError
 from berth.security import API_AUDIENCE, WORKFLOW_INPUT_AUDIENCE, Identity, endpoint_audience
 from catalog.entry import find_entry
 from catalog.render import render, resolve_values
 from server.app import build_context, create_app
 from server.context import ServerContext
+from server.store.policies import Policies
 from server.submission import new_rows, with_generated_keys
 from workflows.payloads import PoolInput
 
@@ -102,6 +104,7 @@ async def populated(tmp_path: Path) -> Populated:
         await api.revoke_endpoint_token(endpoint_id, revoked.id)
         await api.create_secret("secret://user/hf", "value", SECRET_VALUE)
         await api.add_model(ModelCreate(name="qwen", source="hf://Qwen/Qwen3-8B"))
+    Policies(context.store).put("group", "team", PolicyRules(max_gpus=8, model_sources=["hf://openai/"]), "admin")
     bobs = context.signing.api_token(Identity(user="bob", groups=("ops", "team"), org="acme"))
     claims = context.verifier.verify(bobs, API_AUDIENCE)
     context.tokens.record(claims, "user", "laptop", "admin")
@@ -123,7 +126,7 @@ async def test_a_backup_restores_into_a_fresh_control_plane(populated: Populated
     # API tokens: alice's and the administrator's (each recorded when first seen) and bob's, revoked.
     assert counts == {"users": 3, "groups": 3, "memberships": 4, "workflows": 1, "workflow_revisions": 2,
                       "endpoints": 1, "secrets": 1, "api_tokens": 3, "token_cutoffs": 0, "endpoint_tokens": 2,
-                      "api_keys": 1, "models": 1, "model_uses": 0}
+                      "api_keys": 1, "models": 1, "model_uses": 0, "policies": 1}
     fresh = _fresh_with_keys_of(populated.context, tmp_path / "new")
     async with _client(fresh, ADMIN) as api:
         restored = await api.restore(document)

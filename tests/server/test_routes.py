@@ -63,7 +63,10 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          # Issue 34: an endpoint's recent minutes (requests, failures, p50/p99, ready copies) for its page's chart.
          ("GET", "/v1/endpoints/{endpoint_id}/history"),
          # Issue 34: the cluster's event stream.
-         ("GET", "/v1/events")}
+         ("GET", "/v1/events"),
+         # Issue 34: policies and quotas per user, group and organization, and how far the quotas let a pool grow.
+         ("GET", "/v1/policies"), ("GET", "/v1/policies/{kind}/{name}"), ("PUT", "/v1/policies/{kind}/{name}"),
+         ("DELETE", "/v1/policies/{kind}/{name}"), ("POST", "/v1/internal/workflows/{workflow_id}/scale-allowance")}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 CONSOLE = "/ui"  # the web console's HTML pages: not the REST API (tests/console/ covers them)
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema
