@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime
+from typing import Literal
 
 from pydantic import Field
 
@@ -56,7 +57,7 @@ class PoolInput(Payload):
     grant: str = ""  # the API's signature over the rest (see `digest`); the control worker runs nothing without it
     # Who places the copies (the cluster's setting when the workflow started): Berth's node agents (CopyWorkflow)
     # or Slurm, each copy one job (SlurmCopyWorkflow, issue 35). Histories from before it read "berth".
-    placement_backend: str = Field("berth", pattern="^(berth|slurm)$")
+    placement_backend: Literal["berth", "slurm"] = "berth"
     # Set only by the workflow itself when it continues as new (so outside the signed part): the pool it carries.
     carry: PoolCarry | None = None
 

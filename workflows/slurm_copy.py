@@ -14,7 +14,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from berth.contracts import CopyRecord
+    from berth.contracts import CopyRecord, ReserveRequest, ReserveResult
     from berth.settings import CONTROL_TASK_QUEUE
     from workflows import activity_stubs as stubs
     from workflows.authorized import require_authorized
@@ -71,6 +71,34 @@ class SlurmCopyWorkflow:
 
     async def _run(self, input: CopyInput) -> CopyResult:
         await require_authorized(stubs.verify_copy_parent, input)
+        try:
+            await self._reserve(input)
+            return await self._job(input)
+        finally:
+            await workflow.execute_activity(stubs.release_placement, input.copy_id, task_queue=CONTROL_TASK_QUEUE,
+                                            start_to_close_timeout=SHORT, retry_policy=RETRY)
+
+    async def _reserve(self, input: CopyInput) -> None:
+        """Hold the copy's reservation (what quotas count and what its publish needs; Slurm picks the nodes): a
+        quota that refuses it keeps it waiting, `scheduling_blocked` with the policy's line, as any copy."""
+        request = ReserveRequest(workflow_id=input.workflow_id, copy_id=input.copy_id, nodes=input.nodes,
+                                 gpus_per_node=input.gpus_per_node, gpu_memory_gb=input.gpu_memory_gb,
+                                 placed_by="slurm")
+        backoff, last = 0.5, None
+        while True:
+            result: ReserveResult = await workflow.execute_activity(
+                stubs.reserve_placement, request, task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
+                retry_policy=RETRY)
+            if result.placement is not None:
+                return
+            if result.blocked_reason != last:
+                last = result.blocked_reason
+                self.detail = f"pending: {last}"
+                self._tell_parent("scheduling_blocked", last or "")
+            await workflow.sleep(backoff)
+            backoff = min(backoff * 2, MAX_PENDING_POLL_S)
+
+    async def _job(self, input: CopyInput) -> CopyResult:
         try:
             self.job = await workflow.execute_activity(
                 stubs.submit_slurm_copy, input, task_queue=CONTROL_TASK_QUEUE,

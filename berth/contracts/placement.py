@@ -4,7 +4,7 @@ ports), in the one pydantic base every Temporal payload derives from (workflows/
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -37,6 +37,9 @@ class ReserveRequest(Payload):
     gpu_memory_gb: float = 0
     prefer_volume: str | None = None
     prefer_model: str | None = None  # a model digest: nodes whose cache holds it come first
+    # "slurm": Slurm places the copy (issue 35). Only the reservation is kept — what quotas, usage and the copy's
+    # publish and release go by —, no node's GPUs or ports: Slurm's nodes are not Berth's to hand out.
+    placed_by: Literal["berth", "slurm"] = "berth"
 
 
 class ReserveResult(Payload):

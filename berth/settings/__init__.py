@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import Literal, TypedDict
 
 from pydantic import BaseModel, Field
 
@@ -117,7 +117,7 @@ class ClusterSettings(BaseModel):
                                               "copy of the revocation list may be (revoked on the same "
                                               "process: refused at once)")
     node_offline_after_s: float = Field(60.0, gt=0, description="Silent node becomes offline")
-    placement_backend: str = Field("berth", pattern="^(berth|slurm)$", description="Who places copies: Berth's "
+    placement_backend: Literal["berth", "slurm"] = Field("berth", description="Who places copies: Berth's "
                                    "node agents, or Slurm (each copy one job; the `slurm` section's settings)")
     placement_policy: str = Field("pack", pattern="^(pack|spread)$",
                                   description="pack: fill busy nodes first; spread: prefer empty nodes")

@@ -127,6 +127,8 @@ class Placements:
             refused = placement_refusal(s, request.workflow_id, request.nodes * request.gpus_per_node)
             if refused is not None:
                 return ReserveResult(blocked_reason=refused)
+            if request.placed_by == "slurm":
+                return self._held_for_slurm(s, request)
             decision = scheduler.place(demand, self._views(s, time.time()), self.policy)
             if decision.blocked_reason is not None:
                 return ReserveResult(blocked_reason=decision.blocked_reason)
@@ -156,6 +158,17 @@ class Placements:
             s.add(ReservationRow(copy_id=request.copy_id, workflow_id=request.workflow_id,
                                  placement=placement.model_dump(mode="json"), created_at=time.time()))
             return ReserveResult(placement=placement)
+
+    @staticmethod
+    def _held_for_slurm(s: Session, request: ReserveRequest) -> ReserveResult:
+        """A copy Slurm places, held as a reservation of its GPUs on nodes Slurm will choose (node_id "slurm"): its
+        quotas counted, its publish and release as any copy's, no Berth node's GPU or port taken."""
+        ranks = tuple(RankPlacement(rank=rank, node_id="slurm", address="", gpus=tuple(range(request.gpus_per_node)),
+                                    port=0) for rank in range(request.nodes))
+        placement = Placement(copy_id=request.copy_id, ranks=ranks)
+        s.add(ReservationRow(copy_id=request.copy_id, workflow_id=request.workflow_id,
+                             placement=placement.model_dump(mode="json"), created_at=time.time()))
+        return ReserveResult(placement=placement)
 
     def reserve_port(self, owner: str, node_id: str) -> int:
         """One port on a node for a service (not a rank): LiteLLM proxy, gateway, OpenCode."""

@@ -250,3 +250,18 @@ async def test_policy_events_reach_the_event_stream_and_a_refusal_is_seen_by_its
         everything = await api.events(kind="policy")
     assert [e.kind.value for e in everything.events] == ["policy.set", "policy.refused"]
     assert everything.events[0].message == f"policy user/alice set by {ADMIN.user}"
+
+
+async def test_a_slurm_copy_holds_a_reservation_its_quota_counts_and_no_nodes_gpus(context: ServerContext) -> None:
+    """Issue 35: Slurm picks the nodes, so a Slurm copy's reservation takes none of Berth's nodes' GPUs or ports;
+    it is what quotas count (and what its publish and release go by), so the quota refuses the next one."""
+    await _set(context, "group", "team", PolicyRules(max_gpus=4))
+    request = ReserveRequest(workflow_id="wf-coder", copy_id="wf-coder.copy-1", nodes=1, gpus_per_node=2,
+                             placed_by="slurm")
+    placed = context.store.placements.reserve(request)
+    assert placed.placement is not None and [r.node_id for r in placed.placement.ranks] == ["slurm"]
+    snapshot = context.store.placements.capacity_snapshot()
+    assert sorted(snapshot.holders.values()) == ["wf-coder.copy-0", "wf-coder.copy-0"]  # node GPUs: copy-0's only
+    refused = context.store.placements.reserve(request.model_copy(update={"copy_id": "wf-coder.copy-2"}))
+    assert refused.blocked_reason == "Refused by policy group/team: max_gpus 4, 4 in use, this needs 2 more."
+    assert context.store.placements.release("wf-coder.copy-1")

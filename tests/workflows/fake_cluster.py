@@ -85,6 +85,7 @@ class FakeCluster:
     publish_gate: asyncio.Event | None = None  # set: publish_replica waits for it before it writes
     drain_gate: asyncio.Event | None = None  # set: drain_replica waits for it (in-flight requests finishing)
     reserve_gate: asyncio.Event | None = None  # set: reserve_placement waits for it before it places
+    quota_line: str | None = None  # set: every reserve is blocked with this line (a quota's refusal)
     _ports: itertools.count[int] = field(default_factory=lambda: itertools.count(20000))
 
     # --- what the test reads and does -----------------------------------------------------------
@@ -126,6 +127,12 @@ class FakeCluster:
         if self.reserve_gate is not None:
             await self.reserve_gate.wait()
         if request.copy_id in self.placements:  # a retried reserve gets what the first one placed
+            return ReserveResult(placement=self.placements[request.copy_id])
+        if self.quota_line is not None:  # a quota refuses every copy until the test lifts it
+            return ReserveResult(blocked_reason=self.quota_line)
+        if request.placed_by == "slurm":  # Slurm chooses the nodes: only the reservation is held
+            self.placements[request.copy_id] = Placement(copy_id=request.copy_id, ranks=tuple(
+                RankPlacement(rank=r, node_id="slurm", address="", port=0) for r in range(request.nodes)))
             return ReserveResult(placement=self.placements[request.copy_id])
         free = [n for n in self.nodes if not n.silent and self._free_gpus(n) >= max(request.gpus_per_node, 1)]
         if len(free) < request.nodes:

@@ -10,7 +10,7 @@ import inspect
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
@@ -75,7 +75,7 @@ class Harness:
     inputs: dict[str, PoolInput] = field(default_factory=dict)  # workflow id → what it was started with
 
     async def start(self, definition: WorkflowDefinition, timings: CopyTimings = TIMINGS,
-                    placement_backend: str = "berth") -> WorkflowHandle[Any, Any]:
+                    placement_backend: Literal["berth", "slurm"] = "berth") -> WorkflowHandle[Any, Any]:
         """Start a PoolWorkflow as the API does: on the control queue, its input signed."""
         workflow_id = f"pool-{uuid.uuid4().hex[:8]}"
         unsigned = PoolInput(workflow_id=workflow_id, endpoint_id=f"ep-{uuid.uuid4().hex[:10]}", owner=OWNER,

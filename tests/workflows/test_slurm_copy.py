@@ -45,6 +45,24 @@ async def test_a_pending_job_waits_with_slurms_reason_then_serves_and_is_replace
         await harness.stop(handle)
         assert slurm.jobs[second].state == "CANCELLED"
         assert {j.copy_id for j in slurm.called("cancel_slurm_copy")} == {first, second}
+        # Each copy held its reservation (quotas count it, its publish needs it) until it ended.
+        assert [r.placed_by for r in cluster.called("reserve_placement")] == ["slurm", "slurm"]
+        assert set(cluster.called("release_placement")) >= {first, second} and not cluster.placements
+
+
+async def test_a_quota_keeps_the_copy_waiting_with_the_policys_line_and_no_job_is_submitted(
+        harness: Harness) -> None:
+    line = "Refused by policy group/ml: max_gpus 2, 2 in use, this needs 1 more."
+    slurm, cluster = FakeSlurm(start_at_once=True), FakeCluster(nodes=[], quota_line=line)
+    async with harness.running(cluster, slurm=slurm):
+        handle = await harness.start(pool_definition(min_replicas=1), placement_backend="slurm")
+        status = await harness.wait_status(handle, lambda s: "scheduling_blocked" in event_kinds(s),
+                                           "the copy blocked by the quota")
+        assert next(e for e in status.events if e.kind == "scheduling_blocked").message == line
+        assert slurm.called("submit_slurm_copy") == []
+        cluster.quota_line = None
+        await harness.wait_status(handle, lambda s: copy_ids(s) == {f"{handle.id}.copy-0"}, "served once lifted")
+        await harness.stop(handle)
 
 
 async def test_a_job_slurm_refuses_fails_the_copy_with_slurms_words(harness: Harness) -> None:
