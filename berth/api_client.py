@@ -15,6 +15,7 @@ from berth.api_explain import ExplainApi
 from berth.api_models import ModelsApi
 from berth.api_policies import PoliciesApi
 from berth.api_rollouts import RolloutsApi
+from berth.api_slurm import SlurmApi
 from berth.api_transport import body, many, one, segment
 from berth.api_workflows import WorkflowsApi
 from berth.contracts import (
@@ -84,7 +85,7 @@ from berth.tokens import RevokeResult, TokenMintBody, TokenRecord
 
 
 class ApiClient(WorkflowsApi, ModelsApi, RolloutsApi, CapacityApi, ExplainApi, BackupApi, EndpointHistoryApi,
-                EventsApi, PoliciesApi):
+                EventsApi, PoliciesApi, SlurmApi):
     """One method per route, each returning the model its route declares (the catalog's and the workflows'
     in berth/api_workflows.py, the model registry's in berth/api_models.py, the rollouts' in
     berth/api_rollouts.py, the capacity's in berth/api_capacity.py, the explain's in berth/api_explain.py, backup

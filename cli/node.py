@@ -48,6 +48,13 @@ def node_list(output: OutputOption = Format.TABLE) -> None:
     if gpus:
         table(gpus, [("node", "NODE"), ("index", "GPU"), ("name", "NAME"), ("memory", "FREE/TOTAL"),
                      ("id", "UUID / PCI BUS ID"), ("allocated_to", "ALLOCATED TO")], title="GPUs")
+    slurm = call(lambda api: api.slurm_nodes())
+    if slurm.backend == "slurm":  # copies are Slurm jobs: its nodes, read-only (issue 35)
+        table([{**wire(n), "partitions": ",".join(n.partitions), "memory": f"{n.memory_mb / 1024:.0f} GB"}
+               for n in slurm.nodes],
+              [("name", "NODE"), ("state", "STATE"), ("address", "ADDRESS"), ("partitions", "PARTITIONS"),
+               ("gres", "GRES"), ("gpus", "GPUS"), ("cpus", "CPUS"), ("memory", "MEMORY")],
+              title="Slurm nodes (copies run as Slurm jobs; Slurm places them)")
 
 
 def _node_rows(nodes: list[NodeView]) -> Rows:

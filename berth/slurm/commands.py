@@ -10,7 +10,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 
-from berth.errors import BerthError, UserInputError
+from berth.errors import UnavailableError, UserInputError
 from berth.settings.slurm import SlurmSettings
 from berth.slurm.records import (
     ACCOUNTING_FIELDS,
@@ -28,7 +28,7 @@ MAX_OUTPUT_BYTES = 4 * 1024 * 1024  # squeue over a busy cluster's Berth jobs is
 INHERITED = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME")
 
 
-class SlurmCommandError(BerthError):
+class SlurmCommandError(UnavailableError):
     """A Slurm command failed for a reason that is not the caller's request (controller down, timeout)."""
 
 

@@ -28,6 +28,7 @@ from server.routes import (
     revisions,
     scaling,
     secrets,
+    slurm,
     tokens,
     traffic,
     workflows,
@@ -38,5 +39,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     endpoint_policy.router, secrets.router, identity.router, nodes.router, keys.router, litellm_keys.router,
     internal.router, audit.router, models.router, model_reports.router, revisions.router, scaling.router,
     traffic.router, metrics.router, capacity.router, explain.router, backup.router, endpoint_history.router,
-    events.router, policies.router,
+    events.router, policies.router, slurm.router,
 )

@@ -74,6 +74,9 @@ def test_a_copy_is_a_slurm_job_that_serves_heals_as_a_new_job_and_stops(slurm_st
         f"berth-{workflow_id}.copy-1"]
     assert "Paris" in _chat(endpoint["url"], token)
 
+    listed = stack.cli("node", "list").stdout  # Slurm's nodes, read-only, beside the node agent Berth still runs
+    assert "Slurm nodes" in listed and "n1" in listed and "n2" in listed and "gpu:2" in listed
+
     stack.cli("workflow", "stop", workflow_id)
     stack.wait_phase(workflow_id, {"stopped"}, timeout=120)
     assert not [j for j in _berth_jobs(slurm_cluster, workflow_id) if j[2] in ("PENDING", "RUNNING", "COMPLETING")]

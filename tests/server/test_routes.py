@@ -66,7 +66,9 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          ("GET", "/v1/events"),
          # Issue 34: policies and quotas per user, group and organization, and how far the quotas let a pool grow.
          ("GET", "/v1/policies"), ("GET", "/v1/policies/{kind}/{name}"), ("PUT", "/v1/policies/{kind}/{name}"),
-         ("DELETE", "/v1/policies/{kind}/{name}"), ("POST", "/v1/internal/workflows/{workflow_id}/scale-allowance")}
+         ("DELETE", "/v1/policies/{kind}/{name}"), ("POST", "/v1/internal/workflows/{workflow_id}/scale-allowance"),
+         # Issue 35: a Slurm cluster's nodes, read-only.
+         ("GET", "/v1/slurm/nodes")}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 CONSOLE = "/ui"  # the web console's HTML pages: not the REST API (tests/console/ covers them)
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema
