@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
 SHORT = timedelta(seconds=60)
 RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5),
                     non_retryable_error_types=["SlurmRefused", "SlurmNotConfigured", "NotReady"])
-WATCH_HEARTBEAT = timedelta(seconds=30)
+WATCH_HEARTBEAT = timedelta(seconds=10)  # the watch heartbeats each second: a worker gone is noticed in 10 s
 MAX_PENDING_POLL_S = 5.0  # how often a pending job's reason is read once it has waited a while
 
 

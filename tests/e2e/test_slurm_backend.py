@@ -80,3 +80,28 @@ def test_a_copy_is_a_slurm_job_that_serves_heals_as_a_new_job_and_stops(slurm_st
     stack.cli("workflow", "stop", workflow_id)
     stack.wait_phase(workflow_id, {"stopped"}, timeout=120)
     assert not [j for j in _berth_jobs(slurm_cluster, workflow_id) if j[2] in ("PENDING", "RUNNING", "COMPLETING")]
+
+
+def test_a_control_worker_killed_while_the_job_runs_takes_it_back_without_a_second_job(
+        slurm_stack: RunningStack, slurm_cluster: SlurmCluster) -> None:
+    stack = slurm_stack
+    workflow_id = stack.start_entry("GPT-OSS 20B", "Proxy=false,ReplaceFailedCopies=1")
+    stack.wait_phase(workflow_id, {"ready"}, timeout=120)
+    (job,) = _berth_jobs(slurm_cluster, workflow_id)
+    worker = next(c for c in stack.info["children"] if c["name"] == "worker")
+    os.killpg(worker["pid"], signal.SIGKILL)  # `berth up` starts it again; the copy's workflow goes on there
+
+    # The restarted worker watches the same job: its end (the engine killed) is noticed and a new job replaces it.
+    job_dir = slurm_cluster.root / "shared" / "jobs" / f"{workflow_id}.copy-0"
+    os.kill(json.loads((job_dir / "rank-0.json").read_text())["pid"], signal.SIGKILL)
+
+    def replaced() -> bool:
+        copies = stack.describe(workflow_id).get("copies", [])  # none while no worker answers the query
+        return any(c["copy_id"].endswith(".copy-1") and c["status"] == "ready" for c in copies)
+    wait_for(replaced, 120, "copy-1 serving after the restarted worker saw copy-0's job end")
+    names = [j[1] for j in _berth_jobs(slurm_cluster, workflow_id) if j[2] in ("PENDING", "RUNNING")]
+    assert names == [f"berth-{workflow_id}.copy-1"] and job[1] == f"berth-{workflow_id}.copy-0"
+    submitted = slurm_cluster.command("sacct", "-c", "-n", "-P", "-o", "JobName").split()
+    assert submitted.count(f"berth-{workflow_id}.copy-0") == 1  # copy-0 was submitted once, never twice
+    stack.cli("workflow", "stop", workflow_id)
+    stack.wait_phase(workflow_id, {"stopped"}, timeout=120)
