@@ -25,6 +25,7 @@ from server.kind_checks import check_kind
 from server.model_refs import registered_model, served_from_registry
 from server.policy_check import check_deploy, subject_of
 from server.policy_rules import Subject
+from server.slurm_fit import check_slurm_fit
 from server.store.database import name_taken
 from server.store.secrets import Secrets, check_references
 from server.store.tables import EndpointRow, WorkflowRow
@@ -68,7 +69,10 @@ def prepare(context: ServerContext, body: StartRequest, who: Identity,
         refuse_code_flags("ExtraArgs", definition.replica.engine.extra_args, context.settings.allow_trust_remote_code)
     refuse_image(entry, values, context.settings.container_runtime)
     check_deploy(context, owner or subject_of(who), definition, body.values, values)
-    check_capacity(context, entry, definition)
+    if context.settings.placement_backend == "slurm":
+        check_slurm_fit(context, definition)  # Slurm's nodes, not Berth's, decide (issue 35)
+    else:
+        check_capacity(context, entry, definition)
     check_references(Secrets(context.store), who, entry, values)
     check_kind(context.store, definition, context.settings.proxy_url)
     return entry, definition

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 
@@ -87,6 +88,23 @@ class SlurmCommands:
         if not job_id.isdigit():
             raise SlurmCommandError(f"sbatch printed no job id: {one_line(out + err)}")
         return int(job_id)
+
+    def refusal(self, options: Sequence[str]) -> str | None:
+        """Slurm's own line when it would never run a job of these options (`sbatch --test-only`: nothing is
+        submitted), else None. Blocking, for the API's submission check, which runs in a worker thread."""
+        try:
+            done = subprocess.run(["sbatch", "--test-only", *options], input=b"#!/bin/bash\ntrue\n",
+                                  capture_output=True, env=self.environment, timeout=self.settings.command_timeout_s,
+                                  check=False)
+        except FileNotFoundError:
+            raise SlurmCommandError("`sbatch` is not installed on this host: Berth's Slurm backend runs Slurm's "
+                                    "client commands (install slurm-client, or set PATH).") from None
+        except subprocess.TimeoutExpired:
+            raise SlurmCommandError(f"`sbatch --test-only` did not answer within {self.settings.command_timeout_s:g} "
+                                    "s (is slurmctld up?)") from None
+        if done.returncode == 0:
+            return None
+        return one_line(done.stderr.decode(errors="replace")[-8000:] or done.stdout.decode(errors="replace"))
 
     async def queue(self, job_ids: Sequence[int] = (), name_prefix: str = "") -> list[QueuedJob]:
         """The jobs Slurm still lists (pending, running or just ended), by id or by name prefix."""

@@ -82,6 +82,14 @@ def test_a_copy_is_a_slurm_job_that_serves_heals_as_a_new_job_and_stops(slurm_st
     assert not [j for j in _berth_jobs(slurm_cluster, workflow_id) if j[2] in ("PENDING", "RUNNING", "COMPLETING")]
 
 
+def test_a_copy_slurm_would_never_run_is_refused_at_submission_in_slurms_words(slurm_stack: RunningStack) -> None:
+    refused = slurm_stack.cli("workflow", "catalog", "start", "GPT-OSS 20B", "--values", "Proxy=false,GpusPerNode=8",
+                              check=False)
+    assert refused.returncode != 0
+    assert ("Slurm would never run a copy of 1 node(s) with 8 GPU(s) each: allocation failure: Requested node "
+            "configuration is not available") in refused.stderr + refused.stdout
+
+
 def test_a_control_worker_killed_while_the_job_runs_takes_it_back_without_a_second_job(
         slurm_stack: RunningStack, slurm_cluster: SlurmCluster) -> None:
     stack = slurm_stack
