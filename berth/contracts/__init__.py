@@ -227,6 +227,16 @@ if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module 
         WorkflowStopped,
         WorkflowSummary,
     )
+    from berth.contracts.usage import (
+        BudgetStatus,
+        UsageBudget,
+        UsageBudgets,
+        UsageBy,
+        UsageFigures,
+        UsagePeriod,
+        UsageReport,
+        UsageRow,
+    )
 
 
 __all__ = [
@@ -409,6 +419,14 @@ __all__ = [
     "ModelStateReport",
     "ModelUse",
     "ModelUseAnswer",
+    "BudgetStatus",
+    "UsageBudget",
+    "UsageBudgets",
+    "UsageBy",
+    "UsageFigures",
+    "UsagePeriod",
+    "UsageReport",
+    "UsageRow",
 ]
 
 

@@ -1,0 +1,152 @@
+"""Usage in the store, summed in SQL: GPU-seconds reserved and ready from the copy spans (server/store/copy_spans.py),
+requests and tokens from the audit tallies (server/store/audit.py), per key (user, group, organization, workflow or
+endpoint) and per period (server/usage_periods.py lists them; they join the queries as a VALUES table).
+
+Attribution. GPUs: a span's owner and organization as they were at its reservation; by group, each group the owner is
+in now. Requests: the audit record's user (the caller the endpoint proxy named); by organization, that user's now; by
+group, each of their groups now; by workflow, the workflow whose endpoint was called. A user in two groups counts in
+both groups' rows, once in the total. Usage attributed to no one (a request without a named caller, a copy of a
+workflow the store does not hold) has the key "".
+
+Requests are counted by the minute (a tally is one minute's records): a window or period counts the minutes that
+start within it, so windows on whole minutes are exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, NamedTuple
+
+from sqlalchemy import BigInteger, ColumnElement, Float, Select, and_, case, column, func, literal, select, values
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.expression import CTE
+
+from berth.contracts.usage import UsageBy, UsageFigures, UsagePeriod, UsageRow
+from server.store.tables import AuditTallyRow, CopySpanRow, MembershipRow, UserRow, WorkflowRow
+from server.usage_periods import Span, periods
+
+GpuSums = tuple[float, float]  # GPU-seconds reserved, ready
+RequestSums = tuple[int, int, int, int, int]  # requests, successes, failures, tokens in, tokens out
+Cell = tuple[str, float]  # a row's key and its period's start
+NO_REQUESTS: RequestSums = (0, 0, 0, 0, 0)
+
+
+class UsageQuery(NamedTuple):
+    by: UsageBy
+    window: Span
+    period: UsagePeriod | None = None
+    user: str | None = None  # only this user's usage (a caller who is not an administrator); None: everyone's
+
+
+class UsageStore:
+    def __init__(self, session: Callable[[], AbstractContextManager[Session]]) -> None:
+        self._session = session
+
+    def rows(self, query: UsageQuery, now: float) -> list[UsageRow]:
+        """One row per key and period with any usage, ordered by period, then key."""
+        spans = periods(query.window, query.period)
+        table = _periods(spans)
+        with self._session() as s:
+            gpus = {(key, start): (float(reserved), float(ready))
+                    for key, start, reserved, ready in s.execute(_gpu_query(query, table, now))}
+            asked = {(key, start): (int(a), int(b), int(c), int(d), int(e))
+                     for key, start, a, b, c, d, e in s.execute(_request_query(query, table))}
+        ends = {span.start: span.end for span in spans}
+        return [_row(key, start, ends[start], gpus.get((key, start), (0.0, 0.0)), asked.get((key, start), NO_REQUESTS))
+                for key, start in sorted(gpus.keys() | asked.keys(), key=lambda cell: (cell[1], cell[0]))]
+
+    def total(self, query: UsageQuery, now: float) -> UsageFigures:
+        """The window's figures, each counted once whatever the rows' attribution (a user in two groups once)."""
+        whole = _periods([query.window])
+        everyone = query._replace(by=UsageBy.ENDPOINT)  # every request and span has exactly one endpoint
+        with self._session() as s:
+            reserved, ready = s.execute(_totalled(_gpu_query(everyone, whole, now), 2)).one()
+            sums = s.execute(_totalled(_request_query(everyone, whole), 5)).one()
+        return _figures((float(reserved or 0), float(ready or 0)), tuple(int(v or 0) for v in sums))  # type: ignore[arg-type]
+
+
+def _periods(spans: list[Span]) -> CTE:
+    """The periods as a table: (start, finish) in seconds, (first_minute, end_minute) in the tallies' minutes."""
+    rows = [(span.start, span.end, *span.minutes) for span in spans]
+    return values(column("start", Float), column("finish", Float), column("first_minute", BigInteger),
+                  column("end_minute", BigInteger), name="periods").data(rows).cte("periods")
+
+
+def _earlier(a: ColumnElement[Any], b: ColumnElement[Any]) -> ColumnElement[Any]:
+    return case((a < b, a), else_=b)  # LEAST on PostgreSQL, min() on SQLite: CASE reads the same on both
+
+
+def _later(a: ColumnElement[Any], b: ColumnElement[Any]) -> ColumnElement[Any]:
+    return case((a > b, a), else_=b)
+
+
+def _overlap(start: ColumnElement[Any], end: ColumnElement[Any], table: CTE) -> ColumnElement[Any]:
+    """Seconds of [start, end) within the period's [start, finish), 0 when they do not meet."""
+    low, high = _later(start, table.c.start), _earlier(end, table.c.finish)
+    return case((high > low, high - low), else_=0.0)
+
+
+def _gpu_query(query: UsageQuery, table: CTE, now: float) -> Select[Any]:
+    """(key, period start, GPU-seconds reserved, GPU-seconds ready) per key and period."""
+    end = func.coalesce(CopySpanRow.released_at, literal(now, Float))
+    ready_from = func.coalesce(CopySpanRow.ready_at, end)  # never ready: an empty interval
+    key: ColumnElement[Any] = {
+        UsageBy.USER: CopySpanRow.owner, UsageBy.ORG: CopySpanRow.org, UsageBy.WORKFLOW: CopySpanRow.workflow_id,
+        UsageBy.ENDPOINT: CopySpanRow.endpoint_id, UsageBy.GROUP: MembershipRow.group}[query.by]
+    statement = (select(key.label("key"), table.c.start,
+                        func.sum(CopySpanRow.gpus * _overlap(CopySpanRow.reserved_at, end, table)).label("reserved"),
+                        func.sum(CopySpanRow.gpus * _overlap(ready_from, end, table)).label("ready"))
+                 .select_from(CopySpanRow)
+                 .join(table, and_(CopySpanRow.reserved_at < table.c.finish, end > table.c.start)))
+    if query.by is UsageBy.GROUP:
+        statement = statement.join(MembershipRow, MembershipRow.user == CopySpanRow.owner)
+    if query.user is not None:
+        statement = statement.where(CopySpanRow.owner == query.user)
+    return statement.group_by(key, table.c.start)
+
+
+def _request_query(query: UsageQuery, table: CTE) -> Select[Any]:
+    """(key, period start, requests, successes, failures, tokens in, tokens out) per key and period: the tallies
+    summed per user or endpoint first (one pass over them), then attributed (a join over those few sums)."""
+    by_endpoint = query.by in (UsageBy.WORKFLOW, UsageBy.ENDPOINT)
+    first: ColumnElement[Any] = AuditTallyRow.endpoint_id if by_endpoint else func.coalesce(AuditTallyRow.user, "")
+    sums = [func.sum(AuditTallyRow.attempts), func.sum(AuditTallyRow.successes), func.sum(AuditTallyRow.failures),
+            func.sum(AuditTallyRow.tokens_in), func.sum(AuditTallyRow.tokens_out)]
+    inner = (select(first.label("key"), table.c.start.label("start"), *(s.label(f"v{i}") for i, s in enumerate(sums)))
+             .select_from(AuditTallyRow)
+             .join(table, and_(AuditTallyRow.minute >= table.c.first_minute,
+                               AuditTallyRow.minute < table.c.end_minute)))
+    if query.user is not None:
+        inner = inner.where(AuditTallyRow.user == query.user)
+    summed = inner.group_by(first, table.c.start).subquery("summed")
+    values_of = [summed.c[f"v{i}"] for i in range(len(sums))]
+    if query.by in (UsageBy.USER, UsageBy.ENDPOINT):
+        return select(summed.c.key, summed.c.start, *values_of)
+    if query.by is UsageBy.WORKFLOW:
+        key = func.coalesce(WorkflowRow.id, "")
+        joined = summed.outerjoin(WorkflowRow, WorkflowRow.endpoint_id == summed.c.key)
+    elif query.by is UsageBy.ORG:
+        key = func.coalesce(UserRow.org, "")
+        joined = summed.outerjoin(UserRow, UserRow.name == summed.c.key)
+    else:
+        key = MembershipRow.group
+        joined = summed.join(MembershipRow, MembershipRow.user == summed.c.key)
+    return (select(key.label("key"), summed.c.start, *(func.sum(v).label(v.name) for v in values_of))
+            .select_from(joined)
+            .group_by(key, summed.c.start))
+
+
+def _totalled(statement: Select[Any], figures: int) -> Select[Any]:
+    """The sums of a per-key query's figures over every key and period."""
+    inner = statement.subquery("per_key")
+    return select(*(func.sum(inner.c[name]) for name in list(inner.c.keys())[2:2 + figures]))
+
+
+def _figures(gpus: GpuSums, asked: RequestSums) -> UsageFigures:
+    return UsageFigures(gpu_seconds_reserved=gpus[0], gpu_seconds_ready=gpus[1], requests=asked[0],
+                        successes=asked[1], failures=asked[2], tokens_in=asked[3], tokens_out=asked[4])
+
+
+def _row(key: str, start: float, end: float, gpus: GpuSums, asked: RequestSums) -> UsageRow:
+    return UsageRow(key=key, period_start=start, period_end=end, **_figures(gpus, asked).model_dump())
