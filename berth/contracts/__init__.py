@@ -209,6 +209,16 @@ if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module 
     from berth.contracts.tokens import (
         MintedToken,
     )
+    from berth.contracts.usage import (
+        BudgetStatus,
+        UsageBudget,
+        UsageBudgets,
+        UsageBy,
+        UsageFigures,
+        UsagePeriod,
+        UsageReport,
+        UsageRow,
+    )
     from berth.contracts.workflows import (
         CopyInfo,
         CopyStatus,
@@ -226,16 +236,6 @@ if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module 
         WorkflowStarted,
         WorkflowStopped,
         WorkflowSummary,
-    )
-    from berth.contracts.usage import (
-        BudgetStatus,
-        UsageBudget,
-        UsageBudgets,
-        UsageBy,
-        UsageFigures,
-        UsagePeriod,
-        UsageReport,
-        UsageRow,
     )
 
 

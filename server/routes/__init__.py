@@ -27,6 +27,7 @@ from server.routes import (
     secrets,
     tokens,
     traffic,
+    usage,
     workflows,
 )
 
@@ -35,4 +36,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     endpoint_policy.router, secrets.router, identity.router, nodes.router, keys.router, litellm_keys.router,
     internal.router, audit.router, models.router, model_reports.router, revisions.router, scaling.router,
     traffic.router, metrics.router, capacity.router, explain.router, backup.router,
+    usage.router,
 )

@@ -42,6 +42,7 @@ from berth.kinds import facts
 from berth.routing_rules import revision_weighted
 from berth.security import API_AUDIENCE, Identity
 from berth.tokens import TokenKind
+from server import usage_report
 from server.access import in_scope
 from server.context import Context, ServerContext
 from server.guards import Admin, replica_keys_owner, service_audience, service_or_admin
@@ -183,8 +184,12 @@ async def report_load(endpoint_id: str, body: LoadReport, context: Context, _who
 
 @router.post("/v1/internal/autoscaler")
 async def autoscaler_tick(lease: AutoscalerLease, context: Context, _who: Admin) -> AutoscalerView:
-    """What the control worker's autoscaler reads each tick, once it holds (or renewed) the lease."""
-    return await run_in_threadpool(context.store.load.autoscaler_view, lease)
+    """What the control worker's autoscaler reads each tick, once it holds (or renewed) the lease. The tick also
+    checks the usage budgets, once a minute: one caller on the cluster, so an exceeded budget is announced even when
+    no one reads usage."""
+    view = await run_in_threadpool(context.store.load.autoscaler_view, lease)
+    await usage_report.check_budgets_on_tick(context)
+    return view
 
 
 @router.delete("/v1/internal/endpoints/{endpoint_id}", status_code=204)

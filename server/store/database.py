@@ -32,9 +32,9 @@ from server.store.endpoint_tokens import EndpointTokens
 from server.store.load_reports import LoadReports
 from server.store.placement import Placements, upsert_replica_row
 from server.store.revisions import Revisions
+from server.store.tables import EndpointRow, GroupRow, MembershipRow, NodeRow, ReplicaRow, UserRow, WorkflowRow
 from server.store.usage import UsageStore
 from server.store.usage_budgets import UsageBudgets
-from server.store.tables import EndpointRow, GroupRow, MembershipRow, NodeRow, ReplicaRow, UserRow, WorkflowRow
 
 NODE_PORTS = 100
 

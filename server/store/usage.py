@@ -18,7 +18,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
-from sqlalchemy import BigInteger, ColumnElement, Float, Select, and_, case, column, func, literal, select, values
+from sqlalchemy import BigInteger, Float, Select, SQLColumnExpression, and_, case, column, func, literal, select, values
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.expression import CTE
 
@@ -30,6 +30,8 @@ GpuSums = tuple[float, float]  # GPU-seconds reserved, ready
 RequestSums = tuple[int, int, int, int, int]  # requests, successes, failures, tokens in, tokens out
 Cell = tuple[str, float]  # a row's key and its period's start
 NO_REQUESTS: RequestSums = (0, 0, 0, 0, 0)
+Expression = SQLColumnExpression[Any]
+AnySelect = Select[*tuple[Any, ...]]
 
 
 class UsageQuery(NamedTuple):
@@ -73,25 +75,25 @@ def _periods(spans: list[Span]) -> CTE:
                   column("end_minute", BigInteger), name="periods").data(rows).cte("periods")
 
 
-def _earlier(a: ColumnElement[Any], b: ColumnElement[Any]) -> ColumnElement[Any]:
+def _earlier(a: Expression, b: Expression) -> Expression:
     return case((a < b, a), else_=b)  # LEAST on PostgreSQL, min() on SQLite: CASE reads the same on both
 
 
-def _later(a: ColumnElement[Any], b: ColumnElement[Any]) -> ColumnElement[Any]:
+def _later(a: Expression, b: Expression) -> Expression:
     return case((a > b, a), else_=b)
 
 
-def _overlap(start: ColumnElement[Any], end: ColumnElement[Any], table: CTE) -> ColumnElement[Any]:
+def _overlap(start: Expression, end: Expression, table: CTE) -> Expression:
     """Seconds of [start, end) within the period's [start, finish), 0 when they do not meet."""
     low, high = _later(start, table.c.start), _earlier(end, table.c.finish)
     return case((high > low, high - low), else_=0.0)
 
 
-def _gpu_query(query: UsageQuery, table: CTE, now: float) -> Select[Any]:
+def _gpu_query(query: UsageQuery, table: CTE, now: float) -> AnySelect:
     """(key, period start, GPU-seconds reserved, GPU-seconds ready) per key and period."""
     end = func.coalesce(CopySpanRow.released_at, literal(now, Float))
     ready_from = func.coalesce(CopySpanRow.ready_at, end)  # never ready: an empty interval
-    key: ColumnElement[Any] = {
+    key: Expression = {
         UsageBy.USER: CopySpanRow.owner, UsageBy.ORG: CopySpanRow.org, UsageBy.WORKFLOW: CopySpanRow.workflow_id,
         UsageBy.ENDPOINT: CopySpanRow.endpoint_id, UsageBy.GROUP: MembershipRow.group}[query.by]
     statement = (select(key.label("key"), table.c.start,
@@ -106,11 +108,11 @@ def _gpu_query(query: UsageQuery, table: CTE, now: float) -> Select[Any]:
     return statement.group_by(key, table.c.start)
 
 
-def _request_query(query: UsageQuery, table: CTE) -> Select[Any]:
+def _request_query(query: UsageQuery, table: CTE) -> AnySelect:
     """(key, period start, requests, successes, failures, tokens in, tokens out) per key and period: the tallies
     summed per user or endpoint first (one pass over them), then attributed (a join over those few sums)."""
     by_endpoint = query.by in (UsageBy.WORKFLOW, UsageBy.ENDPOINT)
-    first: ColumnElement[Any] = AuditTallyRow.endpoint_id if by_endpoint else func.coalesce(AuditTallyRow.user, "")
+    first: Expression = AuditTallyRow.endpoint_id if by_endpoint else func.coalesce(AuditTallyRow.user, "")
     sums = [func.sum(AuditTallyRow.attempts), func.sum(AuditTallyRow.successes), func.sum(AuditTallyRow.failures),
             func.sum(AuditTallyRow.tokens_in), func.sum(AuditTallyRow.tokens_out)]
     inner = (select(first.label("key"), table.c.start.label("start"), *(s.label(f"v{i}") for i, s in enumerate(sums)))
@@ -123,6 +125,7 @@ def _request_query(query: UsageQuery, table: CTE) -> Select[Any]:
     values_of = [summed.c[f"v{i}"] for i in range(len(sums))]
     if query.by in (UsageBy.USER, UsageBy.ENDPOINT):
         return select(summed.c.key, summed.c.start, *values_of)
+    key: Expression
     if query.by is UsageBy.WORKFLOW:
         key = func.coalesce(WorkflowRow.id, "")
         joined = summed.outerjoin(WorkflowRow, WorkflowRow.endpoint_id == summed.c.key)
@@ -137,7 +140,7 @@ def _request_query(query: UsageQuery, table: CTE) -> Select[Any]:
             .group_by(key, summed.c.start))
 
 
-def _totalled(statement: Select[Any], figures: int) -> Select[Any]:
+def _totalled(statement: AnySelect, figures: int) -> AnySelect:
     """The sums of a per-key query's figures over every key and period."""
     inner = statement.subquery("per_key")
     return select(*(func.sum(inner.c[name]) for name in list(inner.c.keys())[2:2 + figures]))

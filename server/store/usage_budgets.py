@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from berth.contracts.usage import BudgetFigure, BudgetStatus, UsageBudget, UsageBy, UsagePeriod
 from berth.errors import NotFoundError
-from server.store.tables import UsageAlertRow, UsageBudgetRow
+from server.store.tables import GroupRow, UsageAlertRow, UsageBudgetRow, UserRow
 from server.store.usage import UsageQuery, UsageStore
 from server.usage_periods import current
 
@@ -34,6 +34,14 @@ class UsageBudgets:
                 row = UsageBudgetRow(scope=budget.scope, name=budget.name, period=budget.period)
                 s.add(row)
             row.tokens, row.gpu_hours, row.set_by, row.set_at = budget.tokens, budget.gpu_hours, by, now
+
+    def known(self, scope: str, name: str) -> bool:
+        """Whether the store knows the organization (a user's or a group's) or group a budget names."""
+        with self._session() as s:
+            if scope == "group":
+                return s.get(GroupRow, name) is not None
+            return s.scalars(select(UserRow.name).where(UserRow.org == name).limit(1)).first() is not None or \
+                s.scalars(select(GroupRow.name).where(GroupRow.org == name).limit(1)).first() is not None
 
     def remove(self, scope: str, name: str, period: str) -> None:
         with self._session() as s:

@@ -59,7 +59,10 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          # Issue 34: the control plane's desired state backed up, and restored into an empty one.
          ("GET", "/v1/admin/backup"), ("POST", "/v1/admin/restore"),
          # Issue 34: which copies behind an endpoint get its requests, and every recorded end of a copy.
-         ("GET", "/v1/explain/routing/{endpoint_id}"), ("GET", "/v1/explain/failure/{target_id}")}
+         ("GET", "/v1/explain/routing/{endpoint_id}"), ("GET", "/v1/explain/failure/{target_id}"),
+         # Issue 34: usage (GPU-seconds, requests, tokens) by key and period, and budgets per organization or group.
+         ("GET", "/v1/usage"), ("GET", "/v1/usage/budgets"), ("PUT", "/v1/usage/budgets"),
+         ("DELETE", "/v1/usage/budgets/{scope}/{name}/{period}")}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 CONSOLE = "/ui"  # the web console's HTML pages: not the REST API (tests/console/ covers them)
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema

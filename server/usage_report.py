@@ -1,0 +1,87 @@
+"""Usage reports and budget checks over the store (server/store/usage.py, server/store/usage_budgets.py): the
+window a query names by default, what a caller may see (their own usage; an administrator everyone's and the
+budgets), and the one place a budget found exceeded is announced (`budget_exceeded`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.concurrency import run_in_threadpool
+
+from berth.contracts.usage import BudgetStatus, UsageBy, UsagePeriod, UsageReport
+from berth.security import Identity
+from server.context import ServerContext
+from server.store.database import Store
+from server.store.usage import UsageQuery
+from server.usage_periods import Span, current
+
+log = logging.getLogger(__name__)
+BUDGET_CHECK_EVERY_S = 60.0  # how often the autoscaler's tick also checks the budgets (server/routes/internal.py)
+NOTES = {
+    UsageBy.USER: "GPUs by workflow owner; requests by the caller the endpoint proxy named.",
+    UsageBy.GROUP: "By each group the user is in now: a user in two groups counts in both rows (once in the "
+                   "total); a user in no group is in no row.",
+    UsageBy.ORG: "GPUs by the owner's organization when the copy was placed; requests by the caller's "
+                 "organization now.",
+    UsageBy.WORKFLOW: "GPUs by workflow; requests by the workflow whose endpoint was called.",
+    UsageBy.ENDPOINT: "GPUs by the workflow's endpoint; requests by the endpoint called.",
+}
+NO_ONE = ' Usage attributed to no one (a caller the proxy did not name) has the key "".'
+
+
+@dataclass(frozen=True)
+class UsageAsk:
+    by: UsageBy = UsageBy.USER
+    since: float | None = None  # None: the start of the current UTC month
+    until: float | None = None  # None: now
+    period: UsagePeriod | None = None
+
+
+def report(store: Store, who: Identity, ask: UsageAsk, now: float) -> UsageReport:
+    """Blocking. The caller's own usage (an administrator: everyone's, and every budget, checked)."""
+    until = now if ask.until is None else ask.until
+    since = current(until, UsagePeriod.MONTH).start if ask.since is None else ask.since
+    query = UsageQuery(by=ask.by, window=Span(since, until), period=ask.period,
+                       user=None if who.admin else who.user)
+    rows = store.usage.rows(query, now)
+    total = store.usage.total(query, now)
+    budgets = check_budgets(store, now) if who.admin else []
+    return UsageReport(by=ask.by, period=ask.period, since=since, until=until, rows=rows, total=total,
+                       budgets=budgets, note=NOTES[ask.by] + NO_ONE)
+
+
+def check_budgets(store: Store, now: float) -> list[BudgetStatus]:
+    """Blocking. Every budget against its current period; each newly exceeded figure announced once."""
+    statuses = store.budgets.statuses(now)
+    for status in statuses:
+        for figure in status.exceeded:
+            if store.budgets.first_exceeded(status, figure, now):
+                budget_exceeded(status, figure)
+    return statuses
+
+
+async def check_budgets_on_tick(context: ServerContext) -> None:
+    """The budgets checked at most every BUDGET_CHECK_EVERY_S by this API process. A store error is logged, not
+    raised: the autoscaler's tick must not fail for usage's sake."""
+    now = time.time()
+    if now - context.budgets_checked_at < BUDGET_CHECK_EVERY_S:
+        return
+    context.budgets_checked_at = now
+    try:
+        await run_in_threadpool(check_budgets, context.store, now)
+    except SQLAlchemyError as error:
+        log.warning("could not check the usage budgets: %s", type(error).__name__)
+
+
+def budget_exceeded(status: BudgetStatus, figure: str) -> None:
+    """THE "budget exceeded" event: called once per budget, period and figure (tokens or gpu_hours), whichever API
+    process saw it first. It only logs for now; the cluster-wide event store (issue 34, "Events", server/events.py)
+    is to be wired here, and only here."""
+    budget = status.budget
+    used, allowed = ((status.tokens_used, budget.tokens) if figure == "tokens"
+                     else (round(float(status.gpu_hours_used), 3), budget.gpu_hours))
+    log.warning("usage budget exceeded: %s %s, %s %s used of %s this %s (from %s)", budget.scope, budget.name,
+                used, "tokens" if figure == "tokens" else "GPU-hours", allowed, budget.period, status.period_start)
