@@ -46,8 +46,7 @@ def report(store: Store, who: Identity, ask: UsageAsk, now: float) -> UsageRepor
     since = current(until, UsagePeriod.MONTH).start if ask.since is None else ask.since
     query = UsageQuery(by=ask.by, window=Span(since, until), period=ask.period,
                        user=None if who.admin else who.user)
-    rows = store.usage.rows(query, now)
-    total = store.usage.total(query, now)
+    rows, total = store.usage.report(query, now)
     budgets = check_budgets(store, now) if who.admin else []
     return UsageReport(by=ask.by, period=ask.period, since=since, until=until, rows=rows, total=total,
                        budgets=budgets, note=NOTES[ask.by] + NO_ONE)

@@ -18,7 +18,20 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
-from sqlalchemy import BigInteger, Float, Select, SQLColumnExpression, and_, case, column, func, literal, select, values
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    Select,
+    SQLColumnExpression,
+    and_,
+    case,
+    column,
+    func,
+    literal,
+    literal_column,
+    select,
+    values,
+)
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.expression import CTE
 
@@ -31,6 +44,7 @@ RequestSums = tuple[int, int, int, int, int]  # requests, successes, failures, t
 Cell = tuple[str, float]  # a row's key and its period's start
 NO_REQUESTS: RequestSums = (0, 0, 0, 0, 0)
 Expression = SQLColumnExpression[Any]
+MINUTES = {UsagePeriod.HOUR: 60, UsagePeriod.DAY: 1440}  # a bucket's width in the tallies' minutes
 AnySelect = Select[*tuple[Any, ...]]
 
 
@@ -52,16 +66,28 @@ class UsageStore:
         with self._session() as s:
             gpus = {(key, start): (float(reserved), float(ready))
                     for key, start, reserved, ready in s.execute(_gpu_query(query, table, now))}
-            asked = {(key, start): (int(a), int(b), int(c), int(d), int(e))
-                     for key, start, a, b, c, d, e in s.execute(_request_query(query, table))}
+            asked: dict[Cell, RequestSums] = {}
+            for key, bucket, *sums in s.execute(_request_query(query, table)):
+                # A bucket of whole hours or days starts on its boundary; the window's first is clipped to it.
+                cell = (key, max(float(bucket), query.window.start))
+                asked[cell] = (int(sums[0]), int(sums[1]), int(sums[2]), int(sums[3]), int(sums[4]))
         ends = {span.start: span.end for span in spans}
         return [_row(key, start, ends[start], gpus.get((key, start), (0.0, 0.0)), asked.get((key, start), NO_REQUESTS))
                 for key, start in sorted(gpus.keys() | asked.keys(), key=lambda cell: (cell[1], cell[0]))]
 
+    def report(self, query: UsageQuery, now: float) -> tuple[list[UsageRow], UsageFigures]:
+        """The rows and the total. Every key but group attributes each span and request once: its total is the sum
+        of its rows, without a second pass over the tallies."""
+        rows = self.rows(query, now)
+        if query.by is UsageBy.GROUP:
+            return rows, self.total(query, now)
+        sums = [sum(getattr(row, name) for row in rows) for name in UsageFigures.model_fields]
+        return rows, UsageFigures(**dict(zip(UsageFigures.model_fields, sums, strict=True)))
+
     def total(self, query: UsageQuery, now: float) -> UsageFigures:
         """The window's figures, each counted once whatever the rows' attribution (a user in two groups once)."""
         whole = _periods([query.window])
-        everyone = query._replace(by=UsageBy.ENDPOINT)  # every request and span has exactly one endpoint
+        everyone = query._replace(by=UsageBy.ENDPOINT, period=None)  # every request and span has one endpoint
         with self._session() as s:
             reserved, ready = s.execute(_totalled(_gpu_query(everyone, whole, now), 2)).one()
             sums = s.execute(_totalled(_request_query(everyone, whole), 5)).one()
@@ -110,18 +136,29 @@ def _gpu_query(query: UsageQuery, table: CTE, now: float) -> AnySelect:
 
 def _request_query(query: UsageQuery, table: CTE) -> AnySelect:
     """(key, period start, requests, successes, failures, tokens in, tokens out) per key and period: the tallies
-    summed per user or endpoint first (one pass over them), then attributed (a join over those few sums)."""
+    summed per user or endpoint first (one pass over them), then attributed (a join over those few sums). Hours and
+    days are buckets of whole minutes (their start, in seconds: the caller clips the first to the window); months
+    join the periods' table."""
     by_endpoint = query.by in (UsageBy.WORKFLOW, UsageBy.ENDPOINT)
     first: Expression = AuditTallyRow.endpoint_id if by_endpoint else func.coalesce(AuditTallyRow.user, "")
     sums = [func.sum(AuditTallyRow.attempts), func.sum(AuditTallyRow.successes), func.sum(AuditTallyRow.failures),
             func.sum(AuditTallyRow.tokens_in), func.sum(AuditTallyRow.tokens_out)]
-    inner = (select(first.label("key"), table.c.start.label("start"), *(s.label(f"v{i}") for i, s in enumerate(sums)))
-             .select_from(AuditTallyRow)
-             .join(table, and_(AuditTallyRow.minute >= table.c.first_minute,
-                               AuditTallyRow.minute < table.c.end_minute)))
+    first_minute, end_minute = query.window.minutes
+    bucket: Expression
+    if query.period is UsagePeriod.MONTH:
+        bucket = table.c.start
+        inner = select(first.label("key"), bucket.label("start")).select_from(AuditTallyRow).join(
+            table, and_(AuditTallyRow.minute >= table.c.first_minute, AuditTallyRow.minute < table.c.end_minute))
+    else:  # the whole window is one bucket (a constant, grouped by nothing); hours and days are whole minutes
+        width: Expression | None = literal_column(str(MINUTES[query.period])) if query.period else None
+        bucket = (AuditTallyRow.minute // width) * width * literal_column("60") if width is not None else \
+            literal_column(repr(float(query.window.start)))
+        inner = (select(first.label("key"), bucket.label("start")).select_from(AuditTallyRow)
+                 .where(AuditTallyRow.minute >= first_minute, AuditTallyRow.minute < end_minute))
+    inner = inner.add_columns(*(s.label(f"v{i}") for i, s in enumerate(sums)))
     if query.user is not None:
         inner = inner.where(AuditTallyRow.user == query.user)
-    summed = inner.group_by(first, table.c.start).subquery("summed")
+    summed = inner.group_by(first, *([bucket] if query.period else [])).subquery("summed")
     values_of = [summed.c[f"v{i}"] for i in range(len(sums))]
     if query.by in (UsageBy.USER, UsageBy.ENDPOINT):
         return select(summed.c.key, summed.c.start, *values_of)

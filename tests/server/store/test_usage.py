@@ -52,6 +52,18 @@ def test_per_hour_the_periods_split_spans_and_requests_exactly(store: Store) -> 
     assert _by(store, UsageBy.USER, UsagePeriod.HOUR) == scenario.BY_USER_HOURLY
     by_day = _by(store, UsageBy.USER, UsagePeriod.DAY)  # one day, clipped to the window: the window's figures
     assert by_day == {(scenario.SINCE, key): value for key, value in scenario.BY_USER.items()}
+    by_month = _by(store, UsageBy.ORG, UsagePeriod.MONTH)  # months join the periods' table
+    assert by_month == {(scenario.SINCE, key): value for key, value in scenario.BY_ORG.items()}
+
+
+def test_a_window_starting_inside_an_hour_clips_its_first_period(store: Store) -> None:
+    half_past = scenario.T0 + 1800
+    rows = store.usage.rows(UsageQuery(by=UsageBy.USER, window=Span(half_past, scenario.UNTIL),
+                                       period=UsagePeriod.HOUR), scenario.NOW)
+    first = [(r.key, r.period_start, r.period_end, scenario.figures(r)) for r in rows if r.period_start < scenario.T0
+             + scenario.HOUR]
+    # Alice's copy alone held GPUs from 00:30 (bob's was released at 00:30, carol's at 00:15); no request then.
+    assert first == [("alice", half_past, scenario.T0 + scenario.HOUR, (3600, 3600, 0, 0, 0, 0, 0))]
 
 
 def test_a_user_sees_only_their_own_usage(store: Store) -> None:
