@@ -59,19 +59,21 @@ ADMIN = Identity(user="admin", groups=("default",), org="default", admin=True)
 CAPACITY_TARGET_S, USAGE_TARGET_S = 0.2, 1.0
 
 
-def _timed(app_call: Any, rounds: int = ROUNDS) -> dict[str, float]:
+def _timed(app_call: Any, rounds: int = ROUNDS) -> dict[str, Any]:
     """Each round of an awaited request (the first is a warm-up, left out): wall seconds, median and worst, and the
     process's CPU seconds (its threads included), median: on a machine shared with other work the CPU is the
     steadier figure."""
-    seconds, cpu = [], []
+    seconds, cpu, response = [], [], None
     for _ in range(rounds + 1):
         started, cpu_started = time.perf_counter(), time.process_time()
         response = asyncio.run(app_call())
         seconds.append(time.perf_counter() - started)
         cpu.append(time.process_time() - cpu_started)
         assert response.status_code == 200, response.text[:300]
+    assert response is not None
     return {"p50_s": round(statistics.median(seconds[1:]), 4), "max_s": round(max(seconds[1:]), 4),
-            "cpu_p50_s": round(statistics.median(cpu[1:]), 4)}
+            "cpu_p50_s": round(statistics.median(cpu[1:]), 4), "bytes": len(response.content),
+            "answer": response.json()}
 
 
 def _get(context: ServerContext, path: str, params: dict[str, Any] | None = None) -> Any:
@@ -87,11 +89,11 @@ def _get(context: ServerContext, path: str, params: dict[str, Any] | None = None
 
 
 # --- capacity and explain placement on 1,000 nodes -------------------------------------------------------------
-def fill_cluster(context: ServerContext) -> str:
+def fill_cluster(context: ServerContext, nodes: int = NODES, placed: int = PLACED) -> str:
     """1,000 nodes; 600 copies of 4 GPUs, one a node, half of them ready; the explained workflow's own copy on
     node 0. Its ID."""
     gpus = [{"index": i, "name": "Simulated GPU 80GB", "memory_gb": 80.0} for i in range(GPUS)]
-    for index in range(NODES):
+    for index in range(nodes):
         context.store.heartbeat_node(f"node-{index:04d}", {"address": "127.0.0.1", "engine": "simulator",
                                                            "gpus": gpus}, port_start=20000 + index * 100)
     entry = load_catalog()["Qwen3-Coder 30B"]
@@ -99,7 +101,7 @@ def fill_cluster(context: ServerContext) -> str:
     row, endpoint = new_rows(entry, definition, ADMIN, "wf-explained")
     context.store.add_workflow(row, definition.model_dump(mode="json"), endpoint)
     with context.store.session() as s:
-        for index in range(PLACED):
+        for index in range(placed):
             workflow_id = "wf-explained" if index == 0 else f"wf-{index:04d}"
             copy_id, node_id = f"{workflow_id}.copy-0", f"node-{index:04d}"
             s.execute(insert(AllocationRow), [{"node_id": node_id, "gpu_index": g, "copy_id": copy_id}
@@ -115,21 +117,23 @@ def fill_cluster(context: ServerContext) -> str:
     return "wf-explained"
 
 
-def bench_cluster(tmp: Path) -> dict[str, Any]:
+def bench_cluster(tmp: Path, nodes: int = NODES, placed: int = PLACED) -> dict[str, Any]:
     context = build_context(tmp / "cluster", "127.0.0.1:1")  # neither route reaches Temporal
     started = time.perf_counter()
-    workflow_id = fill_cluster(context)
+    workflow_id = fill_cluster(context, nodes, placed)
     filled_s = time.perf_counter() - started
     capacity = _timed(_get(context, "/v1/capacity"))
     explain = _timed(_get(context, f"/v1/explain/placement/{workflow_id}"))
-    return {"nodes": NODES, "copies_placed": PLACED, "fill_s": round(filled_s, 1), "capacity": capacity,
-            "explain_placement": explain,
+    nodes_seen = capacity.pop("answer")["node_states"]["ready"]
+    verdicts = sum(len(copy["nodes"]) for copy in explain.pop("answer")["copies"])
+    return {"nodes": nodes, "copies_placed": placed, "fill_s": round(filled_s, 1), "capacity": capacity,
+            "explain_placement": explain, "nodes_ready_seen": nodes_seen, "node_verdicts": verdicts,
             "met": capacity["p50_s"] <= CAPACITY_TARGET_S and explain["p50_s"] <= CAPACITY_TARGET_S,
             "load_average": os.getloadavg()[0]}
 
 
 # --- usage over 1,000,000 audit records ----------------------------------------------------------------------
-def fill_usage(context: ServerContext) -> dict[str, int]:
+def fill_usage(context: ServerContext, records: int = RECORDS) -> dict[str, int]:
     """Users, groups, workflows, copy spans, and the audit batches and tallies of 1,000,000 records."""
     rng = random.Random(34)
     users = [f"user-{i:02d}" for i in range(USERS)]
@@ -144,7 +148,7 @@ def fill_usage(context: ServerContext) -> dict[str, int]:
                                          "endpoint_id": f"ep-{e:02d}"} for e in range(ENDPOINTS)])
         s.execute(insert(CopySpanRow), list(_spans(rng, users)))
     tallies = 0
-    for number, rows in enumerate(_batches(rng, users), start=1):
+    for number, rows in enumerate(_batches(rng, users, records), start=1):
         with context.store.session() as s:
             s.execute(insert(AuditBatchRow), {"number": number, "writer": "bench", "writer_batch": number,
                                               "first_seq": (number - 1) * BATCH_RECORDS + 1, "count": BATCH_RECORDS,
@@ -152,7 +156,7 @@ def fill_usage(context: ServerContext) -> dict[str, int]:
                                               "hashes": ""})
             s.execute(insert(AuditTallyRow), rows)
         tallies += len(rows)
-    return {"records": RECORDS, "batches": RECORDS // BATCH_RECORDS, "tallies": tallies, "copy_spans": SPANS}
+    return {"records": records, "batches": records // BATCH_RECORDS, "tallies": tallies, "copy_spans": SPANS}
 
 
 def _spans(rng: random.Random, users: list[str]) -> Iterator[dict[str, Any]]:
@@ -166,9 +170,9 @@ def _spans(rng: random.Random, users: list[str]) -> Iterator[dict[str, Any]]:
                "gpus": rng.choice((1, 2, 4, 8)), "reserved_at": reserved, "ready_at": ready, "released_at": released}
 
 
-def _batches(rng: random.Random, users: list[str]) -> Iterator[list[dict[str, Any]]]:
+def _batches(rng: random.Random, users: list[str], records: int) -> Iterator[list[dict[str, Any]]]:
     """Each batch's tallies, as AuditChain.append_batch derives them from 500 requests' records."""
-    requests, per_batch = RECORDS // 2, BATCH_RECORDS // 2
+    requests, per_batch = records // 2, BATCH_RECORDS // 2
     gap = DAYS * 86400 / requests
     for batch in range(requests // per_batch):
         counted: dict[tuple[Any, ...], list[int]] = {}
@@ -187,10 +191,10 @@ def _batches(rng: random.Random, users: list[str]) -> Iterator[list[dict[str, An
                 "tokens_in": c[3], "tokens_out": c[4]} for ordinal, (k, c) in enumerate(counted.items())]
 
 
-def bench_usage(tmp: Path, database_url: str | None) -> dict[str, Any]:
+def bench_usage(tmp: Path, database_url: str | None, records: int = RECORDS) -> dict[str, Any]:
     context = build_context(tmp / "usage", "127.0.0.1:1", database_url)
     started = time.perf_counter()
-    filled = fill_usage(context)
+    filled = fill_usage(context, records)
     filled_s = time.perf_counter() - started
     window = {"since": START, "until": START + DAYS * 86400}
     asked = {"by user, 30 days": {"by": "user"}, "by org, 30 days": {"by": "org"}, "by group, 30 days":
@@ -198,8 +202,9 @@ def bench_usage(tmp: Path, database_url: str | None) -> dict[str, Any]:
              "by endpoint, per hour": {"by": "endpoint", "period": "hour"}}
     figures = {name: _timed(_get(context, "/v1/usage", {**window, **params}), rounds=3)
                for name, params in asked.items()}
+    counted = {name: figure.pop("answer")["total"]["requests"] for name, figure in figures.items()}
     return {"database": context.store.engine.dialect.name, **filled, "fill_s": round(filled_s, 1),
-            "usage": figures, "met": all(f["p50_s"] <= USAGE_TARGET_S for f in figures.values()),
+            "usage": figures, "requests_counted": counted, "met": all(f["p50_s"] <= USAGE_TARGET_S for f in figures.values()),
             "load_average": os.getloadavg()[0]}
 
 
