@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
 
 from berth.contracts.base import INT64_MAX, NAME_PATTERN, Number, Payload, Response
@@ -60,7 +60,12 @@ class UsageRow(UsageFigures):
 
 
 class UsageBudget(Payload):
-    """A budget per organization or group and UTC day or month: tokens (in + out) and/or GPU-hours reserved."""
+    """A budget per organization or group and UTC day or month: tokens (in + out) and/or GPU-hours reserved — at
+    least one of them, as the schema states (the route refuses neither in one line)."""
+
+    model_config = ConfigDict(frozen=True, json_schema_extra={"anyOf": [
+        {"required": ["tokens"], "properties": {"tokens": {"type": "integer"}}},
+        {"required": ["gpu_hours"], "properties": {"gpu_hours": {"type": "number"}}}]})
 
     scope: BudgetScope
     name: str = Field(json_schema_extra=_NAME)
