@@ -7,7 +7,8 @@ usage store: 1,000,000 audit records (500,000 requests, an ATTEMPT and an outcom
 in 5 organizations and 10 groups to 20 endpoints, stored as the API stores them: 1,000 batches of 1,000 records and
 their tallies (per minute, endpoint, copy, key and user), written with bulk inserts; the batches' record lines are
 left empty (usage never reads them); plus 5,000 copy spans. `--postgres` starts a PostgreSQL of its own in a temp dir
-(tests/server/postgres.py: Debian's server binaries), `--database-url` uses an empty database. Prints JSON.
+(stack/postgres.py, the store tests' own: Debian's server binaries), `--database-url` uses an empty database. Prints
+JSON.
 
     PYTHONPATH=. .venv/bin/python -m bench.operations [--postgres | --database-url URL] [--skip-cluster]
 """
@@ -213,7 +214,7 @@ def database(postgres: bool, url: str | None, tmp: Path) -> Iterator[str | None]
     if not postgres:
         yield url
         return
-    from tests.server.postgres import remove_instance, start_instance  # the tests' own PostgreSQL, started here
+    from stack.postgres import remove_instance, start_instance  # the store tests' throwaway PostgreSQL
 
     instance = start_instance(tmp)
     try:
