@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, BackgroundTasks, Depends
 from starlette.concurrency import run_in_threadpool
 
 from berth.contracts import (
@@ -183,12 +183,13 @@ async def report_load(endpoint_id: str, body: LoadReport, context: Context, _who
 
 
 @router.post("/v1/internal/autoscaler")
-async def autoscaler_tick(lease: AutoscalerLease, context: Context, _who: Admin) -> AutoscalerView:
-    """What the control worker's autoscaler reads each tick, once it holds (or renewed) the lease. The tick also
-    checks the usage budgets, once a minute: one caller on the cluster, so an exceeded budget is announced even when
-    no one reads usage."""
+async def autoscaler_tick(lease: AutoscalerLease, context: Context, _who: Admin,
+                          after: BackgroundTasks) -> AutoscalerView:
+    """What the control worker's autoscaler reads each tick, once it holds (or renewed) the lease. After the answer,
+    the usage budgets are checked at most once a minute: the tick is the cluster's one steady caller, so an exceeded
+    budget is announced even when no one reads usage, and the tick never waits for it."""
     view = await run_in_threadpool(context.store.load.autoscaler_view, lease)
-    await usage_report.check_budgets_on_tick(context)
+    after.add_task(usage_report.check_budgets_on_tick, context)
     return view
 
 

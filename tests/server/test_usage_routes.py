@@ -114,3 +114,19 @@ async def test_an_exceeded_budget_shows_and_is_announced_once(context: ServerCon
         context.budgets_checked_at = 0.0  # the tick's check is due: it finds the same exceeded budget, announced
         await usage_report.check_budgets_on_tick(context)
     assert [(status.budget.name, figure) for status, figure in announced] == [("acme", "tokens")]
+
+
+async def test_the_autoscalers_tick_announces_a_budget_exceeded_with_no_one_reading_usage(
+        context: ServerContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    announced: list[str] = []
+    monkeypatch.setattr(usage_report, "budget_exceeded", lambda status, figure: announced.append(status.budget.name))
+    context.store.budgets.set(UsageBudget(scope="group", name="team-a", period="day", tokens=10), "root", time.time())
+    context.store.audit.append_batch(_today("alice", 11))
+    headers = {"Authorization": f"Bearer {context.signing.api_token(ADMIN)}"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(context)), base_url="http://api",
+                                 headers=headers) as client:
+        for _ in range(2):  # the second tick, within the minute, checks nothing (and would announce nothing new)
+            answer = await client.post("/v1/internal/autoscaler", json={"holder": "worker-1", "ttl_s": 5})
+            assert answer.status_code == 200, answer.text
+            assert announced == ["team-a"]
+    assert context.budgets_checked_at > 0
