@@ -4,7 +4,6 @@ set|list|remove`: token and GPU-hour budgets per organization or group (docs/usa
 
 from __future__ import annotations
 
-import csv
 import sys
 from datetime import UTC, datetime
 from enum import Enum
@@ -77,6 +76,8 @@ def usage(context: typer.Context,
 
 def write_csv(report: UsageReport) -> None:
     """A row per key and period: the key, the period's UTC bounds (ISO 8601) and every figure, GPU-seconds exact."""
+    import csv  # only for -o csv: every command's start imports this module
+
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow([report.by.value, "period_start", "period_end", *FIGURES])
     for row in report.rows:

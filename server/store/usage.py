@@ -38,6 +38,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import CTE, FunctionElement
 
 from berth.contracts.usage import UsageBy, UsageFigures, UsagePeriod, UsageRow
+from berth.errors import UserInputError
 from server.store.tables import AuditTallyRow, CopySpanRow, MembershipRow, UserRow, WorkflowRow
 from server.usage_periods import Span, periods
 
@@ -47,6 +48,7 @@ Cell = tuple[str, float]  # a row's key and its period's start
 NO_REQUESTS: RequestSums = (0, 0, 0, 0, 0)
 Expression = SQLColumnExpression[Any]
 MINUTES = {UsagePeriod.HOUR: 60, UsagePeriod.DAY: 1440}  # a bucket's width in the tallies' minutes
+MAX_ROWS = 100_000  # an answer's rows at most (~20 MB of JSON): a larger one is refused, not built
 AnySelect = Select[*tuple[Any, ...]]
 
 
@@ -66,14 +68,18 @@ class UsageStore:
         spans = periods(query.window, query.period)
         table = _periods(spans)
         with self._session() as s:
-            spans_summed = _gpu_buckets(query, now) if query.period in MINUTES else _gpu_query(query, table, now)
+            spans_summed = (_gpu_buckets(query, now) if query.period in MINUTES else _gpu_query(query, table, now)
+                            ).limit(MAX_ROWS + 1)
             # A bucket of whole hours or days starts on its boundary; the window's first is clipped to it.
             gpus = {(key, max(float(start), query.window.start)): (float(reserved), float(ready))
                     for key, start, reserved, ready in s.execute(spans_summed)}
             asked: dict[Cell, RequestSums] = {}
-            for key, bucket, *sums in s.execute(_request_query(query, table)):
+            for key, bucket, *sums in s.execute(_request_query(query, table).limit(MAX_ROWS + 1)):
                 cell = (key, max(float(bucket), query.window.start))
                 asked[cell] = (int(sums[0]), int(sums[1]), int(sums[2]), int(sums[3]), int(sums[4]))
+        if len(gpus.keys() | asked.keys()) > MAX_ROWS:
+            raise UserInputError(f"That answer would hold more than {MAX_ROWS:,} rows: ask by a coarser key or "
+                                 "--period, or over a shorter window.")
         ends = {span.start: span.end for span in spans}
         return [_row(key, start, ends[start], gpus.get((key, start), (0.0, 0.0)), asked.get((key, start), NO_REQUESTS))
                 for key, start in sorted(gpus.keys() | asked.keys(), key=lambda cell: (cell[1], cell[0]))]

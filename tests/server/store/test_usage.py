@@ -11,7 +11,9 @@ import pytest
 from sqlalchemy import select
 
 from berth.contracts.usage import UsageBudget, UsageBy, UsagePeriod
+from berth.errors import UserInputError
 from berth.security import Cipher
+from server.store import usage
 from server.store.database import Store
 from server.store.tables import CopySpanRow
 from server.store.usage import UsageQuery
@@ -64,6 +66,13 @@ def test_a_window_starting_inside_an_hour_clips_its_first_period(store: Store) -
              + scenario.HOUR]
     # Alice's copy alone held GPUs from 00:30 (bob's was released at 00:30, carol's at 00:15); no request then.
     assert first == [("alice", half_past, scenario.T0 + scenario.HOUR, (3600, 3600, 0, 0, 0, 0, 0))]
+
+
+def test_an_answer_too_large_is_refused_in_one_line(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(usage, "MAX_ROWS", 6)  # the hourly answer by user has 7 rows
+    with pytest.raises(UserInputError, match="more than 6 rows: ask by a coarser key or --period"):
+        _by(store, UsageBy.USER, UsagePeriod.HOUR)
+    assert len(_by(store, UsageBy.USER, UsagePeriod.DAY)) == 4
 
 
 def test_a_user_sees_only_their_own_usage(store: Store) -> None:
