@@ -81,6 +81,11 @@ LEFT_OUT = {
     "audit_batches": "the audit chain is append-only, verified history, not desired state: keep the old store "
                      "(or `berth audit list -o json`) as its archive; the restored stack starts a chain of its own",
     "audit_tallies": "derived from the audit batches",
+    "copy_spans": "usage history (GPU-seconds), not desired state: like the audit chain, the old store is its archive "
+                  "(`berth usage -o csv` exports it); the restored pools' copies open spans of their own",
+    "usage_budgets": "not in backup format 1 (adding a table is the format's next version): list them before "
+                     "(`berth usage budget list -o json`) and set them again after a restore",
+    "usage_alerts": "which budgets were announced exceeded in their period: history, not desired state",
 }
 
 # Rows a freshly started control plane already has — its administrator, the records of the token it was given —
