@@ -1,6 +1,8 @@
 """Usage in the store, summed in SQL: GPU-seconds reserved and ready from the copy spans (server/store/copy_spans.py),
 requests and tokens from the audit tallies (server/store/audit.py), per key (user, group, organization, workflow or
-endpoint) and per period (server/usage_periods.py lists them; they join the queries as a VALUES table).
+endpoint) and per period (server/usage_periods.py lists them). Hours and days are buckets computed in the GROUP BY
+(whole minutes of the tallies; each span walked over the buckets it touches); months, and the whole window, join the
+periods as a VALUES table. docs/performance.md ("Operations at scale") has the figures.
 
 Attribution. GPUs: a span's owner and organization as they were at its reservation; by group, each group the owner is
 in now. Requests: the audit record's user (the caller the endpoint proxy named); by organization, that user's now; by
