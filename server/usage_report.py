@@ -58,7 +58,7 @@ def check_budgets(store: Store, now: float) -> list[BudgetStatus]:
     for status in statuses:
         for figure in status.exceeded:
             if store.budgets.first_exceeded(status, figure, now):
-                budget_exceeded(status, figure)
+                budget_exceeded(store, status, figure)
     return statuses
 
 
@@ -75,10 +75,12 @@ async def check_budgets_on_tick(context: ServerContext) -> None:
         log.warning("could not check the usage budgets: %s", type(error).__name__)
 
 
-def budget_exceeded(status: BudgetStatus, figure: str) -> None:
+def budget_exceeded(store: Store, status: BudgetStatus, figure: str) -> None:
     """THE "budget exceeded" event: called once per budget, period and figure (tokens or gpu_hours), whichever API
     process saw it first. It only logs for now; the cluster-wide event store (issue 34, "Events", server/events.py)
-    is to be wired here, and only here."""
+    is to be wired here, and only here: `record(store, EventDraft(...))` with the budget's organization or group as
+    its audience. Blocking (it is called from check_budgets, in the thread pool)."""
+    del store  # the event store's, once wired
     budget = status.budget
     used, allowed = ((status.tokens_used, budget.tokens) if figure == "tokens"
                      else (round(float(status.gpu_hours_used), 3), budget.gpu_hours))

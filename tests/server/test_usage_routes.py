@@ -99,7 +99,8 @@ def _today(user: str, tokens: int) -> AuditBatch:
 async def test_an_exceeded_budget_shows_and_is_announced_once(context: ServerContext,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     announced: list[tuple[BudgetStatus, str]] = []
-    monkeypatch.setattr(usage_report, "budget_exceeded", lambda status, figure: announced.append((status, figure)))
+    monkeypatch.setattr(usage_report, "budget_exceeded",
+                        lambda _store, status, figure: announced.append((status, figure)))
     async with _client(context, ADMIN) as api:
         await api.set_usage_budget(UsageBudget(scope="org", name="acme", period="day", tokens=50))
         await api.set_usage_budget(UsageBudget(scope="group", name="team-c", period="month", tokens=1000))
@@ -119,7 +120,8 @@ async def test_an_exceeded_budget_shows_and_is_announced_once(context: ServerCon
 async def test_the_autoscalers_tick_announces_a_budget_exceeded_with_no_one_reading_usage(
         context: ServerContext, monkeypatch: pytest.MonkeyPatch) -> None:
     announced: list[str] = []
-    monkeypatch.setattr(usage_report, "budget_exceeded", lambda status, figure: announced.append(status.budget.name))
+    monkeypatch.setattr(usage_report, "budget_exceeded",
+                        lambda _store, status, _figure: announced.append(status.budget.name))
     context.store.budgets.set(UsageBudget(scope="group", name="team-a", period="day", tokens=10), "root", time.time())
     context.store.audit.append_batch(_today("alice", 11))
     headers = {"Authorization": f"Bearer {context.signing.api_token(ADMIN)}"}
