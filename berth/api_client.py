@@ -17,6 +17,7 @@ from berth.api_policies import PoliciesApi
 from berth.api_rollouts import RolloutsApi
 from berth.api_slurm import SlurmApi
 from berth.api_transport import body, many, one, segment
+from berth.api_usage import UsageApi
 from berth.api_workflows import WorkflowsApi
 from berth.contracts import (
     AuditAppended,
@@ -85,11 +86,12 @@ from berth.tokens import RevokeResult, TokenMintBody, TokenRecord
 
 
 class ApiClient(WorkflowsApi, ModelsApi, RolloutsApi, CapacityApi, ExplainApi, BackupApi, EndpointHistoryApi,
-                EventsApi, PoliciesApi, SlurmApi):
+                EventsApi, PoliciesApi, SlurmApi, UsageApi):
     """One method per route, each returning the model its route declares (the catalog's and the workflows'
     in berth/api_workflows.py, the model registry's in berth/api_models.py, the rollouts' in
     berth/api_rollouts.py, the capacity's in berth/api_capacity.py, the explain's in berth/api_explain.py, backup
-    and restore in berth/api_backup.py, an endpoint's history in berth/api_endpoint_history.py)."""
+    and restore in berth/api_backup.py, an endpoint's history in berth/api_endpoint_history.py, usage and its budgets in
+    berth/api_usage.py)."""
 
     # --- endpoints and nodes ----------------------------------------------------------------------
     async def endpoints(self) -> list[EndpointView]:

@@ -20,8 +20,9 @@ app = typer.Typer(help="The audit chain: one row per phase of each proxied reque
 AGO = re.compile(r"^\d{1,9}[smhdw]$")
 
 
-def since_time(text: str, now: float | None = None) -> float:
-    """A Unix time from `1h` (that long ago) or an ISO 8601 time (local time when it names no zone)."""
+def since_time(text: str, now: float | None = None, option: str = "--since") -> float:
+    """A Unix time from `1h` (that long ago) or an ISO 8601 time (local time when it names no zone); a refusal
+    names `option`."""
     from berth.tokens import parse_duration
 
     if AGO.match(text.strip()):
@@ -30,7 +31,7 @@ def since_time(text: str, now: float | None = None) -> float:
         return datetime.fromisoformat(text.strip()).timestamp()
     except ValueError:
         shown = text if len(text) <= 32 else text[:32] + "…"
-        raise fail(f"--since '{shown}' is neither a duration like 30m, 1h or 7d nor an ISO time "
+        raise fail(f"{option} '{shown}' is neither a duration like 30m, 1h or 7d nor an ISO time "
                    "like 2026-01-31T12:00.") from None
 
 

@@ -25,6 +25,7 @@ from cli import (
     stack,
     tokens,
     top,
+    usage,
     web_console,
     workflow,
 )
@@ -54,6 +55,7 @@ app.add_typer(key.app, name="key")
 app.add_typer(model.app, name="model")
 app.add_typer(admin.app, name="admin")
 app.add_typer(policy.app, name="policy")
+app.add_typer(usage.app, name="usage")
 
 
 def main() -> None:

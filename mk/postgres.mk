@@ -4,7 +4,7 @@
 #   make postgres   apt-get install postgresql unless an initdb is found (on PATH or /usr/lib/postgresql/*/bin)
 #
 # Nothing here starts a server: each test session makes its own instance in a tmp dir on a free loopback
-# port (tests/server/postgres.py) and removes it. Needs root (or sudo-less apt) only when it installs.
+# port (stack/postgres.py) and removes it. Needs root (or sudo-less apt) only when it installs.
 
 .PHONY: postgres
 

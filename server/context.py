@@ -49,6 +49,8 @@ class ServerContext:
     model_cache_evict: ModelCacheEvictor | None = None
     # Submissions checked and rendered at once by this API process: two, one per user (server/submission_slots.py).
     submissions: SubmissionSlots = field(default_factory=SubmissionSlots)
+    # When this API process last checked the usage budgets on the autoscaler's tick (server/usage_report.py).
+    budgets_checked_at: float = 0.0
     _temporal: Client | None = None
 
     async def temporal(self) -> Client:

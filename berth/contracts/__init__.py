@@ -231,6 +231,16 @@ if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module 
     from berth.contracts.tokens import (
         MintedToken,
     )
+    from berth.contracts.usage import (
+        BudgetStatus,
+        UsageBudget,
+        UsageBudgets,
+        UsageBy,
+        UsageFigures,
+        UsagePeriod,
+        UsageReport,
+        UsageRow,
+    )
     from berth.contracts.workflows import (
         CopyInfo,
         CopyStatus,
@@ -447,6 +457,14 @@ __all__ = [
     "PolicyUsage",
     "ScaleAllowance",
     "ScaleAllowanceRequest",
+    "BudgetStatus",
+    "UsageBudget",
+    "UsageBudgets",
+    "UsageBy",
+    "UsageFigures",
+    "UsagePeriod",
+    "UsageReport",
+    "UsageRow",
 ]
 
 

@@ -31,6 +31,7 @@ from server.routes import (
     slurm,
     tokens,
     traffic,
+    usage,
     workflows,
 )
 
@@ -39,5 +40,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     endpoint_policy.router, secrets.router, identity.router, nodes.router, keys.router, litellm_keys.router,
     internal.router, audit.router, models.router, model_reports.router, revisions.router, scaling.router,
     traffic.router, metrics.router, capacity.router, explain.router, backup.router, endpoint_history.router,
-    events.router, policies.router, slurm.router,
+    events.router, policies.router, slurm.router, usage.router,
 )

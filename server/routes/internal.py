@@ -42,7 +42,7 @@ from berth.kinds import facts
 from berth.routing_rules import revision_weighted
 from berth.security import API_AUDIENCE, Identity
 from berth.tokens import TokenKind
-from server import copy_events, events
+from server import copy_events, events, usage_report
 from server.access import in_scope
 from server.context import Context, ServerContext
 from server.guards import Admin, replica_keys_owner, service_audience, service_or_admin
@@ -188,9 +188,14 @@ async def report_load(endpoint_id: str, body: LoadReport, context: Context, _who
 
 
 @router.post("/v1/internal/autoscaler")
-async def autoscaler_tick(lease: AutoscalerLease, context: Context, _who: Admin) -> AutoscalerView:
-    """What the control worker's autoscaler reads each tick, once it holds (or renewed) the lease."""
-    return await run_in_threadpool(_autoscaler_view, context, lease)
+async def autoscaler_tick(lease: AutoscalerLease, context: Context, _who: Admin,
+                          after: BackgroundTasks) -> AutoscalerView:
+    """What the control worker's autoscaler reads each tick, once it holds (or renewed) the lease. After the answer,
+    the usage budgets are checked at most once a minute: the tick is the cluster's one steady caller, so an exceeded
+    budget is announced even when no one reads usage, and the tick never waits for it."""
+    view = await run_in_threadpool(_autoscaler_view, context, lease)
+    after.add_task(usage_report.check_budgets_on_tick, context)
+    return view
 
 
 def _autoscaler_view(context: ServerContext, lease: AutoscalerLease) -> AutoscalerView:

@@ -88,6 +88,11 @@ LEFT_OUT = {
     "ready_copy_samples": "an endpoint's last hours of ready copies, stale by the time a restore runs",
     "events": "the cluster's event stream is history, not desired state, and kept only for its retention period: "
               "`berth events -o json` before a backup is its archive; the restored stack records its own",
+    "copy_spans": "usage history (GPU-seconds), not desired state: like the audit chain, the old store is its archive "
+                  "(`berth usage -o csv` exports it); the restored pools' copies open spans of their own",
+    "usage_budgets": "not in backup format 1 (adding a table is the format's next version): list them before "
+                     "(`berth usage budget list -o json`) and set them again after a restore",
+    "usage_alerts": "which budgets were announced exceeded in their period: history, not desired state",
 }
 
 # Rows a freshly started control plane already has — its administrator, the records of the token it was given —

@@ -2,7 +2,8 @@
 `store.placements` (server/store/placement.py), load reports in `store.load` (server/store/load_reports.py), the audit
 chain in `store.audit` (server/store/audit.py), a workflow's revisions in `store.revisions` (server/store/revisions.py),
 the endpoint tokens minted in `store.endpoint_tokens` (server/store/endpoint_tokens.py), the cluster's events in
-`store.events` (server/store/events.py).
+`store.events` (server/store/events.py), usage and its budgets in
+`store.usage` and `store.budgets` (server/store/usage.py, server/store/usage_budgets.py).
 
 Synchronous SQLAlchemy; the API calls it from a thread pool. The schema is migrated to its head on open
 (server/store/schema.py).
@@ -25,7 +26,7 @@ from berth.contracts import NodeHolding
 from berth.errors import ConflictError, NotFoundError, UserInputError
 from berth.security import Cipher, Identity
 from server import scheduler
-from server.store import fencing, schema
+from server.store import copy_spans, fencing, schema
 from server.store.audit import AuditChain
 from server.store.copy_outcomes import CopyOutcomeStore
 from server.store.endpoint_history import EndpointHistoryStore
@@ -35,6 +36,8 @@ from server.store.load_reports import LoadReports
 from server.store.placement import Placements, upsert_replica_row
 from server.store.revisions import Revisions
 from server.store.tables import EndpointRow, GroupRow, MembershipRow, NodeRow, ReplicaRow, UserRow, WorkflowRow
+from server.store.usage import UsageStore
+from server.store.usage_budgets import UsageBudgets
 
 NODE_PORTS = 100
 
@@ -80,6 +83,8 @@ class Store:
         self.cipher = cipher
         self.revisions = Revisions(self.session, cipher)
         self.events = EventLog(self.session)  # history: written by server/events.py `record`, in no backup
+        self.usage = UsageStore(self.session)  # GPU-seconds from the copy spans, requests from the audit tallies
+        self.budgets = UsageBudgets(self.session, self.usage)
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -253,6 +258,8 @@ class Store:
             row = s.get(ReplicaRow, copy_id)
             if row is not None:
                 row.ready, row.updated_at = ready, time.time()
+                if ready:
+                    copy_spans.ready(s, copy_id, self.placements.clock())
 
     def drain_replica(self, copy_id: str) -> None:
         """Mark a copy draining: proxies stop choosing it; it stays listed until it is unpublished."""

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from berth.contracts import Placement, RankPlacement, ReserveRequest, ReserveResult
 from berth.errors import NotFoundError, UnavailableError
 from server import scheduler
-from server.store import fencing
+from server.store import copy_spans, fencing
 from server.store.policies import placement_refusal
 from server.store.tables import AllocationRow, NodeRow, PortRow, ReplicaRow, ReservationRow, StoreLockRow
 
@@ -52,6 +52,7 @@ class Placements:
         self.node_offline_after_s = node_offline_after_s
         self.policy = policy
         self.observer: PlacementObserver | None = None  # set by the app that serves metrics
+        self.clock: Callable[[], float] = time.time  # the copy spans' times (a test's scripted clock)
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
@@ -157,17 +158,19 @@ class Placements:
             placement = Placement(copy_id=request.copy_id, ranks=tuple(ranks), master_port=master_port)
             s.add(ReservationRow(copy_id=request.copy_id, workflow_id=request.workflow_id,
                                  placement=placement.model_dump(mode="json"), created_at=time.time()))
+            copy_spans.opened(s, request, self.clock())
             return ReserveResult(placement=placement)
 
-    @staticmethod
-    def _held_for_slurm(s: Session, request: ReserveRequest) -> ReserveResult:
+    def _held_for_slurm(self, s: Session, request: ReserveRequest) -> ReserveResult:
         """A copy Slurm places, held as a reservation of its GPUs on nodes Slurm will choose (node_id "slurm"): its
-        quotas counted, its publish and release as any copy's, no Berth node's GPU or port taken."""
+        quotas counted, its usage span opened, its publish and release as any copy's, no Berth node's GPU or port
+        taken."""
         ranks = tuple(RankPlacement(rank=rank, node_id="slurm", address="", gpus=tuple(range(request.gpus_per_node)),
                                     port=0) for rank in range(request.nodes))
         placement = Placement(copy_id=request.copy_id, ranks=ranks)
         s.add(ReservationRow(copy_id=request.copy_id, workflow_id=request.workflow_id,
                              placement=placement.model_dump(mode="json"), created_at=time.time()))
+        copy_spans.opened(s, request, self.clock())
         return ReserveResult(placement=placement)
 
     def reserve_port(self, owner: str, node_id: str) -> int:
@@ -211,6 +214,7 @@ class Placements:
                                                   fencing.not_fenced(AllocationRow.fenced)))
             s.execute(delete(PortRow).where(PortRow.owner == copy_id, fencing.not_fenced(PortRow.fenced)))
             held = s.execute(delete(ReservationRow).where(ReservationRow.copy_id == copy_id))
+            copy_spans.closed(s, copy_id, self.clock())
             # A released copy serves nothing: its record goes with it (see `publish`).
             s.execute(delete(ReplicaRow).where(ReplicaRow.copy_id == copy_id))
         if self.observer is not None:
@@ -226,6 +230,8 @@ class Placements:
             if s.get(ReservationRow, copy_id) is None:
                 return False
             upsert_replica_row(s, workflow_id, endpoint_id, copy_id, url, ready, revision=revision)
+            if ready:
+                copy_spans.ready(s, copy_id, self.clock())
             return True
 
     def published_copies_on(self, node_id: str) -> dict[str, list[str]]:

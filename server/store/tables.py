@@ -417,3 +417,49 @@ class PolicyRow(Base):
     rules: Mapped[dict[str, Any]] = mapped_column(JSON)
     set_by: Mapped[str] = mapped_column(String(128))
     set_at: Mapped[float] = mapped_column(Float)
+
+
+class CopySpanRow(Base):
+    """One placement of one copy, from its reservation to its release (server/store/copy_spans.py): what usage's
+    GPU-seconds reserved and ready are summed from (server/store/usage.py). Reservations are deleted on release;
+    a span stays. A copy placed again gets a new span. Owner and organization are copied in at reservation: usage
+    of a user later moved or removed stays theirs."""
+
+    __tablename__ = "copy_spans"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    copy_id: Mapped[str] = mapped_column(String(160), index=True)
+    workflow_id: Mapped[str] = mapped_column(String(128), index=True)
+    endpoint_id: Mapped[str] = mapped_column(String(128))
+    owner: Mapped[str] = mapped_column(String(128), index=True)
+    org: Mapped[str] = mapped_column(String(128))
+    gpus: Mapped[int] = mapped_column(Integer)  # every rank's GPUs together
+    reserved_at: Mapped[float] = mapped_column(Float, index=True)
+    ready_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # first published ready
+    released_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
+
+
+class UsageBudgetRow(Base):
+    """A token and/or GPU-hour budget for an organization or a group, per day or month (UTC), set by an
+    administrator (server/store/usage_budgets.py)."""
+
+    __tablename__ = "usage_budgets"
+    scope: Mapped[str] = mapped_column(String(16), primary_key=True)  # "org" or "group"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    period: Mapped[str] = mapped_column(String(16), primary_key=True)  # "day" or "month"
+    tokens: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # tokens in + out
+    gpu_hours: Mapped[float | None] = mapped_column(Float, nullable=True)  # reserved GPU-hours
+    set_by: Mapped[str] = mapped_column(String(128))
+    set_at: Mapped[float] = mapped_column(Float)
+
+
+class UsageAlertRow(Base):
+    """A budget seen exceeded in one period: written once (its key is the primary key), so the "budget exceeded"
+    event is raised once per budget, period and figure, whichever API process saw it first."""
+
+    __tablename__ = "usage_alerts"
+    scope: Mapped[str] = mapped_column(String(16), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    period: Mapped[str] = mapped_column(String(16), primary_key=True)
+    period_start: Mapped[float] = mapped_column(Float, primary_key=True)
+    figure: Mapped[str] = mapped_column(String(16), primary_key=True)  # "tokens" or "gpu_hours"
+    at: Mapped[float] = mapped_column(Float)

@@ -166,6 +166,12 @@ def test_stop_frees_everything(sim_stack: RunningStack) -> None:
     assert not [g for n in nodes for g in n["gpus"] if (g["allocated_to"] or "").startswith(workflow_id)]
     assert endpoint["id"] not in {e["id"] for e in sim_stack.cli_json("endpoint", "list")}
     assert not (sim_stack.state_dir / "volumes" / "ephemeral" / workflow_id).exists()
+    # Usage (issue 34): the copy's span was opened at its reservation, marked ready and closed at the stop, so its
+    # GPU-seconds no longer grow (an open span counts until now).
+    usage = [next((r["gpu_seconds_reserved"], r["gpu_seconds_ready"])
+                  for r in sim_stack.cli_json("usage", "--by", "workflow", "--since", "1h")["rows"]
+                  if r["key"] == workflow_id) for _ in range(2)]
+    assert usage[0] == usage[1] and 0 < usage[0][1] < usage[0][0], usage
 
 
 @pytest.mark.litellm

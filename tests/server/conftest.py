@@ -1,4 +1,4 @@
-"""Fixtures of the store's tests: a real PostgreSQL for the session (tests/server/postgres.py), and
+"""Fixtures of the store's tests: a real PostgreSQL for the session (stack/postgres.py), and
 `store_url`, which runs a test on SQLite and again on PostgreSQL (marked `postgres`)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.postgres import PostgresInstance, remove_instance, start_instance
+from stack.postgres import PostgresInstance, remove_instance, start_instance
 
 
 @pytest.fixture(scope="session")

@@ -68,7 +68,10 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          ("GET", "/v1/policies"), ("GET", "/v1/policies/{kind}/{name}"), ("PUT", "/v1/policies/{kind}/{name}"),
          ("DELETE", "/v1/policies/{kind}/{name}"), ("POST", "/v1/internal/workflows/{workflow_id}/scale-allowance"),
          # Issue 35: a Slurm cluster's nodes, read-only.
-         ("GET", "/v1/slurm/nodes")}
+         ("GET", "/v1/slurm/nodes"),
+         # Issue 34: usage (GPU-seconds, requests, tokens) by key and period, and budgets per organization or group.
+         ("GET", "/v1/usage"), ("GET", "/v1/usage/budgets"), ("PUT", "/v1/usage/budgets"),
+         ("DELETE", "/v1/usage/budgets/{scope}/{name}/{period}")}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 CONSOLE = "/ui"  # the web console's HTML pages: not the REST API (tests/console/ covers them)
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema

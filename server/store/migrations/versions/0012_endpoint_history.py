@@ -4,7 +4,7 @@ endpoint's ready copies once a minute as the autoscaler saw them (server/store/e
 before hold no histogram: their minutes show requests and failures but no latency.
 
 Revision ID: 0012
-Revises: 0010
+Revises: 0011
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0012"
-down_revision = "0010"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 

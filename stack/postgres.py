@@ -1,6 +1,7 @@
-"""A real PostgreSQL for the store's tests: Debian's server binaries (`make postgres` installs them), one
-instance per test session in a tmp dir (initdb, pg_ctl, a free loopback port, TCP only), one fresh
-database per test. Run as root, the binaries run as the `postgres` user (initdb refuses root)."""
+"""A throwaway PostgreSQL for the store's tests (tests/server/conftest.py) and the benchmarks (bench/operations.py):
+Debian's server binaries (`make postgres` installs them), one instance in a tmp dir (initdb, pg_ctl, a free loopback
+port, TCP only), one fresh database per caller. Run as root, the binaries run as the `postgres` user (initdb refuses
+root). Here, not under tests/, because nothing imports tests (the benchmarks included)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-
-import psycopg
 
 from stack.driver import free_port_base
 
@@ -67,6 +66,8 @@ class PostgresInstance:
 
     def create_database(self) -> str:
         """A new, empty database: its SQLAlchemy URL (psycopg 3)."""
+        import psycopg  # the `postgres` extra's driver: imported only where a database is made
+
         name = f"berth_{uuid.uuid4().hex[:12]}"
         with psycopg.connect(f"host=127.0.0.1 port={self.port} user={self.user} dbname=postgres",
                              autocommit=True) as connection:
