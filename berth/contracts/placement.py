@@ -32,8 +32,8 @@ class Placement(Payload):
 class ReserveRequest(Payload):
     workflow_id: str
     copy_id: str
-    nodes: int
-    gpus_per_node: int
+    nodes: int = Field(ge=1, le=INT32_MAX)
+    gpus_per_node: int = Field(ge=0, le=INT32_MAX)  # negative GPUs would count as GPU-seconds given back
     gpu_memory_gb: float = 0
     prefer_volume: str | None = None
     prefer_model: str | None = None  # a model digest: nodes whose cache holds it come first
