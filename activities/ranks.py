@@ -26,7 +26,7 @@ from activities.listener import foreign_listener
 from activities.node_context import NodeContext
 from activities.rank_jail import RankUser, engine_paths, give, give_top, jailed, model_paths, plan
 from activities.supervision import RANK_PIDFILE, SHUTDOWN_MARKER, RankState, Supervisor
-from activities.vllm_command import rank_environment, vllm_serve_args
+from activities.vllm_command import engine_defaults, rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
 from berth.child_environment import engine_environment
 from berth.errors import BerthError
@@ -191,13 +191,8 @@ class NodeActivities:
         # shared: one per node, like a host's ~/.cache/vllm. Per rank it started cold every time, and the
         # model inspection alone (a subprocess importing torch) cost ~9 s of each CPU start.
         env["VLLM_CACHE_ROOT"] = str(context.engine_cache)
-        if context.engine == "vllm-cpu":
-            # 1 GiB of KV cache is plenty for the small CPU models; no usage reporting, no Hub calls:
-            # the weights are already on the volume.
-            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-            env.setdefault("VLLM_NO_USAGE_STATS", "1")
-            env.setdefault("DO_NOT_TRACK", "1")
-            env.setdefault("HF_HUB_OFFLINE", "1")
+        for name, value in engine_defaults(context.engine).items():
+            env.setdefault(name, value)
         return env
 
     def _jailed(self, spec: RankSpec, argv: list[str], env: dict[str, str], run_dir: Path) -> list[str]:

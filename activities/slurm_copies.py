@@ -24,6 +24,7 @@ from temporalio.exceptions import ApplicationError
 import rank
 from activities.ranks import engine_command
 from activities.slurm_job_files import engine_environment_for, job_description, rank_argvs, write_job_dir
+from activities.vllm_command import engine_defaults
 from berth.child_environment import engine_environment
 from berth.processes import tail
 from berth.security import ReplicaKeys
@@ -136,7 +137,7 @@ class SlurmCopyActivities:
                     last = await _serving(client, view.url, headers, check.model_id)
                     if not last:
                         return view
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(0.1)
         raise ApplicationError(f"Slurm job {check.job.job_id}'s copy was not ready within {check.timeout_s:.0f} s "
                                f"({last})", type="NotReady", non_retryable=True)
 
@@ -205,6 +206,7 @@ def for_cluster(settings: SlurmSettings, replica_keys: ReplicaKeys,
     the job when the settings name one."""
     source = os.environ if environ is None else environ
     inherited = engine_environment(source, simulator=settings.engine == "simulator")
+    inherited.update({name: value for name, value in engine_defaults(settings.engine).items() if name not in inherited})
     if settings.conf:
         inherited["SLURM_CONF"] = settings.conf
     launcher = launcher_argv(settings.python or sys.executable, str(Path(rank.__file__).parent / "slurm_rank.py"))

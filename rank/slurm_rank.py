@@ -62,6 +62,7 @@ def fill(argv: list[str], words: dict[str, str]) -> list[str]:
 
 
 def main(job_dir: Path) -> None:
+    started_at = time.time()  # when Slurm started this rank: the end of Slurm's part of a copy's start
     copy = json.loads((job_dir / "copy.json").read_text())
     rank = int(os.environ["SLURM_PROCID"])
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
@@ -73,7 +74,7 @@ def main(job_dir: Path) -> None:
     else:
         leader = wait_for_leader(job_dir, float(copy.get("leader_wait_s", 600)))
     write_atomically(job_dir / f"rank-{rank}.json", {"rank": rank, "node": node, "host": host, "port": port,
-                                                     "pid": os.getpid()})
+                                                     "pid": os.getpid(), "started_at": started_at})
     words = {"@host@": host, "@port@": str(port), "@master_addr@": str(leader["host"]),
              "@master_port@": str(leader["master_port"]), "@rank@": str(rank)}
     argv = fill(list(copy["argv"]["leader" if rank == 0 else "follower"]), words)

@@ -44,7 +44,7 @@ def pytest_configure(config: pytest.Config) -> None:
 SLOW_GROUPS_FIRST = (
     "real-engine", "sim-stack", "tests.e2e.test_service_entries", "tests.e2e.test_durability",
     "tests.e2e.test_chaos_smoke", "tests.e2e.test_multinode", "tests.e2e.test_models", "tests.e2e.test_lifecycle",
-    "tests.e2e.test_tls", "tests.e2e.test_pools", "tests.e2e.test_rollouts",
+    "tests.e2e.test_tls", "slurm", "tests.e2e.test_pools", "tests.e2e.test_rollouts",
     "tests.server.test_two_api_processes",
 )
 

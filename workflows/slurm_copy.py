@@ -124,7 +124,7 @@ class SlurmCopyWorkflow:
     async def _started(self, input: CopyInput, job: SlurmJobRef) -> bool:
         """Wait while Slurm keeps the job pending, telling the pool Slurm's reason each time it changes; False:
         the job ended without starting."""
-        backoff, reason = 0.5, None
+        backoff, reason = 0.1, None  # a job on an idle partition starts within a tick: look again soon
         while True:
             view: SlurmJobView = await workflow.execute_activity(
                 stubs.slurm_copy_state, job, task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
