@@ -27,6 +27,7 @@ from berth.contracts import (
     CopyOutcomes,
     CopyReadiness,
     CopyRecord,
+    CopyScrape,
     EndpointClientFacts,
     EndpointFront,
     EndpointPolicy,
@@ -67,6 +68,7 @@ from berth.contracts import (
     ResolvedSecret,
     ResolveRequest,
     RoutesTable,
+    ScrapeReport,
     SecretCreated,
     SecretRequest,
     SecretView,
@@ -195,6 +197,9 @@ class ApiClient(WorkflowsApi, ModelsApi, RolloutsApi, CapacityApi, ExplainApi, B
                           copies: dict[str, CopyOutcomes] | None = None) -> None:
         await self.request("POST", f"/v1/internal/endpoints/{segment(endpoint_id)}/load",
                            json=body(LoadReport(requests=requests, **({"copies": copies} if copies else {}))))
+
+    async def report_scrapes(self, copies: dict[str, CopyScrape]) -> None:
+        await self.request("PUT", "/v1/internal/scrapes", json=body(ScrapeReport(copies=copies)))
 
     async def set_replica_ready(self, copy_id: str, ready: bool) -> None:
         await self.request("PUT", f"/v1/internal/replicas/{copy_id}/ready",

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from berth.contracts.explain import CopyRouting, Router, RoutingExplanation, RoutingVerdict
 from berth.routing_rules import FRESH_FOR_S, metrics_fresh, revision_weighted
 
-NOT_SCRAPED_HERE = ("the routers scrape each copy's /metrics themselves and do not report it: whether a copy's "
-                    f"figures are fresh (scraped within {FRESH_FOR_S:.0f} s, no failure since) is not recorded here")
+NOT_SCRAPED_HERE = ("no endpoint proxy reported its scrapes of these copies in the last 30 s (they report every 5 s; "
+                    "LiteLLM keeps its own): whether a copy's figures are fresh (scraped within "
+                    f"{FRESH_FOR_S:.0f} s, no failure since) is not known here")
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,7 @@ if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module 
         UserView,
     )
     from berth.contracts.internal import (
+        CopyScrape,
         Health,
         Jwks,
         LoadReport,
@@ -113,6 +114,7 @@ if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module 
         RouteCopy,
         RouteEntry,
         RoutesTable,
+        ScrapeReport,
         ServiceCopies,
         ServiceCopy,
         ServiceToken,
@@ -365,6 +367,8 @@ __all__ = [
     "limit_policy_from",
     "endpoint_limits",
     "LoadReport",
+    "CopyScrape",
+    "ScrapeReport",
     "MAX_HOLDINGS",
     "MemberRequest",
     "MemoryRow",

@@ -134,6 +134,22 @@ class OwnerTokenRequest(Payload):
     ttl_s: int = 7 * 24 * 3600
 
 
+MAX_SCRAPE_REPORT = 4096  # copies one endpoint proxy reports at once: far more than it routes to
+
+
+class CopyScrape(Payload):
+    """What one endpoint proxy last saw of a copy's /metrics, as ages on its own clock (the API's differs)."""
+
+    scraped_ago_s: float | None = Field(None, ge=0, le=1e9)  # since the last good scrape; None: never
+    failed_ago_s: float | None = Field(None, ge=0, le=1e9)  # since the last failed scrape or connect; None: none
+
+
+class ScrapeReport(Payload):
+    """Every copy an endpoint proxy routes to, and how fresh its figures are there (explain routing reads it)."""
+
+    copies: dict[str, CopyScrape] = Field(default_factory=dict, max_length=MAX_SCRAPE_REPORT)
+
+
 class LoadReport(Payload):
     requests: int = Field(ge=-INT64_MAX - 1, le=INT64_MAX)  # requests the endpoint proxy admitted since its last report
     copies: dict[str, CopyOutcomes] = {}  # how each copy answered them (a canary is judged on these)

@@ -34,6 +34,7 @@ from gateway.endpoint.load_report import LoadCounts, Outcome, report_forever
 from gateway.endpoint.pipeline import Pipeline
 from gateway.endpoint.proxy_request import ProxyRequest
 from gateway.endpoint.route_table import Route, build_route
+from gateway.endpoint.scrape_report import report_scrapes_forever
 from gateway.endpoint.token_identity import TokenIdentities
 from gateway.endpoint.upstream_headers import CallerHeaders
 from gateway.endpoint.usage import UsageMeter
@@ -65,6 +66,7 @@ class EndpointProxy:
         # and how each copy answered (a canary's health).
         self.load = LoadCounts()
         self._reporter: asyncio.Task[None] | None = None
+        self._scrape_reporter: asyncio.Task[None] | None = None
         self.metrics = metrics or ProxyMetrics()  # at /metrics for loopback callers (docs/operations.md)
         self.holds = Holds(api, lambda route: self.routes.get(route.id, route), self.look_again, self.metrics.woke)
         self.metrics.count_held(lambda: sum(self.holds.held.values()))
@@ -193,13 +195,15 @@ class EndpointProxy:
                 self._refresher = asyncio.create_task(self._refresh_forever())
                 self.scraper.start()
                 self._reporter = asyncio.create_task(report_forever(self.api, self.load))
+                self._scrape_reporter = asyncio.create_task(report_scrapes_forever(self.api, self._scrape_targets))
                 self.audit.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if self._refresher is not None:
                     self._refresher.cancel()
-                if self._reporter is not None:
-                    self._reporter.cancel()
+                for task in (self._reporter, self._scrape_reporter):
+                    if task is not None:
+                        task.cancel()
                 await self.scraper.aclose()
                 await self.audit.aclose()  # what waits is posted before the API client closes
                 await self.admission.aclose()

@@ -142,8 +142,13 @@ def _routing(context: ServerContext, endpoint: EndpointRow) -> RoutingExplanatio
         litellm_routed=None if routed is None else frozenset(routed), service=not pool.pool and not fronts_pool)
     copies = [explain_routing.PoolCopy(copy_id=r.copy_id, revision=r.revision, ready=r.ready, draining=r.draining)
               for r in context.store.replicas(endpoint.id)]
-    # No scrapes: the routers keep theirs (docs/explain.md, "not recorded at the control plane").
-    return explain_routing.explain_routing(known, copies, None, time.time())
+    now = time.time()
+    # What the endpoint proxies reported of each copy's /metrics within 30 s; LiteLLM picks its own copies and its
+    # scrapes are its own, and a copy no proxy reported is not judged on them (docs/explain.md).
+    reported = {} if fronts_pool else context.store.scrapes.of([c.copy_id for c in copies], now)
+    scrapes = {copy_id: explain_routing.Scrape(scraped_at=at, failed_at=failed)
+               for copy_id, (at, failed) in reported.items()} or None
+    return explain_routing.explain_routing(known, copies, scrapes, now)
 
 
 @router.get("/v1/explain/failure/{target_id}")

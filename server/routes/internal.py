@@ -31,6 +31,7 @@ from berth.contracts import (
     ResolvedSecret,
     ResolveRequest,
     RoutesTable,
+    ScrapeReport,
     ServiceCopies,
     ServiceCopy,
     ServiceToken,
@@ -185,6 +186,12 @@ async def report_load(endpoint_id: str, body: LoadReport, context: Context, _who
     # How each copy answered: bounded like the proxy's report, whatever a caller sends.
     copies = dict(list(body.copies.items())[:MAX_REPORTED_COPIES])
     await run_in_threadpool(context.store.outcomes.add, endpoint_id, copies)
+
+
+@router.put("/v1/internal/scrapes", status_code=204)
+async def report_scrapes(body: ScrapeReport, context: Context, _who: Admin) -> None:
+    """How fresh each copy's /metrics figures are at the reporting endpoint proxy (`berth explain routing`)."""
+    await run_in_threadpool(context.store.scrapes.report, body.copies)
 
 
 @router.post("/v1/internal/autoscaler")

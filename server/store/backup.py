@@ -88,6 +88,8 @@ LEFT_OUT = {
     "ready_copy_samples": "an endpoint's last hours of ready copies, stale by the time a restore runs",
     "events": "the cluster's event stream is history, not desired state, and kept only for its retention period: "
               "`berth events -o json` before a backup is its archive; the restored stack records its own",
+    "copy_scrapes": "how fresh each copy's figures were at the proxies in the last minutes, stale by the time a "
+                    "restore runs",
     "copy_spans": "usage history (GPU-seconds), not desired state: like the audit chain, the old store is its archive "
                   "(`berth usage -o csv` exports it); the restored pools' copies open spans of their own",
     "usage_budgets": "not in backup format 1 (adding a table is the format's next version): list them before "

@@ -29,6 +29,7 @@ from server import scheduler
 from server.store import copy_spans, fencing, schema
 from server.store.audit import AuditChain
 from server.store.copy_outcomes import CopyOutcomeStore
+from server.store.copy_scrapes import CopyScrapes
 from server.store.endpoint_history import EndpointHistoryStore
 from server.store.endpoint_tokens import EndpointTokens
 from server.store.events import EventLog
@@ -76,6 +77,7 @@ class Store:
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.load = LoadReports(self.session)
         self.outcomes = CopyOutcomeStore(self.session)  # a rollout's split and its copies' health
+        self.scrapes = CopyScrapes(self.session)  # how fresh each copy's figures are at the proxies (explain)
         self.audit = AuditChain(self.session)
         self.history = EndpointHistoryStore(self.session)  # an endpoint's recent minutes (the console's chart)
         self.endpoint_tokens = EndpointTokens(self.session)  # their ids, never the tokens; revoked ones

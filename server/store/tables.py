@@ -463,3 +463,15 @@ class UsageAlertRow(Base):
     period_start: Mapped[float] = mapped_column(Float, primary_key=True)
     figure: Mapped[str] = mapped_column(String(16), primary_key=True)  # "tokens" or "gpu_hours"
     at: Mapped[float] = mapped_column(Float)
+
+
+class CopyScrapeRow(Base):
+    """How fresh a copy's /metrics figures were at the endpoint proxy that last reported it (server/store/
+    copy_scrapes.py), on the API's clock: what `berth explain routing` judges staleness on. Rows unreported for an
+    hour are pruned."""
+
+    __tablename__ = "copy_scrapes"
+    copy_id: Mapped[str] = mapped_column(String(160), primary_key=True)
+    scraped_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    failed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    reported_at: Mapped[float] = mapped_column(Float, index=True)

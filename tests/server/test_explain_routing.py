@@ -30,7 +30,7 @@ def test_not_ready_and_draining_copies_are_out_and_the_rest_share_alike() -> Non
     assert {c.copy_id: (c.verdict, c.share_percent) for c in answer.copies} == {
         "c0": ("included", 50.0), "c1": ("not_ready", None), "c2": ("draining", None), "c3": ("included", 50.0)}
     assert answer.router == "endpoint_proxy" and answer.revision_shares == {1: 100.0}
-    assert answer.note is not None and "not recorded here" in answer.note  # no scrapes at the control plane
+    assert answer.note is not None and "is not known here" in answer.note  # no proxy reported its scrapes
     assert all(c.metrics_fresh is None for c in answer.copies)
 
 

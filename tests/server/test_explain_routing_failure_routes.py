@@ -4,14 +4,15 @@ and the refusals in one line (outside the scope: 404, as the endpoint and workfl
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from berth.api_client import ApiClient
-from berth.contracts import ReserveRequest
-from berth.errors import AuthenticationError, NotFoundError
+from berth.contracts import CopyScrape, ReserveRequest
+from berth.errors import AuthenticationError, NotFoundError, PermissionDeniedError
 from berth.security import Identity
 from catalog.entry import load_catalog
 from catalog.render import render, resolve_values
@@ -71,7 +72,7 @@ async def test_each_copy_is_included_or_excluded_with_its_reason(context: Server
         (f"{WF}.copy-0", 1, "included", 100.0), (f"{WF}.copy-1", 1, "draining", None),
         (f"{WF}.copy-2", 2, "revision_weight_0", None), (f"{WF}.copy-3", 1, "not_ready", None),
         (f"{WF}.copy-4", 1, "not_in_litellm", None)]
-    assert answer.note is not None and "not recorded here" in answer.note
+    assert answer.note is not None and "is not known here" in answer.note
 
 
 async def test_a_copys_ends_and_the_log_lines_its_reader_may_see(context: ServerContext) -> None:
@@ -108,3 +109,35 @@ async def test_outside_the_scope_nothing_is_there_and_no_token_is_refused(contex
         answer = await raw.get(f"/v1/explain/routing/{endpoint_id}",
                                headers={"Authorization": f"Bearer {context.signing.api_token(BOB)}"})
     assert answer.status_code == 404 and set(answer.json()) == {"detail", "code"} and "\n" not in answer.text
+
+
+async def test_the_proxies_reported_scrapes_exclude_stale_and_failed_copies(context: ServerContext) -> None:
+    """An endpoint proxy reports every copy's scrape ages (gateway/endpoint/scrape_report.py): explain routing
+    judges the copies of an endpoint-proxy pool on them; a report older than 30 s says nothing."""
+    entry = load_catalog()["GPT-OSS 20B"]
+    definition = render(entry, resolve_values(entry, {"Proxy": "false"}))
+    row, endpoint = new_rows(entry, definition, ALICE, "wf-direct")
+    context.store.add_workflow(row, definition.model_dump(mode="json"), endpoint)
+    copies = [f"wf-direct.copy-{index}" for index in range(4)]
+    for index, copy_id in enumerate(copies):
+        assert context.store.placements.reserve(ReserveRequest(workflow_id="wf-direct", copy_id=copy_id, nodes=1,
+                                                               gpus_per_node=0)).placement is not None
+        assert context.store.placements.publish("wf-direct", endpoint.id, copy_id, f"http://127.0.0.1:{9100 + index}",
+                                                True)
+    admin = Identity(user="root", groups=(), org="default", admin=True)
+    async with _client(context, admin) as api:
+        await api.report_scrapes({copies[0]: CopyScrape(scraped_ago_s=2.0),
+                                  copies[1]: CopyScrape(scraped_ago_s=45.0),
+                                  copies[2]: CopyScrape(scraped_ago_s=5.0, failed_ago_s=1.0)})
+    context.store.scrapes.report({copies[3]: CopyScrape(failed_ago_s=0.5)}, now=time.time() - 60)  # too old
+    async with _client(context, ALICE) as api:
+        answer = await api.explain_routing(endpoint.id)
+    verdicts = {c.copy_id: (c.verdict, c.metrics_fresh) for c in answer.copies}
+    assert verdicts == {copies[0]: ("included", True), copies[1]: ("metrics_stale", False),
+                        copies[2]: ("scrape_failed", False), copies[3]: ("included", None)}
+    stale = next(c for c in answer.copies if c.copy_id == copies[1])
+    assert stale.detail.startswith("last scraped 45 s ago") or stale.detail.startswith("last scraped 46 s ago")
+    assert answer.note is None or "is not known here" not in answer.note
+    async with _client(context, ALICE) as api:
+        with pytest.raises(PermissionDeniedError):
+            await api.report_scrapes({copies[0]: CopyScrape(scraped_ago_s=0.0)})  # only Berth's services report

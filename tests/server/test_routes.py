@@ -69,6 +69,8 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          ("DELETE", "/v1/policies/{kind}/{name}"), ("POST", "/v1/internal/workflows/{workflow_id}/scale-allowance"),
          # Issue 35: a Slurm cluster's nodes, read-only.
          ("GET", "/v1/slurm/nodes"),
+         # Issue 34: the endpoint proxies' scrapes of each copy, for explain routing.
+         ("PUT", "/v1/internal/scrapes"),
          # Issue 34: usage (GPU-seconds, requests, tokens) by key and period, and budgets per organization or group.
          ("GET", "/v1/usage"), ("GET", "/v1/usage/budgets"), ("PUT", "/v1/usage/budgets"),
          ("DELETE", "/v1/usage/budgets/{scope}/{name}/{period}")}
