@@ -5,12 +5,12 @@ set|list|remove`: token and GPU-hour budgets per organization or group (docs/usa
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from berth.usage_csv import csv_lines, utc
 from cli.audit import since_time
 from cli.common import Format, OutputOption, Rows, answer, call, console, emit_json, table
 
@@ -21,8 +21,6 @@ app = typer.Typer(help="GPU-hours, requests and tokens used, by user, group, org
 budget_app = typer.Typer(help="Token and GPU-hour budgets per organization or group (administrators).",
                          no_args_is_help=True)
 app.add_typer(budget_app, name="budget")
-FIGURES = ("gpu_seconds_reserved", "gpu_seconds_ready", "requests", "successes", "failures", "tokens_in",
-           "tokens_out")
 
 
 class UsageFormat(str, Enum):
@@ -75,17 +73,9 @@ def usage(context: typer.Context,
 
 
 def write_csv(report: UsageReport) -> None:
-    """A row per key and period: the key, the period's UTC bounds (ISO 8601) and every figure, GPU-seconds exact."""
-    import csv  # only for -o csv: every command's start imports this module
-
-    writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerow([report.by.value, "period_start", "period_end", *FIGURES])
-    for row in report.rows:
-        writer.writerow([row.key, utc(row.period_start), utc(row.period_end), *(getattr(row, f) for f in FIGURES)])
-
-
-def utc(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    """A row per key and period, the console's CSV download's columns (berth/usage_csv.py)."""
+    for line in csv_lines(report):
+        sys.stdout.write(line)
 
 
 def _cells(figures: UsageFigures) -> dict[str, object]:

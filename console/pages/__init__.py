@@ -16,9 +16,10 @@ from console.pages import (
     people,
     secrets,
     signin,
+    usage,
     workflows,
 )
 
 PAGES: tuple[APIRouter, ...] = (signin.router, catalog.router, workflows.router, endpoints.router,
                                 endpoint_history.router, nodes.router, capacity.router, models.router, keys.router,
-                                secrets.router, people.router, events.router)
+                                secrets.router, people.router, events.router, usage.router)

@@ -1,8 +1,8 @@
 """The console's charts in a real browser (console/static/charts.js under the console's CSP): the capacity page's
-bars and the endpoint page's lines are drawn as SVG, with legends, axes and tooltips, a window with nothing recorded
-says so, an htmx refresh draws the new part's charts again, and the page reports no error. The API is served in
-process on loopback (no Temporal, no stack: the charts need only the store's figures), with chromium from
-conftest.py."""
+bars, the endpoint page's lines and the usage page's lines are drawn as SVG, with legends, axes and tooltips, a
+window with nothing recorded says so, an htmx refresh draws the new part's charts again, and the page reports no
+error. The API is served in process on loopback (no Temporal, no stack: the charts need only the store's figures),
+with chromium from conftest.py."""
 
 from __future__ import annotations
 
@@ -40,9 +40,11 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, s
     records = []
     for index in range(30):
         at = minute * 60.0 + index
-        records += [AuditRecord(at=at, phase=AuditPhase.ATTEMPT, request_id=f"r{index}", endpoint_id=endpoint_id),
+        records += [AuditRecord(at=at, phase=AuditPhase.ATTEMPT, request_id=f"r{index}", endpoint_id=endpoint_id,
+                                user="bob"),
                     AuditRecord(at=at + 0.5, phase=AuditPhase.SUCCESS, request_id=f"r{index}", status=200,
-                                latency_ms=50.0 + 10 * index, endpoint_id=endpoint_id)]
+                                latency_ms=50.0 + 10 * index, endpoint_id=endpoint_id, user="bob", tokens_in=2,
+                                tokens_out=3)]
     context.store.audit.append_batch(AuditBatch.of("proxy-1", 1, records))
     with served_app(context) as url:
         yield url + "/ui", user_token(context, "bob"), endpoint_id
@@ -95,4 +97,24 @@ def test_the_endpoint_page_draws_its_last_hour(
     expect(latency.locator("circle.dot.tone-warn title")).to_contain_text("p99: ")
     expect(page.locator("#chart-copies svg text.empty")).to_have_text("nothing recorded in this window")
     shot(page, tmp_path, "endpoint")
+    assert errors == []
+
+
+def test_the_usage_page_draws_bobs_requests_and_tokens(
+        browser_context: BrowserContext, site: tuple[str, str, str], tmp_path: Path) -> None:
+    page = _signed_in(browser_context, site[0], site[1])
+    errors = console_errors(page)
+    page.locator("nav").get_by_role("link", name="Usage").click()
+    form = page.locator("form#usage-filter")
+    form.locator("select[name=period]").select_option("hour")
+    form.locator("input[name=since]").fill("1h")  # the busy minute, on a short axis (by default: this UTC month)
+    form.get_by_role("button", name="Show").click()
+    requests = page.locator("#chart-usage-requests svg[role=img]")
+    expect(requests).to_have_attribute("aria-label", "Requests")
+    expect(requests.locator("text.legend")).to_have_text(["bob"])  # bob's own usage, and nobody else's
+    expect(requests.locator("circle.dot title").first).to_contain_text("bob: ")
+    expect(page.locator("#chart-usage-tokens svg circle.dot")).not_to_have_count(0)
+    expect(page.locator("#usage-total td").nth(3)).to_have_text("30")  # requests: the busy minute's 30
+    expect(page.locator("#usage-csv")).to_have_attribute("href", "/ui/usage.csv?by=user&period=hour&since=1h")
+    shot(page, tmp_path, "usage")
     assert errors == []

@@ -22,7 +22,7 @@ from tests.support import RunningStack, free_port_base
 pytestmark = pytest.mark.browser
 ENTRY = "GPT-OSS 20B"
 # Opened as they are, each with a screenshot.
-PAGES = ("nodes", "capacity", "events", "secrets", "users", "models", "keys")
+PAGES = ("nodes", "capacity", "events", "usage", "secrets", "users", "models", "keys")
 
 
 @pytest.fixture(scope="module")
