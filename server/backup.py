@@ -91,22 +91,24 @@ async def _restart(context: ServerContext, client: Client, workflow: BackupWorkf
                                 url=endpoint_url(context, workflow.endpoint_id))
     if workflow.stop_requested or not has_endpoint:
         return restored.model_copy(update={"note": "it was stopped before the backup; not started"})
-    definition, owner = await run_in_threadpool(_latest, context, workflow)
+    definition, revision, owner = await run_in_threadpool(_latest, context, workflow)
     try:
         await start_pool(context, client, workflow.id, workflow.endpoint_id, definition, owner,
-                         conflict=WorkflowIDConflictPolicy.USE_EXISTING)
+                         conflict=WorkflowIDConflictPolicy.USE_EXISTING, revision=revision)
     except RPCError as error:
         return restored.model_copy(update={"note": f"Temporal refused to start it ({error.message})"})
     return restored.model_copy(update={"started": True})
 
 
-def _latest(context: ServerContext, workflow: BackupWorkflow) -> tuple[WorkflowDefinition, Identity]:
-    """The definition a restored pool starts from, its latest revision's (what its owner last asked for; the pool
-    counts revisions from 1 again), and its owner as the store knows them now."""
+def _latest(context: ServerContext, workflow: BackupWorkflow) -> tuple[WorkflowDefinition, int, Identity]:
+    """The definition a restored pool starts from and its number, its latest revision's (what its owner last asked
+    for; the pool serves it under that number, so the next rollout follows the revisions kept), and its owner as the
+    store knows them now."""
     row = context.store.workflow(workflow.id)
-    definition = WorkflowDefinition.model_validate(context.store.revisions.latest(row).definition)
+    latest = context.store.revisions.latest(row)
+    definition = WorkflowDefinition.model_validate(latest.definition)
     try:
         owner = context.store.identity(row.owner)
     except NotFoundError:  # a workflow outlives its owner's user row: it still runs as them
         owner = Identity(user=row.owner, org=row.org)
-    return definition, owner
+    return definition, latest.revision, owner

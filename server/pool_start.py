@@ -23,13 +23,14 @@ if TYPE_CHECKING:
 
 async def start_pool(context: ServerContext, client: Client, workflow_id: str, endpoint_id: str,
                      definition: WorkflowDefinition, owner: Identity,
-                     conflict: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL) -> None:
-    """Start `workflow_id`'s PoolWorkflow; `conflict` USE_EXISTING: one already running under the ID is kept."""
+                     conflict: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL, revision: int = 1) -> None:
+    """Start `workflow_id`'s PoolWorkflow serving `revision` (a restore: the workflow's latest); `conflict`
+    USE_EXISTING: one already running under the ID is kept."""
     unsigned = PoolInput(workflow_id=workflow_id, endpoint_id=endpoint_id,
                          endpoint_url=endpoint_url(context, endpoint_id),
                          owner=Owner(user=owner.user, groups=owner.groups, org=owner.org),
                          definition=definition, timings=copy_timings(context),
-                         placement_backend=context.settings.placement_backend)
+                         placement_backend=context.settings.placement_backend, revision=revision)
     # The control worker runs only an input the API signed (node agents hold no signing key).
     grant = context.signing.workflow_grant(owner.user, workflow_id, unsigned.digest())
     await client.start_workflow(PoolWorkflow.run, unsigned.model_copy(update={"grant": grant}), id=workflow_id,

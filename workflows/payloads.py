@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -58,6 +58,9 @@ class PoolInput(Payload):
     # Who places the copies (the cluster's setting when the workflow started): Berth's node agents (CopyWorkflow)
     # or Slurm, each copy one job (SlurmCopyWorkflow, issue 35). Histories from before it read "berth".
     placement_backend: Literal["berth", "slurm"] = "berth"
+    # The revision the pool starts serving: 1 for a start; a restored workflow's latest (server/backup.py), so that its
+    # next rollout is numbered after the revisions the store keeps. Histories from before it read 1.
+    revision: Annotated[int, Field(ge=1)] = 1
     # Set only by the workflow itself when it continues as new (so outside the signed part): the pool it carries.
     carry: PoolCarry | None = None
 

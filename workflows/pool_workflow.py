@@ -214,6 +214,7 @@ class PoolWorkflow:
             model_dir = carry.model_dir
         else:
             await self._authorize(input)
+            self.state.revision = input.revision  # 1, or the latest revision of a restored workflow
             self.state.event("submitted", f"{definition.entry} submitted by {input.owner.user}")
             front, model_dir = self.front.begin(input), ""
         try:

@@ -143,7 +143,7 @@ async def test_a_backup_restores_into_a_fresh_control_plane(populated: Populated
     [(started_id, pool, conflict)] = fresh._temporal.starts  # type: ignore[union-attr]
     assert (started_id, pool.endpoint_id, pool.endpoint_url, pool.owner.user) == (
         populated.workflow_id, populated.endpoint_id, url, "alice")
-    assert pool.definition.pool.max_replicas == 3  # its latest revision
+    assert pool.definition.pool.max_replicas == 3 and pool.revision == 2  # its latest revision, under its number
     assert conflict.name == "USE_EXISTING"  # a pool Temporal still runs is adopted
     grant = fresh.verifier.verify(pool.grant, WORKFLOW_INPUT_AUDIENCE)
     assert grant["digest"] == pool.digest()

@@ -75,11 +75,13 @@ class Harness:
     inputs: dict[str, PoolInput] = field(default_factory=dict)  # workflow id → what it was started with
 
     async def start(self, definition: WorkflowDefinition, timings: CopyTimings = TIMINGS,
-                    placement_backend: Literal["berth", "slurm"] = "berth") -> WorkflowHandle[Any, Any]:
+                    placement_backend: Literal["berth", "slurm"] = "berth",
+                    revision: int = 1) -> WorkflowHandle[Any, Any]:
         """Start a PoolWorkflow as the API does: on the control queue, its input signed."""
         workflow_id = f"pool-{uuid.uuid4().hex[:8]}"
         unsigned = PoolInput(workflow_id=workflow_id, endpoint_id=f"ep-{uuid.uuid4().hex[:10]}", owner=OWNER,
-                             definition=definition, timings=timings, placement_backend=placement_backend)
+                             definition=definition, timings=timings, placement_backend=placement_backend,
+                             revision=revision)
         grant = self.signing.workflow_grant(OWNER.user, workflow_id, unsigned.digest())
         signed = unsigned.model_copy(update={"grant": grant})
         handle = await self.client.start_workflow(PoolWorkflow.run, signed, id=workflow_id,
