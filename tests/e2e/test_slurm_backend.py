@@ -1,7 +1,8 @@
 """Berth on a Slurm cluster, end to end (issue 35): a stack whose placement backend is Slurm (BERTH_PLACEMENT_BACKEND)
-over the session's one-machine cluster. "GPT-OSS 20B" starts with the engine simulator as the rank command, its copy
-one Slurm job that `squeue` shows; the endpoint answers a chat; a rank killed ends the job and a new job serves in
-its place; a stop leaves `squeue` empty of the workflow's jobs."""
+over the session's one-machine cluster, its store on a real PostgreSQL. "GPT-OSS 20B" starts with the engine
+simulator as the rank command, its copy one Slurm job that `squeue` shows; the endpoint answers a chat; a rank killed
+ends the job and a new job serves in its place; a stop leaves `squeue` empty of the workflow's jobs; a copy Slurm
+would never run is refused at submission; a control worker killed while the job runs takes it back."""
 
 from __future__ import annotations
 
@@ -14,24 +15,33 @@ from pathlib import Path
 import httpx
 import pytest
 
+from stack.postgres import remove_instance, start_instance
 from tests.slurm_cluster import SLURM_GROUP, SlurmCluster
 from tests.support import RunningStack, free_port_base, wait_for
 
-pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group(SLURM_GROUP), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slurm, pytest.mark.postgres, pytest.mark.xdist_group(SLURM_GROUP),
+              pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
 def slurm_stack(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
-    # A node agent still runs the weights step and the fronts; every copy goes to Slurm.
+    """A node agent still runs the weights step and the fronts; every copy goes to Slurm. The store is a real
+    PostgreSQL (stack/postgres.py): these scenarios run on it, as a site's control plane would."""
+    tmp = Path(tmp_path_factory.mktemp("slurm-stack"))
+    postgres = start_instance(tmp)
     settings = {"BERTH_PLACEMENT_BACKEND": "slurm", "BERTH_SLURM_CONF": str(slurm_cluster.conf),
                 "BERTH_SLURM_PARTITION": "gpu", "BERTH_SLURM_SHARED_DIR": str(slurm_cluster.root / "shared"),
-                "BERTH_SLURM_ENGINE": "simulator", "BERTH_REPLACE_BACKOFF_S": "0.5"}
-    stack = RunningStack(state_dir=Path(tmp_path_factory.mktemp("slurm-stack")) / "state",
-                         port_base=free_port_base(), nodes=1, simulate_gpus="1x80GB", extra_env=settings).start()
+                "BERTH_SLURM_ENGINE": "simulator", "BERTH_REPLACE_BACKOFF_S": "0.5",
+                "BERTH_DATABASE_URL": postgres.create_database()}
     try:
-        yield stack
+        stack = RunningStack(state_dir=tmp / "state", port_base=free_port_base(), nodes=1, simulate_gpus="1x80GB",
+                             extra_env=settings).start()
+        try:
+            yield stack
+        finally:
+            stack.stop()
     finally:
-        stack.stop()
+        remove_instance(postgres, tmp)
 
 
 def _berth_jobs(cluster: SlurmCluster, workflow_id: str) -> list[list[str]]:
@@ -50,6 +60,7 @@ def _chat(url: str, token: str) -> str:
 def test_a_copy_is_a_slurm_job_that_serves_heals_as_a_new_job_and_stops(slurm_stack: RunningStack,
                                                                           slurm_cluster: SlurmCluster) -> None:
     stack = slurm_stack
+    assert stack.env["BERTH_DATABASE_URL"].startswith("postgresql+psycopg://")  # the store on PostgreSQL
     workflow_id = stack.start_entry("GPT-OSS 20B", "Proxy=false,ReplaceFailedCopies=2")
     info = stack.wait_phase(workflow_id, {"ready"}, timeout=120)
     (job,) = _berth_jobs(slurm_cluster, workflow_id)
