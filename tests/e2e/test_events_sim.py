@@ -1,5 +1,6 @@
-"""The event stream on the shared simulated stack, through the real CLI, API, Temporal and node agents: a scripted
-start → ready → scale → stop records each step in order — workflow.started, copy.placed, copy.ready,
+"""The event stream on the shared simulated stack, through the real CLI, API, Temporal and node agents (and, on the
+same ready copy, explain routing judging it on the endpoint proxy's scrape report): a scripted start → ready →
+scale → stop records each step in order — workflow.started, copy.placed, copy.ready,
 workflow.scaled, workflow.stopped and copy.stopped (the copy's workflow says it ended on request); the nodes' joins
 are there for everyone, and another user sees none of the workflow's events."""
 
@@ -33,6 +34,7 @@ def test_a_start_ready_scale_stop_as_events(sim_stack: RunningStack) -> None:
     workflow_id = sim_stack.start_entry(
         "vLLM", f"Model=hf://{MODEL},GpusPerNode=1,Proxy=false,MaxReplicas=2,Scope=user")
     wait_for(lambda: "copy.ready" in _kinds(sim_stack, workflow_id), 60, "copy.ready recorded")
+    _judged_fresh_by_explain_routing(sim_stack, workflow_id)  # the same ready copy: no second start for it
     sim_stack.cli("workflow", "scale", workflow_id, "--replicas", "2")
     wait_for(lambda: _kinds(sim_stack, workflow_id).count("copy.ready") == 2, 120, "the second copy.ready")
     sim_stack.cli("workflow", "stop", workflow_id)
@@ -57,3 +59,18 @@ def test_a_start_ready_scale_stop_as_events(sim_stack: RunningStack) -> None:
     # Not one event of the workflow (scope user), not even its copy on a node's line; the nodes' joins, yes.
     assert not [e for e in theirs if workflow_id in f"{e['workflow_id']} {e['copy_id']} {e['message']}"]
     assert {e["node_id"] for e in theirs if e["kind"] == "node.joined"} == nodes
+
+
+def _judged_fresh_by_explain_routing(stack: RunningStack, workflow_id: str) -> None:
+    """Explain routing judges the ready copy on the real endpoint proxy's scrape report (gateway/endpoint/
+    scrape_report.py, every 5 s): fresh, included, and no note that freshness is unknown. Here, on this module's
+    workflow, so that the shared stack starts one copy fewer."""
+    endpoint_id = stack.endpoint(workflow_id)["id"]
+
+    def judged() -> dict[str, Any] | None:
+        answer: dict[str, Any] = stack.api("GET", f"/v1/explain/routing/{endpoint_id}").json()
+        copies = answer.get("copies", [])
+        return answer if copies and all(c["metrics_fresh"] is not None for c in copies) else None
+    answer = wait_for(judged, 60, "the proxy's scrape report to reach the control plane")
+    assert [(c["verdict"], c["metrics_fresh"]) for c in answer["copies"]] == [("included", True)]
+    assert not answer.get("note") or "is not known here" not in answer["note"]
