@@ -22,6 +22,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 import rank
+from activities.health import until_hung
 from activities.ranks import engine_command
 from activities.slurm_job_files import engine_environment_for, job_description, rank_argvs, write_job_dir
 from activities.vllm_command import engine_defaults
@@ -33,7 +34,7 @@ from berth.slurm.commands import SlurmCommands, SlurmRefused
 from berth.slurm.job_script import CopyJob, job_name, launcher_argv, render
 from workflows import activity_stubs as stubs
 from workflows.activity_stubs import implements
-from workflows.payloads import CopyInput, RankExit
+from workflows.payloads import CopyInput, HealthCheck, RankExit
 from workflows.slurm_payloads import SlurmCopyEnd, SlurmJobRef, SlurmJobView, SlurmReadyCheck
 
 POLL_S = 1.0  # squeue at most this often per copy: a cluster's controller serves every user's commands
@@ -169,6 +170,19 @@ class SlurmCopyActivities:
         signal = f", signal {finished.signal}" if finished and finished.signal else ""
         return SlurmCopyEnd(state=state, failure=failure,
                             message=f"Slurm job {job.job_id} ended {state}{where}{status}{signal}")
+
+    @implements(stubs.watch_slurm_copy_health)
+    async def watch_slurm_copy_health(self, check: HealthCheck) -> str:
+        """Probe rank 0's /health as a livenessProbe (activities/health.py, as on Berth's nodes) until it is hung;
+        why. Heartbeats each second while it stays healthy."""
+        probing = asyncio.ensure_future(until_hung(check))
+        try:
+            while not probing.done():
+                activity.heartbeat()
+                await asyncio.wait([probing], timeout=1.0)
+            return probing.result()
+        finally:
+            probing.cancel()
 
     @implements(stubs.cancel_slurm_copy)
     async def cancel_slurm_copy(self, job: SlurmJobRef) -> None:

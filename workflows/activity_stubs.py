@@ -48,6 +48,7 @@ from workflows.payloads import (
     FrontExit,
     FrontInput,
     FrontRun,
+    HealthCheck,
     LiveCheck,
     PoolInput,
     RankExit,
@@ -268,6 +269,11 @@ async def watch_slurm_copy(job: SlurmJobRef) -> SlurmCopyEnd:
 
 
 @activity.defn
+async def watch_slurm_copy_health(check: HealthCheck) -> str:
+    raise _stub()
+
+
+@activity.defn
 async def cancel_slurm_copy(job: SlurmJobRef) -> None:
     raise _stub()
 
@@ -279,7 +285,8 @@ CONTROL_ACTIVITIES: tuple[Callable[..., Awaitable[Any]], ...] = (
     load_model_job, report_model_state, use_model, release_models,
 )
 SLURM_ACTIVITIES: tuple[Callable[..., Awaitable[Any]], ...] = (
-    submit_slurm_copy, slurm_copy_state, wait_slurm_copy_ready, watch_slurm_copy, cancel_slurm_copy,
+    submit_slurm_copy, slurm_copy_state, wait_slurm_copy_ready, watch_slurm_copy, watch_slurm_copy_health,
+    cancel_slurm_copy,
 )
 NODE_ACTIVITIES: tuple[Callable[..., Awaitable[Any]], ...] = (
     run_rank, adopt_rank, wait_ready, download_weights, delete_ephemeral_volume,

@@ -19,7 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import activity_stubs as stubs
     from workflows.authorized import require_authorized
     from workflows.copy_reports import ParentReports
-    from workflows.payloads import CopyInfo, CopyInput, CopyResult, CopyStatus, Event
+    from workflows.payloads import CopyInfo, CopyInput, CopyResult, CopyStatus, Event, HealthCheck, RankExit
     from workflows.slurm_payloads import SlurmCopyEnd, SlurmJobRef, SlurmJobView, SlurmReadyCheck
 
 SHORT = timedelta(seconds=60)
@@ -165,7 +165,7 @@ class SlurmCopyWorkflow:
                 self.url, self.nodes = view.url, view.nodes
                 self.status, self.detail = CopyStatus.READY, f"serving at {view.url} (Slurm job {job.job_id})"
                 self._tell_parent("copy_ready", f"{input.copy_id} is ready at {view.url}")
-                return True, await watch
+                return True, await self._live(input, view, watch)
             if watch.done():
                 return False, watch.result()
             reason = _cause(ready.exception())
@@ -175,6 +175,32 @@ class SlurmCopyWorkflow:
                 if not task.done():
                     task.cancel()
             await workflow.wait([ready, watch])
+
+    async def _live(self, input: CopyInput, view: SlurmJobView,
+                    watch: workflow.ActivityHandle[SlurmCopyEnd]) -> SlurmCopyEnd:
+        """Until the job ends or, as a Kubernetes livenessProbe would say, rank 0's engine is hung (alive, its
+        /health unanswered `health_failures_to_fail` times in a row): then the copy ends as a unit, as on Berth's own
+        nodes, and its pool places it again as a new job."""
+        timings = input.timings
+        if timings.health_check_interval_s <= 0 or view.url is None:
+            return await watch
+        check = HealthCheck(url=view.url, copy_id=input.copy_id, interval_s=timings.health_check_interval_s,
+                            timeout_s=timings.health_check_timeout_s, failures_to_fail=timings.health_failures_to_fail)
+        health = workflow.start_activity(stubs.watch_slurm_copy_health, check, task_queue=CONTROL_TASK_QUEUE,
+                                         start_to_close_timeout=timedelta(days=3650),
+                                         heartbeat_timeout=WATCH_HEARTBEAT, retry_policy=RETRY)
+        try:
+            await workflow.wait([watch, health], return_when=asyncio.FIRST_COMPLETED)
+            if watch.done():
+                return watch.result()
+            hung = health.result()
+            node = view.nodes[0] if view.nodes else "its node"
+            return SlurmCopyEnd(state="UNHEALTHY", message=f"rank 0's engine is hung: {hung}",
+                                failure=RankExit(rank=0, node_id=node, reason="unhealthy", note=hung))
+        finally:
+            if not health.done():
+                health.cancel()
+                await workflow.wait([health])
 
     async def _watch(self, job: SlurmJobRef) -> SlurmCopyEnd:
         return await workflow.execute_activity(

@@ -20,7 +20,7 @@ from activities.slurm_copies import SlurmCopyActivities, failed_rank, for_cluste
 from berth.security import ReplicaKeys
 from catalog.definition import EngineSpec
 from tests.slurm_cluster import SLURM_GROUP, SlurmCluster
-from workflows.payloads import CopyInput
+from workflows.payloads import CopyInput, HealthCheck
 from workflows.slurm_payloads import SlurmReadyCheck
 
 pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group(SLURM_GROUP), pytest.mark.timeout(180)]
@@ -80,3 +80,28 @@ def test_srun_names_the_rank_that_ended_the_job() -> None:
     exited = failed_rank("starting\nsrun: error: gpu07: task 3: Exited with exit code 2\nsrun: Terminating")
     assert exited is not None and (exited.rank, exited.node_id, exited.exit_code) == (3, "gpu07", 2)
     assert failed_rank("all good") is None
+
+
+async def test_a_hung_engine_is_called_hung_by_its_liveness_probe(slurm: SlurmCopyActivities) -> None:
+    env = ActivityEnvironment()
+    job = await env.run(slurm.submit_slurm_copy, _copy("wf-s4", nodes=1))
+    try:
+        view = await env.run(slurm.wait_slurm_copy_ready, SlurmReadyCheck(job=job, url="", model_id="tiny", nodes=1,
+                                                                          timeout_s=60))
+        assert view.url is not None
+        check = HealthCheck(url=view.url, copy_id="wf-s4.copy-0", interval_s=0.1, timeout_s=0.5, failures_to_fail=2)
+        beats = asyncio.Queue[object]()
+        env.on_heartbeat = lambda *details: beats.put_nowait(details)
+        probing = asyncio.ensure_future(env.run(slurm.watch_slurm_copy_health, check))
+        for _ in range(2):  # its second heartbeat comes a second in: by then its probes (every 0.1 s) were answered
+            await asyncio.wait_for(beats.get(), 10)
+        assert not probing.done()
+        engine = json.loads((Path(job.job_dir) / "rank-0.json").read_text())["pid"]
+        os.kill(engine, signal.SIGSTOP)  # alive, answering nothing
+        try:
+            hung = await asyncio.wait_for(probing, 30)
+        finally:
+            os.kill(engine, signal.SIGCONT)
+        assert hung.startswith("/health failed 2 times in a row (timeout after 0.5 s)")
+    finally:
+        await env.run(slurm.cancel_slurm_copy, job)

@@ -14,7 +14,7 @@ from temporalio.exceptions import ApplicationError
 
 from workflows import activity_stubs as stubs
 from workflows.activity_stubs import implements
-from workflows.payloads import CopyInput, RankExit
+from workflows.payloads import CopyInput, HealthCheck, RankExit
 from workflows.slurm_payloads import SlurmCopyEnd, SlurmJobRef, SlurmJobView, SlurmReadyCheck
 
 HEARTBEAT_EVERY_S = 0.1
@@ -34,6 +34,7 @@ class FakeSlurm:
     start_at_once: bool = False  # jobs run as soon as submitted (no pending)
     refuse: str | None = None  # sbatch refuses every job with this line
     jobs: dict[str, FakeJob] = field(default_factory=dict)  # by copy id
+    hung: dict[str, str] = field(default_factory=dict)  # copy id → why its engine's /health stopped answering
     calls: list[tuple[str, Any]] = field(default_factory=list)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
 
@@ -94,6 +95,14 @@ class FakeSlurm:
             await asyncio.sleep(HEARTBEAT_EVERY_S)
         return end
 
+    @implements(stubs.watch_slurm_copy_health)
+    async def watch_slurm_copy_health(self, check: HealthCheck) -> str:
+        self.calls.append(("watch_slurm_copy_health", check))
+        while check.copy_id not in self.hung:
+            activity.heartbeat()
+            await asyncio.sleep(HEARTBEAT_EVERY_S)
+        return self.hung[check.copy_id]
+
     @implements(stubs.cancel_slurm_copy)
     async def cancel_slurm_copy(self, job: SlurmJobRef) -> None:
         self.calls.append(("cancel_slurm_copy", job))
@@ -104,4 +113,4 @@ class FakeSlurm:
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self.submit_slurm_copy, self.slurm_copy_state, self.wait_slurm_copy_ready, self.watch_slurm_copy,
-                self.cancel_slurm_copy]
+                self.watch_slurm_copy_health, self.cancel_slurm_copy]

@@ -9,7 +9,7 @@ import pytest
 
 from tests.workflows.fake_cluster import FakeCluster
 from tests.workflows.fake_slurm import FakeSlurm
-from tests.workflows.harness import Harness, copy_ids, event_kinds, pool_definition
+from tests.workflows.harness import TIMINGS, Harness, copy_ids, event_kinds, pool_definition
 from workflows.payloads import CopyStatus, Phase, RankEnd
 
 pytestmark = pytest.mark.timeout(120)
@@ -74,3 +74,23 @@ async def test_a_job_slurm_refuses_fails_the_copy_with_slurms_words(harness: Har
                                      placement_backend="slurm")
         status = await harness.wait_status(handle, lambda s: s.phase is Phase.FAILED, "the pool failed")
         assert any(line in e.message for e in status.events if e.kind == "copy_failed")
+
+
+async def test_a_hung_engine_ends_its_job_and_a_new_job_serves_in_its_place(harness: Harness) -> None:
+    """A livenessProbe as on Berth's nodes: rank 0's /health unanswered ends the copy as a unit (its job cancelled)."""
+    slurm, cluster = FakeSlurm(start_at_once=True), FakeCluster(nodes=[])
+    async with harness.running(cluster, slurm=slurm):
+        handle = await harness.start(pool_definition(min_replicas=1, replace_failed_copies=1),
+                                     TIMINGS.model_copy(update={"health_check_interval_s": 0.1}),
+                                     placement_backend="slurm")
+        first, second = f"{handle.id}.copy-0", f"{handle.id}.copy-1"
+        await harness.wait_status(handle, lambda s: copy_ids(s) == {first}, "copy-0 ready")
+        [check] = slurm.called("watch_slurm_copy_health")
+        assert check.url == f"http://sn0:{20000 + slurm.jobs[first].ref.job_id}" and check.interval_s == 0.1
+        slurm.hung[first] = "/health failed 3 times in a row (timeout after 2 s)"
+        status = await harness.wait_status(handle, lambda s: copy_ids(s) == {second}, "copy-1 serving instead")
+        failed = next(e for e in status.events if e.kind == "copy_failed")
+        assert failed.ended == RankEnd(rank=0, node_id="sn0", reason="unhealthy")
+        assert "rank 0's engine is hung: /health failed 3 times in a row" in failed.message
+        assert slurm.jobs[first].state == "CANCELLED"  # no rank of it outlives the copy
+        await harness.stop(handle)
