@@ -32,6 +32,7 @@ from berth.security import ReplicaKeys
 from berth.settings.slurm import SlurmSettings
 from berth.slurm.commands import SlurmCommands, SlurmRefused
 from berth.slurm.job_script import CopyJob, job_name, launcher_argv, render
+from catalog.definition import SlurmPick
 from workflows import activity_stubs as stubs
 from workflows.activity_stubs import implements
 from workflows.payloads import CopyInput, HealthCheck, RankExit
@@ -82,6 +83,15 @@ class SlurmCopyActivities:
                                    "mounts at the same path.", type="SlurmNotConfigured", non_retryable=True)
         return Path(shared) / "jobs" / copy_id
 
+    def _picked(self, copy: CopyInput) -> SlurmPick:
+        """The values' partition, account and time limit, checked again against the cluster's settings: they may
+        have changed since the workflow was submitted (then the copy fails with the line, as a refused sbatch)."""
+        pick = copy.slurm or SlurmPick()
+        refusal = self.commands.settings.pick_refusal(pick.partition, pick.account, pick.time_limit)
+        if refusal is not None:
+            raise ApplicationError(refusal, type="SlurmRefused", non_retryable=True)
+        return pick
+
     @implements(stubs.submit_slurm_copy)
     async def submit_slurm_copy(self, copy: CopyInput) -> SlurmJobRef:
         job_dir = self._job_dir(copy.copy_id)
@@ -91,6 +101,7 @@ class SlurmCopyActivities:
         for queued in await self.commands.queue(name_prefix=name):
             if queued.name == name and (queued.pending or queued.running):
                 return SlurmJobRef(copy_id=copy.copy_id, job_id=queued.job_id, job_dir=str(job_dir), adopted=True)
+        picked = self._picked(copy)
         argvs = rank_argvs(self.engine_command, copy.copy_id, copy.workflow_id, copy.engine, copy.nodes,
                            copy.gpus_per_node, copy.model_dir)
         environment = engine_environment_for(copy.engine, self.inherited)
@@ -98,7 +109,8 @@ class SlurmCopyActivities:
                                       self.commands.settings.node_address, copy.engine.startup_timeout_s)
         await asyncio.to_thread(_fresh_job_dir, job_dir, description, self.replica_keys.for_copy(copy.copy_id))
         job = CopyJob(copy_id=copy.copy_id, nodes=copy.nodes, gpus_per_node=copy.gpus_per_node,
-                      job_dir=str(job_dir), launcher=self.launcher)
+                      job_dir=str(job_dir), launcher=self.launcher, partition=picked.partition,
+                      account=picked.account, time_limit=picked.time_limit)
         options, script = render(job, self.commands.settings)
         try:
             job_id = await self.commands.submit(options, script, self.inherited)

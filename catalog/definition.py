@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -11,6 +11,7 @@ from pydantic_core import PydanticCustomError
 from berth.child_environment import user_environment_problem
 from berth.kinds import SERVICE_ENTRIES, ProcessKind
 from berth.scopes import Scope
+from berth.settings.slurm import SLURM_TIME
 from catalog.limits import check_exec_size
 
 SECRET_REF = re.compile(r"^secret://(user|group|organization)/[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -84,6 +85,16 @@ class EngineSpec(Frozen):
         return self
 
 
+class SlurmPick(Frozen):
+    """What a workflow's values chose for its copies' Slurm jobs (issue 35), each checked against what the cluster
+    lets a workflow pick (berth/settings/slurm.py) at submission and again at each job's submission; empty: the
+    cluster's setting."""
+
+    partition: Annotated[str, Field(pattern=r"^([A-Za-z0-9_.+-]{1,64})?$")] = ""
+    account: Annotated[str, Field(pattern=r"^([A-Za-z0-9_.+-]{1,64})?$")] = ""
+    time_limit: Annotated[str, Field(pattern=rf"{SLURM_TIME}|^$")] = ""
+
+
 class ReplicaSpec(Frozen):
     """One copy of the model: `nodes` ranks × `gpus_per_node` GPUs, at most one rank per node."""
 
@@ -91,6 +102,8 @@ class ReplicaSpec(Frozen):
     gpus_per_node: int = Field(1, ge=0)
     gpu_memory_gb: float = Field(0, ge=0, description="Memory each GPU must have")
     engine: EngineSpec
+    slurm: SlurmPick | None = Field(None, description="Where Slurm places copies: the values' partition, account "
+                                    "and time limit (None: the cluster's settings)")
 
 
 # `ReplaceFailedCopies=auto`: every pool re-places this many failed copies in a row (a copy becoming ready

@@ -17,7 +17,7 @@ import console
 from berth.api_keys import KeyHasher
 from berth.errors import BerthError
 from berth.security import Cipher, ReplicaKeys, SigningKey, TokenVerifier
-from berth.settings import ClusterSettings, StateLayout, admin_user, key_hmac_secret_file, limit_policy
+from berth.settings import ClusterSettings, SlurmSettings, StateLayout, admin_user, key_hmac_secret_file, limit_policy
 from server import control_metrics, refusals, request_limits, scheduler
 from server.context import ServerContext
 from server.model_jobs import evict_model_cache, start_model_job
@@ -47,6 +47,9 @@ def build_context(state_dir: Path, temporal_address: str, database_url: str | No
                          tokens=TokenRegistry(store, settings.token_revocation_refresh_s),
                          replica_keys=ReplicaKeys.load_or_create(state.keys),
                          api_keys=ApiKeys(store, hasher), limits=limits,
+                         # An invalid Slurm setting stops a Slurm cluster's API in one line, at start.
+                         slurm=SlurmSettings.load(state_dir) if settings.placement_backend == "slurm"
+                         else SlurmSettings.model_validate({}),
                          # Model jobs run in Temporal workflows (server/model_jobs.py); the routes only record.
                          model_jobs=start_model_job, model_cache_evict=evict_model_cache)
 

@@ -14,7 +14,7 @@ from temporalio.client import Client
 from berth.contracts import EvictRequest, EvictResult, LimitPolicy, ModelRecord
 from berth.errors import UnavailableError
 from berth.security import Cipher, ReplicaKeys, SigningKey, TokenVerifier
-from berth.settings import ClusterSettings, StateLayout
+from berth.settings import ClusterSettings, SlurmSettings, StateLayout
 from berth.temporal import connect
 from server.store.api_keys import ApiKeys
 from server.store.database import Store
@@ -45,6 +45,8 @@ class ServerContext:
     # The cluster's limits (BERTH_LIMITS_FILE, read once at start, as the proxies read it): what an
     # endpoint's owner may only tighten with its policy.
     limits: LimitPolicy = field(default_factory=LimitPolicy)
+    # Where Slurm places copies (placement_backend slurm): its settings, read once at start like the others.
+    slurm: SlurmSettings = field(default_factory=lambda: SlurmSettings.model_validate({}))
     model_jobs: ModelJobStarter | None = None
     model_cache_evict: ModelCacheEvictor | None = None
     # Submissions checked and rendered at once by this API process: two, one per user (server/submission_slots.py).

@@ -25,7 +25,7 @@ from server.kind_checks import check_kind
 from server.model_refs import registered_model, served_from_registry
 from server.policy_check import check_deploy, subject_of
 from server.policy_rules import Subject
-from server.slurm_fit import check_slurm_fit
+from server.slurm_fit import check_slurm_fit, refuse_slurm_pick
 from server.store.database import name_taken
 from server.store.secrets import Secrets, check_references
 from server.store.tables import EndpointRow, WorkflowRow
@@ -72,6 +72,7 @@ def prepare(context: ServerContext, body: StartRequest, who: Identity,
     if context.settings.placement_backend == "slurm":
         check_slurm_fit(context, definition)  # Slurm's nodes, not Berth's, decide (issue 35)
     else:
+        refuse_slurm_pick(definition)
         check_capacity(context, entry, definition)
     check_references(Secrets(context.store), who, entry, values)
     check_kind(context.store, definition, context.settings.proxy_url)

@@ -97,7 +97,9 @@ class SlurmCluster:
             "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
             "ReturnToService=2", "SlurmdTimeout=30", "InactiveLimit=0", "KillWait=2", "MinJobAge=600",
             "SchedulerType=sched/backfill", "SchedulerParameters=sched_interval=1", *nodes,
-            f"PartitionName=gpu Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP", "")))
+            f"PartitionName=gpu Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP",
+            # A second partition over the same nodes: what a workflow's SlurmPartition may pick.
+            f"PartitionName=long Nodes={','.join(NODES)} MaxTime=2-00:00:00 State=UP", "")))
         (root / "gres.conf").write_text("".join(
             f"NodeName={node} Name=gpu File={root / 'dev' / f'gpu{i * self.gpus_per_node + g}'}\n"
             for i, node in enumerate(NODES) for g in range(self.gpus_per_node)))
@@ -109,10 +111,11 @@ class SlurmCluster:
 
     def _all_idle(self) -> bool:
         try:
-            states = self.command("sinfo", "-h", "-N", "-o", "%N %t").split()
+            lines = self.command("sinfo", "-h", "-N", "-o", "%N %t").splitlines()
         except (subprocess.SubprocessError, OSError):
             return False
-        return states.count("idle") == len(NODES)
+        states = dict(line.split() for line in lines if len(line.split()) == 2)  # a node once per partition
+        return sorted(states) == sorted(NODES) and set(states.values()) == {"idle"}
 
     def _wait(self, condition: object, timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s

@@ -21,7 +21,7 @@ from berth.contracts.workflows import Phase as Phase
 from berth.contracts.workflows import PoolStatus as PoolStatus
 from berth.contracts.workflows import RankEnd as RankEnd
 from berth.contracts.workflows import WeightsResult as WeightsResult
-from catalog.definition import EngineSpec, WeightsJob, WorkflowDefinition
+from catalog.definition import EngineSpec, SlurmPick, WeightsJob, WorkflowDefinition
 
 
 class Owner(Payload):
@@ -92,6 +92,7 @@ class CopyInput(Payload):
     volume: str | None = None
     model_digest: str | None = None  # a registered model's bytes: placement prefers nodes that hold them
     revision: int = 1  # the workflow revision whose definition this copy runs
+    slurm: SlurmPick | None = None  # where Slurm places copies: the values' partition, account and time limit
     parent_workflow_id: str
     # Unused by the workflows: the pool's budgets (ReplaceFailedCopies spent, the failure streak) live in
     # PoolCarry, which is what continue-as-new carries; a copy is never restarted by it.

@@ -19,5 +19,5 @@ def new_copy(input: PoolInput, model_dir: str, index: int, revision: int, weight
         nodes=replica.nodes, gpus_per_node=replica.gpus_per_node, gpu_memory_gb=replica.gpu_memory_gb,
         model_dir=model_dir, volume=volume,
         model_digest=weights.digest if weights and input.definition.model_ref else None,
-        parent_workflow_id=parent_workflow_id, timings=input.timings, revision=revision,
+        parent_workflow_id=parent_workflow_id, timings=input.timings, revision=revision, slurm=replica.slurm,
     )

@@ -17,13 +17,31 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from berth.errors import UserInputError
 
 # Slurm's own time forms (sbatch --time): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
-SLURM_TIME = r"^(\d{1,7}|\d{1,7}:\d{1,2}|\d{1,5}:\d{1,2}:\d{1,2}|\d{1,4}-\d{1,2}(:\d{1,2}){0,2})$"
+# ASCII digits only: Python's \d also matches other scripts' digits, which sbatch would not read.
+SLURM_TIME = (r"^([0-9]{1,7}|[0-9]{1,7}:[0-9]{1,2}|[0-9]{1,5}:[0-9]{1,2}:[0-9]{1,2}"
+              r"|[0-9]{1,4}-[0-9]{1,2}(:[0-9]{1,2}){0,2})$")
 _WORD = r"^[A-Za-z0-9_.+-]{1,64}$"  # a partition, account or QOS name as Slurm allows them
 _OPTION = re.compile(r"^--[a-z][a-z0-9-]{0,40}(=[^\s'\"\\;&|`$<>]{0,200})?$")
 # Options Berth sets itself for every copy: an extra option may not change what a copy is.
 _OWN_OPTIONS = ("--nodes", "--ntasks", "--ntasks-per-node", "--gpus", "--gpus-per-node", "--gres", "--job-name",
                 "--output", "--error", "--export", "--chdir", "--kill-on-bad-exit", "--wrap", "--array")
 LIST_FIELDS = ("selectable_partitions", "selectable_accounts", "sbatch_options")
+
+
+def time_limit_seconds(text: str) -> int:
+    """A time in Slurm's forms as seconds: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (sbatch(1), --time)."""
+    if not re.match(SLURM_TIME, text):
+        raise ValueError(f"{text!r} is not a Slurm time (minutes, M:S, H:M:S or D-H[:M[:S]])")
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:  # D-H, D-H:M, D-H:M:S
+        parts += [0] * (3 - len(parts))
+        return int(days) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+    if len(parts) == 1:  # M
+        return parts[0] * 60
+    if len(parts) == 2:  # M:S
+        return parts[0] * 60 + parts[1]
+    return parts[0] * 3600 + parts[1] * 60 + parts[2]
 
 
 class SlurmSettings(BaseModel):
@@ -71,6 +89,27 @@ class SlurmSettings(BaseModel):
             if option.split("=", 1)[0] in _OWN_OPTIONS:
                 raise ValueError(f"{option!r} sets what Berth sets for every copy itself")
         return options
+
+    def pick_refusal(self, partition: str, account: str, time_limit: str) -> str | None:
+        """Why a workflow's values may not pick this partition, account or time limit here (one line), or None.
+        Empty picks take the cluster's settings and are always allowed."""
+        for what, value, allowed, value_name in (("a partition", partition, self.selectable_partitions,
+                                                  "SlurmPartition"),
+                                                 ("an account", account, self.selectable_accounts, "SlurmAccount")):
+            if value and value not in allowed:
+                if not allowed:
+                    return (f"{value_name}={value}: this cluster lets no workflow pick {what}; leave it empty for "
+                            "the cluster's own.")
+                return (f"{value_name}={value} is not {what} this cluster lets a workflow pick: pick one of "
+                        f"{', '.join(allowed)}, or leave it empty for the cluster's own.")
+        if time_limit:
+            if not self.max_time_limit:
+                return (f"SlurmTimeLimit={time_limit}: this cluster lets no workflow set its jobs' time limit; "
+                        "leave it empty for the cluster's own.")
+            if time_limit_seconds(time_limit) > time_limit_seconds(self.max_time_limit):
+                return (f"SlurmTimeLimit={time_limit} is longer than this cluster allows ({self.max_time_limit}): "
+                        "ask for less.")
+        return None
 
     @classmethod
     def load(cls, state_dir: Path) -> SlurmSettings:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from berth.contracts.slurm import SlurmNodes, SlurmNodeView
-from berth.settings import SlurmSettings
 from berth.slurm.commands import SlurmCommands
 from server.context import Context
 from server.guards import Caller
@@ -21,7 +20,7 @@ async def slurm_nodes(context: Context, who: Caller) -> SlurmNodes:
     del who
     if context.settings.placement_backend != "slurm":
         return SlurmNodes(backend="berth", nodes=[])
-    nodes = await SlurmCommands(SlurmSettings.load(context.state.root)).nodes()
+    nodes = await SlurmCommands(context.slurm).nodes()
     return SlurmNodes(backend="slurm", nodes=[
         SlurmNodeView(name=n.name, state=n.state, address=n.address, hostname=n.hostname,
                       partitions=list(n.partitions), gres=n.gres, gpus=n.gpus, cpus=n.cpus, memory_mb=n.memory_mb)

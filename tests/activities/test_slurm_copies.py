@@ -18,7 +18,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.slurm_copies import SlurmCopyActivities, failed_rank, for_cluster
 from berth.security import ReplicaKeys
-from catalog.definition import EngineSpec
+from catalog.definition import EngineSpec, SlurmPick
 from tests.slurm_cluster import SLURM_GROUP, SlurmCluster
 from workflows.payloads import CopyInput, HealthCheck
 from workflows.slurm_payloads import SlurmReadyCheck
@@ -33,8 +33,8 @@ def slurm(slurm_cluster: SlurmCluster, tmp_path: Path) -> SlurmCopyActivities:
                        environ)
 
 
-def _copy(name: str, nodes: int = 2, gpus: int = 1) -> CopyInput:
-    return CopyInput(workflow_id=name, endpoint_id=f"ep-{name}", copy_id=f"{name}.copy-0", copy_index=0,
+def _copy(name: str, nodes: int = 2, gpus: int = 1, slurm: SlurmPick | None = None) -> CopyInput:
+    return CopyInput(slurm=slurm, workflow_id=name, endpoint_id=f"ep-{name}", copy_id=f"{name}.copy-0", copy_index=0,
                      engine=EngineSpec(served_model_name="tiny", max_model_len=512, startup_timeout_s=60),
                      nodes=nodes, gpus_per_node=gpus, gpu_memory_gb=0, model_dir="/models/tiny",
                      parent_workflow_id=name)
@@ -105,3 +105,26 @@ async def test_a_hung_engine_is_called_hung_by_its_liveness_probe(slurm: SlurmCo
         assert hung.startswith("/health failed 2 times in a row (timeout after 0.5 s)")
     finally:
         await env.run(slurm.cancel_slurm_copy, job)
+
+
+async def test_the_values_partition_and_time_limit_reach_the_job_and_a_pick_no_longer_allowed_fails_the_copy(
+        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Checked at submission and again at each job: a setting changed since then fails the copy in one line."""
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    keys = ReplicaKeys.load_or_create(tmp_path / "keys")
+    allowing = for_cluster(slurm_cluster.settings(engine="simulator", selectable_partitions=["long"],
+                                                  max_time_limit="1-00:00:00"), keys, environ)
+    env = ActivityEnvironment()
+    job = await env.run(allowing.submit_slurm_copy, _copy("wf-s5", nodes=1, gpus=0,
+                                                          slurm=SlurmPick(partition="long", time_limit="90")))
+    try:
+        shown = slurm_cluster.command("squeue", "-h", "-j", str(job.job_id), "-o", "%P|%l").strip()
+        assert shown == "long|1:30:00"
+    finally:
+        await env.run(allowing.cancel_slurm_copy, job)
+    strict = for_cluster(slurm_cluster.settings(engine="simulator"), keys, environ)
+    no_pick = "SlurmPartition=long: this cluster lets no workflow pick a partition"
+    with pytest.raises(ApplicationError, match=no_pick) as refused:
+        await env.run(strict.submit_slurm_copy, _copy("wf-s6", nodes=1, gpus=0, slurm=SlurmPick(partition="long")))
+    assert refused.value.type == "SlurmRefused" and refused.value.non_retryable
+    assert not (slurm_cluster.root / "shared" / "jobs" / "wf-s6.copy-0").exists()  # refused before any file

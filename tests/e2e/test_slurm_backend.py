@@ -32,6 +32,7 @@ def slurm_stack(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFa
     settings = {"BERTH_PLACEMENT_BACKEND": "slurm", "BERTH_SLURM_CONF": str(slurm_cluster.conf),
                 "BERTH_SLURM_PARTITION": "gpu", "BERTH_SLURM_SHARED_DIR": str(slurm_cluster.root / "shared"),
                 "BERTH_SLURM_ENGINE": "simulator", "BERTH_REPLACE_BACKOFF_S": "0.5",
+                "BERTH_SLURM_SELECTABLE_PARTITIONS": "gpu,long", "BERTH_SLURM_MAX_TIME_LIMIT": "3-00:00:00",
                 "BERTH_DATABASE_URL": postgres.create_database()}
     try:
         stack = RunningStack(state_dir=tmp / "state", port_base=free_port_base(), nodes=1, simulate_gpus="1x80GB",
@@ -99,6 +100,14 @@ def test_a_copy_slurm_would_never_run_is_refused_at_submission_in_slurms_words(s
     assert refused.returncode != 0
     assert ("Slurm would never run a copy of 1 node(s) with 8 GPU(s) each: allocation failure: Requested node "
             "configuration is not available") in refused.stderr + refused.stdout
+    # The values' picks go into the same `sbatch --test-only`: the long partition's MaxTime is 2 days.
+    too_long = slurm_stack.cli("workflow", "catalog", "start", "GPT-OSS 20B", "--values",
+                               "Proxy=false,SlurmPartition=long,SlurmTimeLimit=2-12:00:00", check=False)
+    assert too_long.returncode != 0 and "Requested time limit is invalid" in too_long.stderr + too_long.stdout
+    beyond = slurm_stack.cli("workflow", "catalog", "start", "GPT-OSS 20B", "--values",
+                             "Proxy=false,SlurmAccount=physics", check=False)
+    assert beyond.returncode != 0
+    assert "SlurmAccount=physics: this cluster lets no workflow pick an account" in beyond.stderr + beyond.stdout
 
 
 def test_a_control_worker_killed_while_the_job_runs_takes_it_back_without_a_second_job(
