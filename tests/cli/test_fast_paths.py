@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -20,6 +22,7 @@ from typer.testing import CliRunner
 
 from bench.cli_start import CANNED_WORKFLOWS, PYTHON, REPO, client_env
 from berth.processes import free_port
+from berth.tls import TLSFiles, ensure_private_ca
 from cli import fast
 from cli.app import app
 
@@ -37,9 +40,9 @@ class Answer:
     seen: list[tuple[str, str | None]] = field(default_factory=list)
 
 
-@pytest.fixture(scope="module")
-def served() -> Iterator[tuple[str, Answer]]:
-    answer = Answer()
+@contextmanager
+def serve(answer: Answer, tls: TLSFiles | None = None) -> Iterator[str]:
+    """An API on loopback that gives `answer` to every GET (over https with `tls`): its URL."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 — http.server's name
@@ -54,13 +57,24 @@ def served() -> Iterator[tuple[str, Answer]]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if tls is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(tls.cert, tls.key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, name="fast-path-api", daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", answer
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[str, Answer]]:
+    answer = Answer()
+    with serve(answer) as url:
+        yield url, answer
 
 
 @pytest.fixture(scope="module")
@@ -78,16 +92,24 @@ def api(served: tuple[str, Answer]) -> tuple[str, Answer]:
     return url, answer
 
 
-def both_paths(url: str, argv: list[str], config: Path,
-               monkeypatch: pytest.MonkeyPatch) -> tuple[tuple[int, str, str], tuple[int, str, str]]:
-    """(exit code, stdout, stderr) of `berth ARGV` by the fast path, then by the Typer command."""
+def both_paths(url: str, argv: list[str], config: Path, monkeypatch: pytest.MonkeyPatch,
+               changes: Mapping[str, str | None] | None = None) -> tuple[tuple[int, str, str], tuple[int, str, str]]:
+    """(exit code, stdout, stderr) of `berth ARGV` by the fast path, then by the Typer command; `changes`: variables
+    set (or, None, unset) for both."""
     env = client_env(url, TOKEN, config)
+    for name, value in (changes or {}).items():
+        env.pop(name, None)
+        if value is not None:
+            env[name] = value
     quick = subprocess.run([PYTHON, "-m", "cli", *argv], env=env, cwd=REPO, capture_output=True, text=True,
                            timeout=30)
     for name in [name for name in os.environ if name.startswith("BERTH_")]:
         monkeypatch.delenv(name)
-    for name in ("BERTH_CONFIG", "BERTH_API_URL", "BERTH_TOKEN", "COLUMNS"):
-        monkeypatch.setenv(name, env[name])
+    for name in ("BERTH_CONFIG", "BERTH_API_URL", "BERTH_TOKEN", "COLUMNS", *(changes or {})):
+        if name in env:
+            monkeypatch.setenv(name, env[name])
+        else:
+            monkeypatch.delenv(name, raising=False)
     typer = CliRunner().invoke(app, argv)
     return (quick.returncode, quick.stdout, quick.stderr), (typer.exit_code, typer.stdout, typer.stderr)
 
@@ -141,11 +163,53 @@ def test_each_answer_and_refusal_ends_as_typer_ends_it(case: str, output: str, a
     assert (quick[0] == 0) == (status == 200 and case in ("no workflows", "a time as text", "markup in a cell"))
 
 
+def test_the_config_file_is_read_alike(api: tuple[str, Answer], config: Path, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    url, answer = api
+    answer.body = json.dumps(ROWS).encode()
+    file = tmp_path / "config.json"
+    file.write_text(json.dumps({"api_url": url + "/", "token": "from-the-file", "unknown": 1}))
+    changes = {"BERTH_CONFIG": str(file), "BERTH_API_URL": None, "BERTH_TOKEN": None}
+    quick, typer = both_paths(url, ["workflow", "list", "-o", "json"], config, monkeypatch, changes)
+    assert quick == typer and quick[0] == 0
+    assert answer.seen == [("/v1/workflows", "Bearer from-the-file")] * 2
+
+
 def test_an_unreachable_api_is_the_same_line(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     quick, typer = both_paths(url, ["workflow", "list"], config, monkeypatch)
     assert quick == typer
     assert quick[0] == 1 and quick[2].startswith(f"error: Cannot reach the Berth API at {url}.")
+
+
+@pytest.fixture(scope="module")
+def tls_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Answer, TLSFiles]]:
+    """The canned API over https, its certificate from a private CA (as `berth up --tls` serves it)."""
+    answer = Answer(body=json.dumps(ROWS).encode())
+    files = ensure_private_ca(tmp_path_factory.mktemp("tls"))
+    with serve(answer, files) as url:
+        yield url, answer, files
+
+
+# httpx's own CA store settings, which the fast path leaves to httpx: unset, so that both paths trust the same.
+NO_CA_STORE: dict[str, str | None] = {"SSL_CERT_FILE": None, "SSL_CERT_DIR": None}
+
+
+@pytest.mark.parametrize("trust", ["the cluster CA", "nothing of the cluster's", "a CA file that is not there"])
+def test_an_https_api_is_trusted_or_refused_alike(trust: str, tls_api: tuple[str, Answer, TLSFiles], config: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    url, answer, files = tls_api
+    ca = {"the cluster CA": str(files.ca), "nothing of the cluster's": None,
+          "a CA file that is not there": str(files.ca.with_name("missing.pem"))}[trust]
+    changes = {**NO_CA_STORE, "BERTH_TLS_CA": ca}
+    from cli.fast.api_get import target
+
+    assert target({"api_url": url}, {name: value for name, value in changes.items() if value}) is not None
+    quick, typer = both_paths(url, ["workflow", "list"], config, monkeypatch, changes)
+    assert quick == typer
+    assert (quick[0] == 0) == (trust == "the cluster CA"), quick
+    if trust == "nothing of the cluster's":
+        assert "certificate at" in quick[2] and "is not trusted (unable to get local issuer certificate)" in quick[2]
 
 
 @pytest.mark.parametrize("argv", [
