@@ -9,34 +9,13 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from berth.errors import (
-    AuthenticationError,
-    BerthError,
-    CapacityError,
-    ConflictError,
-    NotFoundError,
-    PermissionDeniedError,
-    UnavailableError,
-    UserInputError,
-)
-from berth.settings import tls_ca_file
+from berth.api_errors import refusal, unreachable, untrusted
+from berth.client_config import API_CONNECT_TIMEOUT_S, API_TIMEOUT_S, tls_ca_file
+from berth.errors import BerthError, UserInputError
 from berth.tls_client import url_context
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T", bound="ApiTransport")
-
-_ERRORS: dict[int, type[BerthError]] = {
-    400: UserInputError, 401: AuthenticationError, 403: PermissionDeniedError, 404: NotFoundError,
-    409: ConflictError, 422: CapacityError, 503: UnavailableError,
-}
-
-
-def _verify_reason(error: Exception) -> str:
-    """OpenSSL's words for a refused certificate (`unable to get local issuer certificate`), the phrase
-    the documents' troubleshooting row names."""
-    text = str(error)
-    marker = "certificate verify failed: "
-    return text.split(marker, 1)[1].split(" (_ssl")[0].rstrip(")") if marker in text else "verify failed"
 
 
 def segment(value: str) -> str:
@@ -48,7 +27,7 @@ def segment(value: str) -> str:
 
 
 class ApiTransport:
-    def __init__(self, base_url: str, token: str | None, timeout_s: float = 30.0,
+    def __init__(self, base_url: str, token: str | None, timeout_s: float = API_TIMEOUT_S,
                  transport: httpx.AsyncBaseTransport | None = None, ca_file: str | None = None) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base_url = base_url.rstrip("/")
@@ -56,7 +35,7 @@ class ApiTransport:
         # every component), trusted besides the system store.
         self.ca_file = ca_file or tls_ca_file()
         self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport,
-                                         timeout=httpx.Timeout(timeout_s, connect=5.0),
+                                         timeout=httpx.Timeout(timeout_s, connect=API_CONNECT_TIMEOUT_S),
                                          verify=url_context(self.base_url, self.ca_file))
 
     async def __aenter__(self: T) -> T:
@@ -68,35 +47,20 @@ class ApiTransport:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    def _unreachable(self) -> UnavailableError:
-        return UnavailableError(f"Cannot reach the Berth API at {self.base_url}. Is the stack running? "
-                                "Start it with `berth up`, or set BERTH_API_URL.")
-
     async def request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = await self._client.request(method, path, **kwargs)
         except httpx.ConnectError as error:
-            if "CERTIFICATE_VERIFY_FAILED" in str(error):
-                raise UnavailableError(
-                    f"The Berth API's certificate at {self.base_url} is not trusted ({_verify_reason(error)}). "
-                    "Set BERTH_TLS_CA to the cluster CA (an administrator prints it with `berth ca-cert`)."
-                ) from None
-            raise self._unreachable() from None
+            raise untrusted(self.base_url, error) or unreachable(self.base_url) from None
         except httpx.TransportError:
-            raise self._unreachable() from None
+            raise unreachable(self.base_url) from None
         if response.is_success:
             if response.status_code == 204 or not response.content:
                 return None
             if response.headers.get("content-type", "").startswith("application/json"):
                 return response.json()
             return response.text
-        message = response.text
-        try:
-            message = response.json().get("detail", message)
-        except ValueError:
-            pass
-        raise _ERRORS.get(response.status_code, BerthError)(str(message))
-
+        raise refusal(response.status_code, response.text, response.content)
 
 
 def body(request: BaseModel) -> Any:

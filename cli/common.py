@@ -1,5 +1,5 @@
 """What every command shares: the API call (Berth's errors as one line and exit 1), `-o` handling, the
-common options, and rendering (Rich tables for people, JSON for scripts).
+common options; the rendering itself (tables for people, JSON for scripts, the error line) is cli/output.py's.
 
 Imports here and in every command module stay light (Typer, Rich, the standard library): `berth --help`
 builds every command, and a command imports the client, the contracts and the settings it uses when it runs
@@ -7,19 +7,17 @@ builds every command, and a command imports the client, the contracts and the se
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Awaitable, Callable, Sequence
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, overload
 
 import typer
 from rich.console import Console
-from rich.measure import Measurement
-from rich.table import Table
 
 from berth.errors import BerthError
+from cli.output import Format as Format  # re-exported, as table is
+from cli.output import print_error, write_json
+from cli.output import table as table  # re-exported: the commands take their helpers from here
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -33,15 +31,6 @@ A = TypeVar("A", bound="ApiTransport")
 
 console = Console()
 errors = Console(stderr=True)
-MAX_UNBROKEN_WORD = 48  # a table cell's word longer than this may be folded on a terminal
-NATURAL_WIDTH_CAP = 10_000  # a piped table's widest row: no real listing comes near it
-
-
-class Format(str, Enum):
-    """`-o` choices."""
-
-    TABLE = "table"
-    JSON = "json"
 
 
 OutputOption = Annotated[Format, typer.Option("--output", "-o", help="table or json")]
@@ -50,7 +39,7 @@ StateDirOption = Annotated[Path | None,
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    print_error(message)
     return typer.Exit(code)
 
 
@@ -128,7 +117,7 @@ def resolve_state_dir(value: Path | None) -> Path:
 
 def emit_json(data: Any) -> None:
     """Print as JSON; a response model exactly as the API sent it (`wire`)."""
-    sys.stdout.write(json.dumps(wire(data), indent=2, default=str) + "\n")
+    write_json(wire(data))
 
 
 def wire(data: Any) -> Any:
@@ -136,32 +125,3 @@ def wire(data: Any) -> Any:
     from berth.contracts.base import wire as contracts_wire
 
     return contracts_wire(data)
-
-
-def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], title: str | None = None) -> None:
-    """Through a pipe or into a file: every row whole, at its natural width (as kubectl prints), so that a
-    script's `grep` and `awk` see whole cells. On a terminal: fitted to its width, folding between words;
-    a word is broken only when it alone is wider than the terminal (issue 31: `simulato`/`r`)."""
-    cells = [[_cell(row.get(key)) for key, _ in columns] for row in rows]
-    view = Table(title=title, show_lines=False, header_style="bold")
-    for index, (_, heading) in enumerate(columns):
-        longest = max([len(word) for line in cells for word in line[index].split()] + [len(heading)])
-        view.add_column(heading, overflow="fold", min_width=min(longest, MAX_UNBROKEN_WORD),
-                        no_wrap=not console.is_terminal)
-    for line in cells:
-        view.add_row(*line)
-    if console.is_terminal:
-        console.print(view)
-    else:
-        natural = Measurement.get(console, console.options.update_width(NATURAL_WIDTH_CAP), view).maximum
-        Console(file=console.file, width=max(console.width, natural), color_system=None).print(view)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(str(v) for v in value) or "-"
-    return str(value)

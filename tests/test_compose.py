@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from typer.main import get_command
 
-from cli.main import app
+from cli.app import app
 
 REPO = Path(__file__).resolve().parent.parent
 

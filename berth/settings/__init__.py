@@ -9,13 +9,18 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypedDict
 
 from pydantic import BaseModel, Field
 
+from berth.client_config import (  # noqa: F401 — tls_ca_file re-exported: berth.settings is the one import
+    DEFAULT_API_URL,
+    client_config_path,
+    client_config_values,
+    tls_ca_file,
+)
 from berth.errors import UserInputError
 from berth.ports import DEFAULT_PORT_BASE as DEFAULT_PORT_BASE  # re-exported: the one import of settings
 
@@ -247,32 +252,20 @@ class StateLayout:
 
 
 class ClientConfig(BaseModel):
-    """What the CLI needs: the API URL and a token. File < `BERTH_API_URL`/`BERTH_TOKEN` env."""
+    """What the CLI needs: the API URL and a token. File < `BERTH_API_URL`/`BERTH_TOKEN` env (read by
+    berth/client_config.py, which the CLI's pydantic-free fast path reads too)."""
 
-    api_url: str = f"http://127.0.0.1:{DEFAULT_PORT_BASE + 2}"
+    api_url: str = DEFAULT_API_URL
     token: str | None = None
     ca_file: str | None = None  # a private CA to trust for an https API (`berth ca-cert`); BERTH_TLS_CA overrides
 
     @staticmethod
     def path() -> Path:
-        env = os.environ.get("BERTH_CONFIG")
-        if env:
-            return Path(env)
-        return Path(os.environ.get("XDG_CONFIG_HOME", Path.home() / ".config")) / "berth" / "config.json"
+        return client_config_path()
 
     @classmethod
     def load(cls) -> ClientConfig:
-        path = cls.path()
-        data: dict[str, object] = {}
-        if path.exists():
-            data.update(json.loads(path.read_text()))
-        if os.environ.get("BERTH_API_URL"):
-            data["api_url"] = os.environ["BERTH_API_URL"]
-        if os.environ.get("BERTH_TOKEN"):
-            data["token"] = os.environ["BERTH_TOKEN"]
-        if tls_ca_file():
-            data["ca_file"] = tls_ca_file()
-        return cls.model_validate(data)
+        return cls.model_validate(client_config_values())
 
     def save(self, path: Path | None = None) -> Path:
         path = path or self.path()
@@ -307,12 +300,6 @@ class TemporalTLS:
                              "needs its key), or neither.")
         return cls(**{name: Path(value) if value else None for name, value in paths.items()},
                    server_name=server_name)
-
-
-def tls_ca_file(environ: Mapping[str, str] = os.environ) -> str | None:
-    """`BERTH_TLS_CA`: a PEM CA that Berth's own HTTP clients (CLI, node agents, worker, proxy, services)
-    trust besides the system store, for an API and endpoint proxy served with a private CA."""
-    return environ.get("BERTH_TLS_CA", "").strip() or None
 
 
 class UvicornTLS(TypedDict, total=False):

@@ -45,7 +45,7 @@ def key(path: tuple[str, ...]) -> str:
 
 
 def all_help() -> dict[str, str]:
-    from cli.main import app
+    from cli.app import app
 
     command = typer.main.get_command(app)
     assert isinstance(command, TyperGroup)

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from berth.api_client import ApiClient
 from berth.contracts import WorkflowRevision, WorkflowStarted, WorkflowUpdated, WorkflowUpdateRequest
 from berth.security import Identity
-from cli.main import app
+from cli.app import app
 from server.app import build_context
 from server.context import ServerContext
 from tests.cli.loopback_api import serve_api

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from berth.contracts import AuditBatch, AuditPhase, AuditRecord
 from berth.security import Identity
+from cli.app import app
 from cli.audit import since_time
-from cli.main import app
 from server.app import build_context
 from server.context import ServerContext
 from server.store.tables import AuditBatchRow

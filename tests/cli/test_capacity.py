@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from berth.contracts import EntryFit, ReserveRequest
 from berth.security import Identity
+from cli.app import app
 from cli.capacity import fit_text
-from cli.main import app
 from node.inventory import simulated_gpus
 from server.app import build_context
 from server.context import ServerContext

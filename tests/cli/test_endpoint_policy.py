@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from berth.contracts import LimitPolicy
-from cli.main import app
+from cli.app import app
 from server.app import build_context
 from server.context import ServerContext
 from server.store.tables import EndpointRow

@@ -14,7 +14,7 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-from cli.main import app
+from cli.app import app
 from server.app import build_context
 from server.context import ServerContext
 from server.store.tables import EndpointRow

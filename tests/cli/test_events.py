@@ -18,7 +18,7 @@ from berth.api_events import EventsApi
 from berth.contracts import EventKind, EventRecord
 from berth.security import Identity
 from cli import events as events_cli
-from cli.main import app
+from cli.app import app
 from server.app import build_context, create_app
 from server.context import ServerContext
 from server.events import Audience, EventDraft, record

@@ -15,7 +15,7 @@ from berth.contracts import ReserveRequest
 from berth.security import Identity
 from catalog.entry import load_catalog
 from catalog.render import render, resolve_values
-from cli.main import app
+from cli.app import app
 from node.inventory import simulated_gpus
 from server.app import build_context
 from server.context import ServerContext

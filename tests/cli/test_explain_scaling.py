@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from berth.contracts.rollouts import ScalingExplanation, ScalingSignal
-from cli.main import app
+from cli.app import app
 from server.app import build_context
 from server.context import ServerContext
 from server.store.tables import EndpointRow, WorkflowRow

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from berth.security import Identity
-from cli.main import app
+from cli.app import app
 from server.app import build_context
 from tests.cli.loopback_api import serve_api
 from tests.server.catalog_rows import start_rows

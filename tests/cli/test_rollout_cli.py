@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
+from cli.app import app
 from server.app import build_context
 from server.context import ServerContext
 from server.submission import StartRequest, new_rows, prepare, with_generated_keys

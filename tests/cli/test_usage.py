@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from berth.security import Identity
-from cli.main import app
+from cli.app import app
 from server.app import build_context
 from server.context import ServerContext
 from tests.cli.loopback_api import serve_api

@@ -16,8 +16,8 @@ from berth.bounded_parse import TooDeep
 from berth.errors import UserInputError
 from berth.settings import read_limit_policy
 from catalog.values import load_values_file
+from cli.app import app
 from cli.apply_plan import parse_documents
-from cli.main import app
 
 ALIASES = "YAML anchors and aliases (&name, *name, <<: *name) are not accepted in"
 
