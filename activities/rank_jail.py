@@ -173,3 +173,26 @@ def probe(user: RankUser) -> str | None:
     if done.returncode == 0:
         return None
     return (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+
+
+def usable_rank_user(name: str, runner: str) -> RankUser | None:
+    """Who the ranks `runner` starts run as (the agent, or the control worker for Slurm jobs): the rank user `name`
+    in its own mount namespace when `runner` is root and the kernel allows it, else `runner`'s own user, said
+    once here. `name` "none" (or empty) asks for the latter."""
+    if name.lower() in ("", "none"):
+        log.info("ranks run as %s's user (BERTH_RANK_USER=none)", runner)
+        return None
+    if os.geteuid() != 0:
+        log.info("ranks run as %s's user: only %s running as root can start them as %s", runner, runner, name)
+        return None
+    try:
+        user = ensure_rank_user(name)
+    except (OSError, ValueError, subprocess.SubprocessError) as error:
+        log.warning("ranks run as %s's user (root): the rank user %s is not usable: %s", runner, name, error)
+        return None
+    reason = probe(user)
+    if reason is not None:
+        log.warning("ranks run as %s's user (root): a rank cannot be started as %s here: %s", runner, name, reason)
+        return None
+    log.info("ranks run as %s (uid %d) in their own mount namespace", name, user.uid)
+    return user

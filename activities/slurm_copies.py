@@ -23,12 +23,15 @@ from temporalio.exceptions import ApplicationError
 
 import rank
 from activities.health import until_hung
+from activities.rank_jail import RankUser, usable_rank_user
 from activities.ranks import engine_command
+from activities.slurm_jail import jail_plan
 from activities.slurm_job_files import engine_environment_for, job_description, rank_argvs, write_job_dir
 from activities.vllm_command import engine_defaults
 from berth.child_environment import engine_environment
 from berth.processes import tail
 from berth.security import ReplicaKeys
+from berth.settings import rank_user_setting
 from berth.settings.slurm import SlurmSettings
 from berth.slurm.commands import SlurmCommands, SlurmRefused
 from berth.slurm.job_script import CopyJob, job_name, launcher_argv, render
@@ -69,12 +72,23 @@ def failed_rank(output: str) -> RankExit | None:
 
 class SlurmCopyActivities:
     def __init__(self, commands: SlurmCommands, replica_keys: ReplicaKeys, engine_command: Sequence[str],
-                 launcher: Sequence[str], inherited: Mapping[str, str]) -> None:
+                 launcher: Sequence[str], inherited: Mapping[str, str], rank_user_name: str = "none",
+                 secret_dirs: Sequence[Path] = ()) -> None:
         self.commands = commands
         self.replica_keys = replica_keys
         self.engine_command = list(engine_command)
         self.launcher = tuple(launcher)
         self.inherited = dict(inherited)  # what a job may inherit: allow-listed by the caller, no credential
+        self.rank_user_name = rank_user_name  # BERTH_RANK_USER: whom a root worker's jobs start ranks as
+        self.secret_dirs = tuple(secret_dirs)  # hidden from the ranks (the worker's state dir)
+        self._rank_user: RankUser | None | bool = False  # False: not decided yet (at the first submission)
+
+    async def _jail_user(self) -> RankUser | None:
+        """Decided once, at the first job (a worker on a cluster of Berth's own nodes never creates the user)."""
+        if self._rank_user is False:
+            self._rank_user = await asyncio.to_thread(usable_rank_user, self.rank_user_name, "the control worker")
+        assert not isinstance(self._rank_user, bool)
+        return self._rank_user
 
     def _job_dir(self, copy_id: str) -> Path:
         shared = self.commands.settings.shared_dir
@@ -105,8 +119,12 @@ class SlurmCopyActivities:
         argvs = rank_argvs(self.engine_command, copy.copy_id, copy.workflow_id, copy.engine, copy.nodes,
                            copy.gpus_per_node, copy.model_dir)
         environment = engine_environment_for(copy.engine, self.inherited)
+        user = await self._jail_user()
+        jail = None if user is None else await asyncio.to_thread(
+            jail_plan, user, job_dir, Path(self.commands.settings.shared_dir), argvs, environment, copy.model_dir,
+            self.secret_dirs)
         description = job_description(argvs, copy.copy_id, copy.nodes, environment,
-                                      self.commands.settings.node_address, copy.engine.startup_timeout_s)
+                                      self.commands.settings.node_address, copy.engine.startup_timeout_s, jail)
         await asyncio.to_thread(_fresh_job_dir, job_dir, description, self.replica_keys.for_copy(copy.copy_id))
         job = CopyJob(copy_id=copy.copy_id, nodes=copy.nodes, gpus_per_node=copy.gpus_per_node,
                       job_dir=str(job_dir), launcher=self.launcher, partition=picked.partition,
@@ -224,8 +242,8 @@ def _fresh_job_dir(job_dir: Path, description: Mapping[str, object], key: str) -
     write_job_dir(job_dir, description, key)
 
 
-def for_cluster(settings: SlurmSettings, replica_keys: ReplicaKeys,
-                environ: Mapping[str, str] | None = None) -> SlurmCopyActivities:
+def for_cluster(settings: SlurmSettings, replica_keys: ReplicaKeys, environ: Mapping[str, str] | None = None,
+                state_dir: Path | None = None) -> SlurmCopyActivities:
     """The control worker's Slurm activities as the settings configure them: the engine the compute nodes run,
     Berth's interpreter there (the worker's own path unless set), and what a job may inherit — the base and the
     operator's engine knobs (never a credential: berth/child_environment.py), plus SLURM_CONF for `srun` inside
@@ -237,4 +255,4 @@ def for_cluster(settings: SlurmSettings, replica_keys: ReplicaKeys,
         inherited["SLURM_CONF"] = settings.conf
     launcher = launcher_argv(settings.python or sys.executable, str(Path(rank.__file__).parent / "slurm_rank.py"))
     return SlurmCopyActivities(SlurmCommands(settings, source), replica_keys, engine_command(settings.engine),
-                               launcher, inherited)
+                               launcher, inherited, rank_user_setting(source), (state_dir,) if state_dir else ())

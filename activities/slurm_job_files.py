@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from activities.slurm_jail import RUN_DIR
 from activities.vllm_command import rank_environment, vllm_serve_args
 from catalog.definition import EngineSpec
 from workflows.payloads import RankSpec
@@ -49,10 +50,16 @@ def rank_argvs(engine_command: Sequence[str], copy_id: str, workflow_id: str, en
 
 
 def job_description(argvs: Mapping[str, list[str]], copy_id: str, nodes: int, environment: Mapping[str, str],
-                    node_address: str, leader_wait_s: float) -> dict[str, object]:
-    """`copy.json`: everything the launcher needs but the key."""
-    return {"copy_id": copy_id, "nodes": nodes, "argv": dict(argvs), "environment": dict(environment),
-            "node_address": node_address, "key_file": "key", "leader_wait_s": leader_wait_s}
+                    node_address: str, leader_wait_s: float,
+                    jail: Mapping[str, object] | None = None) -> dict[str, object]:
+    """`copy.json`: everything the launcher needs but the key; with `jail`, rank/jail.py's plan for the ranks
+    (activities/slurm_jail.py) and the directory they start in."""
+    description: dict[str, object] = {
+        "copy_id": copy_id, "nodes": nodes, "argv": dict(argvs), "environment": dict(environment),
+        "node_address": node_address, "key_file": "key", "leader_wait_s": leader_wait_s}
+    if jail is not None:
+        description.update(jail=dict(jail), run_dir=RUN_DIR)
+    return description
 
 
 def engine_environment_for(engine: EngineSpec, inherited: Mapping[str, str]) -> dict[str, str]:

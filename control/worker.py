@@ -38,7 +38,7 @@ async def run_worker(state_dir: Path, temporal_address: str, api_url: str, token
         models = ModelReportActivities(api)
         # Copies placed as Slurm jobs (issue 35): registered whatever the backend, so a pool started under one
         # setting finishes under another; unconfigured, each refuses in one line.
-        slurm = for_cluster(SlurmSettings.load(state_dir), replica_keys)
+        slurm = for_cluster(SlurmSettings.load(state_dir), replica_keys, state_dir=state_dir)
         # The public key only: this worker can check the API's grants but never mint one.
         authority = InputAuthority(TokenVerifier.from_jwks(await api.internal_keys_when_up()), task_queue)
         worker = Worker(

@@ -8,7 +8,6 @@ import contextlib
 import logging
 import os
 import signal
-import subprocess
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,7 +20,7 @@ from activities.fronts import FrontActivities
 from activities.litellm_standby import LiteLLMStandby
 from activities.model_jobs import ModelJobActivities
 from activities.node_context import NodeContext
-from activities.rank_jail import RankUser, ensure_rank_user, give, probe
+from activities.rank_jail import RankUser, give, usable_rank_user
 from activities.ranks import NodeActivities, prune_rank_dirs
 from activities.supervision import Orphan, Supervisor
 from berth.api_client import ApiClient
@@ -233,26 +232,8 @@ async def first_heartbeat(send: Callable[[], Awaitable[Any]], wait_s: float = FI
 
 
 def rank_user() -> RankUser | None:
-    """Who this agent's ranks run as (activities/rank_jail.py): the rank user in its own mount namespace when
-    the agent is root and the kernel allows it, else the agent itself, said once here."""
-    name = rank_user_setting()
-    if name.lower() in ("", "none"):
-        log.info("ranks run as the agent's user (BERTH_RANK_USER=none)")
-        return None
-    if os.geteuid() != 0:
-        log.info("ranks run as the agent's user: only an agent running as root can start them as %s", name)
-        return None
-    try:
-        user = ensure_rank_user(name)
-    except (OSError, ValueError, subprocess.SubprocessError) as error:
-        log.warning("ranks run as the agent's user (root): the rank user %s is not usable: %s", name, error)
-        return None
-    reason = probe(user)
-    if reason is not None:
-        log.warning("ranks run as the agent's user (root): a rank cannot be started as %s here: %s", name, reason)
-        return None
-    log.info("ranks run as %s (uid %d) in their own mount namespace", name, user.uid)
-    return user
+    """Who this agent's ranks run as (activities/rank_jail.py's usable_rank_user, as BERTH_RANK_USER says)."""
+    return usable_rank_user(rank_user_setting(), "the agent")
 
 
 def run_agent(config: AgentConfig) -> None:

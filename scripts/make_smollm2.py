@@ -95,6 +95,9 @@ def convert(gguf_path: Path, out_dir: Path) -> None:
     model.generation_config.save_pretrained(out_dir)
     version = importlib.metadata.version(SOURCE_DISTRIBUTION)
     (out_dir / "README.md").write_text(README.format(version=version))
+    for path in out_dir.iterdir():  # a public model: safetensors writes its file 0600, which no rank user may read
+        if path.is_file():
+            path.chmod(0o644)
     config = json.loads((out_dir / "config.json").read_text())
     if "quantization_config" in config:
         raise SystemExit("quantization_config survived the conversion")

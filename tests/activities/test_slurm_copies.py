@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pwd
 import signal
 from pathlib import Path
 
@@ -30,7 +31,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group(SLURM_GROUP), pytest.ma
 def slurm(slurm_cluster: SlurmCluster, tmp_path: Path) -> SlurmCopyActivities:
     environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     return for_cluster(slurm_cluster.settings(engine="simulator"), ReplicaKeys.load_or_create(tmp_path / "keys"),
-                       environ)
+                       environ, state_dir=tmp_path)
 
 
 def _copy(name: str, nodes: int = 2, gpus: int = 1, slurm: SlurmPick | None = None) -> CopyInput:
@@ -40,8 +41,16 @@ def _copy(name: str, nodes: int = 2, gpus: int = 1, slurm: SlurmPick | None = No
                      parent_workflow_id=name)
 
 
+def _uid_and_hidden(pid: int, path: Path) -> tuple[int, bool]:
+    """Whom process `pid` runs as, and whether `path` is an empty tmpfs in its mount namespace (hidden)."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    uid = int(next(line.split()[1] for line in status if line.startswith("Uid:")))
+    mounts = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+    return uid, any(line.split()[4] == os.path.realpath(path) and " - tmpfs " in line for line in mounts)
+
+
 async def test_a_copy_job_is_submitted_once_ready_on_both_nodes_and_ends_with_the_rank_that_died(
-        slurm: SlurmCopyActivities) -> None:
+        slurm: SlurmCopyActivities, tmp_path: Path) -> None:
     env = ActivityEnvironment()
     copy = _copy("wf-s1")
     job = await env.run(slurm.submit_slurm_copy, copy)
@@ -54,6 +63,9 @@ async def test_a_copy_job_is_submitted_once_ready_on_both_nodes_and_ends_with_th
     async with httpx.AsyncClient(timeout=5) as client:
         assert (await client.get(f"{view.url}/v1/models", headers={"Authorization": f"Bearer {key}"})).is_success
         assert (await client.get(f"{view.url}/v1/models")).status_code == 401
+    # The worker is root: each engine runs as the rank user, with the worker's state dir (its keys) hidden.
+    rank0 = json.loads((Path(job.job_dir) / "rank-0.json").read_text())
+    assert _uid_and_hidden(int(rank0["pid"]), tmp_path) == (pwd.getpwnam("berth-rank").pw_uid, True)
     rank1 = json.loads((Path(job.job_dir) / "rank-1.json").read_text())
     os.kill(rank1["pid"], signal.SIGKILL)
     end = await asyncio.wait_for(env.run(slurm.watch_slurm_copy, job), 60)
