@@ -216,8 +216,13 @@ class StateLayout:
         return self.root / "logs"
 
     @property
+    def data(self) -> Path:
+        """Volumes and the model cache: the state dir, or BERTH_DATA_DIR (a Slurm site's shared filesystem)."""
+        return data_dir_setting() or self.root  # imported at the end of this module
+
+    @property
     def volumes(self) -> Path:
-        return self.root / "volumes"
+        return self.data / "volumes"
 
     @property
     def nodes(self) -> Path:
@@ -242,7 +247,7 @@ class StateLayout:
     def models(self) -> Path:
         """The managed model cache: sha256/<digest>/ (materialized), partial/ (resumable downloads),
         manifests/<digest>.txt, locks/."""
-        return self.root / "models"
+        return self.data / "models"
 
     def ephemeral_volume(self, workflow_id: str) -> Path:
         return self.volumes / "ephemeral" / workflow_id
@@ -343,6 +348,7 @@ from berth.settings.components import (  # noqa: E402, F401 — re-exported: ber
     component_api_url,
     component_state_dir,
     component_token,
+    data_dir_setting,
     database_url,
     gateway_master_key,
     key_hmac_secret_file,

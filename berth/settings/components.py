@@ -149,6 +149,18 @@ def litellm_bin_override() -> str | None:
     return os.environ.get("BERTH_LITELLM_BIN", "").strip() or None
 
 
+def data_dir_setting(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """BERTH_DATA_DIR: where a node keeps volumes and the model cache instead of its state dir. On a Slurm site,
+    the shared filesystem: every job reads the weights at the same path, while the state dir, with its keys,
+    stays on a disk no job reads (docs/slurm.md). Absolute; unset: the state dir."""
+    value = environ.get("BERTH_DATA_DIR", "").strip()
+    if not value:
+        return None
+    if not value.startswith("/"):
+        raise UserInputError(f"BERTH_DATA_DIR={value} is not an absolute path: name the directory from /.")
+    return Path(value)
+
+
 def rank_user_setting(environ: Mapping[str, str] = os.environ) -> str:
     """BERTH_RANK_USER: the user a root node agent starts ranks as, in their own mount namespace
     (activities/rank_jail.py; created when missing); `berth-rank` by default, `none` runs them as the agent."""

@@ -33,6 +33,8 @@ def slurm_stack(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFa
                 "BERTH_SLURM_PARTITION": "gpu", "BERTH_SLURM_SHARED_DIR": str(slurm_cluster.root / "shared"),
                 "BERTH_SLURM_ENGINE": "simulator", "BERTH_REPLACE_BACKOFF_S": "0.5",
                 "BERTH_SLURM_SELECTABLE_PARTITIONS": "gpu,long", "BERTH_SLURM_MAX_TIME_LIMIT": "3-00:00:00",
+                # The weights on the shared filesystem, the state dir (its keys) not: as docs/slurm.md says.
+                "BERTH_DATA_DIR": str(slurm_cluster.root / "shared" / "data"),
                 "BERTH_DATABASE_URL": postgres.create_database()}
     try:
         stack = RunningStack(state_dir=tmp / "state", port_base=free_port_base(), nodes=1, simulate_gpus="1x80GB",
@@ -72,6 +74,9 @@ def test_a_copy_is_a_slurm_job_that_serves_heals_as_a_new_job_and_stops(slurm_st
     assert "Paris" in _chat(endpoint["url"], token)
 
     job_dir = slurm_cluster.root / "shared" / "jobs" / f"{workflow_id}.copy-0"
+    argv = json.loads((job_dir / "copy.json").read_text())["argv"]["leader"]
+    weights = Path(argv[argv.index("serve") + 1])  # `vllm serve MODEL_DIR`
+    assert weights.is_relative_to(slurm_cluster.root / "shared" / "data" / "volumes"), argv
     rank0 = json.loads((job_dir / "rank-0.json").read_text())
     os.kill(rank0["pid"], signal.SIGKILL)  # the engine dies: the job ends, a new job takes its place
 
