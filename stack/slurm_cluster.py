@@ -17,9 +17,12 @@ from pathlib import Path
 
 from berth.processes import free_port
 from berth.settings import SlurmSettings
+from stack.slurm_accounting import SlurmAccounting
 
-MISSING = "Slurm is not installed: `make slurm` installs Debian's slurm-wlm and munge (or deselect -m 'not slurm')."
+MISSING = ("Slurm is not installed: `make slurm` installs Debian's slurm-wlm, slurmdbd, mariadb-server and munge (or "
+           "deselect -m 'not slurm').")
 NODES = ("n1", "n2")
+CLUSTER = "berthtest"
 
 
 @dataclass
@@ -30,6 +33,10 @@ class SlurmCluster:
     controller_port: int = field(default_factory=free_port)
     node_ports: tuple[int, ...] = field(default_factory=lambda: (free_port(), free_port()))
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    accounting: SlurmAccounting = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.accounting = SlurmAccounting(self.root)
 
     @property
     def conf(self) -> Path:
@@ -48,7 +55,8 @@ class SlurmCluster:
                               check=True).stdout
 
     def start(self, timeout_s: float = 60.0) -> SlurmCluster:
-        if any(shutil.which(c) is None for c in ("munged", "slurmctld", "slurmd", "sbatch")):
+        if any(shutil.which(c) is None for c in ("munged", "slurmctld", "slurmd", "sbatch")) \
+                or not SlurmAccounting.installed():
             raise RuntimeError(MISSING)
         for name in ("munge", "state", "spool", "log", "dev", "shared"):
             (self.root / name).mkdir(parents=True, exist_ok=True)
@@ -63,6 +71,10 @@ class SlurmCluster:
                      f"--log-file={self.root / 'log' / 'munged.log'}", f"--pid-file={munge / 'pid'}",
                      f"--seed-file={munge / 'seed'}"], "munged")
         self._wait(lambda: (munge / "socket").exists(), timeout_s, "munged's socket")
+        database = self.accounting.start_database(self._spawn)
+        self._wait(database.exists, timeout_s, "MariaDB's socket")
+        self.accounting.start_dbd(self._spawn, munge / "socket")
+        self._wait(self._cluster_registered, timeout_s, "slurmdbd answering, the cluster registered")
         self._spawn(["slurmctld", "-D", "-f", str(self.conf)], "slurmctld")
         for node in NODES:
             self._spawn(["slurmd", "-D", "-f", str(self.conf), "-N", node], f"slurmd-{node}")
@@ -81,7 +93,7 @@ class SlurmCluster:
                  f"RealMemory=2000 Gres=gpu:{self.gpus_per_node} State=UNKNOWN"
                  for n, p in zip(NODES, self.node_ports, strict=True)]
         self.conf.write_text("\n".join((
-            "ClusterName=berthtest", f"SlurmctldHost={host}(127.0.0.1)", f"SlurmctldPort={self.controller_port}",
+            f"ClusterName={CLUSTER}", f"SlurmctldHost={host}(127.0.0.1)", f"SlurmctldPort={self.controller_port}",
             "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge", "CredType=cred/munge",
             f"AuthInfo=socket={root / 'munge' / 'socket'}",
             f"StateSaveLocation={root / 'state'}", f"SlurmdSpoolDir={root / 'spool'}/%n",
@@ -94,7 +106,7 @@ class SlurmCluster:
             # A site that refuses what a partition can never run at submission (Berth then says Slurm's words).
             "EnforcePartLimits=ALL",
             "JobCompType=jobcomp/filetxt", f"JobCompLoc={root / 'log' / 'jobcomp.txt'}",
-            "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
+            *self.accounting.slurm_conf_lines(root / 'munge' / 'socket'),
             "ReturnToService=2", "SlurmdTimeout=30", "InactiveLimit=0", "KillWait=2", "MinJobAge=600",
             "SchedulerType=sched/backfill", "SchedulerParameters=sched_interval=1", *nodes,
             f"PartitionName=gpu Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP",
@@ -108,6 +120,18 @@ class SlurmCluster:
         log = (self.root / "log" / f"{name}.out").open("ab")
         self.processes.append(subprocess.Popen(argv, env=self.environment, stdout=log, stderr=subprocess.STDOUT,
                                                start_new_session=True))
+
+    def _cluster_registered(self) -> bool:
+        """Whether slurmdbd answers and knows this cluster (added on the first answer; slurmctld then reports to it)."""
+        try:
+            listed = self.command("sacctmgr", "-n", "-P", "list", "cluster", "format=cluster")
+        except (subprocess.SubprocessError, OSError):
+            return False
+        if CLUSTER in listed.split():
+            return True
+        subprocess.run(["sacctmgr", "-i", "add", "cluster", CLUSTER], env=self.environment, capture_output=True,
+                       timeout=30, check=False)
+        return False
 
     def _all_idle(self) -> bool:
         try:

@@ -107,6 +107,12 @@ async def test_a_two_node_copy_serves_from_rank_0_and_ends_as_a_unit_when_a_rank
     await _until(recorded)
     assert finished is not None and finished.state == "FAILED" and finished.nodes == "n[1-2]"
     assert finished.exit_status != 0 or finished.signal != 0
+    # slurmdbd's accounting: the batch step on the first node, and ONE srun step over both nodes — the ranks ran
+    # as a step spanning the allocation, not a server on the first node of an N-node bill.
+    steps = [line.split("|") for line in cluster.command(
+        "sacct", "-j", str(job_id), "-P", "-n", "-o", "JobID,NNodes,NodeList").splitlines()]
+    assert [s for s in steps if s[0] == f"{job_id}.0"] == [[f"{job_id}.0", "2", "n[1-2]"]]
+    assert [s for s in steps if s[0] == f"{job_id}.batch"] == [[f"{job_id}.batch", "1", "n1"]]
 
 
 async def test_a_request_slurm_can_never_run_is_refused_in_slurms_words(
