@@ -185,11 +185,12 @@ class SlurmCopyActivities:
 
     async def _ending(self, job: SlurmJobRef) -> SlurmCopyEnd:
         deadline = time.monotonic() + RECORD_WAIT_S
-        finished = await self.commands.finished(job.job_id)
+        name = job_name(job.copy_id)
+        finished = await self.commands.finished(job.job_id, name)
         while finished is None and time.monotonic() < deadline:
             activity.heartbeat("waiting for sacct")
             await asyncio.sleep(POLL_S)
-            finished = await self.commands.finished(job.job_id)
+            finished = await self.commands.finished(job.job_id, name)
         output = await asyncio.to_thread(tail, Path(job.job_dir) / f"slurm-{job.job_id}.out", 15)
         failure = failed_rank(output)
         if failure is not None:

@@ -79,6 +79,9 @@ class SlurmCluster:
         for node in NODES:
             self._spawn(["slurmd", "-D", "-f", str(self.conf), "-N", node], f"slurmd-{node}")
         self._wait(self._all_idle, timeout_s, "both Slurm nodes idle")
+        # slurmctld reports to slurmdbd once it registered there; a job started before that has its record made
+        # from its steps' (named "allocation", on the first node only).
+        self._wait(self._controller_registered, timeout_s, "slurmctld registered with slurmdbd")
         return self
 
     def _devices(self) -> None:
@@ -132,6 +135,13 @@ class SlurmCluster:
         subprocess.run(["sacctmgr", "-i", "add", "cluster", CLUSTER], env=self.environment, capture_output=True,
                        timeout=30, check=False)
         return False
+
+    def _controller_registered(self) -> bool:
+        try:
+            shown = self.command("sacctmgr", "-n", "-P", "show", "cluster", CLUSTER, "format=controlhost,controlport")
+        except (subprocess.SubprocessError, OSError):
+            return False
+        return shown.strip() not in ("", "|", "|0")
 
     def _all_idle(self) -> bool:
         try:

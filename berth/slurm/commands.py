@@ -133,16 +133,22 @@ class SlurmCommands:
                 raise SlurmCommandError(f"job {job_id} still listed by squeue after {timeout_s:g} s")
             await asyncio.sleep(poll_s)
 
-    async def finished(self, job_id: int) -> FinishedJob | None:
+    async def finished(self, job_id: int, name: str | None = None) -> FinishedJob | None:
         """How the job ended, from `sacct` (slurmdbd's accounting, or the job completion log where a site keeps
-        no accounting database: `sacct -c`); None: not recorded (yet)."""
+        no accounting database: `sacct -c`); None: not recorded (yet). slurmdbd learns of a job asynchronously:
+        until slurmctld's own record arrives, a job whose steps reached it first shows as a placeholder (named
+        "allocation", its first node only; a second later it reads right) — not the ending either, so None when
+        the record is not final or, given the job's `name`, names another."""
         fields = ["-P", "-n", "-o", ",".join(ACCOUNTING_FIELDS), "-j", str(job_id)]
         status, out, err = await self.run(["sacct", *fields])
         if status != 0 and "accounting storage is disabled" in (err + out).lower():
             status, out, err = await self.run(["sacct", "-c", *fields])
         if status != 0:
             raise SlurmCommandError(f"sacct failed: {one_line(err or out)}")
-        return next((job for job in parse_accounting(out) if job.job_id == job_id), None)
+        job = next((job for job in parse_accounting(out) if job.job_id == job_id), None)
+        if job is None or not job.ended or (name is not None and job.name != name):
+            return None
+        return job
 
     async def nodes(self) -> list[SlurmNode]:
         status, out, err = await self.run(["scontrol", "show", "node", "--oneliner"])

@@ -50,6 +50,12 @@ class FinishedJob:
     start: str
     end: str
 
+    @property
+    def ended(self) -> bool:
+        """Whether the record says the job ended: a final state (none Slurm may still change) and an end time."""
+        final = self.state not in PENDING_STATES and self.state not in RUNNING_STATES
+        return final and self.end not in ("", "Unknown", "None")
+
 
 def parse_queue(text: str) -> list[QueuedJob]:
     """`squeue -h -o QUEUE_FORMAT` lines; a line of another shape is skipped (never guessed at)."""

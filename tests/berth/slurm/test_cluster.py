@@ -102,7 +102,7 @@ async def test_a_two_node_copy_serves_from_rank_0_and_ends_as_a_unit_when_a_rank
 
     async def recorded() -> bool:
         nonlocal finished
-        finished = await commands.finished(job_id)
+        finished = await commands.finished(job_id, "berth-wf-a-c1")
         return finished is not None
     await _until(recorded)
     assert finished is not None and finished.state == "FAILED" and finished.nodes == "n[1-2]"

@@ -26,6 +26,15 @@ def test_accounting_lines_give_state_exit_status_and_signal_of_whole_jobs() -> N
                                                                            (8, "CANCELLED", 0, 15)]
 
 
+def test_a_record_is_an_ending_only_when_final_with_an_end_time() -> None:
+    """slurmdbd shows a job whose steps reached it before slurmctld's record as a placeholder for a moment."""
+    placeholder, running, ended = parse_accounting(
+        "9|allocation|PENDING|0:0|n1|2026-12-06T11:38:27|Unknown\n"
+        "10|berth-c1|RUNNING|0:0|n[1-2]|2026-12-06T11:38:27|Unknown\n"
+        "11|berth-c1|FAILED|9:0|n[1-2]|2026-12-06T11:38:27|2026-12-06T11:38:28\n")
+    assert not placeholder.ended and not running.ended and ended.ended
+
+
 def test_nodes_with_gres_of_several_forms() -> None:
     text = ("NodeName=n1 Arch=x86_64 CPUTot=8 Gres=gpu:a100:4(S:0-1) NodeAddr=10.0.0.1 NodeHostName=gpu01 "
             "OS=Linux 6.1 #1 SMP RealMemory=64000 State=MIXED Partitions=gpu,debug\n"
