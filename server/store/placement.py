@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import NamedTuple, Protocol
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from berth.contracts import Placement, RankPlacement, ReserveRequest, ReserveResult
@@ -25,6 +25,10 @@ from server import scheduler
 from server.store import copy_spans, fencing, placement_view
 from server.store.policies import placement_refusal
 from server.store.tables import AllocationRow, NodeRow, PortRow, ReplicaRow, ReservationRow, StoreLockRow
+
+TAKE_LOCK = (update(StoreLockRow).where(StoreLockRow.name == "placement").values(holder=StoreLockRow.holder)
+             .returning(StoreLockRow.generation).execution_options(synchronize_session=False))
+RESERVED = select(ReservationRow.placement).where(ReservationRow.copy_id == bindparam("copy_id"))
 
 
 class PlacementObserver(Protocol):
@@ -59,10 +63,17 @@ class Placements:
     @contextmanager
     def transaction(self) -> Iterator[Session]:
         """A transaction no other placement (in this process or another API process) runs beside."""
-        with self._lock, self._session() as s:
-            s.execute(update(StoreLockRow).where(StoreLockRow.name == "placement").values(holder=StoreLockRow.holder)
-                      .execution_options(synchronize_session=False))
-            yield s
+        with self._lock:
+            try:
+                with self._session() as s:
+                    # The lock, and the generation the view checks (placement_view.py), in one statement.
+                    s.info[placement_view.GENERATION] = s.connection().execute(TAKE_LOCK).scalar_one() or 0
+                    yield s
+            except BaseException:
+                # A reservation keeps what it took in the view before its commit: if the commit (or anything after
+                # `took`) fails, the view no longer matches the store. Re-read it, still under the lock.
+                self.view.forget()
+                raise
 
     def node_ready(self, node: NodeRow, now: float | None = None) -> bool:
         """Heartbeating recently (draining nodes are ready but take no new copies)."""
@@ -106,9 +117,9 @@ class Placements:
 
     def _reserve(self, request: ReserveRequest) -> ReserveResult:
         with self.transaction() as s:
-            existing = s.get(ReservationRow, request.copy_id)
+            existing = s.connection().execute(RESERVED, {"copy_id": request.copy_id}).scalar()
             if existing is not None:  # an activity retry after a lost reply: same answer
-                return ReserveResult(placement=Placement.model_validate(existing.placement))
+                return ReserveResult(placement=Placement.model_validate(existing))
             demand = scheduler.Demand(nodes=request.nodes, gpus_per_node=request.gpus_per_node,
                                       gpu_memory_gb=request.gpu_memory_gb, prefer_volume=request.prefer_volume,
                                       prefer_model=request.prefer_model)
@@ -126,10 +137,13 @@ class Placements:
     def _hold(self, s: Session, request: ReserveRequest, decision: scheduler.Decision) -> ReserveResult:
         """Write the decision's GPUs, a port per rank (two on rank 0 of a multi-node copy) and the reservation; or
         nothing, when a chosen node has no port left: rows written for the ranks before would be held by no one."""
+        connection = s.connection()  # Core, not the ORM, from here on: the ORM's own work cost more than the SQL
         chosen = [node_id for node_id, _gpus in decision.ranks]
-        nodes = {n.id: n for n in s.scalars(select(NodeRow).where(NodeRow.id.in_(chosen)))}
+        nodes = {row.id: row for row in connection.execute(
+            select(NodeRow.id, NodeRow.address, NodeRow.port_start, NodeRow.port_end).where(NodeRow.id.in_(chosen)))}
         used_ports: dict[str, set[int]] = {}
-        for node_id, port in s.execute(select(PortRow.node_id, PortRow.port).where(PortRow.node_id.in_(chosen))):
+        for node_id, port in connection.execute(
+                select(PortRow.node_id, PortRow.port).where(PortRow.node_id.in_(chosen))):
             used_ports.setdefault(node_id, set()).add(port)
         ports: list[list[int]] = []
         for rank, node_id in enumerate(chosen):
@@ -138,19 +152,19 @@ class Placements:
             if len(free) < wanted:
                 return ReserveResult(blocked_reason=f"node {node_id} has no free service port")
             ports.append(free[:wanted])
-        ranks: list[RankPlacement] = []
-        for rank, ((node_id, gpus), rank_ports) in enumerate(zip(decision.ranks, ports, strict=True)):
-            s.add_all(AllocationRow(node_id=node_id, gpu_index=gpu, copy_id=request.copy_id) for gpu in gpus)
-            s.add_all(PortRow(node_id=node_id, port=port, owner=request.copy_id) for port in rank_ports)
-            ranks.append(RankPlacement(rank=rank, node_id=node_id, address=nodes[node_id].address,
-                                       gpus=tuple(gpus), port=rank_ports[0]))
-        placement_view.changed(s, chosen)
+        ranks = [RankPlacement(rank=rank, node_id=node_id, address=nodes[node_id].address, gpus=tuple(gpus),
+                               port=rank_ports[0])
+                 for rank, ((node_id, gpus), rank_ports) in enumerate(zip(decision.ranks, ports, strict=True))]
+        gpus_held = [{"node_id": node_id, "gpu_index": gpu, "copy_id": request.copy_id}
+                     for node_id, gpus in decision.ranks for gpu in gpus]
+        if gpus_held:  # none for a copy without GPUs (an empty list would insert one row of NULLs)
+            connection.execute(insert(AllocationRow), gpus_held)
+        connection.execute(insert(PortRow), [{"node_id": node_id, "port": port, "owner": request.copy_id}
+                                             for node_id, taken in zip(chosen, ports, strict=True) for port in taken])
+        self.view.took(decision.ranks, placement_view.changed(s, chosen, self.view.generation))
         master_port = ports[0][1] if len(ports[0]) == 2 else 0
         placement = Placement(copy_id=request.copy_id, ranks=tuple(ranks), master_port=master_port)
-        s.add(ReservationRow(copy_id=request.copy_id, workflow_id=request.workflow_id,
-                             placement=placement.model_dump(mode="json"), created_at=time.time()))
-        copy_spans.opened(s, request, self.clock())
-        return ReserveResult(placement=placement)
+        return self._recorded(s, request, placement)
 
     def _held_for_slurm(self, s: Session, request: ReserveRequest) -> ReserveResult:
         """A copy Slurm places, held as a reservation of its GPUs on nodes Slurm will choose (node_id "slurm"): its
@@ -159,8 +173,12 @@ class Placements:
         ranks = tuple(RankPlacement(rank=rank, node_id="slurm", address="", gpus=tuple(range(request.gpus_per_node)),
                                     port=0) for rank in range(request.nodes))
         placement = Placement(copy_id=request.copy_id, ranks=ranks)
-        s.add(ReservationRow(copy_id=request.copy_id, workflow_id=request.workflow_id,
-                             placement=placement.model_dump(mode="json"), created_at=time.time()))
+        return self._recorded(s, request, placement)
+
+    def _recorded(self, s: Session, request: ReserveRequest, placement: Placement) -> ReserveResult:
+        """The reservation row and the copy's usage span opened (core inserts: no ORM unit of work per copy)."""
+        s.connection().execute(insert(ReservationRow), [{"copy_id": request.copy_id, "workflow_id": request.workflow_id,
+                                            "placement": placement.model_dump(mode="json"), "created_at": time.time()}])
         copy_spans.opened(s, request, self.clock())
         return ReserveResult(placement=placement)
 

@@ -12,10 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from sqlalchemy.exc import IntegrityError
 
 from berth.contracts import NodeHolding, ReserveRequest
 from berth.security import Cipher
 from server.store.database import Store
+from server.store.tables import AllocationRow
 
 pytestmark = pytest.mark.timeout(180)
 REPO = Path(__file__).resolve().parents[3]
@@ -50,15 +52,13 @@ def test_another_processes_writes_are_seen_and_only_the_changed_nodes_reread(sto
     assert first.placements.view.reads == 20
     assert _reserve(second, "wf.b", gpus=1) == [("n01", (0,))]
     # The first process's view still has n01 empty: its next reservation sees the generation moved, re-reads n01
-    # (and n00, its own last reservation's) and nothing else, and packs onto n01's other GPU rather than taking
-    # GPU 0 a second time.
+    # alone, and packs onto n01's other GPU rather than taking GPU 0 a second time.
     assert _reserve(first, "wf.c", gpus=1) == [("n01", (1,))]
-    assert first.placements.view.reads == 22
-    # Nothing changed since: nothing re-read.
+    assert first.placements.view.reads == 21
+    # Its own reservations it keeps, re-reading nothing.
     assert _reserve(first, "wf.d", gpus=2) == [("n02", (0, 1))]
-    reads = first.placements.view.reads
     assert _reserve(first, "wf.e", gpus=2) == [("n03", (0, 1))]
-    assert first.placements.view.reads == reads + 1  # its own reservation's node (wf.d's)
+    assert first.placements.view.reads == 21
     # A release by the other process frees n00 for the first.
     second.placements.release("wf.a")
     assert _reserve(first, "wf.f", gpus=2) == [("n00", (0, 1))]
@@ -70,7 +70,7 @@ def test_another_processes_writes_are_seen_and_only_the_changed_nodes_reread(sto
     reads = first.placements.view.reads
     second.heartbeat_node("n07", _inventory(2), port_start=30700)
     assert _reserve(first, "wf.h", gpus=2) == [("n07", (0, 1))]
-    assert first.placements.view.reads == reads + 1  # wf.g's node, not n07
+    assert first.placements.view.reads == reads  # not n07
     # A node whose agent leaves is offline for the next reservation, with no generation moved.
     second.heartbeat_node("n08", _inventory(2, leaving=True), port_start=30800)
     assert _reserve(first, "wf.i", gpus=2) == [("n09", (0, 1))]
@@ -89,6 +89,19 @@ def test_a_gpu_fenced_by_a_heartbeat_elsewhere_is_not_placed_on(store_url: str, 
     second.heartbeat_node("n0", _inventory(2), port_start=30000, held=[])
     assert _reserve(first, "wf.b") == [("n0", (1,))]
     assert _held(first) == [("n0", 0), ("n0", 1)]
+
+
+def test_a_write_that_skipped_the_generation_fails_one_reservation_and_the_view_reads_afresh(
+        store_url: str, tmp_path: Path) -> None:
+    store = _open(store_url, tmp_path)
+    store.heartbeat_node("n0", _inventory(2), port_start=30000)
+    assert _reserve(store, "wf.a") == [("n0", (0,))]
+    with store.session() as s:  # behind placement's back: no generation moved (as no code of Berth's does)
+        s.add(AllocationRow(node_id="n0", gpu_index=1, copy_id="wf.sneaked"))
+    with pytest.raises(IntegrityError):  # the (node, GPU) constraint: the GPU is not held twice
+        _reserve(store, "wf.b")
+    assert _reserve(store, "wf.b") is None  # the failed transaction dropped the view: read again, n0 is full
+    assert _held(store) == [("n0", 0), ("n0", 1)]
 
 
 RACER = """
