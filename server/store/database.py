@@ -287,10 +287,11 @@ class Store:
             if "models" in inventory:  # an agent from before the model registry reports none: kept None
                 placed_on["models"] = cached_digests(inventory["models"])
             # What placement reads changed: every API process's view re-reads this node (a heartbeat that only says
-            # "alive" moves last_heartbeat alone, which no view holds). The lock row before the node's row.
+            # "alive" moves last_heartbeat alone, which no view holds, and takes no placement lock). The lock's row
+            # before the node's row, as a reservation takes them.
             generation = None
             if row is None or any(getattr(row, name) != value for name, value in placed_on.items()):
-                generation = placement_view.next_generation(s)
+                generation = placement_view.take(s)
             if row is None:
                 row = NodeRow(id=node_id, last_heartbeat=now, port_start=port_start,
                               port_end=port_start + NODE_PORTS)

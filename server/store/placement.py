@@ -3,8 +3,9 @@ atomically across API processes.
 
 A placement transaction holds a lock in the process and updates the `placement` row of `store_locks`
 first, so placements are serialised across API processes too (a row lock on Postgres, the write lock on
-SQLite). The scheduler (server/scheduler.py, indexed by server/inventory.py) chooses from this process's view of the
-nodes (server/store/placement_view.py), which each write here keeps current; this module writes the rows.
+SQLite); that update also draws the transaction's generation (server/store/placement_view.py). The scheduler
+(server/scheduler.py, indexed by server/inventory.py) chooses from this process's view of the nodes, which each
+write here keeps current for every process; this module writes the rows.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import NamedTuple, Protocol
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.orm import Session
 
 from berth.contracts import Placement, RankPlacement, ReserveRequest, ReserveResult
@@ -24,10 +25,8 @@ from berth.errors import NotFoundError, UnavailableError
 from server import scheduler
 from server.store import copy_spans, fencing, placement_view
 from server.store.policies import placement_refusal
-from server.store.tables import AllocationRow, NodeRow, PortRow, ReplicaRow, ReservationRow, StoreLockRow
+from server.store.tables import AllocationRow, NodeRow, PortRow, ReplicaRow, ReservationRow
 
-TAKE_LOCK = (update(StoreLockRow).where(StoreLockRow.name == "placement").values(holder=StoreLockRow.holder)
-             .returning(StoreLockRow.generation).execution_options(synchronize_session=False))
 RESERVED = select(ReservationRow.placement).where(ReservationRow.copy_id == bindparam("copy_id"))
 
 
@@ -66,8 +65,7 @@ class Placements:
         with self._lock:
             try:
                 with self._session() as s:
-                    # The lock, and the generation the view checks (placement_view.py), in one statement.
-                    s.info[placement_view.GENERATION] = s.connection().execute(TAKE_LOCK).scalar_one() or 0
+                    placement_view.take(s)
                     yield s
             except BaseException:
                 # A reservation keeps what it took in the view before its commit: if the commit (or anything after
@@ -161,7 +159,8 @@ class Placements:
             connection.execute(insert(AllocationRow), gpus_held)
         connection.execute(insert(PortRow), [{"node_id": node_id, "port": port, "owner": request.copy_id}
                                              for node_id, taken in zip(chosen, ports, strict=True) for port in taken])
-        self.view.took(decision.ranks, placement_view.changed(s, chosen, self.view.generation))
+        placement_view.changed(s, chosen)
+        self.view.took(s, decision.ranks)
         master_port = ports[0][1] if len(ports[0]) == 2 else 0
         placement = Placement(copy_id=request.copy_id, ranks=tuple(ranks), master_port=master_port)
         return self._recorded(s, request, placement)

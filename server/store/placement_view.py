@@ -1,18 +1,18 @@
 """PlacementView: this API process's inventory of the nodes for placement, re-reading only the nodes that changed.
 
 Reading every node per reservation cost 29 ms a copy at 1,000 nodes, four fifths of it decoding their JSON
-inventories (docs/performance.md, "Placement at scale"). So each change placement depends on (a node's GPUs, taints,
-volumes, cached models or draining; a GPU taken or freed on it) bumps the `placement` lock row's generation and
-stamps the node with it (`changed`), under the placement lock: a row lock on PostgreSQL, the write lock on SQLite.
-A reservation, under the same lock, compares that generation with its view's: equal, the view holds what every API
-process has committed; above, it re-reads the nodes stamped above its own (another process's reservation or release,
-a heartbeat that changed a node). Liveness is no change: a heartbeat moves only `last_heartbeat`, and the nodes
-offline now are read afresh for each reservation through that column's index (few, as a rule).
+inventories (docs/performance.md, "Placement at scale"). So every transaction that takes the placement lock (a row
+lock on PostgreSQL, the write lock on SQLite) draws a generation of its own from the lock's row as it takes it
+(`take`), and stamps with it each node whose placement facts it changes (`changed`): a GPU taken or freed there, its
+GPUs, taints, volumes, cached models or draining. A reservation, holding the lock at generation G, knows every
+transaction before it drew G - 1 at most: a view at G - 1 is whole; a view at V below that re-reads the nodes stamped
+above V (another process's reservation or release, a heartbeat that changed a node), and nothing else. Liveness is
+no change: a heartbeat that only says "alive" moves `last_heartbeat`, takes no lock, and the nodes offline now are
+read afresh for each reservation through that column's index (few, as a rule).
 
-The allocations' unique (node, GPU) constraint stays the last word: a write that forgot `changed` fails a
-reservation, it never lets two copies hold one GPU.
+The allocations' unique (node, GPU) constraint stays the last word: a write that skipped `changed` fails a
+reservation, it never lets two copies hold one GPU (tests/server/store/test_placement_view.py).
 """
-
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
@@ -26,40 +26,28 @@ from server.inventory import Inventory
 from server.store.tables import AllocationRow, NodeRow, StoreLockRow
 
 PLACEMENT_LOCK = StoreLockRow.name == "placement"
-
-
-# Where a placement transaction keeps the generation it read as it took the lock (server/store/placement.py).
+# Where a transaction keeps the generation it took with the placement lock (see `take`).
 GENERATION = "placement_generation"
+# The placement lock, taken by an UPDATE of its row that also draws the transaction's generation: every transaction
+# that takes the lock has a generation of its own, and stamps with it the nodes it changes.
+TAKE = (update(StoreLockRow).where(PLACEMENT_LOCK).values(generation=func.coalesce(StoreLockRow.generation, 0) + 1)
+        .returning(StoreLockRow.generation).execution_options(synchronize_session=False))
 
 
-def current_generation(s: Session) -> int:
-    return s.connection().scalar(select(StoreLockRow.generation).where(PLACEMENT_LOCK)) or 0
+def take(s: Session) -> int:
+    """Take the placement lock (a row lock on PostgreSQL, the write lock on SQLite) for this transaction, once, and
+    return its generation. A heartbeat takes it before it writes its node's row, as every placement does, or it
+    and a reservation would each wait on the other's row."""
+    if GENERATION not in s.info:
+        s.info[GENERATION] = s.connection().execute(TAKE).scalar_one()
+    return int(s.info[GENERATION])
 
 
-def next_generation(s: Session) -> int:
-    """Bump the placement generation and return it. Takes the placement lock row first (as every placement does)
-    when the transaction does not hold it yet: a heartbeat must, before it writes its node's row, or it and a
-    reservation would wait on each other's rows."""
-    s.connection().execute(update(StoreLockRow).where(PLACEMENT_LOCK)
-              .values(generation=func.coalesce(StoreLockRow.generation, 0) + 1)
-              .execution_options(synchronize_session=False))
-    return current_generation(s)
-
-
-def changed(s: Session, node_ids: Collection[str], generation: int | None = None) -> int:
-    """Record that what placement reads of these nodes changed, so every API process's view re-reads them; returns
-    the new generation. `generation`: the current one, when this transaction read it under the placement lock."""
-    if not node_ids:
-        return current_generation(s) if generation is None else generation
-    if generation is None:
-        generation = next_generation(s)
-    else:  # no one moves it while this transaction holds the lock: one statement fewer than next_generation
-        generation += 1
-        s.connection().execute(update(StoreLockRow).where(PLACEMENT_LOCK).values(generation=generation)
-                  .execution_options(synchronize_session=False))
-    s.connection().execute(update(NodeRow).where(NodeRow.id.in_(node_ids)).values(generation=generation)
-              .execution_options(synchronize_session=False))
-    return generation
+def changed(s: Session, node_ids: Collection[str]) -> None:
+    """Record that what placement reads of these nodes changed, so every API process's view re-reads them."""
+    if node_ids:
+        s.connection().execute(update(NodeRow).where(NodeRow.id.in_(node_ids)).values(generation=take(s))
+                               .execution_options(synchronize_session=False))
 
 
 def read_views(s: Session, ready: Callable[[float], bool],
@@ -96,40 +84,38 @@ class PlacementView:
         self._generation = 0
         self.reads = 0  # nodes read from the store since this view began (the tests' witness of "only what changed")
 
-    @property
-    def generation(self) -> int:
-        return self._generation
-
     def forget(self) -> None:
         """Read every node again next time (a transaction that `took` GPUs did not commit)."""
         self._inventory = None
 
-    def took(self, ranks: list[tuple[str, list[int]]], generation: int) -> None:
-        """This process's own reservation, written at `generation` by a transaction that holds the placement lock
-        and read the view current: kept here rather than re-read (the transaction `forget`s it if it fails)."""
-        assert self._inventory is not None and generation == self._generation + 1
+    def took(self, s: Session, ranks: list[tuple[str, list[int]]]) -> None:
+        """This process's own reservation, written by the transaction `current` was read in: kept here rather than
+        re-read (the transaction `forget`s the view if it fails)."""
+        assert self._inventory is not None and self._generation == s.info[GENERATION]
         for node_id, gpus in ranks:
             node = self._inventory.get(node_id)
             assert node is not None
             self._inventory.put(replace(node, busy_gpus=node.busy_gpus | frozenset(gpus)))
-        self._generation = generation
 
     def current(self, s: Session, now: float) -> Inventory:
-        """The inventory as this transaction sees the store; the caller holds the placement lock."""
-        generation = s.info[GENERATION] if GENERATION in s.info else current_generation(s)
+        """The inventory as this transaction sees the store, under the placement lock (`take`)."""
+        generation = take(s)
         cutoff = now - self.node_offline_after_s
         offline = set(s.connection().scalars(select(NodeRow.id).where(NodeRow.last_heartbeat < cutoff)))
+
         def ready(last_heartbeat: float) -> bool:
             return last_heartbeat >= cutoff
 
-        if self._inventory is None or generation < self._generation:  # first use, or a store begun again
+        # Transactions before this one drew the generations up to generation - 1: a view at that holds them all.
+        if self._inventory is None or generation - 1 < self._generation:  # first use, or a store begun again
             views = read_views(s, ready)
             self._inventory = Inventory(views)
             self.reads += len(views)
-        elif generation != self._generation:
+        elif generation - 1 != self._generation:
             for view in read_views(s, ready, NodeRow.generation > self._generation):
                 self._inventory.put(view)
                 self.reads += 1
+        # What this transaction writes, it writes at `generation`: its own GPUs through `took`, nothing else here.
         self._generation = generation
         self._inventory.mark_offline(offline)
         return self._inventory

@@ -109,7 +109,7 @@ class NodeRow(Base):
     # The digests the node's managed model cache holds (its heartbeat says): placement's cache hits, and
     # ModelRecord.cached. None on rows from before the model registry.
     models: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
-    # The placement generation at which what placement reads of this node last changed (its GPUs, taints, volumes,
+    # The placement transaction that last changed what placement reads of this node (its GPUs, taints, volumes,
     # models, draining, the GPUs held on it): server/store/placement_view.py re-reads the nodes above its own.
     generation: Mapped[int] = mapped_column(Integer, default=0, server_default="0", index=True)
 
@@ -244,7 +244,8 @@ class StoreLockRow(Base):
     name: Mapped[str] = mapped_column(String(32), primary_key=True)
     holder: Mapped[str | None] = mapped_column(String(128), nullable=True)
     expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-    generation: Mapped[int | None] = mapped_column(Integer, nullable=True)  # `placement`'s: see NodeRow.generation
+    # `placement`'s: each transaction that takes the lock draws the next (server/store/placement_view.py)
+    generation: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class AuditBatchRow(Base):

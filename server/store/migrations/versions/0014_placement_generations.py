@@ -1,8 +1,8 @@
 """Placement at scale (issue 36): each API process keeps an inventory of the nodes for placement and re-reads only
-what changed. `store_locks.generation` (on the `placement` row) counts the changes placement depends on: a node's
-GPUs, taints, volumes, cached models, draining, and the GPUs held on it; `nodes.generation` is the count at which a
-node last changed, so a view at generation G re-reads the nodes above G. `nodes.last_heartbeat` gains an index:
-each reservation asks which nodes are offline now, and there are few.
+what changed (server/store/placement_view.py). `store_locks.generation` (on the `placement` row) counts the
+transactions that took the placement lock; `nodes.generation` is the one that last changed what placement reads of
+the node (its GPUs, taints, volumes, cached models, draining, the GPUs held on it), so a view at generation G re-reads
+the nodes above G. `nodes.last_heartbeat` gains an index: each reservation asks which nodes are offline now.
 
 Revision ID: 0014
 Revises: 0013
