@@ -70,8 +70,8 @@ def bench_scheduler(nodes: int, copies: int) -> dict[str, object]:
     from server.inventory import Inventory  # not in the baseline's code: this part runs on this checkout only
 
     gpus = tuple(GpuView(i, 80.0) for i in range(GPUS))
-    views = [NodeView(id=node_id(i), ready=True, gpus=gpus, models=frozenset({CACHED}) if cached_here(i) else frozenset())
-             for i in range(nodes)]
+    views = [NodeView(id=node_id(i), ready=True, gpus=gpus,
+                      models=frozenset({CACHED}) if cached_here(i) else frozenset()) for i in range(nodes)]
     figures: dict[str, object] = {}
     for name, count in (("inventory", copies), ("scan", min(copies, SCAN_COPIES))):
         inventory, by_id = Inventory(views), {v.id: v for v in views}

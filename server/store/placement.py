@@ -176,8 +176,9 @@ class Placements:
 
     def _recorded(self, s: Session, request: ReserveRequest, placement: Placement) -> ReserveResult:
         """The reservation row and the copy's usage span opened (core inserts: no ORM unit of work per copy)."""
-        s.connection().execute(insert(ReservationRow), [{"copy_id": request.copy_id, "workflow_id": request.workflow_id,
-                                            "placement": placement.model_dump(mode="json"), "created_at": time.time()}])
+        row = {"copy_id": request.copy_id, "workflow_id": request.workflow_id,
+               "placement": placement.model_dump(mode="json"), "created_at": time.time()}
+        s.connection().execute(insert(ReservationRow), [row])
         copy_spans.opened(s, request, self.clock())
         return ReserveResult(placement=placement)
 
