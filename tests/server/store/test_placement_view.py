@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -136,12 +137,31 @@ def test_two_api_processes_racing_never_hold_one_gpu_twice(store_url: str, tmp_p
     racers = [subprocess.Popen([sys.executable, "-c", RACER, store_url, str(tmp_path / "keys"), name, str(go)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
               for name in ("api-1", "api-2")]
+    done, beats = threading.Event(), [0]
+
+    def heartbeat() -> None:
+        """A third writer all along: heartbeats that change what placement reads (the cached models), with and without
+        fencing's reconcile, so views re-read nodes mid-race and heartbeats and reservations take the lock in turn."""
+        while not done.is_set():
+            index = beats[0] % 3
+            models = ["ab" * 32] if beats[0] % 2 else []
+            store.heartbeat_node(f"n{index}", _inventory(4, models=models), port_start=30000 + index * 100,
+                                 held=[] if beats[0] % 4 < 2 else None)
+            beats[0] += 1
+
+    beating = threading.Thread(target=heartbeat)
     go.touch()
+    beating.start()
     held = []
-    for racer in racers:
-        out, err = racer.communicate(timeout=150)
-        assert racer.returncode == 0, err[-2000:]  # a stale view would have met the (node, GPU) constraint here
-        held += json.loads(out)
+    try:
+        for racer in racers:
+            out, err = racer.communicate(timeout=150)
+            assert racer.returncode == 0, err[-2000:]  # a stale view would have met the (node, GPU) constraint here
+            held += json.loads(out)
+    finally:
+        done.set()
+        beating.join(timeout=30)
+    assert beats[0] > 0
     assert sorted(a.copy_id for a in store.placements.allocations()) == sorted(held)
     # The last 15 reservations of each give nothing back: every GPU is taken at the end, each once (a view blind
     # to a GPU the other process freed would have left it idle).
