@@ -153,11 +153,17 @@ def place(demand: Demand, nodes: list[NodeView], policy: Policy = Policy.PACK) -
         else:
             scored.append((score(node, free, demand, policy), node))
     if len(scored) < demand.nodes:
-        detail = ", ".join(f"{count} {why}" for why, count in reasons.items() if count)
-        memory = f" with ≥ {min_memory:.0f} GB" if min_memory else ""
-        return Decision(blocked_reason=(
-            f"waiting for {demand.nodes} node(s) with {demand.gpus_per_node} free GPU(s){memory} each; "
-            f"{len(scored)} available now ({detail or 'no nodes'})"))
+        return blocked(demand, len(scored), reasons)
     chosen = heapq.nsmallest(demand.nodes, scored, key=lambda item: item[0])
     gpus = demand.gpus_per_node
     return Decision(ranks=[(node.id, node.free_gpus(min_memory)[:gpus]) for _key, node in chosen])
+
+
+def blocked(demand: Demand, available: int, reasons: dict[str, int]) -> Decision:
+    """The wait: `available` nodes fit now, fewer than the copy needs; `reasons` counts the others by filter."""
+    detail = ", ".join(f"{count} {why}" for why, count in reasons.items() if count)
+    min_memory = demand.min_gpu_memory_gb
+    memory = f" with ≥ {min_memory:.0f} GB" if min_memory else ""
+    return Decision(blocked_reason=(
+        f"waiting for {demand.nodes} node(s) with {demand.gpus_per_node} free GPU(s){memory} each; "
+        f"{available} available now ({detail or 'no nodes'})"))

@@ -4,23 +4,26 @@ from them (server/store/usage.py): reservations themselves are deleted on releas
 
 from __future__ import annotations
 
-from sqlalchemy import insert, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from berth.contracts import ReserveRequest
 from server.store.tables import CopySpanRow, WorkflowRow
 
 OPEN = insert(CopySpanRow)
+ATTRIBUTION = select(WorkflowRow.owner, WorkflowRow.org, WorkflowRow.endpoint_id).where(
+    WorkflowRow.id == bindparam("workflow_id"))
 
 
 def opened(s: Session, request: ReserveRequest, now: float) -> None:
     """A span for a copy just reserved, attributed to its workflow's owner, organization and endpoint as they are
     now. A copy of a workflow the store does not hold (a test's, a bench's) is attributed to no one ("")."""
-    workflow = s.get(WorkflowRow, request.workflow_id)
-    owner, org, endpoint_id = ("", "", "") if workflow is None else (workflow.owner, workflow.org,
-                                                                      workflow.endpoint_id)
-    s.execute(OPEN, {"copy_id": request.copy_id, "workflow_id": request.workflow_id, "endpoint_id": endpoint_id,
-                     "owner": owner, "org": org, "gpus": request.nodes * request.gpus_per_node, "reserved_at": now})
+    connection = s.connection()  # Core, not the ORM: this runs in every reservation (bench/placement.py)
+    workflow = connection.execute(ATTRIBUTION, {"workflow_id": request.workflow_id}).first()
+    owner, org, endpoint_id = ("", "", "") if workflow is None else workflow
+    connection.execute(OPEN, {"copy_id": request.copy_id, "workflow_id": request.workflow_id,
+                              "endpoint_id": endpoint_id, "owner": owner, "org": org,
+                              "gpus": request.nodes * request.gpus_per_node, "reserved_at": now})
 
 
 def ready(s: Session, copy_id: str, now: float) -> None:

@@ -26,7 +26,7 @@ from berth.contracts import NodeHolding
 from berth.errors import ConflictError, NotFoundError, UserInputError
 from berth.security import Cipher, Identity
 from server import scheduler
-from server.store import copy_spans, fencing, schema
+from server.store import copy_spans, fencing, placement_view, schema
 from server.store.audit import AuditChain
 from server.store.copy_outcomes import CopyOutcomeStore
 from server.store.copy_scrapes import CopyScrapes
@@ -282,25 +282,34 @@ class Store:
         now = time.time()
         with self.placements.transaction() if held is not None else self.session() as s:
             row = s.get(NodeRow, node_id)
+            placed_on = {"gpus": inventory.get("gpus", []), "taints": inventory.get("taints", []),
+                         "volumes": inventory.get("volumes", [])}
+            if "models" in inventory:  # an agent from before the model registry reports none: kept None
+                placed_on["models"] = cached_digests(inventory["models"])
+            # What placement reads changed: every API process's view re-reads this node (a heartbeat that only says
+            # "alive" moves last_heartbeat alone, which no view holds, and takes no placement lock). The lock's row
+            # before the node's row, as a reservation takes them.
+            generation = None
+            if row is None or any(getattr(row, name) != value for name, value in placed_on.items()):
+                generation = placement_view.take(s)
             if row is None:
                 row = NodeRow(id=node_id, last_heartbeat=now, port_start=port_start,
                               port_end=port_start + NODE_PORTS)
                 s.add(row)
+            for name, value in placed_on.items():
+                setattr(row, name, value)
+            if generation is not None:
+                row.generation = generation
             row.address = inventory["address"]
             row.engine = inventory["engine"]
-            row.gpus = inventory.get("gpus", [])
             row.cpus = int(inventory.get("cpus", 0))
             row.memory_gb = float(inventory.get("memory_gb", 0))
             row.labels = inventory.get("labels", {})
-            row.taints = inventory.get("taints", [])
-            row.volumes = inventory.get("volumes", [])
-            if "models" in inventory:  # an agent from before the model registry reports none: kept None
-                row.models = cached_digests(inventory["models"])
             # A leaving agent's node is offline from now on (node_ready): as if its heartbeats had stopped long ago.
             row.last_heartbeat = 0.0 if inventory.get("leaving") else now
             row.port_start, row.port_end = port_start, port_start + NODE_PORTS
-            if held is not None:
-                fencing.reconcile(s, node_id, held)
+            if held is not None and fencing.reconcile(s, node_id, held):
+                placement_view.changed(s, [node_id])
             return row
 
     def nodes(self) -> list[NodeRow]:
@@ -316,6 +325,8 @@ class Store:
             row = s.get(NodeRow, node_id)
             if row is None:
                 raise NotFoundError(f"No node '{node_id}'. Run `berth node list` to see the nodes.")
+            if row.draining != draining:
+                placement_view.changed(s, [node_id])
             row.draining = draining
             return row
 

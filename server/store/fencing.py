@@ -50,18 +50,20 @@ def fence(s: Session, copy_id: str, nodes: tuple[str, ...]) -> None:
     s.execute(update(PortRow).where(PortRow.owner == copy_id, PortRow.node_id.in_(nodes)).values(fenced=True))
 
 
-def reconcile(s: Session, node_id: str, held: list[NodeHolding]) -> None:
-    """Bring the node's fenced rows in line with what its live processes hold (see the module doc)."""
+def reconcile(s: Session, node_id: str, held: list[NodeHolding]) -> bool:
+    """Bring the node's fenced rows in line with what its live processes hold (see the module doc). True when a GPU
+    was freed or fenced anew: placement's views must re-read the node (server/store/placement_view.py)."""
     owners = {h.owner for h in held}
-    s.execute(delete(AllocationRow).where(AllocationRow.node_id == node_id, AllocationRow.fenced.is_(True),
-                                          AllocationRow.copy_id.not_in(owners)))
+    freed = s.execute(delete(AllocationRow).where(AllocationRow.node_id == node_id, AllocationRow.fenced.is_(True),
+                                                  AllocationRow.copy_id.not_in(owners)))
     s.execute(delete(PortRow).where(PortRow.node_id == node_id, PortRow.fenced.is_(True),
                                     PortRow.owner.not_in(owners)))
     if not held:
-        return
+        return bool(freed.rowcount)  # type: ignore[attr-defined]
     gpus = dict(s.execute(select(AllocationRow.gpu_index, AllocationRow.copy_id)
                           .where(AllocationRow.node_id == node_id)).all())
     ports = dict(s.execute(select(PortRow.port, PortRow.owner).where(PortRow.node_id == node_id)).all())
+    held_before = len(gpus)
     for holding in held:
         owner = holding.owner
         for gpu in holding.gpus:
@@ -70,6 +72,7 @@ def reconcile(s: Session, node_id: str, held: list[NodeHolding]) -> None:
         for port in holding.ports:
             _hold(s, ports, port, PortRow(node_id=node_id, port=port, owner=owner, fenced=True), owner,
                   f"port {port} of {node_id}")
+    return bool(freed.rowcount) or len(gpus) > held_before  # type: ignore[attr-defined]
 
 
 def _hold(s: Session, taken: dict[int, str], key: int, row: AllocationRow | PortRow, owner: str, what: str) -> None:

@@ -3,7 +3,9 @@ atomically across API processes.
 
 A placement transaction holds a lock in the process and updates the `placement` row of `store_locks`
 first, so placements are serialised across API processes too (a row lock on Postgres, the write lock on
-SQLite). The scheduler (server/scheduler.py) chooses; this module reads its snapshots and writes the rows.
+SQLite); that update also draws the transaction's generation (server/store/placement_view.py). The scheduler
+(server/scheduler.py, indexed by server/inventory.py) chooses from this process's view of the nodes, which each
+write here keeps current for every process; this module writes the rows.
 """
 
 from __future__ import annotations
@@ -15,15 +17,17 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import NamedTuple, Protocol
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.orm import Session
 
 from berth.contracts import Placement, RankPlacement, ReserveRequest, ReserveResult
 from berth.errors import NotFoundError, UnavailableError
 from server import scheduler
-from server.store import copy_spans, fencing
+from server.store import copy_spans, fencing, placement_view
 from server.store.policies import placement_refusal
-from server.store.tables import AllocationRow, NodeRow, PortRow, ReplicaRow, ReservationRow, StoreLockRow
+from server.store.tables import AllocationRow, NodeRow, PortRow, ReplicaRow, ReservationRow
+
+RESERVED = select(ReservationRow.placement).where(ReservationRow.copy_id == bindparam("copy_id"))
 
 
 class PlacementObserver(Protocol):
@@ -53,14 +57,21 @@ class Placements:
         self.policy = policy
         self.observer: PlacementObserver | None = None  # set by the app that serves metrics
         self.clock: Callable[[], float] = time.time  # the copy spans' times (a test's scripted clock)
+        self.view = placement_view.PlacementView(node_offline_after_s)
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
         """A transaction no other placement (in this process or another API process) runs beside."""
-        with self._lock, self._session() as s:
-            s.execute(update(StoreLockRow).where(StoreLockRow.name == "placement").values(holder=StoreLockRow.holder)
-                      .execution_options(synchronize_session=False))
-            yield s
+        with self._lock:
+            try:
+                with self._session() as s:
+                    placement_view.take(s)
+                    yield s
+            except BaseException:
+                # A reservation keeps what it took in the view before its commit: if the commit (or anything after
+                # `took`) fails, the view no longer matches the store. Re-read it, still under the lock.
+                self.view.forget()
+                raise
 
     def node_ready(self, node: NodeRow, now: float | None = None) -> bool:
         """Heartbeating recently (draining nodes are ready but take no new copies)."""
@@ -79,22 +90,8 @@ class Placements:
             return list(s.scalars(query).all())
 
     def _views(self, s: Session, now: float) -> list[scheduler.NodeView]:
-        """Snapshots for the scheduler, read as plain columns (no ORM objects: placement reads every node)."""
-        busy: dict[str, set[int]] = {}
-        for node_id, gpu_index in s.execute(select(AllocationRow.node_id, AllocationRow.gpu_index)):
-            busy.setdefault(node_id, set()).add(gpu_index)
-        views = []
-        columns = select(NodeRow.id, NodeRow.last_heartbeat, NodeRow.gpus, NodeRow.taints, NodeRow.volumes,
-                         NodeRow.draining, NodeRow.models)
-        for node_id, last_heartbeat, gpus, taints, volumes, draining, models in s.execute(columns):
-            views.append(scheduler.NodeView(
-                id=node_id, ready=now - last_heartbeat <= self.node_offline_after_s,
-                gpus=tuple(scheduler.GpuView(int(g["index"]), float(g.get("memory_gb", 0)), str(g.get("name", "")))
-                           for g in gpus),
-                busy_gpus=frozenset(busy.get(node_id, ())), taints=tuple(taints or ()),
-                volumes=frozenset(volumes or ()), draining=bool(draining), models=frozenset(models or ()),
-            ))
-        return views
+        """Every node's snapshot, read afresh (capacity and explain placement: their answer lists every node)."""
+        return placement_view.read_views(s, lambda last_heartbeat: now - last_heartbeat <= self.node_offline_after_s)
 
     def node_views(self) -> list[scheduler.NodeView]:
         with self._session() as s:
@@ -118,9 +115,9 @@ class Placements:
 
     def _reserve(self, request: ReserveRequest) -> ReserveResult:
         with self.transaction() as s:
-            existing = s.get(ReservationRow, request.copy_id)
+            existing = s.connection().execute(RESERVED, {"copy_id": request.copy_id}).scalar()
             if existing is not None:  # an activity retry after a lost reply: same answer
-                return ReserveResult(placement=Placement.model_validate(existing.placement))
+                return ReserveResult(placement=Placement.model_validate(existing))
             demand = scheduler.Demand(nodes=request.nodes, gpus_per_node=request.gpus_per_node,
                                       gpu_memory_gb=request.gpu_memory_gb, prefer_volume=request.prefer_volume,
                                       prefer_model=request.prefer_model)
@@ -130,36 +127,43 @@ class Placements:
                 return ReserveResult(blocked_reason=refused)
             if request.placed_by == "slurm":
                 return self._held_for_slurm(s, request)
-            decision = scheduler.place(demand, self._views(s, time.time()), self.policy)
+            decision = self.view.current(s, time.time()).place(demand, self.policy)
             if decision.blocked_reason is not None:
                 return ReserveResult(blocked_reason=decision.blocked_reason)
-            chosen = [node_id for node_id, _gpus in decision.ranks]
-            nodes = {n.id: n for n in s.scalars(select(NodeRow).where(NodeRow.id.in_(chosen)))}
-            used_ports: dict[str, set[int]] = {}
-            ports = select(PortRow.node_id, PortRow.port).where(PortRow.node_id.in_(chosen))
-            for node_id, port in s.execute(ports):
-                used_ports.setdefault(node_id, set()).add(port)
-            ranks: list[RankPlacement] = []
-            master_port = 0
-            for rank, (node_id, gpus) in enumerate(decision.ranks):
-                node = nodes[node_id]
-                wanted = 2 if rank == 0 and request.nodes > 1 else 1
-                free = [p for p in range(node.port_start, node.port_end) if p not in used_ports.get(node_id, set())]
-                if len(free) < wanted:
-                    return ReserveResult(blocked_reason=f"node {node_id} has no free service port")
-                for gpu in gpus:
-                    s.add(AllocationRow(node_id=node_id, gpu_index=gpu, copy_id=request.copy_id))
-                for port in free[:wanted]:
-                    s.add(PortRow(node_id=node_id, port=port, owner=request.copy_id))
-                if wanted == 2:
-                    master_port = free[1]
-                ranks.append(RankPlacement(rank=rank, node_id=node_id, address=node.address,
-                                           gpus=tuple(gpus), port=free[0]))
-            placement = Placement(copy_id=request.copy_id, ranks=tuple(ranks), master_port=master_port)
-            s.add(ReservationRow(copy_id=request.copy_id, workflow_id=request.workflow_id,
-                                 placement=placement.model_dump(mode="json"), created_at=time.time()))
-            copy_spans.opened(s, request, self.clock())
-            return ReserveResult(placement=placement)
+            return self._hold(s, request, decision)
+
+    def _hold(self, s: Session, request: ReserveRequest, decision: scheduler.Decision) -> ReserveResult:
+        """Write the decision's GPUs, a port per rank (two on rank 0 of a multi-node copy) and the reservation; or
+        nothing, when a chosen node has no port left: rows written for the ranks before would be held by no one."""
+        connection = s.connection()  # Core, not the ORM, from here on: the ORM's own work cost more than the SQL
+        chosen = [node_id for node_id, _gpus in decision.ranks]
+        nodes = {row.id: row for row in connection.execute(
+            select(NodeRow.id, NodeRow.address, NodeRow.port_start, NodeRow.port_end).where(NodeRow.id.in_(chosen)))}
+        used_ports: dict[str, set[int]] = {}
+        for node_id, port in connection.execute(
+                select(PortRow.node_id, PortRow.port).where(PortRow.node_id.in_(chosen))):
+            used_ports.setdefault(node_id, set()).add(port)
+        ports: list[list[int]] = []
+        for rank, node_id in enumerate(chosen):
+            node, wanted = nodes[node_id], 2 if rank == 0 and request.nodes > 1 else 1
+            free = [p for p in range(node.port_start, node.port_end) if p not in used_ports.get(node_id, set())]
+            if len(free) < wanted:
+                return ReserveResult(blocked_reason=f"node {node_id} has no free service port")
+            ports.append(free[:wanted])
+        ranks = [RankPlacement(rank=rank, node_id=node_id, address=nodes[node_id].address, gpus=tuple(gpus),
+                               port=rank_ports[0])
+                 for rank, ((node_id, gpus), rank_ports) in enumerate(zip(decision.ranks, ports, strict=True))]
+        gpus_held = [{"node_id": node_id, "gpu_index": gpu, "copy_id": request.copy_id}
+                     for node_id, gpus in decision.ranks for gpu in gpus]
+        if gpus_held:  # none for a copy without GPUs (an empty list would insert one row of NULLs)
+            connection.execute(insert(AllocationRow), gpus_held)
+        connection.execute(insert(PortRow), [{"node_id": node_id, "port": port, "owner": request.copy_id}
+                                             for node_id, taken in zip(chosen, ports, strict=True) for port in taken])
+        placement_view.changed(s, chosen)
+        self.view.took(s, decision.ranks)
+        master_port = ports[0][1] if len(ports[0]) == 2 else 0
+        placement = Placement(copy_id=request.copy_id, ranks=tuple(ranks), master_port=master_port)
+        return self._recorded(s, request, placement)
 
     def _held_for_slurm(self, s: Session, request: ReserveRequest) -> ReserveResult:
         """A copy Slurm places, held as a reservation of its GPUs on nodes Slurm will choose (node_id "slurm"): its
@@ -168,8 +172,13 @@ class Placements:
         ranks = tuple(RankPlacement(rank=rank, node_id="slurm", address="", gpus=tuple(range(request.gpus_per_node)),
                                     port=0) for rank in range(request.nodes))
         placement = Placement(copy_id=request.copy_id, ranks=ranks)
-        s.add(ReservationRow(copy_id=request.copy_id, workflow_id=request.workflow_id,
-                             placement=placement.model_dump(mode="json"), created_at=time.time()))
+        return self._recorded(s, request, placement)
+
+    def _recorded(self, s: Session, request: ReserveRequest, placement: Placement) -> ReserveResult:
+        """The reservation row and the copy's usage span opened (core inserts: no ORM unit of work per copy)."""
+        row = {"copy_id": request.copy_id, "workflow_id": request.workflow_id,
+               "placement": placement.model_dump(mode="json"), "created_at": time.time()}
+        s.connection().execute(insert(ReservationRow), [row])
         copy_spans.opened(s, request, self.clock())
         return ReserveResult(placement=placement)
 
@@ -210,8 +219,10 @@ class Placements:
         """Free what `copy_id` holds, except what is fenced: that is freed when its node says so. True when it held
         a reservation (a retried release, or a service's port, finds none)."""
         with self.transaction() as s:
-            s.execute(delete(AllocationRow).where(AllocationRow.copy_id == copy_id,
-                                                  fencing.not_fenced(AllocationRow.fenced)))
+            freed = fencing.not_fenced(AllocationRow.fenced)
+            nodes = set(s.scalars(select(AllocationRow.node_id).where(AllocationRow.copy_id == copy_id, freed)))
+            s.execute(delete(AllocationRow).where(AllocationRow.copy_id == copy_id, freed))
+            placement_view.changed(s, nodes)
             s.execute(delete(PortRow).where(PortRow.owner == copy_id, fencing.not_fenced(PortRow.fenced)))
             held = s.execute(delete(ReservationRow).where(ReservationRow.copy_id == copy_id))
             copy_spans.closed(s, copy_id, self.clock())

@@ -102,13 +102,16 @@ class NodeRow(Base):
     cpus: Mapped[int] = mapped_column(Integer, default=0)
     memory_gb: Mapped[float] = mapped_column(Float, default=0)
     draining: Mapped[bool] = mapped_column(Boolean, default=False)
-    last_heartbeat: Mapped[float] = mapped_column(Float)
+    last_heartbeat: Mapped[float] = mapped_column(Float, index=True)  # placement asks which nodes are offline
     port_start: Mapped[int] = mapped_column(Integer)
     port_end: Mapped[int] = mapped_column(Integer)
     volumes: Mapped[list[str]] = mapped_column(JSON, default=list)
     # The digests the node's managed model cache holds (its heartbeat says): placement's cache hits, and
     # ModelRecord.cached. None on rows from before the model registry.
     models: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    # The placement transaction that last changed what placement reads of this node (its GPUs, taints, volumes,
+    # models, draining, the GPUs held on it): server/store/placement_view.py re-reads the nodes above its own.
+    generation: Mapped[int] = mapped_column(Integer, default=0, server_default="0", index=True)
 
 
 class AllocationRow(Base):
@@ -241,6 +244,8 @@ class StoreLockRow(Base):
     name: Mapped[str] = mapped_column(String(32), primary_key=True)
     holder: Mapped[str | None] = mapped_column(String(128), nullable=True)
     expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # `placement`'s: each transaction that takes the lock draws the next (server/store/placement_view.py)
+    generation: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class AuditBatchRow(Base):
