@@ -1,7 +1,7 @@
 """Backup contracts (`GET /v1/admin/backup`, `POST /v1/admin/restore`): the control plane's desired state as one
 versioned JSON document, a record per row of each table it keeps (docs/backup.md), and what a restore did.
 
-Each record mirrors its table in server/store/tables.py, column for column, with the column's length as
+Each record mirrors its table in server/store/tables/, column for column, with the column's length as
 `max_length` (tests/server/store/test_backup.py holds the two together). What was encrypted at rest stays the
 ciphertext it was: a workflow's definition and values, a secret's value; an API key is its HMAC, a token its ID."""
 

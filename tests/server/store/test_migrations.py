@@ -1,5 +1,5 @@
 """The store's schema migrations, on SQLite and on a real PostgreSQL: a new database opens at the head
-revision with exactly the tables server/store/tables.py declares; a database made by the last release without
+revision with exactly the tables server/store/tables/ declares; a database made by the last release without
 migrations (b048f25, frozen in store_b048f25/) upgrades in place with every row kept; several processes
 opening one new database at once migrate it once; and the revisions go down and up again."""
 
@@ -50,7 +50,7 @@ def test_a_new_store_is_at_head_with_the_models_tables(store_url: str, tmp_path:
     assert schema.current_revision(store.engine) == schema.head_revision()
     with store.engine.connect() as connection:
         differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
-    assert differences == [], "server/store/tables.py and server/store/migrations/ disagree: add a revision"
+    assert differences == [], "server/store/tables/ and server/store/migrations/ disagree: add a revision"
 
 
 def test_a_database_made_by_b048f25_upgrades_in_place(store_url: str, tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ A database from before migrations has no `alembic_version` table; upgrading it s
 revision creates only the tables such a database lacks and adds the nullable columns an older release
 did not have yet (what `add_new_columns` did at every start then), so every old state dir or database
 arrives at the baseline with its rows kept. The tables are a frozen copy: later revisions change them,
-never this file, and `server/store/tables.py` is compared with the result in tests/server/store/test_migrations.py.
+never this file, and `server/store/tables/` is compared with the result in tests/server/store/test_migrations.py.
 
 Revision ID: 0001
 Revises: (none)
