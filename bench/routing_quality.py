@@ -6,7 +6,7 @@ generates FAST tokens/s and one on a second node agent whose simulator is SLOW_F
 (a rank inherits its node agent's environment; a pool's own ExtraEnv is the same for every copy).
 Every copy runs `--max-num-seqs 4`, so a replica sent more than it can serve queues requests, as
 vLLM does. The same seeded open-loop (Poisson) arrivals are replayed against the pool started with
-each policy (all four), at two loads: light, and loaded (round robin then sends the slow copy ~90 % of its
+each policy, at two loads: light, and loaded (round robin then sends the slow copy ~90 % of its
 capacity). Target (issue 7): least_queue p99 ≤ 0.6 × round_robin p99 at the loaded level. `--policies a,b`
 runs only those (round_robin always, the baseline); by default every registered policy. Shared-prefix load:
 one node of three GPUs whose simulator prices prefill and keeps a prefix cache; target (issue 36): prefix_affinity
