@@ -14,6 +14,18 @@ from berth.routing_rules import FRESH_FOR_S, metrics_fresh, revision_weighted
 NOT_SCRAPED_HERE = ("no endpoint proxy reported its scrapes of these copies in the last 30 s (they report every 5 s; "
                     "LiteLLM keeps its own): whether a copy's figures are fresh (scraped within "
                     f"{FRESH_FOR_S:.0f} s, no failure since) is not known here")
+# The policies (gateway/edge/routing.py POLICIES) under which equally loaded copies do not share alike: what the
+# expected shares leave out. Every policy picks only among the included copies: the verdicts hold for all of them.
+PREFERENCES = {
+    "prefix_affinity": "prefix_affinity sends a prompt to the copy that last served its longest shared prefix, "
+                       "unless that copy's queue is more than 4 above the mean: shares follow the prompts",
+    "cost_optimized": "cost_optimized fills the cheapest nodes' copies first, up to 4 above the mean queue",
+    "energy_optimized": "energy_optimized fills the copies drawing the least power first, up to 4 above the mean "
+                        "queue",
+    "lowest_failure": "lowest_failure avoids copies with recent failed requests (halving each minute)",
+    "highest_throughput": "highest_throughput weighs each copy's measured tokens/s",
+    "weighted_capacity": "weighted_capacity shares in proportion to free KV cache over queue",
+}
 
 
 @dataclass(frozen=True)
@@ -129,6 +141,8 @@ def explain_routing(endpoint: Endpoint, copies: Sequence[PoolCopy], scrapes: Map
         notes.append("no copy is published: a request waits while the pool wakes or places one")
     elif not any(c.verdict == "included" for c in routed):
         notes.append("no copy takes requests now: a request is held until one is ready")
+    elif endpoint.policy in PREFERENCES:
+        notes.append(f"shares are for equal load: {PREFERENCES[endpoint.policy]}")
     if endpoint.fronts_pool and endpoint.litellm_routed is None and copies:
         notes.append("the pool's LiteLLM proxy has not yet said which copies it routes to")
     if scrapes is None and copies:

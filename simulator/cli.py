@@ -12,6 +12,7 @@ DEFAULT_PORT = 8000
 DEFAULT_MAX_MODEL_LEN = 8192
 DEFAULT_MAX_NUM_SEQS = 8
 DEFAULT_TOKENS_PER_SECOND = 200.0
+DEFAULT_PREFIX_CACHE_BLOCKS = 4096  # 64k tokens of prompts
 
 _HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgG]?)$")
 
@@ -55,6 +56,10 @@ class EngineConfig:
     startup_delay: float = 0.0
     tokens_per_second: float = DEFAULT_TOKENS_PER_SECOND
     time_to_first_token: float = 0.0
+    # Prefill: prompt tokens/s one engine processes, one prompt at a time (0: prefill costs nothing, as before);
+    # the prefix cache's size in 16-token blocks, whose hits skip their prefill (simulator/prefix_cache.py).
+    prefill_tokens_per_second: float = 0.0
+    prefix_cache_blocks: int = DEFAULT_PREFIX_CACHE_BLOCKS
     reply: str | None = None
     exit_after: float | None = None
     exit_code: int = 1
@@ -223,6 +228,8 @@ def parse_command_line(argv: Sequence[str], environ: Mapping[str, str]) -> Engin
         startup_delay=_env_float(environ, "BERTH_SIM_STARTUP_DELAY", 0.0),
         tokens_per_second=_env_float(environ, "BERTH_SIM_TOKENS_PER_SECOND", DEFAULT_TOKENS_PER_SECOND),
         time_to_first_token=_env_float(environ, "BERTH_SIM_TTFT", 0.0),
+        prefill_tokens_per_second=_env_float(environ, "BERTH_SIM_PREFILL_TOKENS_PER_SECOND", 0.0),
+        prefix_cache_blocks=_env_int(environ, "BERTH_SIM_PREFIX_CACHE_BLOCKS", DEFAULT_PREFIX_CACHE_BLOCKS),
         reply=environ.get("BERTH_SIM_REPLY") or None,
         exit_after=_env_optional_float(environ, "BERTH_SIM_EXIT_AFTER"),
         exit_code=_env_int(environ, "BERTH_SIM_EXIT_CODE", 1),

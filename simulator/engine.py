@@ -14,6 +14,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from simulator.cli import EngineConfig
+from simulator.prefix_cache import BLOCK_TOKENS, PrefixCache
 
 _WORD = re.compile(r"\s*\S+")
 _REPLY_WORDS = 8
@@ -53,6 +54,7 @@ class GenerationPlan:
     prompt_tokens: int
     pieces: tuple[str, ...]
     finish_reason: FinishReason
+    prompt_blocks: tuple[bytes, ...] = ()  # simulator/prefix_cache.py: what the prefix cache may hold of it
 
     @property
     def completion_tokens(self) -> int:
@@ -145,6 +147,13 @@ class EngineMetrics:
         self.prompt_tokens = Counter(
             "vllm:prompt_tokens", "Number of prefill tokens processed.", names, registry=self.registry
         ).labels(**labels)
+        # In tokens, as vLLM counts them: every prompt token looked up, and those found in the prefix cache.
+        self.prefix_cache_queries = Counter(
+            "vllm:prefix_cache_queries", "Prefix cache queries, in tokens.", names, registry=self.registry
+        ).labels(**labels)
+        self.prefix_cache_hits = Counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in tokens.", names, registry=self.registry
+        ).labels(**labels)
         self.generation_tokens = Counter(
             "vllm:generation_tokens", "Number of generation tokens processed.", names, registry=self.registry
         ).labels(**labels)
@@ -184,6 +193,8 @@ class Engine:
         self._waiting = 0
         self._token_interval = 1.0 / config.tokens_per_second if config.tokens_per_second > 0 else 0.0
         self.metrics = EngineMetrics(config.served_model_name)
+        self.prefix_cache = PrefixCache(config.prefix_cache_blocks)
+        self._prefill = asyncio.Lock()  # one prompt's prefill at a time: the GPU's compute is one
         # Read at scrape time, so the gauges can never drift from the counts.
         self.metrics.running.set_function(lambda: self._running)
         self.metrics.waiting.set_function(lambda: self._waiting)
@@ -213,6 +224,8 @@ class Engine:
         finish_reason = FinishReason.ABORT
         try:
             metrics.queue_time.observe(self._clock() - arrival)
+            if self._config.prefill_tokens_per_second > 0:
+                await self._prefill_for(plan)
             if self._config.time_to_first_token > 0:
                 await asyncio.sleep(self._config.time_to_first_token)
             decode_start = self._clock()
@@ -235,3 +248,11 @@ class Engine:
             self._slots.release()
             metrics.request_success[finish_reason].inc()
             metrics.e2e_latency.observe(self._clock() - arrival)
+
+    async def _prefill_for(self, plan: GenerationPlan) -> None:
+        """The prompt's prefill at the configured rate, less its leading blocks found in the prefix cache."""
+        async with self._prefill:
+            cached = min(plan.prompt_tokens, self.prefix_cache.admit(plan.prompt_blocks) * BLOCK_TOKENS)
+            self.metrics.prefix_cache_queries.inc(plan.prompt_tokens)
+            self.metrics.prefix_cache_hits.inc(cached)
+            await asyncio.sleep((plan.prompt_tokens - cached) / self._config.prefill_tokens_per_second)

@@ -10,6 +10,7 @@ import inspect
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -30,6 +31,7 @@ from simulator.engine import (
     placeholder_arguments,
     reply_text,
 )
+from simulator.prefix_cache import prompt_blocks
 from simulator.replies import reply
 from simulator.sampling import chosen_tool, message_text, plan_for, read_body, sampling_of
 
@@ -109,6 +111,7 @@ class OpenAIRoutes:
             ]
             prompt = user_texts[-1] if user_texts else texts[-1]
             plan = plan_for(reply_text(prompt, self.config.reply), prompt_tokens, sampling, self.config)
+        plan = replace(plan, prompt_blocks=prompt_blocks(texts))
         message, finish_reason, delta = _chat_answer(plan, tool)
 
         def streamed(piece: str, index: int) -> dict[str, Any]:
@@ -158,6 +161,7 @@ class OpenAIRoutes:
             raise ApiError.bad_request("prompt must be a string or a list of token IDs", "prompt")
         sampling = sampling_of(body, self.config)
         plan = plan_for(reply_text(prompt_text, self.config.reply), prompt_tokens, sampling, self.config)
+        plan = replace(plan, prompt_blocks=prompt_blocks([prompt_text]))
         finish_reason = plan.finish_reason.value
 
         def choice(text: str, finish_reason: str | None = None) -> dict[str, Any]:

@@ -26,6 +26,10 @@ WANTED = {
     "vllm:time_to_first_token_seconds_count": "ttft_count",
     # Completed requests (every finish reason): the API server's idleness judgement reads it.
     "vllm:request_success_total": "succeeded",
+    "vllm:generation_tokens_total": "generation_tokens",  # highest_throughput's rate
+    # A GPU's draw in watts, DCGM's name (summed: a copy's GPUs together). vLLM reports none; energy_optimized
+    # weighs it only where something adds it to a copy's /metrics.
+    "DCGM_FI_DEV_POWER_USAGE": "power_watts",
 }
 
 
@@ -50,14 +54,24 @@ def parse(text: str) -> dict[str, float]:
 
 
 def apply(metrics: ReplicaMetrics, figures: dict[str, float], now: float) -> None:
-    """Fold one successful scrape into a replica's figures (TTFT becomes the mean since the last scrape)."""
+    """Fold one successful scrape into a replica's figures (TTFT becomes the mean since the last scrape, generation
+    a rate since then)."""
     ttft_sum, ttft_count = figures.get("ttft_sum", 0.0), figures.get("ttft_count", 0.0)
     if metrics.scraped_at is not None and ttft_count > metrics.ttft_count:
         metrics.recent_ttft_s = (ttft_sum - metrics.ttft_sum) / (ttft_count - metrics.ttft_count)
     elif metrics.recent_ttft_s is None and ttft_count > 0:
         metrics.recent_ttft_s = ttft_sum / ttft_count
     metrics.ttft_sum, metrics.ttft_count = ttft_sum, ttft_count
-    metrics.running = figures.get("running", 0.0)
+    running = figures.get("running", 0.0)
+    generated = figures.get("generation_tokens", 0.0)
+    if metrics.scraped_at is not None and now > metrics.scraped_at and generated > metrics.generation_tokens:
+        # Per running request (the mean of the two scrapes' counts, at least one): a copy running a big batch
+        # generates more in all without being faster for the next request.
+        sequences = max(1.0, (metrics.running + running) / 2)
+        metrics.tokens_per_s = (generated - metrics.generation_tokens) / (now - metrics.scraped_at) / sequences
+    metrics.generation_tokens = generated  # a restarted engine's counter starts again below: no rate that round
+    metrics.power_watts = figures.get("power_watts")
+    metrics.running = running
     metrics.waiting = figures.get("waiting", 0.0)
     metrics.kv_cache_usage = figures.get("kv_cache_usage", 0.0)
     metrics.scraped_at = now

@@ -1,5 +1,7 @@
 """Routing policies: choose one replica of a pool from its vLLM /metrics, with a freshness rule and
-session affinity; shared by the endpoint proxy, the model gateway and LiteLLM's custom strategy."""
+session affinity; shared by the endpoint proxy, the model gateway and LiteLLM's custom strategy. The queue, TTFT
+and KV policies are here; the capacity ones (gateway/edge/capacity_policies.py) and prefix_affinity
+(gateway/edge/prefix_affinity.py) in their own modules; POLICIES registers them all by name."""
 
 from __future__ import annotations
 
@@ -7,54 +9,25 @@ import hashlib
 import itertools
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 # The freshness window is the ground floor's (the control plane's routing explanation judges by it too); the
 # routers import it from here as they always did.
 from berth.routing_rules import FRESH_FOR_S as FRESH_FOR_S
-from berth.routing_rules import metrics_fresh
+from gateway.edge.capacity_policies import (
+    CostOptimized,
+    EnergyOptimized,
+    HighestThroughput,
+    LowestFailure,
+    WeightedCapacity,
+)
+from gateway.edge.policy_kit import Policy as Policy
+from gateway.edge.policy_kit import Ranked, Rotation, tied
+from gateway.edge.prefix_affinity import PrefixAffinity
+from gateway.edge.replica import PromptKey as PromptKey
+from gateway.edge.replica import Replica as Replica
+from gateway.edge.replica import ReplicaMetrics as ReplicaMetrics
 
 log = logging.getLogger("berth.routing")
-
-
-@dataclass
-class ReplicaMetrics:
-    """One replica's load as last scraped from its vLLM /metrics (plus this router's own in-flight count)."""
-
-    running: float = 0.0  # vllm:num_requests_running
-    waiting: float = 0.0  # vllm:num_requests_waiting
-    kv_cache_usage: float = 0.0  # vllm:kv_cache_usage_perc, 0..1
-    ttft_sum: float = 0.0  # vllm:time_to_first_token_seconds_sum (cumulative)
-    ttft_count: float = 0.0  # vllm:time_to_first_token_seconds_count (cumulative)
-    recent_ttft_s: float | None = None  # mean TTFT of the requests finished between the last two scrapes
-    scraped_at: float | None = None  # monotonic time of the last successful scrape; None = never
-    failed_at: float | None = None  # monotonic time of the last failed scrape or connect failure
-
-    def fresh(self, now: float, fresh_for_s: float = FRESH_FOR_S) -> bool:
-        return metrics_fresh(self.scraped_at, self.failed_at, now, fresh_for_s)
-
-
-@dataclass
-class Replica:
-    """A routable copy of a pool: its address, its state in the store and what we know of its load."""
-
-    copy_id: str
-    url: str
-    ready: bool = True
-    draining: bool = False
-    metrics: ReplicaMetrics = field(default_factory=ReplicaMetrics)
-    in_flight: int = 0  # requests this router has sent and not yet seen finish
-    api_key: str = field(default="", repr=False)  # the copy's vLLM key ("" for a service)
-    revision: int = 1  # the workflow revision it serves (gateway/endpoint/traffic_split.py splits by it)
-
-    def authorization(self) -> list[tuple[bytes, bytes]]:
-        """The header a request to this copy carries (vLLM answers 401 on /v1 without it)."""
-        return [(b"authorization", b"Bearer " + self.api_key.encode())] if self.api_key else []
-
-    @property
-    def queue(self) -> float:
-        return self.metrics.waiting + self.metrics.running + self.in_flight
 
 
 def eligible(replicas: Sequence[Replica], now: float, fresh_for_s: float = FRESH_FOR_S) -> list[Replica]:
@@ -62,33 +35,11 @@ def eligible(replicas: Sequence[Replica], now: float, fresh_for_s: float = FRESH
     return [r for r in replicas if r.ready and not r.draining and r.metrics.fresh(now, fresh_for_s)]
 
 
-class PromptKey(str):
-    """A session the proxy derived from the start of a request's prompt (gateway/edge/prompt_key.py), not one the
-    client asked for with `x-session-id`: it keeps the request on one copy only among those the policy finds
-    equally good, so that a prompt meets its prefix cache without taking load-aware routing away."""
-
-    __slots__ = ()
-
-
-class Policy(Protocol):
-    name: str
-
-    def choose(self, candidates: Sequence[Replica]) -> Replica: ...
-
-    def best(self, candidates: Sequence[Replica]) -> Sequence[Replica]:
-        """The candidates this policy finds equally good (a PromptKey picks among them)."""
-        ...
-
-
-def _tied(candidates: Sequence[Replica], rank: Callable[[Replica], Any]) -> list[Replica]:
-    lowest = min(rank(r) for r in candidates)
-    return [r for r in candidates if rank(r) == lowest]
-
-
 class RoundRobin:
     """Each eligible replica in turn; ignores the metrics."""
 
     name = "round_robin"
+    reads_prompt = False
 
     def __init__(self) -> None:
         self._counter = itertools.count()
@@ -104,34 +55,26 @@ class LeastQueue:
     """Fewest waiting + running requests (scraped), plus what this router has in flight there."""
 
     name = "least_queue"
+    reads_prompt = False
 
     def __init__(self) -> None:
-        self._counter = itertools.count()
+        self._rotation = Rotation()
 
     def choose(self, candidates: Sequence[Replica]) -> Replica:
         # Rotate the start so equal queues share the load instead of piling on the first replica.
-        offset = next(self._counter) % len(candidates)
-        rotated = list(candidates[offset:]) + list(candidates[:offset])
-        return min(rotated, key=lambda r: r.queue)
+        return min(self._rotation.rotated(candidates), key=lambda r: r.queue)
 
     def best(self, candidates: Sequence[Replica]) -> Sequence[Replica]:
-        return _tied(candidates, lambda r: r.queue)
+        return tied(candidates, lambda r: r.queue)
 
 
-class LowestTtft:
+class LowestTtft(Ranked):
     """Lowest recent time to first token; replicas not yet measured count as the best seen, ties go to
     the shorter queue."""
 
     name = "lowest_ttft"
 
-    def choose(self, candidates: Sequence[Replica]) -> Replica:
-        return min(candidates, key=self._rank(candidates))
-
-    def best(self, candidates: Sequence[Replica]) -> Sequence[Replica]:
-        return _tied(candidates, self._rank(candidates))
-
-    @staticmethod
-    def _rank(candidates: Sequence[Replica]) -> Callable[[Replica], tuple[float, float]]:
+    def rank(self, candidates: Sequence[Replica]) -> Callable[[Replica], tuple[float, float]]:
         known = [r.metrics.recent_ttft_s for r in candidates if r.metrics.recent_ttft_s is not None]
         best = min(known, default=0.0)
         return lambda r: (r.metrics.recent_ttft_s if r.metrics.recent_ttft_s is not None else best, r.queue)
@@ -141,6 +84,7 @@ class MostFreeKv:
     """Most free KV cache (1 − vllm:kv_cache_usage_perc); ties go to the shorter queue."""
 
     name = "most_free_kv"
+    reads_prompt = False
 
     def choose(self, candidates: Sequence[Replica]) -> Replica:
         # The usage is up to one scrape old: compared exactly, the copy that looked emptiest takes every
@@ -149,16 +93,30 @@ class MostFreeKv:
         return min(candidates, key=self._rank)
 
     def best(self, candidates: Sequence[Replica]) -> Sequence[Replica]:
-        return _tied(candidates, self._rank)
+        return tied(candidates, self._rank)
 
     @staticmethod
     def _rank(replica: Replica) -> tuple[int, float]:
         return round(replica.metrics.kv_cache_usage * 10), replica.queue
 
 
-POLICIES: dict[str, type[RoundRobin] | type[LeastQueue] | type[LowestTtft] | type[MostFreeKv]] = {
-    "least_queue": LeastQueue, "lowest_ttft": LowestTtft, "most_free_kv": MostFreeKv,
-    "round_robin": RoundRobin,
+class MostFreeVram(MostFreeKv):
+    """most_free_kv under the name the control-plane design uses. The same figure, not a second one: vLLM allocates
+    its whole GPU memory share (gpu_memory_utilization) at start, so the VRAM that is free for one more request is
+    the KV cache's free part, which vllm:kv_cache_usage_perc measures."""
+
+    name = "most_free_vram"
+
+
+def _prefix_affinity() -> PrefixAffinity:
+    return PrefixAffinity(LeastQueue())
+
+
+POLICIES: dict[str, Callable[[], Policy]] = {
+    "cost_optimized": CostOptimized, "energy_optimized": EnergyOptimized,
+    "highest_throughput": HighestThroughput, "least_queue": LeastQueue, "lowest_failure": LowestFailure,
+    "lowest_ttft": LowestTtft, "most_free_kv": MostFreeKv, "most_free_vram": MostFreeVram,
+    "prefix_affinity": _prefix_affinity, "round_robin": RoundRobin, "weighted_capacity": WeightedCapacity,
 }
 DEFAULT_POLICY = "least_queue"
 
@@ -197,6 +155,8 @@ def choose(policy: Policy, replicas: Sequence[Replica], now: float, session_id: 
     if not candidates:
         return None
     if isinstance(session_id, PromptKey):
+        if session_id.blocks and isinstance(policy, PrefixAffinity):
+            return policy.route(candidates, session_id.blocks)
         return affinity(policy.best(candidates), session_id)
     if session_id:
         return affinity(candidates, session_id)

@@ -55,10 +55,14 @@ async def other_copy(upstream: UpstreamPool, other: Replica | None, method: str,
         return None
     other.in_flight += 1
     try:
-        return other, await upstream.request(method, other.url + path, headers, body)
+        response = await upstream.request(method, other.url + path, headers, body)
     except UpstreamError as error:
-        other.metrics.failed_at = time.monotonic()
+        failed_at = other.metrics.failed_at = time.monotonic()
+        other.failures.add(failed_at)
         log.warning("retry on %s failed too: %s", other.url, error)
         return None
     finally:
         other.in_flight -= 1
+    if response.status >= 500:
+        other.failures.add(time.monotonic())
+    return other, response

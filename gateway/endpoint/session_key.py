@@ -1,6 +1,7 @@
 """The session a request to an endpoint keeps its copy by (`routing.affinity`): its `x-session-id`, or — when it
-sends none and there is a choice of copy to make — the PromptKey of its prompt (gateway/edge/prompt_key.py). The
-body is parsed only when more than one copy is eligible."""
+sends none and there is a choice of copy to make — the PromptKey of its prompt (gateway/edge/prompt_key.py), with
+the prompt's block hashes for a policy that reads them (prefix_affinity). The body is parsed only when more than
+one copy is eligible."""
 
 from __future__ import annotations
 
@@ -28,6 +29,6 @@ async def of_request(route: Route, headers: Headers, exchange: Exchange) -> str 
         return None
     body = await exchange.whole_body()
     try:
-        return of_prompt(parsed(body)) if body is not None else None
+        return of_prompt(parsed(body), route.policy.reads_prompt) if body is not None else None
     except TooDeep as error:
         raise Refused(400, "nesting_depth", str(error)) from None

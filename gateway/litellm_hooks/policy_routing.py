@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 
-from gateway.edge import routing
+from gateway.edge import prompt_key, routing
 from gateway.edge.metrics import MetricsScraper
 from gateway.edge.routing import Replica
 
@@ -127,8 +127,9 @@ class PolicyRouting:
             logger.info("berth routing: installed on LiteLLM's router (%s)", self.policy.name)
 
     def pick(self, deployments: Sequence[Mapping[str, Any]],
-             request_kwargs: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-        """The deployment of the replica the policy chooses, or None when no replica is eligible."""
+             request_kwargs: Mapping[str, Any] | None, messages: Any = None) -> Mapping[str, Any] | None:
+        """The deployment of the replica the policy chooses, or None when no replica is eligible. `messages`: the
+        chat's, which a policy that reads the prompt (prefix_affinity) routes by when no x-session-id is sent."""
         by_replica: Final = {
             replica.copy_id: deployment
             for deployment in deployments
@@ -136,7 +137,10 @@ class PolicyRouting:
         }
         candidates: Final = [replica for replica in self.replicas.values() if replica.copy_id in by_replica]
         now: Final = time.monotonic()
-        chosen: Final = routing.choose(self.policy, candidates, now, session_id(request_kwargs))
+        session = session_id(request_kwargs)
+        if session is None and self.policy.reads_prompt and len(candidates) > 1:
+            session = prompt_key.of_prompt({"messages": messages}, with_blocks=True)
+        chosen: Final = routing.choose(self.policy, candidates, now, session)
         if chosen is None:
             return None
         # Counted until the call ends: between two scrapes (2 s) a burst must not pile onto the replica
@@ -148,11 +152,14 @@ class PolicyRouting:
             self._calls[call_id] = (chosen, now)
         return by_replica[chosen.copy_id]
 
-    def finished(self, call_id: str | None) -> None:
-        """A routed call ended (answered, failed or abandoned): its replica has one less in flight."""
+    def finished(self, call_id: str | None, failed: bool = False) -> None:
+        """A routed call ended (answered, failed or abandoned): its replica has one less in flight, and one more
+        recent failure when LiteLLM reports the call failed (lowest_failure weighs them)."""
         ended: Final = self._calls.pop(call_id, None) if call_id else None
         if ended is not None:
             ended[0].in_flight -= 1
+            if failed:
+                ended[0].failures.add(time.monotonic())
 
     @property
     def router(self) -> Router:
@@ -163,7 +170,7 @@ class PolicyRouting:
     def _policy_pick(self, model: str, call: Mapping[str, Any]) -> Mapping[str, Any] | None:
         if model != self.model_name or call.get("specific_deployment"):
             return None
-        return self.pick(deployments_for(self.router, model), call.get("request_kwargs"))
+        return self.pick(deployments_for(self.router, model), call.get("request_kwargs"), call.get("messages"))
 
     # LiteLLM passes everything but the model by keyword (messages, input, specific_deployment,
     # request_kwargs); it all goes on unchanged to LiteLLM's own selection.

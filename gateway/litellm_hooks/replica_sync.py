@@ -165,7 +165,7 @@ class CallEnds(CustomLogger):
     async def async_log_failure_event(
         self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any
     ) -> None:
-        self.routing.finished(kwargs.get("litellm_call_id"))
+        self.routing.finished(kwargs.get("litellm_call_id"), failed=True)
 
 
 def deployment_id(replica_id: str) -> str:

@@ -165,7 +165,9 @@ class ModelGateway:
         clock.subject = model if any(p.model_id == model for p in self.pools.values()) else "unknown"
         session = next((v.decode("latin-1") for k, v in headers if k == b"x-session-id"), None)
         if session is None and self._eligible(model) > 1:
-            session = prompt_key.of_prompt(request)  # a hash: the prompt itself goes nowhere
+            # Hashes: the prompt itself goes nowhere. The whole prompt's only for a policy that reads it.
+            session = prompt_key.of_prompt(request, any(p.policy.reads_prompt for p in self.pools.values()
+                                                        if p.model_id == model))
         choice = self.pick(model, session)
         if choice is None:
             choice = await self._wake_and_wait(model, session, held_for(self.hold_deadline_s, headers))
@@ -207,10 +209,13 @@ class ModelGateway:
                 clock.upstream_headers_s, clock.proxied = time.monotonic() - sent_at, True
             except UpstreamError as error:
                 self.metrics.upstream_failed(pool.model_id)
-                replica.metrics.failed_at = time.monotonic()
+                failed_at = replica.metrics.failed_at = time.monotonic()
+                replica.failures.add(failed_at)
                 log.warning("replica %s of %s failed: %s", replica.copy_id, pool.model_id, error)
                 await _json(send, 502, _error("The model server did not answer; retry.", 502))
                 return
+            if response.status >= 500:
+                replica.failures.add(time.monotonic())  # lowest_failure weighs it
             await relay(response, send, log, "replica", replica.copy_id, receive)
         finally:
             replica.in_flight -= 1

@@ -9,6 +9,7 @@ from berth.kinds import ProcessKind
 from catalog.definition import WorkflowDefinition
 from catalog.entry import CATALOG_DIR, MODEL_ENTRY, ParameterType, find_entry, load_catalog
 from catalog.render import render, resolve_values
+from gateway.edge import routing
 
 EXPECTED = {
     "GPT-OSS 20B",
@@ -120,12 +121,9 @@ def test_published_facts(
 def test_service_entries_have_their_own_parameters() -> None:
     gateway = find_entry("LiteLLM Model Gateway")
     assert gateway.kind == ProcessKind.GATEWAY
-    assert gateway.parameter("RoutingPolicy").choices == (
-        "least_queue",
-        "lowest_ttft",
-        "most_free_kv",
-        "round_robin",
-    )
+    # Every policy the routers register (gateway/edge/routing.py), the model entries' choice alike.
+    assert gateway.parameter("RoutingPolicy").choices == tuple(sorted(routing.POLICIES))
+    assert find_entry("vLLM").parameter("RoutingPolicy").choices == tuple(sorted(routing.POLICIES))
     assert {"Scope", "MasterKeySecret", "MinReplicas", "MaxReplicas"} <= {p.name for p in gateway.parameters}
     opencode = find_entry("OpenCode")
     assert opencode.kind == ProcessKind.OPENCODE

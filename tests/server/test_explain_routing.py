@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from server.explain_routing import Endpoint, PoolCopy, Scrape, explain_routing
+from gateway.edge import routing
+from server.explain_routing import PREFERENCES, Endpoint, PoolCopy, Scrape, explain_routing
 
 pytestmark = pytest.mark.timeout(30)
 NOW = 1000.0
@@ -83,3 +84,22 @@ def test_behind_litellm_a_revision_at_zero_is_out_with_no_fallback() -> None:
     assert [(c.copy_id, c.verdict) for c in answer.copies] == [("new", "revision_weight_0"), ("old", "not_ready")]
     assert answer.revision_shares == {}
     assert answer.note is not None and answer.note.startswith("no copy takes requests now")
+
+
+@pytest.mark.parametrize("policy", ["most_free_vram", "weighted_capacity", "highest_throughput", "lowest_failure",
+                                    "cost_optimized", "energy_optimized", "prefix_affinity"])
+def test_the_freshness_rule_and_verdicts_hold_for_every_policy(policy: str) -> None:
+    """Issue 36's policies choose only among the included copies: a stale or failed copy is out under each, and a
+    policy that prefers some copies says its shares are for equal load."""
+    copies = [PoolCopy(name, 1, True, False) for name in ("fresh", "stale", "failed")]
+    scrapes = {"fresh": Scrape(NOW - 5, None), "stale": Scrape(NOW - 31, None), "failed": Scrape(NOW - 5, NOW - 2)}
+    endpoint = Endpoint(endpoint_id="ep-1", workflow_id="wf-1", policy=policy, weights=None, fronts_pool=False,
+                        litellm_routed=None)
+    answer = explain_routing(endpoint, copies, scrapes, NOW)
+    assert {c.copy_id: c.verdict for c in answer.copies} == {
+        "fresh": "included", "stale": "metrics_stale", "failed": "scrape_failed"}
+    assert answer.policy == policy and set(PREFERENCES) <= set(routing.POLICIES)
+    if policy == "most_free_vram":
+        assert answer.note is None
+    else:
+        assert answer.note is not None and answer.note.startswith(f"shares are for equal load: {policy}")

@@ -59,13 +59,17 @@ class Forward(Step):
             try:
                 request.response = await proxy.upstream.request(method, target.url + path,
                                                                 to_target(target, upstream_headers), body)
-                answered(outcome, request.response.status, time.monotonic() - sent_at)
+                status = request.response.status
+                answered(outcome, status, time.monotonic() - sent_at)
                 request.clock.upstream_headers_s = time.monotonic() - sent_at
+                if status >= 500:
+                    target.failures.add(time.monotonic())  # lowest_failure weighs it
             except UpstreamError as error:
                 failed(outcome)
                 proxy.metrics.upstream_failed(route.id)
                 log.warning("upstream %s failed: %s", target.url, error)
-                target.metrics.failed_at = time.monotonic()  # out until a scrape succeeds again
+                failed_at = target.metrics.failed_at = time.monotonic()  # out until a scrape succeeds again
+                target.failures.add(failed_at)
                 request.failure = error
             await self.rest(request)  # retry, relay: within the deadline, the copy still counted in flight
         finally:

@@ -34,11 +34,11 @@ SECRET = "the prompt nobody may log: " + "x" * 50  # longer than the 64 characte
 
 
 @contextlib.asynccontextmanager
-async def _pool(tmp_path: Path) -> AsyncIterator[str]:
+async def _pool(tmp_path: Path, policy: str = "least_queue") -> AsyncIterator[str]:
     copies = [await Copy(name).start() for name in ("c1", "c2", "c3")]
     key = SigningKey.load_or_create(tmp_path)
     # least_queue rotates among equal queues: only affinity keeps a request on one copy.
-    proxy = EndpointProxy(PoolRoutes(copies), TokenVerifier.from_jwks(key.jwks()))  # type: ignore[arg-type]
+    proxy = EndpointProxy(PoolRoutes(copies, policy), TokenVerifier.from_jwks(key.jwks()))  # type: ignore[arg-type]
     await proxy.refresh()
     try:
         async with serving(proxy) as url:
@@ -85,6 +85,21 @@ async def test_a_session_id_keeps_its_copy_and_sessions_spread(tmp_path: Path) -
         sessions = Counter([await _copy(client, url, _chat(SECRET), session=f"session-{n}") for n in range(30)])
     assert len(one) == 1
     assert len(sessions) >= 2, sessions
+
+
+async def test_prefix_affinity_keeps_a_shared_system_prompt_on_one_copy(tmp_path: Path) -> None:
+    """Through the proxy (issue 36): the whole prompt's blocks, not its last message's first 64 characters, decide;
+    a series sharing a long system prompt stays on one copy, series of other system prompts spread."""
+    def chat(system: str, question: str) -> dict[str, Any]:
+        return {"model": "m", "messages": [{"role": "system", "content": system},
+                                           {"role": "user", "content": question}]}
+
+    async with _pool(tmp_path, "prefix_affinity") as url, httpx.AsyncClient(timeout=30) as client:
+        shared = "The operations manual, quoted in full for every question. " * 10
+        series = {await _copy(client, url, chat(shared, f"question {n}")) for n in range(10)}
+        others = {await _copy(client, url, chat(f"system prompt {n}: " + "y" * 300, "question")) for n in range(9)}
+    assert len(series) == 1
+    assert len(others) >= 2, others
 
 
 async def test_the_body_is_not_read_when_there_is_no_choice_to_make() -> None:

@@ -185,3 +185,25 @@ async def test_reinstalls_after_litellm_resets_its_router(
     assert await picks(router, 1) == ["litellm"]
     strategy.install(router)  # type: ignore[arg-type]
     assert await picks(router, 1) != ["litellm"]
+
+
+async def test_prefix_affinity_routes_by_the_chat_and_a_failed_call_counts(
+        setup: tuple[PolicyRouting, StandInRouter, Engines]) -> None:
+    """LiteLLM hands the strategy the call's messages: a shared system prompt keeps the calls on one replica (the
+    round robin of equal queues would alternate); LiteLLM's failure report is a failure lowest_failure weighs."""
+    strategy, router, engines = setup
+    await serve(strategy, engines, "prefix_affinity", a=prometheus(), b=prometheus())
+    chosen = []
+    for number in range(6):
+        router.call_ids.append(next(CALL_IDS))
+        messages = [{"role": "system", "content": "The shared instructions of one product. " * 20},
+                    {"role": "user", "content": f"question {number}"}]
+        deployment = await router.async_get_available_deployment(
+            model=MODEL, messages=messages, specific_deployment=None,
+            request_kwargs={"litellm_call_id": router.call_ids[-1]})
+        chosen.append(deployment["litellm_params"]["api_base"][7:8])
+        strategy.finished(router.call_ids[-1], failed=number == 5)
+    assert len(set(chosen)) == 1
+    failed = next(r for r in strategy.replicas.values() if r.copy_id == chosen[-1])
+    assert failed.failures.count == 1.0 and failed.in_flight == 0
+    assert set(await picks(router, 4)) == {"a", "b"}  # no messages: the load policy, equal queues in turn
