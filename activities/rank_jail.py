@@ -14,6 +14,7 @@ file modes only), and it says so once at start. So does a root agent whose kerne
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -77,7 +78,27 @@ def engine_paths(argv: Sequence[str], environ: Mapping[str, str]) -> set[Path]:
     for entry in environ.get("PYTHONPATH", "").split(os.pathsep):
         if entry:
             found.add(Path(entry))
+    found |= module_paths(argv)
     return {path for path in found if path.exists() and path != Path("/")}
+
+
+def module_paths(argv: Sequence[str]) -> set[Path]:
+    """Where `python -m MODULE` on this very interpreter (Berth's simulator) finds MODULE: with Berth installed
+    editable, its source folder in the checkout, which neither the virtualenv nor PYTHONPATH names."""
+    if len(argv) < 3 or argv[0] != sys.executable or "-m" not in argv[1:3]:
+        return set()
+    index = list(argv).index("-m")
+    if index + 1 >= len(argv):
+        return set()
+    try:
+        spec = importlib.util.find_spec(argv[index + 1].split(".")[0])
+    except (ImportError, ValueError):
+        return set()
+    if spec is None:
+        return set()
+    if spec.submodule_search_locations:
+        return {Path(location) for location in spec.submodule_search_locations}
+    return {Path(spec.origin)} if spec.origin else set()
 
 
 def model_paths(model_dir: Path) -> set[Path]:

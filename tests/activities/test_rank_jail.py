@@ -83,6 +83,16 @@ def test_the_engine_needs_its_virtualenv_its_python_and_its_pythonpath(tmp_path:
     assert model_paths(tmp_path / "no-weights") == set()  # a dry run's simulator reads none
 
 
+def test_a_module_the_engine_runs_with_dash_m_is_found_where_this_interpreter_finds_it() -> None:
+    """Berth installed editable (CI's fresh clone): the simulator's source is in the checkout, which the venv does
+    not cover and, in a 0700 clone, the jail would hide."""
+    import simulator
+
+    package = Path(simulator.__file__).parent
+    assert package in engine_paths([sys.executable, "-P", "-m", "simulator", "--port", "1"], {})
+    assert package not in engine_paths(["/usr/bin/python3", "-m", "simulator"], {})  # another interpreter's
+
+
 def run_jailed(code: str, paths: dict[str, Path], user: RankUser) -> subprocess.CompletedProcess[str]:
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": ""}
     read_only = engine_paths([sys.executable], env)
