@@ -11,7 +11,7 @@ from pydantic_core import PydanticCustomError
 from berth.child_environment import user_environment_problem
 from berth.kinds import SERVICE_ENTRIES, ProcessKind
 from berth.scopes import Scope
-from berth.settings.slurm import SLURM_TIME
+from berth.settings.slurm import SLURM_TIME, SLURM_WORD
 from catalog.limits import check_exec_size
 
 SECRET_REF = re.compile(r"^secret://(user|group|organization)/[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -90,8 +90,8 @@ class SlurmPick(Frozen):
     lets a workflow pick (berth/settings/slurm.py) at submission and again at each job's submission; empty: the
     cluster's setting."""
 
-    partition: Annotated[str, Field(pattern=r"^([A-Za-z0-9_.+-]{1,64})?$")] = ""
-    account: Annotated[str, Field(pattern=r"^([A-Za-z0-9_.+-]{1,64})?$")] = ""
+    partition: Annotated[str, Field(pattern=rf"{SLURM_WORD}|^$")] = ""
+    account: Annotated[str, Field(pattern=rf"{SLURM_WORD}|^$")] = ""
     time_limit: Annotated[str, Field(pattern=rf"{SLURM_TIME}|^$")] = ""
 
 

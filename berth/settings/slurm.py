@@ -20,7 +20,7 @@ from berth.errors import UserInputError
 # ASCII digits only: Python's \d also matches other scripts' digits, which sbatch would not read.
 SLURM_TIME = (r"^([0-9]{1,7}|[0-9]{1,7}:[0-9]{1,2}|[0-9]{1,5}:[0-9]{1,2}:[0-9]{1,2}"
               r"|[0-9]{1,4}-[0-9]{1,2}(:[0-9]{1,2}){0,2})$")
-_WORD = r"^[A-Za-z0-9_.+-]{1,64}$"  # a partition, account or QOS name as Slurm allows them
+SLURM_WORD = r"^[A-Za-z0-9_.+-]{1,64}$"  # a partition, account or QOS name as Slurm allows them
 _OPTION = re.compile(r"^--[a-z][a-z0-9-]{0,40}(=[^\s'\"\\;&|`$<>]{0,200})?$")
 # Options Berth sets itself for every copy: an extra option may not change what a copy is.
 _OWN_OPTIONS = ("--nodes", "--ntasks", "--ntasks-per-node", "--gpus", "--gpus-per-node", "--gres", "--job-name",
@@ -47,9 +47,9 @@ def time_limit_seconds(text: str) -> int:
 class SlurmSettings(BaseModel):
     """What every copy's `sbatch` asks for, and where the job's files live."""
 
-    partition: str = Field("", pattern=rf"{_WORD}|^$", description="Partition (-p); empty: Slurm's default")
-    account: str = Field("", pattern=rf"{_WORD}|^$", description="Account (-A); empty: the submitter's default")
-    qos: str = Field("", pattern=rf"{_WORD}|^$", description="QOS (--qos); empty: the association's default")
+    partition: str = Field("", pattern=rf"{SLURM_WORD}|^$", description="Partition (-p); empty: Slurm's default")
+    account: str = Field("", pattern=rf"{SLURM_WORD}|^$", description="Account (-A); empty: the submitter's default")
+    qos: str = Field("", pattern=rf"{SLURM_WORD}|^$", description="QOS (--qos); empty: the association's default")
     time_limit: str = Field("", pattern=rf"{SLURM_TIME}|^$", description="Time limit (--time) in Slurm's forms; "
                             "empty: the partition's default. A copy whose job reaches it is re-placed as a new job")
     max_time_limit: str = Field("", pattern=rf"{SLURM_TIME}|^$", description="The longest TimeLimit a workflow's "
@@ -75,7 +75,7 @@ class SlurmSettings(BaseModel):
     @classmethod
     def _words(cls, names: list[str]) -> list[str]:
         for name in names:
-            if not re.match(_WORD, name):
+            if not re.match(SLURM_WORD, name):
                 raise ValueError(f"{name!r} is not a Slurm partition or account name")
         return names
 

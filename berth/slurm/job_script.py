@@ -11,11 +11,11 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from berth.settings.slurm import SlurmSettings
+from berth.settings.slurm import SLURM_WORD, SlurmSettings
 
 JOB_NAME_PREFIX = "berth-"
 _COPY_ID = re.compile(r"^[A-Za-z0-9_.-]{1,150}$")
-_WORD = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
+_WORD = re.compile(SLURM_WORD)
 
 
 @dataclass(frozen=True)
