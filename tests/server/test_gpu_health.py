@@ -14,8 +14,11 @@ import pytest
 from berth.contracts import NodeInventory, ReserveRequest
 from berth.security import Cipher
 from berth.settings import ClusterSettings
+from catalog.entry import load_catalog
+from catalog.render import render, resolve_values
 from server import scheduler
 from server.explain_placement import explain_unplaced
+from server.placement_advice import Blocked, advice
 from server.gpu_health import SKIP_NONE, GpuHealthRule, keep_known
 from server.inventory import Inventory
 from server.store.database import Store
@@ -131,6 +134,21 @@ def test_explain_names_the_skipped_gpus() -> None:
     assert by_node["n-hot"].detail == ("1 of its 2 GPU(s) of ≥ 44 GB are healthy, the copy needs 2 on one node; "
                                        "skipped GPU 1: 95 °C, over the cluster's max_gpu_temp_c (90 °C)")
     assert "skipped GPU 0: 1 uncorrected ECC error(s)" in by_node["n-ecc"].detail
+    waiting = explain_unplaced(None, demand, views[:2], scheduler.Policy.PACK, 8,
+                               lambda never: advice(_blocked(demand, views[:2]), never))
+    assert waiting.advice == [
+        "n-hot would take it once its GPU 1 is healthy again (cooler than the cluster's max_gpu_temp_c; a GPU "
+        "reset clears ECC errors)",
+        "n-ecc would take it once its GPU 0 is healthy again (cooler than the cluster's max_gpu_temp_c; a GPU "
+        "reset clears ECC errors)"]
+
+
+def _blocked(demand: scheduler.Demand, views: list[scheduler.NodeView]) -> Blocked:
+    entry = load_catalog()["Qwen3-Coder 30B"]
+    replica = render(entry, resolve_values(entry, {})).replica
+    assert replica is not None
+    return Blocked(demand=demand, replica=replica, entry=None, views=views, policy=scheduler.Policy.PACK,
+                   max_nodes_per_copy=8, holders={})
 
 
 def _store(tmp_path: Path, rule: GpuHealthRule = RULE) -> Store:
