@@ -109,7 +109,7 @@ def _once_healthy(blocked: Blocked) -> list[str]:
     """Nodes turned away only because placement skips GPUs there (server/gpu_health.py): what would make them fit."""
     demand = blocked.demand
     what = "it" if demand.nodes == 1 else "a rank"
-    lines = []
+    lines: list[str] = []
     for view in blocked.views:
         if len(lines) == MAX_NODE_LINES:
             break

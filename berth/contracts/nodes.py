@@ -10,6 +10,12 @@ from pydantic import ConfigDict, Field
 from berth.contracts.base import INT32_MAX, INT64_MAX, NonNegativeNumber, Number, OpenResponse, Payload, Response
 from berth.contracts.placement import MAX_HOLDINGS, NodeHolding
 
+# A GPU's memory as the capacity figures sum it: bounded, so that no report makes a cluster's total overflow to
+# infinity (which JSON carries as null; schemathesis found it once the heartbeat's GPUs gained fields). 100 TB is
+# far past any GPU.
+MAX_GPU_MEMORY_GB = 100_000
+GpuMemoryGb = Annotated[int, Field(ge=0, le=MAX_GPU_MEMORY_GB)] | Annotated[float, Field(ge=0, le=MAX_GPU_MEMORY_GB)]
+
 
 class GpuReport(Payload):
     """One GPU as a node agent reports it (node/inventory.py: NVML's facts or a simulated GPU's): the fields the
@@ -19,8 +25,8 @@ class GpuReport(Payload):
 
     index: int = Field(ge=0, le=1023)
     name: str = Field("", max_length=256)
-    memory_gb: NonNegativeNumber = 0
-    memory_free_gb: NonNegativeNumber | None = None
+    memory_gb: GpuMemoryGb = 0
+    memory_free_gb: GpuMemoryGb | None = None
     uuid: str | None = Field(None, max_length=256)  # a simulated GPU's holds its node's id (128 at most)
     pci_bus_id: str | None = Field(None, max_length=64)
     # Health, as NVML read it (node/gpu_health.py); None or 0 °C / 0 W: unknown, and the server keeps the last known
