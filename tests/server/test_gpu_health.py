@@ -17,6 +17,7 @@ from berth.settings import ClusterSettings
 from catalog.entry import load_catalog
 from catalog.render import render, resolve_values
 from server import scheduler
+from server.capacity_figures import gpu_uses
 from server.explain_placement import explain_unplaced
 from server.gpu_health import SKIP_NONE, GpuHealthRule, keep_known
 from server.inventory import Inventory
@@ -150,6 +151,11 @@ def _blocked(demand: scheduler.Demand, views: list[scheduler.NodeView]) -> Block
     assert replica is not None
     return Blocked(demand=demand, replica=replica, entry=None, views=views, policy=scheduler.Policy.PACK,
                    max_nodes_per_copy=8, holders={})
+
+
+def test_a_skipped_gpu_is_free_but_not_available_in_the_capacity_figures() -> None:
+    uses = gpu_uses(_views()[0], holders={}, serving=())
+    assert [(use.gpu.index, use.use, use.available) for use in uses] == [(0, "free", True), (1, "free", False)]
 
 
 def _store(tmp_path: Path, rule: GpuHealthRule = RULE) -> Store:
