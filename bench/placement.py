@@ -4,8 +4,8 @@ on the first copies) and atomic reservations in the store (`Placements.reserve`)
 on a PostgreSQL started in a temp dir (stack/postgres.py, the store tests' own).
 
 Targets: the scheduler's decisions ≤ 1 s for all copies; `reserve` ≤ 2 ms a copy at p50 at 10,000 nodes on SQLite.
-`--baseline DIR` runs the same store benchmark on another checkout's code (e.g. /work/main) for `--baseline-copies`
-copies in the same run, since the old reserve reads every node per copy. Prints JSON:
+`--baseline DIR` runs the same benchmarks on another checkout's code (e.g. /work/main) in the same run: the scheduler's
+on all the copies, the store's on `--baseline-copies` copies (an old reserve read every node per copy). Prints JSON:
 
     PYTHONPATH=. .venv/bin/python -m bench.placement [--nodes N] [--copies N] [--postgres] [--baseline /work/main]
 """
@@ -67,7 +67,7 @@ def _per_copy_ms(latencies: list[float]) -> dict[str, float]:
 
 def bench_scheduler(nodes: int, copies: int) -> dict[str, object]:
     """Each decision applied to the cluster before the next, as the store does; the scan beside the index."""
-    from server.inventory import Inventory  # not in the baseline's code: this part runs on this checkout only
+    from server.inventory import Inventory  # here: a checkout from before the index (issue 36) has none
 
     gpus = tuple(GpuView(i, 80.0) for i in range(GPUS))
     views = [NodeView(id=node_id(i), ready=True, gpus=gpus,
@@ -122,10 +122,11 @@ def bench_store(url: str, directory: Path, nodes: int, copies: int) -> dict[str,
             "cpu_per_copy_ms": _per_copy_ms(cpu[1:] or cpu)}
 
 
-def bench_baseline(checkout: Path, nodes: int, copies: int) -> dict[str, Any]:
-    """The store benchmark on another checkout's server code, in a child process (its bench/results untouched)."""
+def bench_baseline(checkout: Path, nodes: int, copies: int, part: str = "--store-only") -> dict[str, Any]:
+    """The store benchmark (or with `--scheduler-only` the scheduler's) on another checkout's server code, in a
+    child process (its bench/results untouched)."""
     env = dict(os.environ, PYTHONPATH=str(checkout))
-    out = subprocess.run([sys.executable, __file__, "--store-only", "--nodes", str(nodes), "--copies", str(copies)],
+    out = subprocess.run([sys.executable, __file__, part, "--nodes", str(nodes), "--copies", str(copies)],
                          env=env, cwd=checkout, capture_output=True, text=True, timeout=3600, check=True).stdout
     return {"checkout": str(checkout), **json.loads(out)}
 
@@ -149,15 +150,21 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="a checkout whose reserve to measure beside this one's")
     parser.add_argument("--baseline-copies", type=int, default=50)
     parser.add_argument("--store-only", action="store_true", help="SQLite reservations only, JSON on stdout")
+    parser.add_argument("--scheduler-only", action="store_true", help="the scheduler's decisions only, JSON on stdout")
     args = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="berth-bench-placement-"))
     if args.store_only:
         print(json.dumps(bench_store(f"sqlite:///{directory / 'berth.db'}", directory, args.nodes, args.copies)))
         return
+    if args.scheduler_only:
+        print(json.dumps(bench_scheduler(args.nodes, args.copies)))
+        return
     scheduler = bench_scheduler(args.nodes, args.copies)
     result: dict[str, Any] = {"nodes": args.nodes, "gpus_per_node": GPUS, "copies": args.copies,
                               "scheduler": scheduler}
     if args.baseline:
+        # The baseline's scheduler on all the copies, as this checkout's: the index must not have got slower.
+        result["scheduler_baseline"] = bench_baseline(args.baseline, args.nodes, args.copies, "--scheduler-only")
         result["store_sqlite_baseline"] = bench_baseline(args.baseline, args.nodes, args.baseline_copies)
     result["store_sqlite"] = bench_store(f"sqlite:///{directory / 'berth.db'}", directory, args.nodes, args.copies)
     if args.postgres:

@@ -23,7 +23,8 @@ app.command("scaling")(scaling.explain_scaling)
 
 # How the human rendering names each node outcome (berth/contracts/explain.py NodeOutcome).
 OUTCOMES = {"chosen": "chosen", "scored_lower": "passed, scored lower", "offline": "offline", "draining": "draining",
-            "tainted": "tainted", "gpus_too_small": "GPUs too small", "busy": "too few free GPUs"}
+            "tainted": "tainted", "gpus_too_small": "GPUs too small", "gpus_unhealthy": "GPUs unhealthy",
+            "busy": "too few free GPUs"}
 # How it names each routing verdict (berth/contracts/explain.py RoutingVerdict).
 VERDICTS = {"included": "included", "not_ready": "not ready", "draining": "draining",
             "revision_weight_0": "revision weight 0", "not_in_litellm": "not routed by LiteLLM",

@@ -43,11 +43,12 @@ def node_list(output: OutputOption = Format.TABLE) -> None:
     if nodes is None:
         return  # printed as JSON
     gpus = [{"node": n.id, **wire(g), "allocated_to": g.allocated_to or "",
-             "memory": f"{g.memory_free_gb or 0:g}/{g.memory_gb:g} GB"}
+             "memory": f"{g.memory_free_gb or 0:g}/{g.memory_gb:g} GB", **_health(g)}
             for n in nodes for g in n.gpus]
     if gpus:
         table(gpus, [("node", "NODE"), ("index", "GPU"), ("name", "NAME"), ("memory", "FREE/TOTAL"),
-                     ("id", "UUID / PCI BUS ID"), ("allocated_to", "ALLOCATED TO")], title="GPUs")
+                     ("id", "UUID / PCI BUS ID"), ("allocated_to", "ALLOCATED TO"), ("temperature", "TEMP"),
+                     ("power", "POWER"), ("ecc", "ECC ERRORS"), ("health", "PLACEMENT")], title="GPUs")
     slurm = call(lambda api: api.slurm_nodes())
     if slurm.backend == "slurm":  # copies are Slurm jobs: its nodes, read-only (issue 35)
         table([{**wire(n), "partitions": ",".join(n.partitions), "memory": f"{n.memory_mb / 1024:.0f} GB"}
@@ -62,6 +63,14 @@ def _node_rows(nodes: list[NodeView]) -> Rows:
              "free": f"{sum(1 for g in n.gpus if not g.allocated_to)}/{len(n.gpus)}",
              "labels": ",".join(f"{k}={v}" for k, v in n.labels.items()), "taints": ",".join(n.taints)}
             for n in nodes]
+
+
+def _health(gpu: GpuView) -> dict[str, str]:
+    """A GPU's last known readings ("-": never known) and whether placement skips it, and why."""
+    return {"temperature": "-" if gpu.temperature_c is None else f"{gpu.temperature_c} °C",
+            "power": "-" if gpu.power_w is None else f"{gpu.power_w:g} W",
+            "ecc": "-" if gpu.ecc_uncorrected is None else str(gpu.ecc_uncorrected),
+            "health": f"skipped: {gpu.unhealthy}" if gpu.unhealthy else "ok"}
 
 
 def _gpu_summary(gpus: list[GpuView]) -> str:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import re
 from typing import Any
 
 from berth.errors import UserInputError
+from node.gpu_health import read_health
 
 SIMULATED = re.compile(r"^(\d+)x(\d+(?:\.\d+)?)GB$", re.IGNORECASE)
 
@@ -41,7 +44,7 @@ def nvml_gpus() -> tuple[list[dict[str, Any]], str | None]:
                 "index": index, "name": name.decode() if isinstance(name, bytes) else name,
                 "memory_gb": round(memory.total / 1e9, 1), "memory_free_gb": round(memory.free / 1e9, 1),
                 "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
-                "pci_bus_id": _pci(pynvml, handle), "temperature_c": _temperature(pynvml, handle),
+                "pci_bus_id": _pci(pynvml, handle), **read_health(pynvml, handle),
             })
         return gpus, None
     finally:
@@ -56,13 +59,6 @@ def _pci(pynvml: Any, handle: Any) -> str | None:
         return None
 
 
-def _temperature(pynvml: Any, handle: Any) -> int | None:
-    try:
-        return int(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
-    except pynvml.NVMLError:
-        return None
-
-
 def host_facts() -> dict[str, Any]:
     memory_gb = 0.0
     try:
@@ -73,3 +69,17 @@ def host_facts() -> dict[str, Any]:
     except OSError:
         pass
     return {"cpus": os.cpu_count() or 1, "memory_gb": memory_gb}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m node.inventory --probe`: what this machine's heartbeat would report of its GPUs, as JSON (run it
+    where a GPU is lent to check the NVML readings for real)."""
+    parser = argparse.ArgumentParser(prog="python -m node.inventory", description=main.__doc__)
+    parser.add_argument("--probe", action="store_true", required=True, help="read the GPUs through NVML once")
+    parser.parse_args(argv)
+    gpus, reason = nvml_gpus()
+    print(json.dumps({"gpu_source": reason or "nvml", "gpus": gpus, **host_facts()}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

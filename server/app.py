@@ -20,6 +20,7 @@ from berth.security import Cipher, ReplicaKeys, SigningKey, TokenVerifier
 from berth.settings import ClusterSettings, SlurmSettings, StateLayout, admin_user, key_hmac_secret_file, limit_policy
 from server import control_metrics, refusals, request_limits, scheduler
 from server.context import ServerContext
+from server.gpu_health import GpuHealthRule
 from server.model_jobs import evict_model_cache, start_model_job
 from server.routes import ROUTERS
 from server.store.api_keys import ApiKeys
@@ -37,7 +38,7 @@ def build_context(state_dir: Path, temporal_address: str, database_url: str | No
     # Before the store opens: a configured but unreadable or empty secret stops the start in one line.
     hasher = KeyHasher.load(state.keys, key_hmac_secret_file())
     store = Store(database_url or f"sqlite:///{state.store_db}", cipher, settings.node_offline_after_s,
-                  scheduler.Policy.make(settings.placement_policy))
+                  scheduler.Policy.make(settings.placement_policy), GpuHealthRule.from_settings(settings))
     store.events.retention = Retention(keep_s=settings.events_keep_days * 86400.0, max_rows=settings.events_max_rows)
     admin = admin_user()
     store.ensure_user(admin, org="default", groups=["default"], admin=True)

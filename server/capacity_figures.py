@@ -48,13 +48,13 @@ def gpu_uses(view: scheduler.NodeView, holders: Mapping[tuple[str, int], str],
              serving: Collection[str]) -> list[GpuUse]:
     """Each GPU of a node: serving (its copy is published ready), reserved (held, not serving: a copy starting or
     loading, unready, or fenced until its node confirms the process is gone) or free; available when free on a
-    node that `place` would consider."""
+    node that `place` would consider, and not a GPU placement skips (too hot, ECC errors: server/gpu_health.py)."""
     takes_copies = view.unavailable() is None
     uses = []
     for gpu in view.gpus:
         holder = holders.get((view.id, gpu.index))
         use: Use = "free" if holder is None else "serving" if holder in serving else "reserved"
-        uses.append(GpuUse(view.id, gpu, use, takes_copies and use == "free"))
+        uses.append(GpuUse(view.id, gpu, use, takes_copies and use == "free" and gpu.unhealthy is None))
     return uses
 
 

@@ -25,8 +25,19 @@ def freed(views: list[scheduler.NodeView], ranks: Ranks) -> list[scheduler.NodeV
             for view in views]
 
 
+def skipped(view: scheduler.NodeView) -> str:
+    """The node's GPUs placement skips and why ("GPU 3: 93 °C, over …"), or "" when it skips none."""
+    return "; ".join(f"GPU {gpu.index}: {gpu.unhealthy}" for gpu in view.unhealthy_gpus())
+
+
 def detail(view: scheduler.NodeView, demand: scheduler.Demand, outcome: NodeOutcome) -> str:
-    """The figures behind a node's outcome, in one line."""
+    """The figures behind a node's outcome, in one line, with the GPUs placement skips there named."""
+    line = _figures(view, demand, outcome)
+    unhealthy = skipped(view) if outcome not in ("offline", "draining", "tainted") else ""
+    return f"{line}; skipped {unhealthy}" if unhealthy else line
+
+
+def _figures(view: scheduler.NodeView, demand: scheduler.Demand, outcome: NodeOutcome) -> str:
     min_gb = demand.min_gpu_memory_gb
     size = f" of ≥ {min_gb:.0f} GB" if min_gb else ""
     if outcome == "offline":
@@ -38,6 +49,9 @@ def detail(view: scheduler.NodeView, demand: scheduler.Demand, outcome: NodeOutc
     if outcome == "gpus_too_small":
         return (f"{view.capable_gpus(min_gb)} of its {len(view.gpus)} GPU(s) are{size or ' usable'}, "
                 f"the copy needs {demand.gpus_per_node} on one node")
+    if outcome == "gpus_unhealthy":
+        return (f"{view.healthy_gpus(min_gb)} of its {view.capable_gpus(min_gb)} GPU(s){size} are healthy, the copy "
+                f"needs {demand.gpus_per_node} on one node")
     free = view.free_count(min_gb)
     if outcome == "busy":
         return f"{free} of its {view.capable_gpus(min_gb)} GPU(s){size} free now, the copy needs {demand.gpus_per_node}"
@@ -60,8 +74,9 @@ def verdicts(demand: scheduler.Demand, views: list[scheduler.NodeView], policy: 
         if view.id in ranks:
             rank, gpus = ranks[view.id]
             now = f"; now {rejected}: a new copy would not go here" if rejected else ""
+            unhealthy = f"; skipped {skipped(view)}" if view.unhealthy_gpus() else ""
             found.append((rank, NodeVerdict(node=view.id, outcome="chosen", gpus=gpus, score=terms.get(view.id),
-                                            detail=f"rank {rank}, GPUs {gpus}{now}")))
+                                            detail=f"rank {rank}, GPUs {gpus}{now}{unhealthy}")))
             continue
         outcome: NodeOutcome = rejected or "scored_lower"
         found.append((len(ranks), NodeVerdict(node=view.id, outcome=outcome, gpus=[], score=terms.get(view.id),

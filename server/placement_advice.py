@@ -43,7 +43,7 @@ def advice(blocked: Blocked, never_reason: str | None) -> list[str]:
         text = what_would_fit(blocked.entry, blocked.replica, blocked.views, blocked.max_nodes_per_copy).strip()
         return [text] if text else []
     lines = [line for line in (_fewer_gpus(blocked), _smaller_context(blocked)) if line]
-    return lines + _once_freed(blocked)
+    return lines + _once_freed(blocked) + _once_healthy(blocked)
 
 
 def _placed_on(blocked: Blocked, trial: scheduler.Demand) -> list[scheduler.NodeView]:
@@ -102,4 +102,20 @@ def _once_freed(blocked: Blocked) -> list[str]:
         short = demand.gpus_per_node - view.free_count(min_gb)
         held = ", ".join(blocked.holders.get(view.id, ())) or "copies being released"
         lines.append(f"{view.id} would take {what} once {short} more of its GPUs free (held by {held})")
+    return lines
+
+
+def _once_healthy(blocked: Blocked) -> list[str]:
+    """Nodes turned away only because placement skips GPUs there (server/gpu_health.py): what would make them fit."""
+    demand = blocked.demand
+    what = "it" if demand.nodes == 1 else "a rank"
+    lines: list[str] = []
+    for view in blocked.views:
+        if len(lines) == MAX_NODE_LINES:
+            break
+        if scheduler.first_filter(view, demand) == "gpus_unhealthy":
+            skipped = [str(gpu.index) for gpu in view.unhealthy_gpus()]
+            gpus = f"GPU {skipped[0]} is" if len(skipped) == 1 else f"GPUs {', '.join(skipped)} are"
+            lines.append(f"{view.id} would take {what} once its {gpus} healthy again (cooler than the cluster's "
+                         "max_gpu_temp_c; a GPU reset clears ECC errors)")
     return lines

@@ -33,6 +33,9 @@ class GpuView:
     index: int
     memory_gb: float
     name: str = ""  # the model as its node reports it (NVML's name): placement ignores it, capacity groups by it
+    # Why placement skips it (server/gpu_health.py: too hot, ECC errors), or None: a GPU placement may take. Judged
+    # when the node is read, so the index never looks at readings.
+    unhealthy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -55,20 +58,34 @@ class NodeView:
         return "tainted" if self.taints else None
 
     def free_gpus(self, min_memory_gb: float) -> list[int]:
-        return [g.index for g in self.gpus if g.index not in self.busy_gpus and g.memory_gb >= min_memory_gb]
+        """The GPUs placement may take: not held, big enough, not unhealthy."""
+        return [g.index for g in self.gpus
+                if g.index not in self.busy_gpus and g.memory_gb >= min_memory_gb and g.unhealthy is None]
 
     @cached_property
-    def _smallest_gpu_gb(self) -> float:
+    def _counted_by_subtraction_up_to_gb(self) -> float:
+        """For a demand up to this size every GPU not busy is free: the smallest GPU's memory; -1 where a GPU is
+        unhealthy, so that `free_count` counts them one by one (a node with none keeps the O(1) path)."""
+        if any(g.unhealthy is not None for g in self.gpus):
+            return -1.0
         return min((g.memory_gb for g in self.gpus), default=0.0)
 
     def free_count(self, min_memory_gb: float) -> int:
-        """How many GPUs are free and big enough; O(1) when every GPU is big enough (the usual case)."""
-        if min_memory_gb <= self._smallest_gpu_gb:
+        """How many GPUs are free, big enough and healthy; O(1) when every GPU is big enough and healthy (the usual
+        case)."""
+        if min_memory_gb <= self._counted_by_subtraction_up_to_gb:
             return len(self.gpus) - len(self.busy_gpus)
         return len(self.free_gpus(min_memory_gb))
 
     def capable_gpus(self, min_memory_gb: float) -> int:
         return sum(1 for g in self.gpus if g.memory_gb >= min_memory_gb)
+
+    def healthy_gpus(self, min_memory_gb: float) -> int:
+        """The GPUs big enough and not unhealthy: what the node could give a copy once all are free."""
+        return sum(1 for g in self.gpus if g.memory_gb >= min_memory_gb and g.unhealthy is None)
+
+    def unhealthy_gpus(self) -> list[GpuView]:
+        return [g for g in self.gpus if g.unhealthy is not None]
 
 
 @dataclass(frozen=True)
@@ -108,20 +125,23 @@ def rejection_reason(demand: Demand, nodes: list[NodeView], max_nodes_per_copy: 
 
 
 # `place`'s filters, in the order it applies them: a node turned away by one is not asked the next.
-Filter = Literal["offline", "draining", "tainted", "gpus_too_small", "busy"]
+Filter = Literal["offline", "draining", "tainted", "gpus_too_small", "gpus_unhealthy", "busy"]
 
 
 def first_filter(node: NodeView, demand: Demand) -> Filter | None:
     """The first filter that turns `node` away for `demand`, or None when it passes them all: not ready,
     draining or tainted (`unavailable`), fewer GPUs of the size asked for than the copy needs even when all
-    are free ("gpus_too_small"), or too few of them free now ("busy")."""
+    are free ("gpus_too_small"), enough of them but too few healthy (too hot, ECC errors: "gpus_unhealthy"), or
+    too few of them free now ("busy")."""
     closed = node.unavailable()
     if closed is not None:
         return closed
-    min_memory = demand.min_gpu_memory_gb
-    if node.free_count(min_memory) >= demand.gpus_per_node:
+    min_memory, needed = demand.min_gpu_memory_gb, demand.gpus_per_node
+    if node.free_count(min_memory) >= needed:
         return None
-    return "gpus_too_small" if node.capable_gpus(min_memory) < demand.gpus_per_node else "busy"
+    if node.capable_gpus(min_memory) < needed:
+        return "gpus_too_small"
+    return "gpus_unhealthy" if node.healthy_gpus(min_memory) < needed else "busy"
 
 
 def score(node: NodeView, free: int, demand: Demand, policy: Policy) -> tuple[int, int, str]:

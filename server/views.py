@@ -11,6 +11,7 @@ from berth.contracts.rollouts import ScalingExplanation
 from berth.security import Identity
 from catalog.entry import Entry
 from catalog.memory import gpus_needed, memory_need, memory_table
+from server.gpu_health import SKIP_NONE, GpuHealthRule
 from server.store.tables import EndpointRow
 
 if TYPE_CHECKING:
@@ -66,10 +67,13 @@ def endpoint_view(context: ServerContext, endpoint: EndpointRow, replicas: list[
     }
 
 
-def gpu_row(gpu: dict[str, Any], copy_id: str | None) -> dict[str, Any]:
+def gpu_row(gpu: dict[str, Any], copy_id: str | None, health: GpuHealthRule = SKIP_NONE) -> dict[str, Any]:
     """One GPU as `node list` shows it. NVML reports free memory itself; a simulated GPU is free
-    whole, or for the share vLLM leaves once a copy holds it."""
+    whole, or for the share vLLM leaves once a copy holds it. `unhealthy` only where `health` skips it."""
     row = {**gpu, "allocated_to": copy_id}
+    unhealthy = health.unhealthy(gpu)
+    if unhealthy is not None:
+        row["unhealthy"] = unhealthy
     total = float(gpu.get("memory_gb", 0))
     if gpu.get("simulated") or "memory_free_gb" not in gpu:
         row["memory_free_gb"] = round(total * (1 - SIMULATED_USED_SHARE), 1) if copy_id else total

@@ -15,7 +15,8 @@ from berth.contracts.base import Number, Response
 # What the scheduler made of one node for one copy (server/scheduler.py): chosen for a rank, passed every filter but
 # scored below the chosen, or the first filter that turned it away (scheduler.Filter, in `place`'s order).
 # "quota": the node would take the copy, but a quota binding its workflow's owner refuses it (docs/policies.md).
-NodeOutcome = Literal["chosen", "scored_lower", "quota", "offline", "draining", "tainted", "gpus_too_small", "busy"]
+NodeOutcome = Literal["chosen", "scored_lower", "quota", "offline", "draining", "tainted", "gpus_too_small",
+                     "gpus_unhealthy", "busy"]
 
 
 class ScoreTerms(Response):

@@ -6,7 +6,7 @@ only."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field
 
@@ -73,6 +73,9 @@ class RouteCopy(Response):
     draining: bool = False
     api_key: str = Field(default="", repr=False)
     revision: int = 1  # the workflow revision it serves: `traffic` splits by it
+    # The watts its GPUs draw as their nodes' heartbeats last read them through NVML (server/store/gpu_power.py):
+    # sent only for an energy_optimized pool's copies, and only where every GPU of the copy has a reading.
+    power_w: Annotated[float | None, Field(ge=0)] = None
 
 
 class RouteEntry(Response, Renamed):

@@ -3,12 +3,18 @@ node list with its GPUs."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field
 
-from berth.contracts.base import INT32_MAX, NonNegativeNumber, Number, OpenResponse, Payload, Response
+from berth.contracts.base import INT32_MAX, INT64_MAX, NonNegativeNumber, Number, OpenResponse, Payload, Response
 from berth.contracts.placement import MAX_HOLDINGS, NodeHolding
+
+# A GPU's memory as the capacity figures sum it: bounded, so that no report makes a cluster's total overflow to
+# infinity (which JSON carries as null; schemathesis found it once the heartbeat's GPUs gained fields). 100 TB is
+# far past any GPU.
+MAX_GPU_MEMORY_GB = 100_000
+GpuMemoryGb = Annotated[int, Field(ge=0, le=MAX_GPU_MEMORY_GB)] | Annotated[float, Field(ge=0, le=MAX_GPU_MEMORY_GB)]
 
 
 class GpuReport(Payload):
@@ -19,11 +25,15 @@ class GpuReport(Payload):
 
     index: int = Field(ge=0, le=1023)
     name: str = Field("", max_length=256)
-    memory_gb: NonNegativeNumber = 0
-    memory_free_gb: NonNegativeNumber | None = None
+    memory_gb: GpuMemoryGb = 0
+    memory_free_gb: GpuMemoryGb | None = None
     uuid: str | None = Field(None, max_length=256)  # a simulated GPU's holds its node's id (128 at most)
     pci_bus_id: str | None = Field(None, max_length=64)
-    temperature_c: int | None = None
+    # Health, as NVML read it (node/gpu_health.py); None or 0 °C / 0 W: unknown, and the server keeps the last known
+    # value (server/gpu_health.py). ECC: uncorrected volatile errors, sent only where ECC mode is enabled.
+    temperature_c: Annotated[int | None, Field(ge=0, le=255)] = None
+    power_w: Annotated[float | None, Field(ge=0, le=10_000)] = None
+    ecc_uncorrected: Annotated[int | None, Field(ge=0, le=INT64_MAX)] = None
     simulated: bool | None = None
 
 
@@ -66,9 +76,14 @@ class GpuView(OpenResponse):
     memory_free_gb: Number | None = None
     uuid: str | None = None
     pci_bus_id: str | None = None
-    temperature_c: int | None = None
+    temperature_c: int | None = None  # the last known readings (a heartbeat saying "unknown" keeps them)
+    power_w: Number | None = None
+    ecc_uncorrected: int | None = None
     simulated: bool | None = None
     allocated_to: str | None = None  # the copy holding it, as the caller may see it
+    # Why placement skips it now (too hot, uncorrected ECC errors: the cluster's max_gpu_temp_c, reject_ecc);
+    # None: it is healthy as far as is known.
+    unhealthy: str | None = None
     id: str | None = None  # its UUID, else its PCI bus id
 
 

@@ -11,7 +11,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypedDict
+from typing import Annotated, Literal, TypedDict
 
 from pydantic import BaseModel, Field
 
@@ -126,6 +126,15 @@ class ClusterSettings(BaseModel):
                                    "node agents, or Slurm (each copy one job; the `slurm` section's settings)")
     placement_policy: str = Field("pack", pattern="^(pack|spread)$",
                                   description="pack: fill busy nodes first; spread: prefer empty nodes")
+    # GPU health (server/gpu_health.py): placement skips a GPU whose last known temperature is over this (0: no
+    # limit). 90 °C: past the maximum operating temperature of NVIDIA's data-centre GPUs (85-87 °C for A100/H100),
+    # where they slow their clocks; a GPU that hot is failing to cool, and a new copy would only make it hotter.
+    max_gpu_temp_c: Annotated[int, Field(ge=0, le=255, description="Placement skips a GPU hotter than this, in "
+                                         "°C, as its node's heartbeats last read it (0: no limit)")] = 90
+    # An uncorrected ECC error corrupts what the GPU computes and, on A100/H100, wants a GPU reset (which clears the
+    # volatile count): NVIDIA's advice is to stop using the GPU until then. So on by default.
+    reject_ecc: Annotated[bool, Field(description="Placement skips a GPU with uncorrected volatile ECC errors "
+                                      "(until a reset or reboot clears them)")] = True
     rank_heartbeat_timeout_s: float = Field(30.0, ge=2, description="A rank's (or service's) node agent silent "
                                             "this long: its workflow asks a restarted agent to adopt it")
     rank_adopt_window_s: float = Field(60.0, gt=0, description="No agent adopted the rank within this: the "

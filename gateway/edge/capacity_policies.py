@@ -106,9 +106,10 @@ class CostOptimized:
 
 
 class EnergyOptimized:
-    """Among the copies that are not overloaded: the least power drawn now (50 W steps) where the copies' /metrics
-    report it, then the lowest GPU cache pressure (10 % steps), then the shortest queue. A copy with no reading
-    counts as drawing the most any candidate reports; with none reported it ranks as most_free_kv."""
+    """Among the copies that are not overloaded: the least power drawn now (50 W steps) where it is known — the
+    copy's /metrics (DCGM's figure), else its GPUs' NVML reading at their nodes' last heartbeat (`node_power_w`) —
+    then the lowest GPU cache pressure (10 % steps), then the shortest queue. A copy with no reading counts as
+    drawing the most any candidate reports; with none reported it ranks as most_free_kv."""
 
     name = "energy_optimized"
     reads_prompt = False
@@ -123,11 +124,17 @@ class EnergyOptimized:
 
     @staticmethod
     def _rank(candidates: Sequence[Replica]) -> Callable[[Replica], tuple[int, int, float]]:
-        known = [r.metrics.power_watts for r in candidates if r.metrics.power_watts is not None]
+        known = [power for power in map(drawn_w, candidates) if power is not None]
         most = max(known, default=0.0)
 
         def rank(replica: Replica) -> tuple[int, int, float]:
-            power = replica.metrics.power_watts
+            power = drawn_w(replica)
             return (int((most if power is None else power) // POWER_STEP_W),
                     round(replica.metrics.kv_cache_usage * KV_STEPS), replica.queue)
         return rank
+
+
+def drawn_w(replica: Replica) -> float | None:
+    """The copy's draw: its scraped /metrics figure (fresher: every few seconds), else its nodes' NVML reading."""
+    power = replica.metrics.power_watts
+    return power if power is not None else replica.node_power_w

@@ -69,6 +69,9 @@ class Replica:
     # How dear the copy's node is to run (lower is cheaper; cost_optimized). 0 for every copy today: a route entry
     # names no node to read a tier from (docs/pools.md).
     cost_tier: int = 0
+    # The watts its GPUs drew at their nodes' last NVML reading (the route entry's `power_w`; None: not known):
+    # energy_optimized weighs it where the copy's /metrics report no draw.
+    node_power_w: float | None = None
 
     def authorization(self) -> list[tuple[bytes, bytes]]:
         """The header a request to this copy carries (vLLM answers 401 on /v1 without it)."""

@@ -132,5 +132,6 @@ def _replica(entry: RouteCopy, known: dict[str, Replica], previous: dict[str, Re
     replica.ready, replica.draining = entry.ready, entry.draining
     replica.api_key = entry.api_key
     replica.revision = entry.revision
+    replica.node_power_w = entry.power_w
     known[replica.copy_id] = replica
     return replica

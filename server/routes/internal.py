@@ -50,6 +50,7 @@ from server.guards import Admin, replica_keys_owner, service_audience, service_o
 from server.refusals import refusals
 from server.replica_keys import REPLICA_KEYS_TOKEN_TTL_S, discoverable
 from server.store.copy_outcomes import traffic_of
+from server.store.gpu_power import copies_power_w
 from server.store.load_reports import AutoscalerLease, AutoscalerView
 from server.store.secrets import Secrets
 from server.token_minting import mint_endpoint_token
@@ -268,6 +269,7 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
     routed = await run_in_threadpool(context.store.load.litellm_routed)
     revoked = await run_in_threadpool(context.store.endpoint_tokens.revoked_ids)
     replicas = await run_in_threadpool(context.store.replicas)
+    power = await run_in_threadpool(_energy_readings, context, endpoints, replicas)
     by_endpoint: dict[str, list[str]] = {}
     for replica in replicas:
         if replica.ready and not replica.draining:
@@ -277,7 +279,8 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
         # Only this admin route and the service routes carry a copy's key (the proxy sends it on).
         pools.setdefault(replica.endpoint_id, []).append(
             {**replica_view(replica), "api_key": context.replica_keys.for_copy(replica.copy_id),
-             "revision": replica.revision})
+             "revision": replica.revision,
+             **({"power_w": power[replica.copy_id]} if replica.copy_id in power else {})})
     return {"endpoints": [{
         "id": e.id, "scope": e.scope, "owner": e.owner, "org": e.org, "groups": e.groups,
         "service": e.service, "service_url": e.service_url, "copy_urls": sorted(by_endpoint.get(e.id, [])),
@@ -295,6 +298,16 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
         # Sent only while the endpoint has one: a table without revocations reads as before.
         **({"revoked_tokens": revoked[e.id]} if e.id in revoked else {}),
     } for e in endpoints]}
+
+
+def _energy_readings(context: ServerContext, endpoints: list[Any], replicas: list[Any]) -> dict[str, float]:
+    """The NVML power of the copies of energy_optimized pools (server/store/gpu_power.py): read for those alone, as
+    no other policy weighs it."""
+    energy = {e.id for e in endpoints if PoolFacts.from_annotations(e.annotations).routing_policy == "energy_optimized"}
+    if not energy:
+        return {}
+    with context.store.session() as s:
+        return copies_power_w(s, {r.copy_id for r in replicas if r.endpoint_id in energy})
 
 
 def _traffic(annotations: dict[str, Any]) -> dict[str, Any]:

@@ -64,7 +64,7 @@ async def list_nodes(context: Context, who: Caller) -> list[dict[str, Any]]:
     out = []
     for node in nodes:
         held = {a.gpu_index: label(a.copy_id) for a in allocations if a.node_id == node.id}
-        gpus = [gpu_row(g, held.get(int(g["index"]))) for g in node.gpus]
+        gpus = [gpu_row(g, held.get(int(g["index"])), context.store.placements.gpu_health) for g in node.gpus]
         out.append({"id": node.id, "state": context.store.node_state(node), "address": node.address,
                     "engine": node.engine, "gpus": gpus, "allocated": len(held), "cpus": node.cpus,
                     "memory_gb": node.memory_gb, "labels": node.labels, "taints": node.taints,

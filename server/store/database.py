@@ -26,6 +26,7 @@ from berth.contracts import NodeHolding
 from berth.errors import ConflictError, NotFoundError, UserInputError
 from berth.security import Cipher, Identity
 from server import scheduler
+from server.gpu_health import SKIP_NONE, GpuHealthRule, keep_known
 from server.store import copy_spans, fencing, placement_view, schema
 from server.store.audit import AuditChain
 from server.store.copy_outcomes import CopyOutcomeStore
@@ -71,7 +72,7 @@ def cached_digests(reported: object) -> list[str]:
 
 class Store:
     def __init__(self, url: str, cipher: Cipher, node_offline_after_s: float = 60.0,
-                 policy: scheduler.Policy = scheduler.Policy.PACK) -> None:
+                 policy: scheduler.Policy = scheduler.Policy.PACK, gpu_health: GpuHealthRule = SKIP_NONE) -> None:
         self.engine = make_engine(url)
         schema.upgrade_to_head(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
@@ -81,7 +82,7 @@ class Store:
         self.audit = AuditChain(self.session)
         self.history = EndpointHistoryStore(self.session)  # an endpoint's recent minutes (the console's chart)
         self.endpoint_tokens = EndpointTokens(self.session)  # their ids, never the tokens; revoked ones
-        self.placements = Placements(self.session, node_offline_after_s, policy)
+        self.placements = Placements(self.session, node_offline_after_s, policy, gpu_health)
         self.cipher = cipher
         self.revisions = Revisions(self.session, cipher)
         self.events = EventLog(self.session)  # history: written by server/events.py `record`, in no backup
@@ -282,15 +283,19 @@ class Store:
         now = time.time()
         with self.placements.transaction() if held is not None else self.session() as s:
             row = s.get(NodeRow, node_id)
-            placed_on = {"gpus": inventory.get("gpus", []), "taints": inventory.get("taints", []),
-                         "volumes": inventory.get("volumes", [])}
+            # A reading the heartbeat does not know keeps the last known one (server/gpu_health.py).
+            gpus = keep_known(row.gpus if row is not None else None, inventory.get("gpus", []))
+            placed_on = {"gpus": gpus, "taints": inventory.get("taints", []), "volumes": inventory.get("volumes", [])}
             if "models" in inventory:  # an agent from before the model registry reports none: kept None
                 placed_on["models"] = cached_digests(inventory["models"])
             # What placement reads changed: every API process's view re-reads this node (a heartbeat that only says
             # "alive" moves last_heartbeat alone, which no view holds, and takes no placement lock). The lock's row
             # before the node's row, as a reservation takes them.
+            # A GPU's readings and free memory move at every heartbeat of a real GPU: only their verdict is read.
+            facts = self.placements.gpu_health.placement_facts
             generation = None
-            if row is None or any(getattr(row, name) != value for name, value in placed_on.items()):
+            if row is None or facts(row.gpus) != facts(gpus) or any(
+                    getattr(row, name) != value for name, value in placed_on.items() if name != "gpus"):
                 generation = placement_view.take(s)
             if row is None:
                 row = NodeRow(id=node_id, last_heartbeat=now, port_start=port_start,

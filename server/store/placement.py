@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from berth.contracts import Placement, RankPlacement, ReserveRequest, ReserveResult
 from berth.errors import NotFoundError, UnavailableError
 from server import scheduler
+from server.gpu_health import SKIP_NONE, GpuHealthRule
 from server.store import copy_spans, fencing, placement_view
 from server.store.policies import placement_refusal
 from server.store.tables import AllocationRow, NodeRow, PortRow, ReplicaRow, ReservationRow
@@ -50,14 +51,15 @@ class Placements:
     """The store's reservations, allocations and ports, written only inside `transaction()`."""
 
     def __init__(self, session: Callable[[], AbstractContextManager[Session]], node_offline_after_s: float,
-                 policy: scheduler.Policy) -> None:
+                 policy: scheduler.Policy, gpu_health: GpuHealthRule = SKIP_NONE) -> None:
         self._session = session
         self._lock = threading.Lock()
         self.node_offline_after_s = node_offline_after_s
         self.policy = policy
         self.observer: PlacementObserver | None = None  # set by the app that serves metrics
         self.clock: Callable[[], float] = time.time  # the copy spans' times (a test's scripted clock)
-        self.view = placement_view.PlacementView(node_offline_after_s)
+        self.gpu_health = gpu_health  # which GPUs placement skips (the cluster's max_gpu_temp_c, reject_ecc)
+        self.view = placement_view.PlacementView(node_offline_after_s, gpu_health)
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
@@ -91,7 +93,8 @@ class Placements:
 
     def _views(self, s: Session, now: float) -> list[scheduler.NodeView]:
         """Every node's snapshot, read afresh (capacity and explain placement: their answer lists every node)."""
-        return placement_view.read_views(s, lambda last_heartbeat: now - last_heartbeat <= self.node_offline_after_s)
+        return placement_view.read_views(s, lambda last_heartbeat: now - last_heartbeat <= self.node_offline_after_s,
+                                         health=self.gpu_health)
 
     def node_views(self) -> list[scheduler.NodeView]:
         with self._session() as s:

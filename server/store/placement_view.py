@@ -22,6 +22,7 @@ from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import Session
 
 from server import scheduler
+from server.gpu_health import SKIP_NONE, GpuHealthRule
 from server.inventory import Inventory
 from server.store.tables import AllocationRow, NodeRow, StoreLockRow
 
@@ -50,10 +51,11 @@ def changed(s: Session, node_ids: Collection[str]) -> None:
                                .execution_options(synchronize_session=False))
 
 
-def read_views(s: Session, ready: Callable[[float], bool],
-               where: ColumnElement[bool] | None = None) -> list[scheduler.NodeView]:
+def read_views(s: Session, ready: Callable[[float], bool], where: ColumnElement[bool] | None = None,
+               health: GpuHealthRule = SKIP_NONE) -> list[scheduler.NodeView]:
     """The scheduler's snapshots of the nodes (all, or those `where` picks), read as plain columns: no ORM objects,
-    since the first read of a view and capacity's read every node. `ready` judges a node's last heartbeat."""
+    since the first read of a view and capacity's read every node. `ready` judges a node's last heartbeat, `health`
+    each GPU's last known readings."""
     held = select(AllocationRow.node_id, AllocationRow.gpu_index)
     columns = select(NodeRow.id, NodeRow.last_heartbeat, NodeRow.gpus, NodeRow.taints, NodeRow.volumes,
                      NodeRow.draining, NodeRow.models)
@@ -67,8 +69,8 @@ def read_views(s: Session, ready: Callable[[float], bool],
     for node_id, last_heartbeat, gpus, taints, volumes, draining, models in s.connection().execute(columns):
         views.append(scheduler.NodeView(
             id=node_id, ready=ready(last_heartbeat),
-            gpus=tuple(scheduler.GpuView(int(g["index"]), float(g.get("memory_gb", 0)), str(g.get("name", "")))
-                       for g in gpus),
+            gpus=tuple(scheduler.GpuView(int(g["index"]), float(g.get("memory_gb", 0)), str(g.get("name", "")),
+                                         health.unhealthy(g)) for g in gpus),
             busy_gpus=frozenset(busy.get(node_id, ())), taints=tuple(taints or ()),
             volumes=frozenset(volumes or ()), draining=bool(draining), models=frozenset(models or ()),
         ))
@@ -78,8 +80,9 @@ def read_views(s: Session, ready: Callable[[float], bool],
 class PlacementView:
     """The inventory one API process places from; read and refreshed only under the placement lock."""
 
-    def __init__(self, node_offline_after_s: float) -> None:
+    def __init__(self, node_offline_after_s: float, health: GpuHealthRule = SKIP_NONE) -> None:
         self.node_offline_after_s = node_offline_after_s
+        self.health = health
         self._inventory: Inventory | None = None
         self._generation = 0
         self.reads = 0  # nodes read from the store since this view began (the tests' witness of "only what changed")
@@ -108,11 +111,11 @@ class PlacementView:
 
         # Transactions before this one drew the generations up to generation - 1: a view at that holds them all.
         if self._inventory is None or generation - 1 < self._generation:  # first use, or a store begun again
-            views = read_views(s, ready)
+            views = read_views(s, ready, health=self.health)
             self._inventory = Inventory(views)
             self.reads += len(views)
         elif generation - 1 != self._generation:
-            for view in read_views(s, ready, NodeRow.generation > self._generation):
+            for view in read_views(s, ready, NodeRow.generation > self._generation, self.health):
                 self._inventory.put(view)
                 self.reads += 1
         # What this transaction writes, it writes at `generation`: its own GPUs through `took`, nothing else here.

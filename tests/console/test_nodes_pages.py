@@ -67,3 +67,18 @@ async def test_bob_sees_no_drain_button_and_the_api_refuses_him(context: ServerC
         assert "/draining" not in page and 'tr data-id="node-a"' in page
         refused = await client.post("/ui/nodes/node-a/draining", data={"csrf": csrf_of(page), "draining": "true"})
         assert refused.status_code == 403 and 'role="alert"' in refused.text
+
+
+async def test_the_nodes_page_shows_gpu_readings_and_the_gpus_placement_skips(tmp_path: Path) -> None:
+    """Under the cluster's defaults (max_gpu_temp_c 90, reject_ecc on): a hot GPU and one with ECC errors."""
+    context = console_context(tmp_path / "health")
+    gpus = [{**_gpu(0), "temperature_c": 93, "power_w": 612.5}, {**_gpu(1), "temperature_c": 41, "ecc_uncorrected": 1},
+            {**_gpu(2), "temperature_c": 38, "ecc_uncorrected": 0}]
+    context.store.heartbeat_node("node-h", {"address": "127.0.0.1", "engine": "vllm", "gpus": gpus}, port_start=30000)
+    async with browser(context) as client:
+        await sign_in(client, user_token(context, "bob"))
+        page = (await client.get("/ui/nodes/live", headers={"HX-Request": "true"})).text
+        assert "<td>93</td>" in page and "<td>612.5</td>" in page
+        assert '<td class="health">skipped: 93 °C, over the cluster&#39;s max_gpu_temp_c (90 °C)</td>' in page
+        assert '<td class="health">skipped: 1 uncorrected ECC error(s) since its last reset (reject_ecc)</td>' in page
+        assert page.count('<td class="health">ok</td>') == 1
