@@ -42,7 +42,15 @@ HF_MIRRORS ?= .state/hf-mirrors
 # --durations keeps the suite's budget visible in every run (docs/performance.md "Test suite").
 TEST_WORKERS ?= 4
 PYTEST_RUN = $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25
-test: venv $(TEST_DEPS)
+# The set-up in parallel (each target's output kept together): the Debian packages in one apt-get (mk/debian.mk)
+# while pip and npm fill the venvs, which no longer wait for each other (on a fresh CI machine each waited for all
+# before it); then every target once more, now only its own check.
+SETUP_JOBS ?= 4
+DEBIAN_CHECKS := postgres redis prometheus chromium slurm
+test: venv
+	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) --output-sync=target debian-packages \
+	  $(filter-out $(DEBIAN_CHECKS),$(TEST_DEPS))
+	@$(MAKE) --no-print-directory $(TEST_DEPS)
 	$(PYTEST_RUN) $(PYTEST_ARGS)
 
 # Without the real engine and LiteLLM: the simulator-backed suite only.
