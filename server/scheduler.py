@@ -33,6 +33,8 @@ class GpuView:
     index: int
     memory_gb: float
     name: str = ""  # the model as its node reports it (NVML's name): placement ignores it, capacity groups by it
+    # What CUDA_VISIBLE_DEVICES names it by where its index will not do: a MIG slice's `MIG-<UUID>` (issue 36)
+    device: str | None = None
 
 
 @dataclass(frozen=True)
