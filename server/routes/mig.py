@@ -9,8 +9,11 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 from starlette.concurrency import run_in_threadpool
 
+from berth.contracts import EventKind
 from berth.contracts.mig import MigSlice, MigSliceDeleted, MigSliceRequest, MigSliceUuid
+from server import events
 from server.context import Context
+from server.events import Audience, EventDraft
 from server.guards import Admin
 from server.refusals import refusals
 from server.store.mig_slices import MigSlices
@@ -28,7 +31,12 @@ async def list_mig_slices(node_id: NodeId, context: Context, _who: Admin) -> lis
 @router.post("/v1/nodes/{node_id}/mig", status_code=201, responses=refusals(409))
 async def create_mig_slice(node_id: NodeId, request: MigSliceRequest, context: Context, who: Admin) -> MigSlice:
     """400: not an H100 80GB, an unknown profile, or more than the GPU's slices have left; 409: a copy holds the GPU."""
-    return await run_in_threadpool(MigSlices(context.store).create, node_id, request, who.user)
+    made = await run_in_threadpool(MigSlices(context.store).create, node_id, request, who.user)
+    await run_in_threadpool(events.record, context.store, EventDraft(
+        EventKind.NODE_SLICED, f"{who.user} made MIG slice {made.id} ({made.profile}) of GPU {made.gpu} on node "
+        f"{node_id}", audience=Audience.everyone(), node_id=node_id, actor=who.user,
+        details={"slice": made.id, "gpu": made.gpu, "profile": made.profile}))
+    return made
 
 
 @router.put("/v1/nodes/{node_id}/mig/{slice_id}")
@@ -38,6 +46,10 @@ async def name_mig_slice(node_id: NodeId, slice_id: SliceId, request: MigSliceUu
 
 
 @router.delete("/v1/nodes/{node_id}/mig/{slice_id}", responses=refusals(409))
-async def delete_mig_slice(node_id: NodeId, slice_id: SliceId, context: Context, _who: Admin) -> MigSliceDeleted:
+async def delete_mig_slice(node_id: NodeId, slice_id: SliceId, context: Context, who: Admin) -> MigSliceDeleted:
     """409 while a copy holds the slice."""
-    return await run_in_threadpool(MigSlices(context.store).delete, node_id, slice_id)
+    gone = await run_in_threadpool(MigSlices(context.store).delete, node_id, slice_id)
+    await run_in_threadpool(events.record, context.store, EventDraft(
+        EventKind.NODE_UNSLICED, f"{who.user} removed MIG slice {slice_id} from node {node_id}",
+        audience=Audience.everyone(), node_id=node_id, actor=who.user, details={"slice": slice_id}))
+    return gone

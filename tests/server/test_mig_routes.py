@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from activities.vllm_command import rank_environment
+from berth.api_events import EventsApi
 from berth.api_mig import MigApi
 from berth.contracts import ReserveRequest, ReserveResult
 from berth.contracts.mig import MigSliceRequest
@@ -143,6 +144,13 @@ async def test_a_copy_lands_on_a_slice_the_parent_takes_none_and_a_held_slice_st
         assert "waiting" in str(_reserve(other, "wf.parent"))  # one slice left: the parent still takes nothing
         store.placements.release("wf.on-slice-2")
         await api.delete_mig_slice("node-h", FIRST_SLICE_ID + 1)
+        async with EventsApi("http://api", context.signing.api_token(ALICE),
+                             transport=httpx.ASGITransport(app=create_app(context))) as reader:  # node events: public
+            page = await reader.events(node="node-h", kind="node.sliced,node.unsliced")
+        told = [(event.kind, event.message) for event in page.events]
+        assert told[-2:] == [("node.unsliced", f"admin removed MIG slice {FIRST_SLICE_ID} from node node-h"),
+                             ("node.unsliced", f"admin removed MIG slice {FIRST_SLICE_ID + 1} from node node-h")]
+        assert told[0] == ("node.sliced", f"admin made MIG slice {FIRST_SLICE_ID} (3g.40gb) of GPU 0 on node node-h")
         whole = _reserve(other, "wf.parent")  # no slice left: the GPU is whole again, named by its index
         assert isinstance(whole, tuple) and (whole[0].node_id, whole[0].gpus, whole[0].devices) == ("node-h", (0,), ())
         with pytest.raises(ConflictError) as refused:  # and a GPU a copy holds is not sliced
