@@ -46,6 +46,11 @@ class MigSlices:
             self._node(s, node_id)
             return self._listed(s, node_id)
 
+    def by_node(self) -> dict[str, list[MigSliceRow]]:
+        """Every node's slices (`node list` shows them in place of their parents)."""
+        with self._store.session() as s:
+            return slices_of(s)
+
     def _listed(self, s: Session, node_id: str) -> list[MigSlice]:
         held = {gpu_index: copy_id for gpu_index, copy_id in s.execute(
             select(AllocationRow.gpu_index, AllocationRow.copy_id).where(AllocationRow.node_id == node_id))}

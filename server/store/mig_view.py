@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
@@ -61,3 +62,20 @@ def whole(node: NodeView) -> NodeView:
     gpus = tuple(gpu for gpu in node.gpus if not gpu.device)
     indices = {gpu.index for gpu in gpus}
     return replace(node, gpus=gpus, busy_gpus=frozenset(node.busy_gpus & indices))
+
+
+def listed_gpus(gpus: list[dict[str, Any]], slices: Iterable[MigSliceRow]) -> list[dict[str, Any]]:
+    """A node's GPUs as `node list` shows them, as placement sees them: a sliced GPU's slices in its place, each with
+    its id as index and its MIG UUID (none while pending)."""
+    slices = list(slices)
+    if not slices:
+        return gpus
+    parents = {int(gpu["index"]): gpu for gpu in gpus}
+    ids = {row.gpu for row in slices} | {row.id for row in slices}
+    rows = [gpu for gpu in gpus if int(gpu["index"]) not in ids]
+    for row in slices:
+        parent = parents.get(row.gpu, {})
+        rows.append({"index": row.id, "name": f"MIG {row.profile} of GPU {row.gpu}" + ("" if row.uuid else ", pending"),
+                     "memory_gb": profile_named(row.profile).memory_gb, "uuid": row.uuid,
+                     **({"simulated": True} if parent.get("simulated") else {})})
+    return rows

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from activities.vllm_command import rank_environment
+from berth.api_client import ApiClient
 from berth.api_events import EventsApi
 from berth.api_mig import MigApi
 from berth.contracts import ReserveRequest, ReserveResult
@@ -139,6 +140,15 @@ async def test_a_copy_lands_on_a_slice_the_parent_takes_none_and_a_held_slice_st
         _one_line(refused, f"MIG slice {FIRST_SLICE_ID} on node node-h is held by copy wf.on-slice; stop or move "
                            f"that copy first.")
         assert [s.held_by for s in await api.mig_slices("node-h")] == ["wf.on-slice", "wf.on-slice-2"]
+        async with ApiClient("http://api", context.signing.api_token(ALICE),
+                             transport=httpx.ASGITransport(app=create_app(context))) as nodes_api:
+            [node_h] = [node for node in await nodes_api.nodes() if node.id == "node-h"]
+        # `node list` shows the node as placement sees it: the slices in place of their parent, each one's holder as
+        # the caller may see it (another's copy, unnamed).
+        assert [(g.index, g.name, g.memory_gb, g.uuid, g.allocated_to is not None) for g in node_h.gpus] == [
+            (FIRST_SLICE_ID, "MIG 3g.40gb of GPU 0", 40, UUIDS[0], True),
+            (FIRST_SLICE_ID + 1, "MIG 3g.40gb of GPU 0", 40, UUIDS[1], True)]
+        assert node_h.allocated == 2
         store.placements.release("wf.on-slice")
         assert (await api.delete_mig_slice("node-h", FIRST_SLICE_ID)).id == FIRST_SLICE_ID
         assert "waiting" in str(_reserve(other, "wf.parent"))  # one slice left: the parent still takes nothing
@@ -162,6 +172,10 @@ async def test_a_copy_lands_on_a_slice_the_parent_takes_none_and_a_held_slice_st
 async def test_a_pending_slice_takes_a_copy_once_its_instance_is_named(context: ServerContext) -> None:
     async with _api(context) as api:
         pending = await api.create_mig_slice("node-h", MigSliceRequest(gpu=0, profile="7g"))
+        async with ApiClient("http://api", context.signing.api_token(ADMIN),
+                             transport=httpx.ASGITransport(app=create_app(context))) as nodes_api:
+            [node_h] = [node for node in await nodes_api.nodes() if node.id == "node-h"]
+        assert [(g.index, g.name, g.uuid) for g in node_h.gpus] == [(pending.id, "MIG 7g.80gb of GPU 0, pending", None)]
         taken = _reserve(context.store, "wf.a")
         assert isinstance(taken, tuple) and taken[0].node_id == "node-a"
         assert "waiting" in str(_reserve(context.store, "wf.b"))  # the parent is sliced, its slice not yet named
