@@ -35,13 +35,15 @@ def slices_of(s: Session, where: ColumnElement[bool] | None = None) -> dict[str,
 
 def sliced(gpus: tuple[GpuView, ...], slices: Iterable[MigSliceRow]) -> tuple[GpuView, ...]:
     """A node's GPUs as placement sees them: a GPU with slices is gone (unschedulable while they exist), each slice with
-    a UUID is a GPU of its profile's memory named by that UUID, a pending one (no UUID yet) is nothing placeable."""
+    a UUID is a GPU of its profile's memory named by that UUID. A pending one (no UUID yet) is nothing placeable, nor is
+    one whose parent the node's agent no longer reports (a GPU fallen off the bus takes its slices with it)."""
     slices = list(slices)
     parents = {row.gpu for row in slices}
     ids = {row.id for row in slices}
+    reported = {gpu.index for gpu in gpus}
     whole = [gpu for gpu in gpus if gpu.index not in parents and gpu.index not in ids]
     parts = [GpuView(row.id, profile_named(row.profile).memory_gb, f"MIG {row.profile}", device=row.uuid)
-             for row in slices if row.uuid]
+             for row in slices if row.uuid and row.gpu in reported]
     return (*whole, *parts)  # whole GPUs first: a copy of several GPUs takes them before slices (docs/mig.md)
 
 

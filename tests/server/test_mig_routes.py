@@ -183,6 +183,11 @@ async def test_a_pending_slice_takes_a_copy_once_its_instance_is_named(context: 
         assert named.uuid == UUIDS[7]
         placed = _reserve(context.store, "wf.b", gpu_memory_gb=70)
         assert isinstance(placed, tuple) and placed[0].devices == (UUIDS[7],)
+        context.store.placements.release("wf.b")
+        _heartbeat(context.store, "node-h", [])  # its GPU gone from the agent's report: its slice goes with it
+        assert "waiting" in str(_reserve(context.store, "wf.c"))
+        _heartbeat(context.store, "node-h", [H100])
+        assert _reserve(context.store, "wf.b") == placed
         assert (await api.name_mig_slice("node-h", pending.id, UUIDS[7])).held_by == "wf.b"  # the same name: a no-op
         with pytest.raises(ConflictError) as refused:
             await api.name_mig_slice("node-h", pending.id, UUIDS[6])
