@@ -73,8 +73,8 @@ def rank_environment(spec: RankSpec, api_key: str, python_path: str = "") -> dic
     """What Berth sets for a rank on top of what it inherits: the user's ExtraEnv, its GPUs, its key, and
     the guard's folder first on `python_path` (the inherited PYTHONPATH, if any)."""
     env = dict(spec.engine.extra_env)
-    if spec.gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
+    if spec.gpus:  # a MIG slice by its `MIG-<UUID>`, as NVIDIA's MIG user guide names one (issue 36)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.devices or (str(g) for g in spec.gpus))
     # vLLM guards /v1 with VLLM_API_KEY as with --api-key, which would put the key in argv
     # (/proc/PID/cmdline, readable by every local user); the guard reads it too. Set last, so nothing
     # overrides it.

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cli import node_mig
 from cli.common import Format, OutputOption, Rows, call, console, listing, table, wire
 from cli.components import run_node_agent
 
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
     from berth.contracts.nodes import GpuView, NodeView
 
 app = typer.Typer(help="Run a node agent (no subcommand) or list nodes.", invoke_without_command=True)
+app.add_typer(node_mig.app, name="mig")  # MIG slices of its H100s (issue 36)
 
 
 @app.callback()

@@ -24,6 +24,7 @@ from activities.rank_jail import RankUser, give, usable_rank_user
 from activities.ranks import NodeActivities, prune_rank_dirs
 from activities.supervision import Orphan, Supervisor
 from berth.api_client import ApiClient
+from berth.api_mig import MigApi
 from berth.errors import BerthError, UnavailableError
 from berth.security import Cipher
 from berth.settings import (
@@ -36,6 +37,7 @@ from berth.settings import (
     rank_user_setting,
 )
 from berth.temporal import connect
+from node import mig
 from node.inventory import host_facts, nvml_gpus, simulated_gpus
 from node.node_metrics import NodeMetrics
 
@@ -141,6 +143,14 @@ class NodeAgent:
                 log.warning("heartbeat failed: %s", error)
             await asyncio.sleep(HEARTBEAT_S)
 
+    async def apply_mig(self, settings: ClusterSettings) -> None:
+        """Make this node's pending MIG slices' instances (node/mig.py), where the cluster setting `mig_apply` asks
+        and the GPUs are real; otherwise nothing: the records alone are what placement goes by."""
+        if not settings.mig_apply or self.config.simulate_gpus or not self.gpus:
+            return
+        async with MigApi(self.config.api_url, self.config.token) as api:
+            await mig.apply_forever(api, self.config.node_id)
+
     def start_metrics(self, supervisor: Supervisor) -> NodeMetrics | None:
         """The agent's /metrics, when given a port and BERTH_METRICS is not off."""
         if not self.config.metrics_port or not metrics_enabled():
@@ -189,12 +199,14 @@ class NodeAgent:
             if metrics is not None:
                 metrics.heartbeat_accepted()
             beat = asyncio.create_task(self.heartbeat_forever(api, supervisor, metrics))
+            slicing = asyncio.create_task(self.apply_mig(settings))
             runs = [asyncio.create_task(own.run()), asyncio.create_task(shared.run())]
             standby.warm()  # after the workers: the agent serves while its spare LiteLLM imports
             log.info("node %s ready: engine %s, %d GPU(s) (%s)", self.config.node_id, self.engine,
                      len(self.gpus), self.gpu_note)
             await stop.wait()
             beat.cancel()
+            slicing.cancel()
             await self.say_leaving(api, supervisor)
             # Before the workers stop the ranks: should Temporal be unable to record their "agent stopped"
             # results now, the restarted agent asked to adopt them still knows they were interrupted, not lost.

@@ -36,6 +36,8 @@ class GpuView:
     # Why placement skips it (server/gpu_health.py: too hot, ECC errors), or None: a GPU placement may take. Judged
     # when the node is read, so the index never looks at readings.
     unhealthy: str | None = None
+    # What CUDA_VISIBLE_DEVICES names it by where its index will not do: a MIG slice's `MIG-<UUID>` (issue 36)
+    device: str | None = None
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,7 @@ class RankSpec(Payload):
     model_dir: str
     log_name: str
     health: HealthCheck | None = None  # the leader (rank 0) probes its own engine; other ranks serve no HTTP
+    devices: tuple[str, ...] = ()  # its placement's CUDA names for `gpus` (MIG slices' UUIDs); empty: the indices
 
 
 class RankExit(Payload):

@@ -38,6 +38,8 @@ class EventKind(str, Enum):
     NODE_OFFLINE = "node.offline"  # its heartbeats stopped (or its agent said it is leaving)
     NODE_DRAINED = "node.drained"  # an administrator drained it: no new copies, its copies moved when asked
     NODE_UNDRAINED = "node.undrained"  # an administrator opened it to new copies again
+    NODE_SLICED = "node.sliced"  # an administrator made a MIG slice of one of its GPUs (issue 36)
+    NODE_UNSLICED = "node.unsliced"  # an administrator removed a MIG slice
     KEY_CREATED = "key.created"  # an API key (`bk_…`) was created
     KEY_REVOKED = "key.revoked"  # an API key was revoked
     POLICY_SET = "policy.set"  # a deploy policy or quota was set (issue 34, "Policies and quotas")

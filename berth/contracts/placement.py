@@ -17,6 +17,9 @@ class RankPlacement(Payload):
     address: str
     gpus: tuple[int, ...] = ()
     port: int
+    # What CUDA_VISIBLE_DEVICES names `gpus` by where an index will not do (a MIG slice's `MIG-<UUID>`, issue 36), one
+    # per GPU in order; empty: the indices themselves.
+    devices: tuple[str, ...] = ()
 
 
 class Placement(Payload):

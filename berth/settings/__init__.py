@@ -178,6 +178,11 @@ class ClusterSettings(BaseModel):
     events_keep_days: float = Field(30.0, gt=0, le=3650, description="Days a cluster event is kept")
     events_max_rows: int = Field(1_000_000, ge=1000, le=100_000_000, description="Most cluster events kept; "
                                  "the oldest go first")
+    # MIG slices (issue 36, docs/mig.md): the store's records are what placement goes by; with this on, each node
+    # agent also makes the instances of its pending slices with `nvidia-smi mig` and reports their UUIDs.
+    mig_apply: bool = Field(False, description="Node agents make the MIG instances of their pending slices "
+                            "(`nvidia-smi mig -cgi PROFILE -C`); off: an administrator makes them and records "
+                            "each UUID (`berth node mig create … --uuid`)")
 
     @classmethod
     def load(cls, state_dir: Path) -> ClusterSettings:

@@ -21,6 +21,7 @@ from server.routes import (
     keys,
     litellm_keys,
     metrics,
+    mig,
     model_reports,
     models,
     nodes,
@@ -40,5 +41,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     endpoint_policy.router, secrets.router, identity.router, nodes.router, keys.router, litellm_keys.router,
     internal.router, audit.router, models.router, model_reports.router, revisions.router, scaling.router,
     traffic.router, metrics.router, capacity.router, explain.router, backup.router, endpoint_history.router,
-    events.router, policies.router, slurm.router, usage.router,
+    events.router, policies.router, slurm.router, usage.router, mig.router,
 )

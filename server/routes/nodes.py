@@ -18,6 +18,8 @@ from server.events import Audience, EventDraft
 from server.guards import Admin, Caller
 from server.refusals import refusals
 from server.store import fencing
+from server.store.mig_slices import MigSlices
+from server.store.mig_view import listed_gpus
 from server.store.tables import NodeRow
 from server.views import gpu_row
 from workflows.rollout_payloads import MoveRequest
@@ -61,10 +63,12 @@ async def list_nodes(context: Context, who: Caller) -> list[dict[str, Any]]:
     nodes = await run_in_threadpool(context.store.nodes)
     allocations = await run_in_threadpool(context.store.placements.allocations)
     label = await run_in_threadpool(allocation_labels, context.store, who)
+    slices = await run_in_threadpool(MigSlices(context.store).by_node)  # a sliced GPU shows as its slices (issue 36)
     out = []
     for node in nodes:
         held = {a.gpu_index: label(a.copy_id) for a in allocations if a.node_id == node.id}
-        gpus = [gpu_row(g, held.get(int(g["index"])), context.store.placements.gpu_health) for g in node.gpus]
+        gpus = [gpu_row(g, held.get(int(g["index"])), context.store.placements.gpu_health)
+                for g in listed_gpus(node.gpus, slices.get(node.id, ()))]
         out.append({"id": node.id, "state": context.store.node_state(node), "address": node.address,
                     "engine": node.engine, "gpus": gpus, "allocated": len(held), "cpus": node.cpus,
                     "memory_gb": node.memory_gb, "labels": node.labels, "taints": node.taints,

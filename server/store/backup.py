@@ -95,6 +95,9 @@ LEFT_OUT = {
     "usage_budgets": "not in backup format 1 (adding a table is the format's next version): list them before "
                      "(`berth usage budget list -o json`) and set them again after a restore",
     "usage_alerts": "which budgets were announced exceeded in their period: history, not desired state",
+    "mig_slices": "not in backup format 1 (adding a table is the format's next version), and slices of nodes that are "
+                  "not backed up either: list them before (`berth node mig list NODE -o json`) and create them again "
+                  "after a restore, once the nodes have joined",
 }
 
 # Rows a freshly started control plane already has — its administrator, the records of the token it was given —

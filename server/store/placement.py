@@ -24,7 +24,7 @@ from berth.contracts import Placement, RankPlacement, ReserveRequest, ReserveRes
 from berth.errors import NotFoundError, UnavailableError
 from server import scheduler
 from server.gpu_health import SKIP_NONE, GpuHealthRule
-from server.store import copy_spans, fencing, placement_view
+from server.store import copy_spans, fencing, mig_view, placement_view
 from server.store.policies import placement_refusal
 from server.store.tables import AllocationRow, NodeRow, PortRow, ReplicaRow, ReservationRow
 
@@ -130,7 +130,10 @@ class Placements:
                 return ReserveResult(blocked_reason=refused)
             if request.placed_by == "slurm":
                 return self._held_for_slurm(s, request)
-            decision = self.view.current(s, time.time()).place(demand, self.policy)
+            inventory = self.view.current(s, time.time())
+            decision = inventory.place(demand, self.policy)
+            if request.gpus_per_node > 1 and mig_view.on_slices(decision, inventory):  # rare: scan, slices left out
+                decision = scheduler.place(demand, [mig_view.whole(node) for node in inventory.views()], self.policy)
             if decision.blocked_reason is not None:
                 return ReserveResult(blocked_reason=decision.blocked_reason)
             return self._hold(s, request, decision)
@@ -154,7 +157,7 @@ class Placements:
                 return ReserveResult(blocked_reason=f"node {node_id} has no free service port")
             ports.append(free[:wanted])
         ranks = [RankPlacement(rank=rank, node_id=node_id, address=nodes[node_id].address, gpus=tuple(gpus),
-                               port=rank_ports[0])
+                               port=rank_ports[0], devices=self.view.devices(node_id, gpus))
                  for rank, ((node_id, gpus), rank_ports) in enumerate(zip(decision.ranks, ports, strict=True))]
         gpus_held = [{"node_id": node_id, "gpu_index": gpu, "copy_id": request.copy_id}
                      for node_id, gpus in decision.ranks for gpu in gpus]

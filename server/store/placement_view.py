@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from server import scheduler
 from server.gpu_health import SKIP_NONE, GpuHealthRule
 from server.inventory import Inventory
+from server.store import mig_view
 from server.store.tables import AllocationRow, NodeRow, StoreLockRow
 
 PLACEMENT_LOCK = StoreLockRow.name == "placement"
@@ -65,12 +66,14 @@ def read_views(s: Session, ready: Callable[[float], bool], where: ColumnElement[
     busy: dict[str, set[int]] = {}
     for node_id, gpu_index in s.connection().execute(held):
         busy.setdefault(node_id, set()).add(gpu_index)
+    slices = mig_view.slices_of(s, where)  # none on most clusters: one query that finds nothing
     views = []
     for node_id, last_heartbeat, gpus, taints, volumes, draining, models in s.connection().execute(columns):
+        whole = tuple(scheduler.GpuView(int(g["index"]), float(g.get("memory_gb", 0)), str(g.get("name", "")),
+                                        health.unhealthy(g)) for g in gpus)
         views.append(scheduler.NodeView(
             id=node_id, ready=ready(last_heartbeat),
-            gpus=tuple(scheduler.GpuView(int(g["index"]), float(g.get("memory_gb", 0)), str(g.get("name", "")),
-                                         health.unhealthy(g)) for g in gpus),
+            gpus=mig_view.sliced(whole, slices[node_id]) if node_id in slices else whole,
             busy_gpus=frozenset(busy.get(node_id, ())), taints=tuple(taints or ()),
             volumes=frozenset(volumes or ()), draining=bool(draining), models=frozenset(models or ()),
         ))
@@ -99,6 +102,15 @@ class PlacementView:
             node = self._inventory.get(node_id)
             assert node is not None
             self._inventory.put(replace(node, busy_gpus=node.busy_gpus | frozenset(gpus)))
+
+    def devices(self, node_id: str, gpus: list[int]) -> tuple[str, ...]:
+        """What CUDA_VISIBLE_DEVICES names a rank's `gpus` on `node_id` by: () where their indices do (no MIG slice
+        among them), else each GPU's device name (a slice's `MIG-<UUID>`) or index, in order (issue 36)."""
+        node = self._inventory.get(node_id) if self._inventory is not None else None
+        named = {gpu.index: gpu.device for gpu in node.gpus if gpu.device} if node is not None else {}
+        if not any(index in named for index in gpus):
+            return ()
+        return tuple(named.get(index) or str(index) for index in gpus)
 
     def current(self, s: Session, now: float) -> Inventory:
         """The inventory as this transaction sees the store, under the placement lock (`take`)."""

@@ -34,7 +34,8 @@ ADDED = ("berth key",  # API keys (issue 15)
          "berth admin",  # backup and restore of the control plane (issue 34)
          "berth events",  # the cluster's event stream (issue 34)
          "berth policy",  # policies and quotas per user, group and organization (issue 34)
-         "berth usage")  # GPU-hours, requests and tokens by key and period, and budgets (issue 34)
+         "berth usage",  # GPU-hours, requests and tokens by key and period, and budgets (issue 34)
+         "berth node mig")  # MIG slices of a node's H100s (issue 36)
 # Options added since to commands that were there, each with the change that needed it: their lines in the
 # command's help are the only change to it (pinned in tests/cli/test_rollout_cli.py).
 ADDED_OPTIONS = {"berth workflow get": ("--revision",), "berth node drain": ("--grace-seconds",),  # issue 17

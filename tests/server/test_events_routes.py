@@ -177,7 +177,7 @@ def test_since_reads_durations_and_unix_times() -> None:
 
 def test_kinds_are_named_or_a_family() -> None:
     assert [kind.value for kind in event_kinds("copy.ready, node")] == [
-        "copy.ready", "node.joined", "node.offline", "node.drained", "node.undrained"]
+        "copy.ready", "node.joined", "node.offline", "node.drained", "node.undrained", "node.sliced", "node.unsliced"]
     assert event_kinds(None) == () and event_kinds(" ") == ()
     with pytest.raises(UserInputError, match="'copies' is no event kind: give one of admin, budget, copy, key, "):
         event_kinds("copy.ready,copies")

@@ -73,7 +73,10 @@ ADDED = {("POST", "/v1/internal/autoscaler"), ("POST", "/v1/internal/audit"), ("
          ("PUT", "/v1/internal/scrapes"),
          # Issue 34: usage (GPU-seconds, requests, tokens) by key and period, and budgets per organization or group.
          ("GET", "/v1/usage"), ("GET", "/v1/usage/budgets"), ("PUT", "/v1/usage/budgets"),
-         ("DELETE", "/v1/usage/budgets/{scope}/{name}/{period}")}
+         ("DELETE", "/v1/usage/budgets/{scope}/{name}/{period}"),
+         # Issue 36: MIG slices of a node's H100s, as records placement goes by.
+         ("GET", "/v1/nodes/{node_id}/mig"), ("POST", "/v1/nodes/{node_id}/mig"),
+         ("PUT", "/v1/nodes/{node_id}/mig/{slice_id}"), ("DELETE", "/v1/nodes/{node_id}/mig/{slice_id}")}
 EXPECTED = {(method, path) for method, path in json.loads(BEFORE.read_text())} | ADDED
 CONSOLE = "/ui"  # the web console's HTML pages: not the REST API (tests/console/ covers them)
 DOCS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # FastAPI's own, not in the schema

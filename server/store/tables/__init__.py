@@ -33,6 +33,7 @@ from server.store.tables.operations import (
 )
 from server.store.tables.placement import (
     AllocationRow,
+    MigSliceRow,
     NodeRow,
     PortRow,
     ReservationRow,
@@ -64,6 +65,7 @@ __all__ = [
     "EventRow",
     "GroupRow",
     "LoadReportRow",
+    "MigSliceRow",
     "MembershipRow",
     "ModelRow",
     "ModelUseRow",

@@ -76,3 +76,20 @@ class StoreLockRow(Base):
     expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # `placement`'s: each transaction that takes the lock draws the next (server/store/placement_view.py)
     generation: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class MigSliceRow(Base):
+    """A MIG slice of one of a node's GPUs (issue 36): the record is the truth placement goes by (server/store/
+    mig_slices.py), whether or not a node agent made the instance (the `mig_apply` cluster setting)."""
+
+    __tablename__ = "mig_slices"
+    # One name, one device: two slices named alike would let two copies hold one MIG device (NULL: pending, any number)
+    __table_args__ = (UniqueConstraint("uuid", name="uq_mig_slices_uuid"),)
+    node_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    # The GPU index placement gives the slice on its node (an allocation's gpu_index), apart from the node's GPUs'.
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    gpu: Mapped[int] = mapped_column(Integer)  # the parent GPU's index
+    profile: Mapped[str] = mapped_column(String(16))
+    uuid: Mapped[str | None] = mapped_column(String(64), nullable=True)  # MIG-…; None: pending
+    created_by: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[float] = mapped_column(Float)
