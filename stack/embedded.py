@@ -28,7 +28,15 @@ from berth.processes import (
 )
 from berth.restarts import Backoff, RestartRecord
 from berth.security import Identity, SigningKey
-from berth.settings import ClientConfig, ClusterSettings, StackPorts, StateLayout, admin_user, venv_bin
+from berth.settings import (
+    ClientConfig,
+    ClusterSettings,
+    StackPorts,
+    StateLayout,
+    admin_user,
+    temporal_dynamic_config,
+    venv_bin,
+)
 from berth.tls import TLSFiles, client_context, ensure_private_ca
 from berth.tokens import previous_stack_token, revoke_previous_stack_token
 from node.inventory import simulated_gpus
@@ -187,6 +195,7 @@ class Stack:
             "--ui-port", str(ports.temporal_ui),
             "--http-port", str(ports.temporal_http), "--metrics-port", str(ports.temporal_metrics),
             "--log-level", "warn",
+            *(argument for pair in temporal_dynamic_config() for argument in ("--dynamic-config-value", pair)),
         ], temporal_environment())
         try:
             wait_port_sync("127.0.0.1", ports.temporal, 60, temporal.process)

@@ -378,6 +378,7 @@ from berth.settings.components import (  # noqa: E402, F401 — re-exported: ber
     replica_keys_token,
     state_dir_if_set,
     temporal_address,
+    temporal_dynamic_config,
     vllm_bin_override,
 )
 from berth.settings.limits import (  # noqa: E402, F401 — re-exported: berth.settings is the one import

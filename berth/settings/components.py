@@ -5,6 +5,7 @@ it runs (a pool's LiteLLM hooks). Part of berth.settings, which re-exports every
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,6 +176,27 @@ def litellm_standby_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     if value not in ("on", "off"):
         raise SystemExit(f"BERTH_LITELLM_STANDBY must be on or off, not {value[:20]!r}.")
     return value == "on"
+
+
+# Temporal's dynamic-config keys are dotted identifiers; a value is a JSON value: here a number or a boolean, the
+# limits and switches an operator tunes (a string would need quotes, a duration a unit).
+TEMPORAL_DYNAMIC_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}(?:\.[A-Za-z][A-Za-z0-9_]{0,63}){0,7}$")
+TEMPORAL_DYNAMIC_VALUE = re.compile(r"^(?:-?[0-9]{1,18}(?:\.[0-9]{1,9})?|true|false)$")
+
+
+def temporal_dynamic_config(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """BERTH_TEMPORAL_DYNAMIC_CONFIG: `KEY=VALUE` pairs, space-separated, for the embedded Temporal dev server's
+    `--dynamic-config-value` (e.g. `limit.historyCount.suggestContinueAsNew=2000` to have workflows continue as
+    new sooner). Each pair becomes one argument of the server's command line, so anything else is refused in
+    one line."""
+    pairs = environ.get("BERTH_TEMPORAL_DYNAMIC_CONFIG", "").split()
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not TEMPORAL_DYNAMIC_KEY.match(key) or not TEMPORAL_DYNAMIC_VALUE.match(value):
+            raise UserInputError(f"BERTH_TEMPORAL_DYNAMIC_CONFIG: {pair[:80]!r} is not KEY=VALUE (a dotted key, a "
+                                 "number or true/false), e.g. "
+                                 "limit.historyCount.suggestContinueAsNew=2000.")
+    return pairs
 
 
 def opencode_bin_override() -> str | None:

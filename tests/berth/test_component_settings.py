@@ -61,3 +61,13 @@ def test_weights_come_from_hf_endpoint_then_the_clusters_mirror_then_the_hub(
     assert mirrored.weights_endpoint() == "http://mirror.internal:8090"
     monkeypatch.setenv("HF_ENDPOINT", "http://node-local:8090")
     assert mirrored.weights_endpoint() == "http://node-local:8090"
+
+
+def test_temporal_dynamic_config_is_key_value_pairs_for_the_dev_servers_argv() -> None:
+    assert settings.temporal_dynamic_config({}) == []
+    pairs = "limit.historyCount.suggestContinueAsNew=400  system.enableEagerWorkflowStart=true"
+    assert settings.temporal_dynamic_config({"BERTH_TEMPORAL_DYNAMIC_CONFIG": pairs}) == pairs.split()
+    # Each pair is one argument of the server's command line: no option, no quoting, no shell word gets through.
+    for bad in ("limit", "=3", "--log-level=debug", "a.b=$(id)", 'a.b="x"', "a..b=1", "a.b=1e9"):
+        with pytest.raises(UserInputError, match="^BERTH_TEMPORAL_DYNAMIC_CONFIG: .* is not KEY=VALUE"):
+            settings.temporal_dynamic_config({"BERTH_TEMPORAL_DYNAMIC_CONFIG": bad})
