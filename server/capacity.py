@@ -12,6 +12,7 @@ from catalog.memory import max_context_that_fits, memory_need
 from catalog.render import render, resolve_values
 from server import scheduler
 from server.capacity_figures import EntryDemand
+from server.site_placement import site_demand
 
 if TYPE_CHECKING:
     from server.context import ServerContext
@@ -38,7 +39,8 @@ def check_capacity(context: ServerContext, entry: Entry, definition: WorkflowDef
 def replica_demand(replica: ReplicaSpec) -> scheduler.Demand:
     """What one copy asks of the scheduler (where its weights already are aside)."""
     return scheduler.Demand(nodes=replica.nodes, gpus_per_node=replica.gpus_per_node,
-                            gpu_memory_gb=replica.gpu_memory_gb, utilization=replica.engine.gpu_memory_utilization)
+                            gpu_memory_gb=replica.gpu_memory_gb, utilization=replica.engine.gpu_memory_utilization,
+                            sites=site_demand(replica.sites.placement(), ()) if replica.sites is not None else None)
 
 
 # Stand-ins for the values an entry requires and has no default for, so that it renders with its defaults: none

@@ -25,6 +25,8 @@ PREFERENCES = {
     "lowest_failure": "lowest_failure avoids copies with recent failed requests (halving each minute)",
     "highest_throughput": "highest_throughput weighs each copy's measured tokens/s",
     "weighted_capacity": "weighted_capacity shares in proportion to free KV cache over queue",
+    "site_local": "site_local keeps to the preferred site's copies, its failover sites' joining while those are "
+                  "more than 4 above the mean queue; never a copy outside them",
 }
 
 

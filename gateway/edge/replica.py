@@ -69,6 +69,10 @@ class Replica:
     # How dear the copy's node is to run (lower is cheaper; cost_optimized). 0 for every copy today: a route entry
     # names no node to read a tier from (docs/pools.md).
     cost_tier: int = 0
+    # Its node's site, and how site_local ranks it for its endpoint (the routing table's, berth/sites.py
+    # `route_rank`): 0 the preferred site (or no preference), 1 a failover site, None never.
+    site: str | None = None
+    site_rank: int | None = 0
 
     def authorization(self) -> list[tuple[bytes, bytes]]:
         """The header a request to this copy carries (vLLM answers 401 on /v1 without it)."""

@@ -132,5 +132,6 @@ def _replica(entry: RouteCopy, known: dict[str, Replica], previous: dict[str, Re
     replica.ready, replica.draining = entry.ready, entry.draining
     replica.api_key = entry.api_key
     replica.revision = entry.revision
+    replica.site, replica.site_rank = entry.site, entry.site_rank
     known[replica.copy_id] = replica
     return replica

@@ -107,11 +107,14 @@ def _placement(context: ServerContext, target: Target) -> PlacementExplanation:
 
     refusal = Policies(context.store).placement_refusal(row.id, demand.nodes * demand.gpus_per_node)
 
+    rules = replica.sites.placement() if replica.sites is not None else None
+
     def explain(copy_id: str | None) -> CopyPlacement:
+        sited = explain_placement.with_pool_sites(demand, rules, held, snapshot.views, copy_id)
         if copy_id in held:
             assert copy_id is not None
-            return explain_placement.explain_placed(copy_id, held[copy_id], demand, snapshot.views, placements.policy)
-        unplaced = explain_placement.explain_unplaced(copy_id, demand, snapshot.views, placements.policy, max_nodes,
+            return explain_placement.explain_placed(copy_id, held[copy_id], sited, snapshot.views, placements.policy)
+        unplaced = explain_placement.explain_unplaced(copy_id, sited, snapshot.views, placements.policy, max_nodes,
                                                       lambda never: placement_advice.advice(blocked, never))
         return explain_placement.under_quota(unplaced, refusal)
 

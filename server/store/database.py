@@ -283,7 +283,8 @@ class Store:
         with self.placements.transaction() if held is not None else self.session() as s:
             row = s.get(NodeRow, node_id)
             placed_on = {"gpus": inventory.get("gpus", []), "taints": inventory.get("taints", []),
-                         "volumes": inventory.get("volumes", [])}
+                         "volumes": inventory.get("volumes", []),
+                         "labels": inventory.get("labels", {})}  # its site and failure domain (berth/sites.py)
             if "models" in inventory:  # an agent from before the model registry reports none: kept None
                 placed_on["models"] = cached_digests(inventory["models"])
             # What placement reads changed: every API process's view re-reads this node (a heartbeat that only says
@@ -304,7 +305,6 @@ class Store:
             row.engine = inventory["engine"]
             row.cpus = int(inventory.get("cpus", 0))
             row.memory_gb = float(inventory.get("memory_gb", 0))
-            row.labels = inventory.get("labels", {})
             # A leaving agent's node is offline from now on (node_ready): as if its heartbeats had stopped long ago.
             row.last_heartbeat = 0.0 if inventory.get("leaving") else now
             row.port_start, row.port_end = port_start, port_start + NODE_PORTS
