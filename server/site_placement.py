@@ -57,13 +57,17 @@ class SiteDemand:
         return (1 if self.preferred and site != self.preferred else 0,
                 self.copies_by_domain.get(domain_key(node_id, domain), 0))
 
+    def bounds(self) -> str:
+        """The rules that bound where the pool's copies may go, as the values name them."""
+        rules = [f"AllowedSites={','.join(sorted(self.allowed))}"] if self.allowed else []
+        rules += [f"Residency={self.residency}"] if self.residency else []
+        return " and ".join(rules)
+
     def detail(self, outcome: SiteFilter, site: str | None) -> str:
         """The one line explain placement shows for a node a site filter turned away."""
         where = f"site {site}" if site is not None else "no site (its agent reports no --site)"
         if outcome == "outside_sites":
-            rules = [f"AllowedSites={','.join(sorted(self.allowed))}"] if self.allowed else []
-            rules += [f"Residency={self.residency}"] if self.residency else []
-            return f"{where}: outside {' and '.join(rules)}"
+            return f"{where}: outside {self.bounds()}"
         if outcome == "site_full":
             return (f"{where} already holds {self.copies_by_site.get(site or '', 0)} of the pool's copies "
                     f"(MaxCopiesPerSite={self.max_copies_per_site})")

@@ -12,10 +12,12 @@ import pytest
 
 from berth.api_client import ApiClient
 from berth.contracts import ReserveRequest
+from berth.errors import CapacityError
 from berth.security import Identity
 from catalog.entry import load_catalog
 from catalog.render import render, resolve_values
 from server.app import build_context, create_app
+from server.capacity import check_capacity
 from server.submission import new_rows
 
 pytestmark = pytest.mark.timeout(60)
@@ -80,3 +82,20 @@ async def test_sites_from_heartbeat_to_placement_routes_and_explain(tmp_path: Pa
     verdicts = {n.node: (n.outcome, n.detail) for n in following.nodes}
     assert verdicts["e1"] == ("outside_sites", "site us-east: outside Residency=eu")
     assert verdicts["w1"][0] == "busy"
+
+
+def test_submission_refuses_values_no_node_is_within(tmp_path: Path) -> None:
+    context = build_context(tmp_path, "127.0.0.1:1")
+    for index, (node, site) in enumerate((("w1", "eu-west"), ("e1", "us-east"), ("n0", None))):
+        labels = {"berth.site": site} if site else {}
+        context.store.heartbeat_node(node, {"address": "127.0.0.1", "engine": "simulator", "labels": labels,
+                                            "gpus": [{"index": 0, "memory_gb": 80}]}, 30000 + index * 100)
+    entry = load_catalog()["SmolLM2 135M Instruct"]
+    with pytest.raises(CapacityError) as refused:
+        check_capacity(context, entry, render(entry, resolve_values(entry, {"Residency": "ap", "GpusPerNode": "1"})))
+    assert str(refused.value) == ("Rejected: no node is at a site within Residency=ap; the nodes' sites: eu-west, "
+                                  "us-east (a node agent's --site).")
+    with pytest.raises(CapacityError, match="each with 1 GPU.* at an allowed site, but the cluster has only 1 such "):
+        check_capacity(context, entry, render(entry, resolve_values(entry, {
+            "AllowedSites": "eu-west", "Nodes": "2", "GpusPerNode": "1"})))
+    check_capacity(context, entry, render(entry, resolve_values(entry, {"Residency": "eu", "GpusPerNode": "1"})))
