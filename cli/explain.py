@@ -35,6 +35,7 @@ OUTCOMES = {"chosen": "chosen", "scored_lower": "passed, scored lower", "offline
             "site_taken": "site holds one (MinSites)"}
 # How it names each routing verdict (berth/contracts/explain.py RoutingVerdict).
 VERDICTS = {"included": "included", "not_ready": "not ready", "draining": "draining",
+            "outside_sites": "outside its sites",
             "revision_weight_0": "revision weight 0", "not_in_litellm": "not routed by LiteLLM",
             "scrape_failed": "failed scrape", "metrics_stale": "metrics stale"}
 ROUTERS = {"endpoint_proxy": "the endpoint proxy", "litellm": "the pool's LiteLLM proxy", "service": "its service"}

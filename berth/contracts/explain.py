@@ -71,8 +71,9 @@ class PlacementExplanation(Response):
 # --- routing ------------------------------------------------------------------------------------------------------
 # Why a copy behind an endpoint does or does not get its requests, the first rule that turned it away in the order
 # the routers apply them (berth/routing_rules.py, gateway/edge/routing.py `eligible`, traffic_split.py).
-RoutingVerdict = Literal["included", "not_ready", "draining", "revision_weight_0", "not_in_litellm", "scrape_failed",
-                         "metrics_stale"]
+# outside_sites: under site_local, a copy in no site the endpoint may send to (issue 36).
+RoutingVerdict = Literal["included", "not_ready", "draining", "outside_sites", "revision_weight_0", "not_in_litellm",
+                         "scrape_failed", "metrics_stale"]
 
 
 class CopyRouting(Response):

@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Strict, ValidationError
 
+from berth.sites import route_rank
+
 
 class SiteRouting(BaseModel):
     """A pool's site values as `site_local` routing reads them (issue 36; berth/sites.py `route_rank`)."""
@@ -18,6 +20,10 @@ class SiteRouting(BaseModel):
     failover: tuple[str, ...] = ()  # FailoverSites: where a saturated preferred site spills
     allowed: tuple[str, ...] = ()  # AllowedSites
     residency: str = ""  # Residency (a registered model's, copied at submission)
+
+    def rank(self, site: str | None) -> int | None:
+        """How site_local ranks a copy at `site` (berth/sites.py `route_rank`)."""
+        return route_rank(site, self.preferred, self.failover, self.allowed, self.residency)
 
 
 class PoolFacts(BaseModel):

@@ -43,7 +43,6 @@ from berth.errors import NotFoundError, UserInputError
 from berth.kinds import facts
 from berth.routing_rules import revision_weighted
 from berth.security import API_AUDIENCE, Identity
-from berth.sites import route_rank
 from berth.tokens import TokenKind
 from server import copy_events, events, usage_report
 from server.access import in_scope
@@ -311,8 +310,7 @@ def _site(site: str | None, rules: SiteRouting | None, with_site: bool = True) -
     table without them reads as before: rank 0 for every copy)."""
     if site is None and rules is None:
         return {}
-    rules = rules or SiteRouting()
-    rank = route_rank(site, rules.preferred, rules.failover, rules.allowed, rules.residency)
+    rank = (rules or SiteRouting()).rank(site)
     return {"site": site, "site_rank": rank} if with_site else {"site_rank": rank}
 
 

@@ -75,8 +75,25 @@ async def test_sites_from_heartbeat_to_placement_routes_and_explain(tmp_path: Pa
         nodes = {n["id"]: (n.get("site"), n.get("failure_domain")) for n in (await api.get("/v1/nodes")).json()}
         assert nodes == NODES
 
+        # A copy that reached us-east anyway (reserved without the rules, as a node moving sites would leave one):
+        # site_local never routes to it, and explain routing says why.
+        stray = ReserveRequest(workflow_id="wf-sites", copy_id="wf-sites.copy-9", nodes=1, gpus_per_node=1)
+        answer = (await api.post("/v1/internal/reservations", json=stray.model_dump(mode="json"))).json()
+        assert answer["placement"]["ranks"][0]["node_id"] == "e1"
+        copy = {"workflow_id": "wf-sites", "endpoint_id": endpoint.id, "copy_id": stray.copy_id,
+                "url": "http://10.0.0.4:30000"}
+        assert (await api.put(f"/v1/internal/replicas/{stray.copy_id}", json=copy)).status_code == 204
+
     async with ApiClient("http://api", token, transport=httpx.ASGITransport(app=create_app(context))) as client:
         explained = await client.explain_placement("wf-sites")
+        routing = await client.explain_routing(endpoint.id)
+    verdict = {c.copy_id: (c.verdict, c.detail) for c in routing.copies}
+    assert verdict["wf-sites.copy-9"] == ("outside_sites", "at site us-east: site_local sends nothing outside the "
+                                          "endpoint's PreferredSite and FailoverSites, within its AllowedSites and "
+                                          "Residency")
+    assert verdict["wf-sites.copy-2"][0] == "included" and verdict["wf-sites.copy-2"][1].endswith(
+        "; at failover site eu-north: only while the preferred site is saturated")
+    assert verdict["wf-sites.copy-0"][0] == "included"
     following = explained.copies[-1]
     assert following.copy_id is None and not following.fits_now
     verdicts = {n.node: (n.outcome, n.detail) for n in following.nodes}
