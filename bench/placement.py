@@ -8,6 +8,9 @@ Targets: the scheduler's decisions ≤ 1 s for all copies; `reserve` ≤ 2 ms a 
 on all the copies, the store's on `--baseline-copies` copies (an old reserve read every node per copy). Prints JSON:
 
     PYTHONPATH=. .venv/bin/python -m bench.placement [--nodes N] [--copies N] [--postgres] [--baseline /work/main]
+
+`--sites` measures what sites and failure domains cost `reserve` (issue 36): the same copies on plain nodes and on
+nodes with sites and domains, in one run.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import emit, summary
-from berth.contracts import ReserveRequest
+from berth.contracts import ReserveRequest, SitePlacement
 from berth.security import Cipher
 from server.scheduler import Demand, GpuView, NodeView, place
 from server.store.database import Store
@@ -37,6 +40,7 @@ SCAN_COPIES = 300  # the scan of every node is timed on the first copies only: 1
 CACHED = "ab" * 32  # a model digest cached on one node in a hundred; one copy in five prefers it
 SCHEDULER_TARGET_S = 1.0
 RESERVE_TARGET_MS = 2.0
+POOL_COPIES = 10  # `--sites`: copies per pool
 
 
 def demands(copies: int) -> list[Demand]:
@@ -91,22 +95,37 @@ def bench_scheduler(nodes: int, copies: int) -> dict[str, object]:
     return figures
 
 
-def bench_store(url: str, directory: Path, nodes: int, copies: int) -> dict[str, object]:
+def site_labels(index: int) -> dict[str, str]:
+    """`--sites`: two sites, node by node, each of three failure domains (issue 36)."""
+    site = "eu-west" if index % 2 else "us-east"
+    return {"berth.site": site, "berth.failure-domain": f"{site}-rack-{index // 2 % 3}"}
+
+
+def site_request(index: int) -> tuple[str, SitePlacement | None]:
+    """`--sites`: the copies in pools of POOL_COPIES, every other pool with Residency=eu: (workflow id, its rules)."""
+    pool = index // POOL_COPIES
+    return f"pool-{pool}", SitePlacement(residency="eu") if pool % 2 == 0 else None
+
+
+def bench_store(url: str, directory: Path, nodes: int, copies: int, sites: bool = False) -> dict[str, object]:
     # Nodes heartbeat once here, so "offline" must not arrive while the benchmark runs.
     store = Store(url, Cipher.load_or_create(directory / "keys"), node_offline_after_s=3600)
     started = time.perf_counter()
     for index in range(nodes):
         inventory = {"address": "127.0.0.1", "engine": "simulator", "models": [CACHED] if cached_here(index) else [],
-                     "gpus": [{"index": i, "name": "Simulated GPU 80GB", "memory_gb": 80.0} for i in range(GPUS)]}
+                     "gpus": [{"index": i, "name": "Simulated GPU 80GB", "memory_gb": 80.0} for i in range(GPUS)],
+                     "labels": site_labels(index) if sites else {}}
         store.heartbeat_node(node_id(index), inventory, port_start=20000 + (index % 400) * 100)
     heartbeats_s = time.perf_counter() - started
     latencies, cpu, placed = [], [], 0
     started = time.perf_counter()
     for index, demand in enumerate(demands(copies)):
+        workflow_id, rules = site_request(index) if sites else ("bench", None)
         t0, c0 = time.perf_counter(), time.process_time()
         result = store.placements.reserve(ReserveRequest(
-            workflow_id="bench", copy_id=f"bench.copy-{index}", nodes=demand.nodes, gpus_per_node=demand.gpus_per_node,
-            gpu_memory_gb=demand.gpu_memory_gb, prefer_model=demand.prefer_model))
+            workflow_id=workflow_id, copy_id=f"{workflow_id}.copy-{index}", nodes=demand.nodes,
+            gpus_per_node=demand.gpus_per_node, gpu_memory_gb=demand.gpu_memory_gb, prefer_model=demand.prefer_model,
+            sites=rules))
         latencies.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
         placed += result.placement is not None
@@ -151,8 +170,17 @@ def main() -> None:
     parser.add_argument("--baseline-copies", type=int, default=50)
     parser.add_argument("--store-only", action="store_true", help="SQLite reservations only, JSON on stdout")
     parser.add_argument("--scheduler-only", action="store_true", help="the scheduler's decisions only, JSON on stdout")
+    parser.add_argument("--sites", action="store_true", help="SQLite reservations only: plain nodes, then nodes in "
+                        "two sites and six failure domains with pools of 10 copies, every other one Residency=eu")
     args = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="berth-bench-placement-"))
+    if args.sites:
+        plain = bench_store(f"sqlite:///{directory / 'plain.db'}", directory, args.nodes, args.copies)
+        sited = bench_store(f"sqlite:///{directory / 'sites.db'}", directory, args.nodes, args.copies, sites=True)
+        emit("placement_sites", {"plain": plain, "sites": sited, "p50_ratio": round(
+            sited["per_copy_ms"]["p50"] / plain["per_copy_ms"]["p50"], 2),  # type: ignore[index]
+            "load_average": os.getloadavg()[0]})
+        return
     if args.store_only:
         print(json.dumps(bench_store(f"sqlite:///{directory / 'berth.db'}", directory, args.nodes, args.copies)))
         return

@@ -9,9 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from berth.child_environment import user_environment_problem
+from berth.contracts.placement import SitePlacement
 from berth.kinds import SERVICE_ENTRIES, ProcessKind
 from berth.scopes import Scope
 from berth.settings.slurm import SLURM_TIME, SLURM_WORD
+from berth.sites import SITE_WORD, within_residency
 from catalog.limits import check_exec_size
 
 SECRET_REF = re.compile(r"^secret://(user|group|organization)/[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -95,6 +97,57 @@ class SlurmPick(Frozen):
     time_limit: Annotated[str, Field(pattern=rf"{SLURM_TIME}|^$")] = ""
 
 
+SiteWord = Annotated[str, Field(pattern=rf"^{SITE_WORD}$")]
+
+
+def _site_refusal(text: str) -> PydanticCustomError:
+    """A custom error: its text is shown as is (a ValueError's gets "Value error, " before it). Site words hold no
+    braces, so the text is safe as the error's template."""
+    return PydanticCustomError("sites", text)
+
+
+class SitePick(Frozen):
+    """Where a pool's copies may run and are routed (issue 36): its values PreferredSite, AllowedSites, Residency,
+    FailoverSites, MaxCopiesPerSite and MinSites. A node's site is its agent's --site (berth/sites.py)."""
+
+    preferred: Annotated[str, Field(pattern=rf"^{SITE_WORD}$|^$")] = ""
+    allowed: tuple[SiteWord, ...] = Field(default=(), max_length=16)
+    residency: Annotated[str, Field(pattern=rf"^{SITE_WORD}$|^$")] = ""
+    failover: tuple[SiteWord, ...] = Field(default=(), max_length=16)
+    max_copies_per_site: Annotated[int, Field(ge=0, le=1000)] = 0  # 0: no limit
+    # 0 or 1: off. More than the pool's copies or AllowedSites: every copy in a site of its own, as far as they go.
+    min_sites: Annotated[int, Field(ge=0, le=64)] = 0
+
+    @field_validator("allowed", "failover", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        """The values give a list as one comma-separated string (AllowedSites=eu-west,eu-north)."""
+        if isinstance(value, str):
+            return tuple(word for word in value.split(",") if word) if len(value) <= 2048 else value
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SitePick:
+        # A preference or a failover that placement or routing could never honour is refused, not ignored.
+        for name, site in [("PreferredSite", self.preferred), *(("FailoverSites", s) for s in self.failover)]:
+            if site and self.allowed and site not in self.allowed:
+                raise _site_refusal(f"{name}={site} is not among AllowedSites ({','.join(self.allowed)})")
+            if site and self.residency and not within_residency(site, self.residency):
+                raise _site_refusal(f"{name}={site} is outside Residency={self.residency} (a site {self.residency} "
+                                    f"or {self.residency}-…)")
+        if self.failover and not self.preferred:
+            raise _site_refusal("FailoverSites is where requests spill from a saturated PreferredSite: set "
+                                "PreferredSite")
+        if self.preferred in self.failover:
+            raise _site_refusal(f"FailoverSites names the PreferredSite {self.preferred}: name other sites")
+        return self
+
+    def placement(self) -> SitePlacement:
+        """The rules placement applies to each copy (FailoverSites is routing's alone)."""
+        return SitePlacement(preferred=self.preferred, allowed=self.allowed, residency=self.residency,
+                             max_copies_per_site=self.max_copies_per_site, min_sites=self.min_sites)
+
+
 class ReplicaSpec(Frozen):
     """One copy of the model: `nodes` ranks × `gpus_per_node` GPUs, at most one rank per node."""
 
@@ -104,6 +157,8 @@ class ReplicaSpec(Frozen):
     engine: EngineSpec
     slurm: SlurmPick | None = Field(None, description="Where Slurm places copies: the values' partition, account "
                                     "and time limit (None: the cluster's settings)")
+    sites: SitePick | None = Field(None, description="Where copies may run and are routed: the values' sites "
+                                   "(None: anywhere, no preference)")
 
 
 # `ReplaceFailedCopies=auto`: every pool re-places this many failed copies in a row (a copy becoming ready

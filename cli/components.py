@@ -134,7 +134,8 @@ def hf_mirror_command(directory: Annotated[Path, typer.Option("--dir")],
 
 
 def run_node_agent(node_id: str | None, engine: str | None, simulate_gpus: str | None, address: str,
-                   port_start: int, taints: tuple[str, ...], metrics_port: int | None = None) -> None:
+                   port_start: int, taints: tuple[str, ...], metrics_port: int | None = None,
+                   site: str | None = None, failure_domain: str | None = None) -> None:
     """The node agent `berth node` (no subcommand) runs on this machine."""
     import socket
 
@@ -146,10 +147,24 @@ def run_node_agent(node_id: str | None, engine: str | None, simulate_gpus: str |
         raise fail(f"--engine must be one of {', '.join(ENGINES)}, not '{engine}'.")
     if metrics_port is not None and not 0 <= metrics_port <= 65535:
         raise fail(f"--metrics-port must be a port number from 0 (not served) to 65535, not {metrics_port}.")
+    labels = site_labels(site, failure_domain)
     _observed("node")  # httpx's line per poll and scrape quietened
     run_agent(AgentConfig(
         node_id=node_id or socket.gethostname(), state_dir=_given(settings.component_state_dir),
         api_url=_given(settings.component_api_url), token=_given(settings.component_token),
         temporal_address=_given(settings.temporal_address), address=address, engine=engine,
         simulate_gpus=simulate_gpus, port_start=port_start, taints=taints, metrics_port=metrics_port or None,
+        labels=labels or None,
     ))
+
+
+def site_labels(site: str | None, failure_domain: str | None) -> dict[str, str]:
+    """--site and --failure-domain as the labels the agent reports them under (berth/sites.py), checked first: a
+    heartbeat with a malformed one would be refused at every beat."""
+    from berth.sites import FAILURE_DOMAIN_LABEL, SITE_LABEL, label_problem
+
+    labels = {key: value for key, value in ((SITE_LABEL, site), (FAILURE_DOMAIN_LABEL, failure_domain)) if value}
+    problem = label_problem(labels)
+    if problem is not None:
+        raise fail(f"--site/--failure-domain: {problem}.")
+    return labels

@@ -14,7 +14,14 @@ from cli.common import Format, OutputOption, answer, console, table
 
 if TYPE_CHECKING:
     from berth.api_explain import ExplainApi
-    from berth.contracts.explain import CopyEnd, CopyFailure, CopyPlacement, PlacementExplanation, RoutingExplanation
+    from berth.contracts.explain import (
+        CopyEnd,
+        CopyFailure,
+        CopyPlacement,
+        PlacementExplanation,
+        RoutingExplanation,
+        ScoreTerms,
+    )
 
 app = typer.Typer(help="Explain: why a workflow's copies are placed, scaled, routed to or ended as they are.",
                   no_args_is_help=True)
@@ -24,9 +31,11 @@ app.command("scaling")(scaling.explain_scaling)
 # How the human rendering names each node outcome (berth/contracts/explain.py NodeOutcome).
 OUTCOMES = {"chosen": "chosen", "scored_lower": "passed, scored lower", "offline": "offline", "draining": "draining",
             "tainted": "tainted", "gpus_too_small": "GPUs too small", "gpus_unhealthy": "GPUs unhealthy",
-            "busy": "too few free GPUs"}
+            "busy": "too few free GPUs", "outside_sites": "outside its sites",
+            "site_full": "site full (MaxCopiesPerSite)", "site_taken": "site holds one (MinSites)"}
 # How it names each routing verdict (berth/contracts/explain.py RoutingVerdict).
 VERDICTS = {"included": "included", "not_ready": "not ready", "draining": "draining",
+            "outside_sites": "outside its sites",
             "revision_weight_0": "revision weight 0", "not_in_litellm": "not routed by LiteLLM",
             "scrape_failed": "failed scrape", "metrics_stale": "metrics stale"}
 ROUTERS = {"endpoint_proxy": "the endpoint proxy", "litellm": "the pool's LiteLLM proxy", "service": "its service"}
@@ -74,13 +83,22 @@ def status(copy: CopyPlacement) -> str:
 
 def show_copy(copy: CopyPlacement) -> None:
     console.print(f"\n{status(copy)}", highlight=False)
-    rows = [{"node": node.node, "outcome": OUTCOMES[node.outcome],
-             "score": "" if node.score is None else
-             f"#{node.score.order}: model {'on node' if node.score.model_on_node else 'not on node'}, "
-             f"{node.score.free_gpus} free", "detail": node.detail} for node in copy.nodes]
+    rows = [{"node": node.node, "outcome": OUTCOMES.get(node.outcome, node.outcome),
+             "score": "" if node.score is None else score_line(node.score), "detail": node.detail}
+            for node in copy.nodes]
     table(rows, [("node", "NODE"), ("outcome", "OUTCOME"), ("score", "SCORE"), ("detail", "DETAIL")])
     for line in copy.advice:
         console.print(f"  Would place it: {line}", highlight=False)
+
+
+def score_line(score: ScoreTerms) -> str:
+    """A node's score terms in the order the scheduler weighs them (the site terms only where they apply)."""
+    sites = ""
+    if score.preferred_site is not None:
+        sites = (f"{'preferred site' if score.preferred_site else 'not the preferred site'}, "
+                 f"{score.pool_copies_in_domain} of the pool's copies in its failure domain, ")
+    return (f"#{score.order}: {sites}model {'on node' if score.model_on_node else 'not on node'}, "
+            f"{score.free_gpus} free")
 
 
 @app.command("routing")

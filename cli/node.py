@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from berth.sites import FAILURE_DOMAIN_LABEL, SITE_LABEL
 from cli import node_mig
 from cli.common import Format, OutputOption, Rows, call, console, listing, table, wire
 from cli.components import run_node_agent
@@ -28,19 +29,25 @@ def node(
     taint: Annotated[list[str] | None, typer.Option(help="Taint this node (no placement)")] = None,
     # Unset or 0: not served. `berth up` gives node N the stack's port base + 19 + N (docs/operations.md).
     metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on 127.0.0.1 at this port")] = None,
+    # The node's site and failure domain (issue 36): what a pool's site values and spread read (berth/sites.py).
+    site: Annotated[str | None, typer.Option(help="Site it is in (AllowedSites, Residency, PreferredSite)")] = None,
+    failure_domain: Annotated[str | None, typer.Option(
+        help="What fails with it (rack, room): copies spread across them")] = None,
 ) -> None:
     """Run a node agent on this machine."""
     if ctx.invoked_subcommand is not None:
         return
-    run_node_agent(node_id, engine, simulate_gpus, address, port_start, tuple(taint or ()), metrics_port)
+    run_node_agent(node_id, engine, simulate_gpus, address, port_start, tuple(taint or ()), metrics_port,
+                   site=site, failure_domain=failure_domain)
 
 
 @app.command("list")
 def node_list(output: OutputOption = Format.TABLE) -> None:
     """List nodes (ready, offline or draining), their GPUs, free memory and what is allocated."""
     nodes = listing(output, lambda api: api.nodes(),
-                    [("id", "NODE"), ("state", "STATE"), ("engine", "ENGINE"), ("gpus", "GPUS"),
-                     ("free", "FREE GPUS"), ("allocated", "ALLOCATED"), ("labels", "LABELS"), ("taints", "TAINTS")],
+                    [("id", "NODE"), ("state", "STATE"), ("engine", "ENGINE"), ("site", "SITE"),
+                     ("failure_domain", "FAILURE DOMAIN"), ("gpus", "GPUS"), ("free", "FREE GPUS"),
+                     ("allocated", "ALLOCATED"), ("labels", "LABELS"), ("taints", "TAINTS")],
                     rows=_node_rows)
     if nodes is None:
         return  # printed as JSON
@@ -61,9 +68,10 @@ def node_list(output: OutputOption = Format.TABLE) -> None:
 
 
 def _node_rows(nodes: list[NodeView]) -> Rows:
-    return [{**wire(n), "gpus": _gpu_summary(n.gpus),
+    return [{**wire(n), "gpus": _gpu_summary(n.gpus), "site": n.site or "-", "failure_domain": n.failure_domain or "-",
              "free": f"{sum(1 for g in n.gpus if not g.allocated_to)}/{len(n.gpus)}",
-             "labels": ",".join(f"{k}={v}" for k, v in n.labels.items()), "taints": ",".join(n.taints)}
+             "labels": ",".join(f"{k}={v}" for k, v in n.labels.items() if k not in (SITE_LABEL, FAILURE_DOMAIN_LABEL)),
+             "taints": ",".join(n.taints)}
             for n in nodes]
 
 

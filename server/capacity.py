@@ -12,6 +12,7 @@ from catalog.memory import max_context_that_fits, memory_need
 from catalog.render import render, resolve_values
 from server import scheduler
 from server.capacity_figures import EntryDemand
+from server.site_placement import site_demand
 
 if TYPE_CHECKING:
     from server.context import ServerContext
@@ -29,16 +30,33 @@ def check_capacity(context: ServerContext, entry: Entry, definition: WorkflowDef
             "No node has registered with this cluster yet. Start one (`berth up` or `berth node`)."
         )
     max_nodes = context.settings.max_nodes_per_copy
-    reason = scheduler.rejection_reason(replica_demand(replica), views, max_nodes)
+    demand = replica_demand(replica)
+    views = within_sites(demand, views)
+    reason = scheduler.rejection_reason(demand, views, max_nodes)
     if reason is None:
         return
     raise CapacityError(f"Rejected: {reason}.{what_would_fit(entry, replica, views, max_nodes)}")
 
 
+def within_sites(demand: scheduler.Demand, views: list[scheduler.NodeView]) -> list[scheduler.NodeView]:
+    """The nodes at the sites the values allow (issue 36): what would fit is judged on them alone. Refused in one
+    line when there are none."""
+    sites = demand.sites
+    if sites is None or not (sites.allowed or sites.residency):
+        return views
+    within = [view for view in views if sites.excluded(view.site) != "outside_sites"]
+    if not within:
+        named = sorted({view.site for view in views if view.site is not None})
+        raise CapacityError(f"Rejected: no node is at a site within {sites.bounds()}; the nodes' sites: "
+                            f"{', '.join(named[:10]) or 'none reported'} (a node agent's --site).")
+    return within
+
+
 def replica_demand(replica: ReplicaSpec) -> scheduler.Demand:
     """What one copy asks of the scheduler (where its weights already are aside)."""
     return scheduler.Demand(nodes=replica.nodes, gpus_per_node=replica.gpus_per_node,
-                            gpu_memory_gb=replica.gpu_memory_gb, utilization=replica.engine.gpu_memory_utilization)
+                            gpu_memory_gb=replica.gpu_memory_gb, utilization=replica.engine.gpu_memory_utilization,
+                            sites=site_demand(replica.sites.placement(), ()) if replica.sites is not None else None)
 
 
 # Stand-ins for the values an entry requires and has no default for, so that it renders with its defaults: none

@@ -6,11 +6,13 @@ route reads the store."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import get_args
 
 from berth.contracts.explain import CopyPlacement, NodeOutcome, NodeVerdict, ScoreTerms
+from berth.contracts.placement import SitePlacement
 from server import scheduler
+from server.site_placement import site_demand
 
 # A copy's ranks as its reservation holds them: (node id, GPU indices), rank 0 first.
 Ranks = Sequence[tuple[str, Sequence[int]]]
@@ -46,6 +48,8 @@ def _figures(view: scheduler.NodeView, demand: scheduler.Demand, outcome: NodeOu
         return "draining: it keeps its copies and takes no new one"
     if outcome == "tainted":
         return f"tainted ({', '.join(view.taints)}): it takes no copy"
+    if (outcome == "outside_sites" or outcome == "site_full" or outcome == "site_taken") and demand.sites is not None:
+        return demand.sites.detail(outcome, view.site)
     if outcome == "gpus_too_small":
         return (f"{view.capable_gpus(min_gb)} of its {len(view.gpus)} GPU(s) are{size or ' usable'}, "
                 f"the copy needs {demand.gpus_per_node} on one node")
@@ -63,9 +67,12 @@ def verdicts(demand: scheduler.Demand, views: list[scheduler.NodeView], policy: 
     """Every node for one copy: the chosen (rank order) with their score terms, then the nodes that passed every
     filter but scored lower, then each other node with the first filter that turned it away."""
     min_gb = demand.min_gpu_memory_gb
-    passed = sorted((scheduler.score(view, view.free_count(min_gb), demand, policy), view) for view in views
+    passed = sorted((scheduler.placement_key(view, view.free_count(min_gb), demand, policy), view) for view in views
                     if scheduler.first_filter(view, demand) is None)
-    terms = {view.id: ScoreTerms(model_on_node=key[0] == 0, free_gpus=view.free_count(min_gb), order=position)
+    sited = demand.sites is not None
+    terms = {view.id: ScoreTerms(model_on_node=key[2] == 0, free_gpus=view.free_count(min_gb), order=position,
+                                 preferred_site=key[0] == 0 if sited else None,
+                                 pool_copies_in_domain=key[1] if sited else None)
              for position, (key, view) in enumerate(passed, start=1)}
     ranks = {node_id: (rank, list(gpus)) for rank, (node_id, gpus) in enumerate(chosen)}
     found = []
@@ -88,6 +95,16 @@ def verdicts(demand: scheduler.Demand, views: list[scheduler.NodeView], policy: 
         return rank, OUTCOME_ORDER[verdict.outcome], place, verdict.node
 
     return [verdict for _rank, verdict in sorted(found, key=order)]
+
+
+def with_pool_sites(demand: scheduler.Demand, rules: SitePlacement | None, held: Mapping[str, Ranks],
+                    views: list[scheduler.NodeView], copy_id: str | None) -> scheduler.Demand:
+    """`demand` for one copy of a pool, with the pool's site rules and where its other copies (`held`, by copy id)
+    are, as server/store/placement.py gives the scheduler when it places that copy."""
+    by_id = {view.id: view for view in views}
+    others = [[(node, by_id[node].site, by_id[node].failure_domain) for node, _gpus in ranks if node in by_id]
+              for held_id, ranks in held.items() if held_id != copy_id]
+    return dataclasses.replace(demand, sites=site_demand(rules, others))
 
 
 def explain_placed(copy_id: str, ranks: Ranks, demand: scheduler.Demand, views: list[scheduler.NodeView],

@@ -25,6 +25,8 @@ PREFERENCES = {
     "lowest_failure": "lowest_failure avoids copies with recent failed requests (halving each minute)",
     "highest_throughput": "highest_throughput weighs each copy's measured tokens/s",
     "weighted_capacity": "weighted_capacity shares in proportion to free KV cache over queue",
+    "site_local": "site_local keeps to the preferred site's copies, its failover sites' joining while those are "
+                  "more than 4 above the mean queue; never a copy outside them",
 }
 
 
@@ -36,6 +38,8 @@ class PoolCopy:
     revision: int
     ready: bool
     draining: bool
+    site: str | None = None  # its rank-0 node's site (issue 36)
+    site_rank: int | None = 0  # how site_local ranks it (berth/sites.py route_rank): 0, 1 (failover) or None
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,10 @@ def first_exclusion(copy: PoolCopy, endpoint: Endpoint, scrape: Scrape | None,
         return "not_ready", "not ready: its readiness check has not passed (or failed since)"
     if copy.draining:
         return "draining", "draining: it finishes its requests and takes no new one"
+    if endpoint.policy == "site_local" and copy.site_rank is None:
+        return "outside_sites", (f"at {f'site {copy.site}' if copy.site else 'no site'}: site_local sends nothing "
+                                 "outside the endpoint's PreferredSite and FailoverSites, within its AllowedSites "
+                                 "and Residency")
     if endpoint.fronts_pool and not revision_weighted(endpoint.weights, copy.revision):
         # LiteLLM is never sent a 0 % revision's copies (/v1/internal/endpoints/{id}/replicas): no fallback there.
         return "revision_weight_0", f"its revision {copy.revision} has 0 % of the traffic split"
@@ -124,6 +132,8 @@ def verdicts(endpoint: Endpoint, copies: Sequence[PoolCopy], scrapes: Mapping[st
             continue
         share = round(by_revision[c.revision] / per_revision[c.revision], 1)
         detail = f"ready; revision {c.revision} takes {by_revision[c.revision]:.0f} % of requests"
+        if endpoint.policy == "site_local" and c.site_rank == 1:
+            detail += f"; at failover site {c.site}: only while the preferred site is saturated"
         answer.append(CopyRouting(copy_id=c.copy_id, revision=c.revision, verdict="included", detail=detail,
                                   share_percent=share, metrics_fresh=fresh))
     return answer, {r: round(share, 1) for r, share in sorted(by_revision.items())}

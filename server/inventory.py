@@ -5,7 +5,8 @@ Here the nodes that can take a copy (ready, undrained, untainted) sit in buckets
 one set of buckets per GPU memory size in the cluster ("GPUs free with ≥ S GB"), each bucket's ids sorted; a
 decision walks the buckets in the policy's order and stops at the first fitting nodes. The answer is exactly
 `scheduler.place`'s over the same nodes (tests/server/test_inventory.py compares them on random clusters); a
-demand the index cannot answer (a CPU slot, too many distinct GPU sizes) falls back to that scan.
+demand the index cannot answer (a CPU slot, too many distinct GPU sizes) falls back to that scan. A pool's site rules
+and its copies' failure domains (server/site_placement.py) are walked through the same buckets (server/site_walk.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 
+from server import site_walk
 from server.scheduler import Decision, Demand, NodeView, Policy, blocked, place, score
 
 # Each distinct GPU memory size costs a set of buckets, updated on every change: past this many, scan instead.
@@ -32,6 +34,8 @@ class Inventory:
         self._by_volume: dict[str, set[str]] = {}
         self._by_model: dict[str, set[str]] = {}
         self._offline: set[str] = set()  # the ids of the nodes not ready
+        self._labelled: set[str] = set()  # the ids of the nodes that report a site or failure domain
+        self._groups: Counter[tuple[str | None, str | None]] = Counter()  # (site, failure domain) → its nodes
         self._too_many_sizes = False
         for view in views:
             self.put(view)
@@ -58,6 +62,10 @@ class Inventory:
         self._nodes[view.id] = view
         self._index(view)
 
+    def labelled(self) -> bool:
+        """Whether any node reports a site or failure domain (a pool's copies spread across them)."""
+        return bool(self._labelled)
+
     def mark_offline(self, offline: set[str]) -> None:
         """Make exactly the nodes in `offline` not ready (the store reads that set fresh for each decision)."""
         for node_id in (offline ^ self._offline) & self._nodes.keys():
@@ -70,6 +78,8 @@ class Inventory:
         size = self._size_for(demand.min_gpu_memory_gb)
         buckets = self._buckets.get(size, {}) if size is not None else {}
         fitting = sum(len(ids) for free, ids in buckets.items() if free >= demand.gpus_per_node)
+        if demand.sites is not None:  # the pool's site rules and its copies' domains (server/site_walk.py)
+            return self._place_sited(demand, buckets, fitting, policy)
         if fitting < demand.nodes:
             available = len(self._nodes) - sum(self._closed.values())
             reasons = {"offline": self._closed["offline"], "draining": self._closed["draining"],
@@ -87,6 +97,20 @@ class Inventory:
                     chosen.append(self._nodes[node_id])
         min_memory, gpus = demand.min_gpu_memory_gb, demand.gpus_per_node
         return Decision(ranks=[(node.id, node.free_gpus(min_memory)[:gpus]) for node in chosen[:demand.nodes]])
+
+    def _place_sited(self, demand: Demand, buckets: dict[int, list[str]], fitting: int, policy: Policy) -> Decision:
+        """A copy with site terms: the fitting nodes walked in the buckets' order (server/site_walk.py)."""
+        chosen = None
+        if fitting >= demand.nodes:
+            order = sorted((free for free in buckets if free >= demand.gpus_per_node),
+                           reverse=policy is Policy.SPREAD)
+            walk = (node_id for free in order for node_id in buckets[free])
+            chosen = site_walk.best(demand, policy, self._nodes, walk, self._preferred_ids(demand),
+                                    site_walk.floor_of(demand, self._groups))
+        if chosen is None:  # it waits: the scan counts the nodes each filter turned away, site filters included
+            return place(demand, self.views(), policy)
+        min_memory, gpus = demand.min_gpu_memory_gb, demand.gpus_per_node
+        return Decision(ranks=[(node.id, node.free_gpus(min_memory)[:gpus]) for node in chosen])
 
     def _preferred_ids(self, demand: Demand) -> set[str]:
         ids = set(self._by_volume.get(demand.prefer_volume, ())) if demand.prefer_volume else set()
@@ -122,6 +146,9 @@ class Inventory:
     def _index(self, node: NodeView) -> None:
         if not node.ready:
             self._offline.add(node.id)
+        if node.site is not None or node.failure_domain is not None:
+            self._labelled.add(node.id)
+        self._groups[node.site, node.failure_domain] += 1
         for volume in node.volumes:
             self._by_volume.setdefault(volume, set()).add(node.id)
         for model in node.models:
@@ -135,6 +162,11 @@ class Inventory:
 
     def _unindex(self, node: NodeView) -> None:
         self._offline.discard(node.id)
+        self._labelled.discard(node.id)
+        group = node.site, node.failure_domain
+        self._groups[group] -= 1
+        if not self._groups[group]:
+            del self._groups[group]
         for volume in node.volumes:
             self._by_volume[volume].discard(node.id)
         for model in node.models:

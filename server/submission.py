@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field, field_validator
 
 from berth.contracts import PoolFacts
+from berth.contracts.pool_facts import SiteRouting
 from berth.errors import NotFoundError
 from berth.kinds import facts
 from berth.opencode import generate_password
 from berth.security import Identity, generate_api_key
-from catalog.definition import WorkflowDefinition
+from catalog.definition import SitePick, WorkflowDefinition
 from catalog.engine_flags import refuse_code_flags
 from catalog.entry import Entry, find_entry
 from catalog.images import refuse_image
@@ -25,6 +26,7 @@ from server.kind_checks import check_kind
 from server.model_refs import registered_model, served_from_registry
 from server.policy_check import check_deploy, subject_of
 from server.policy_rules import Subject
+from server.site_values import refuse_sites_on_slurm, with_model_residency
 from server.slurm_fit import check_slurm_fit, refuse_slurm_pick
 from server.store.database import name_taken
 from server.store.secrets import Secrets, check_references
@@ -63,13 +65,14 @@ def prepare(context: ServerContext, body: StartRequest, who: Identity,
     if body.name is not None:
         refuse_taken_name(context, body.name)
     given, model = registered_model(context, body.values, who)
-    values = resolve_values(entry, given)
+    values = resolve_values(entry, with_model_residency(entry, given, model))
     definition = served_from_registry(render(entry, values), model)
     if definition.replica is not None:
         refuse_code_flags("ExtraArgs", definition.replica.engine.extra_args, context.settings.allow_trust_remote_code)
     refuse_image(entry, values, context.settings.container_runtime)
     check_deploy(context, owner or subject_of(who), definition, body.values, values)
     if context.settings.placement_backend == "slurm":
+        refuse_sites_on_slurm(definition)
         check_slurm_fit(context, definition)  # Slurm's nodes, not Berth's, decide (issue 35)
     else:
         refuse_slurm_pick(definition)
@@ -137,7 +140,16 @@ def pool_facts(definition: WorkflowDefinition) -> PoolFacts:
                      scale_down_delay_s=pool.scale_down_delay_s, scale_to_zero_after_s=pool.scale_to_zero_after_s,
                      scale_out_queue=pool.scale_out_queue, scale_out_s=pool.scale_out_s,
                      scale_out_ttft_ms=pool.scale_out_ttft_ms, scale_in_queue=pool.scale_in_queue,
-                     scale_in_s=pool.scale_in_s, max_context=definition.replica.engine.max_model_len)
+                     scale_in_s=pool.scale_in_s, max_context=definition.replica.engine.max_model_len,
+                     sites=site_routing(definition.replica.sites))
+
+
+def site_routing(sites: SitePick | None) -> SiteRouting | None:
+    """The pool's site values that routing reads (site_local)."""
+    if sites is None:
+        return None
+    return SiteRouting(preferred=sites.preferred, failover=sites.failover, allowed=sites.allowed,
+                       residency=sites.residency)
 
 
 def copy_timings(context: ServerContext) -> CopyTimings:

@@ -127,7 +127,8 @@ class CopyWorkflow:
     async def _reserve(self, input: CopyInput) -> Placement:
         request = ReserveRequest(workflow_id=input.workflow_id, copy_id=input.copy_id, nodes=input.nodes,
                                  gpus_per_node=input.gpus_per_node, gpu_memory_gb=input.gpu_memory_gb,
-                                 prefer_volume=input.volume, prefer_model=input.model_digest)
+                                 prefer_volume=input.volume, prefer_model=input.model_digest,
+                                 sites=input.sites)
         settle = workflow.patched("reserve-settles-before-release")
         backoff = 0.5
         last_reason = None

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from berth.contracts import Payload, Rollout
+from berth.contracts.placement import SitePlacement
 
 # The pool's status parts, re-exported (`X as X`) so that workflows and activities name every payload here.
 from berth.contracts.workflows import CopyInfo as CopyInfo
@@ -93,6 +94,7 @@ class CopyInput(Payload):
     model_digest: str | None = None  # a registered model's bytes: placement prefers nodes that hold them
     revision: int = 1  # the workflow revision whose definition this copy runs
     slurm: SlurmPick | None = None  # where Slurm places copies: the values' partition, account and time limit
+    sites: SitePlacement | None = None  # where the pool's copies may go (issue 36): the values' site rules
     parent_workflow_id: str
     # Unused by the workflows: the pool's budgets (ReplaceFailedCopies spent, the failure streak) live in
     # PoolCarry, which is what continue-as-new carries; a copy is never restarted by it.

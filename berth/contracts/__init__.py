@@ -189,6 +189,7 @@ if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module 
         RankPlacement,
         ReserveRequest,
         ReserveResult,
+        SitePlacement,
     )
     from berth.contracts.policies import (
         DEPLOY_HOURS_PATTERN,

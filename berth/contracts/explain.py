@@ -15,8 +15,9 @@ from berth.contracts.base import Number, Response
 # What the scheduler made of one node for one copy (server/scheduler.py): chosen for a rank, passed every filter but
 # scored below the chosen, or the first filter that turned it away (scheduler.Filter, in `place`'s order).
 # "quota": the node would take the copy, but a quota binding its workflow's owner refuses it (docs/policies.md).
-NodeOutcome = Literal["chosen", "scored_lower", "quota", "offline", "draining", "tainted", "gpus_too_small",
-                     "gpus_unhealthy", "busy"]
+# outside_sites, site_full, site_taken: the pool's site rules (AllowedSites/Residency, MaxCopiesPerSite, MinSites).
+NodeOutcome = Literal["chosen", "scored_lower", "quota", "offline", "draining", "tainted", "outside_sites", "site_full",
+                      "site_taken", "gpus_too_small", "gpus_unhealthy", "busy"]
 
 
 class ScoreTerms(Response):
@@ -25,6 +26,9 @@ class ScoreTerms(Response):
     model_on_node: bool  # the copy's volume or model digest is on the node: the cache hit, scored first
     free_gpus: int = Field(ge=0)  # free GPUs of the size asked for: fewer first under pack, more under spread
     order: int = Field(ge=1)  # its place among the nodes that passed (1: the scheduler's first choice)
+    # The site terms, scored before the cache hit (server/site_placement.py); None where no site rule applies.
+    preferred_site: bool | None = None  # in the pool's PreferredSite (True too when it names none)
+    pool_copies_in_domain: int | None = Field(None, ge=0)  # the pool's other copies in its failure domain
 
 
 class NodeVerdict(Response):
@@ -67,8 +71,9 @@ class PlacementExplanation(Response):
 # --- routing ------------------------------------------------------------------------------------------------------
 # Why a copy behind an endpoint does or does not get its requests, the first rule that turned it away in the order
 # the routers apply them (berth/routing_rules.py, gateway/edge/routing.py `eligible`, traffic_split.py).
-RoutingVerdict = Literal["included", "not_ready", "draining", "revision_weight_0", "not_in_litellm", "scrape_failed",
-                         "metrics_stale"]
+# outside_sites: under site_local, a copy in no site the endpoint may send to (issue 36).
+RoutingVerdict = Literal["included", "not_ready", "draining", "outside_sites", "revision_weight_0", "not_in_litellm",
+                         "scrape_failed", "metrics_stale"]
 
 
 class CopyRouting(Response):

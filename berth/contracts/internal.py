@@ -6,7 +6,7 @@ only."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -51,6 +51,7 @@ class ServiceCopy(Response, Renamed):
     url: str  # the copy's OpenAI base, with /v1
     ready: bool
     api_key: str = Field(default="", repr=False)  # the copy's vLLM key: never logged
+    site_rank: Literal[0, 1] | None = 0  # as RouteCopy's: how site_local ranks it (None: never)
 
 
 class ServiceCopies(Response, Renamed):
@@ -76,6 +77,11 @@ class RouteCopy(Response):
     # The watts its GPUs draw as their nodes' heartbeats last read them through NVML (server/store/gpu_power.py):
     # sent only for an energy_optimized pool's copies, and only where every GPU of the copy has a reading.
     power_w: Annotated[float | None, Field(ge=0)] = None
+    # Its rank-0 node's site, and how `site_local` ranks it (berth/sites.py `route_rank`): 0 the preferred site (or
+    # no preference), 1 a failover site, None never (outside residency or the allowed sites, or any other site).
+    # Sent only where a site is known or a site rule applies: a copy without them reads as before (rank 0).
+    site: str | None = None
+    site_rank: Literal[0, 1] | None = 0
 
 
 class RouteEntry(Response, Renamed):

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
 from berth.contracts.base import INT32_MAX, INT64_MAX, NonNegativeNumber, Number, OpenResponse, Payload, Response
 from berth.contracts.placement import MAX_HOLDINGS, NodeHolding
+from berth.sites import label_problem
 
 # A GPU's memory as the capacity figures sum it: bounded, so that no report makes a cluster's total overflow to
 # infinity (which JSON carries as null; schemathesis found it once the heartbeat's GPUs gained fields). 100 TB is
@@ -56,6 +57,15 @@ class NodeInventory(Payload):
     # Checked item by item by server/store/fencing.py (400 in one line); the schema states the same shape.
     held: list[Any] | None = Field(None, json_schema_extra={"items": NodeHolding.model_json_schema(),
                                                             "maxItems": MAX_HOLDINGS})
+    @field_validator("labels")
+    @classmethod
+    def _site_labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        """Its site and failure domain (berth/sites.py's labels) are words placement and routing compare."""
+        problem = label_problem(labels)
+        if problem is not None:
+            raise ValueError(problem)
+        return labels
+
     # The agent is shutting down (its last heartbeat): the node is offline at once, so no copy is placed on it
     # while it stops its ranks (`berth down` waited 15 s for a copy re-placed onto it), until its next heartbeat.
     leaving: bool = False
@@ -97,6 +107,8 @@ class NodeView(Response):
     cpus: int
     memory_gb: Number
     labels: dict[str, str]
+    site: str | None = None  # its labels' berth.site (berth/sites.py); None: its agent reports none
+    failure_domain: str | None = None  # its labels' berth.failure-domain
     taints: list[str]
     draining: bool
     last_heartbeat: float

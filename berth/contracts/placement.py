@@ -9,6 +9,9 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from berth.contracts.base import INT32_MAX, Payload
+from berth.sites import SITE_WORD
+
+SiteWord = Annotated[str, Field(pattern=rf"^{SITE_WORD}$")]
 
 
 class RankPlacement(Payload):
@@ -32,6 +35,17 @@ class Placement(Payload):
         return self.ranks[0]
 
 
+class SitePlacement(Payload):
+    """A pool's site rules as placement applies them to each of its copies (issue 36; catalog.definition.SitePick:
+    its values PreferredSite, AllowedSites, Residency, MaxCopiesPerSite, MinSites)."""
+
+    preferred: Annotated[str, Field(pattern=rf"^{SITE_WORD}$|^$")] = ""
+    allowed: tuple[SiteWord, ...] = Field(default=(), max_length=16)
+    residency: Annotated[str, Field(pattern=rf"^{SITE_WORD}$|^$")] = ""
+    max_copies_per_site: Annotated[int, Field(ge=0, le=1000)] = 0  # 0: no limit
+    min_sites: Annotated[int, Field(ge=0, le=64)] = 0  # 0 or 1: off
+
+
 class ReserveRequest(Payload):
     workflow_id: str
     copy_id: str
@@ -43,6 +57,7 @@ class ReserveRequest(Payload):
     # "slurm": Slurm places the copy (issue 35). Only the reservation is kept — what quotas, usage and the copy's
     # publish and release go by —, no node's GPUs or ports: Slurm's nodes are not Berth's to hand out.
     placed_by: Literal["berth", "slurm"] = "berth"
+    sites: SitePlacement | None = None  # where the pool's copies may go (None: anywhere, spread across domains)
 
 
 class ReserveResult(Payload):

@@ -8,6 +8,23 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Strict, ValidationError
 
+from berth.sites import route_rank
+
+
+class SiteRouting(BaseModel):
+    """A pool's site values as `site_local` routing reads them (issue 36; berth/sites.py `route_rank`)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    preferred: str = ""  # PreferredSite
+    failover: tuple[str, ...] = ()  # FailoverSites: where a saturated preferred site spills
+    allowed: tuple[str, ...] = ()  # AllowedSites
+    residency: str = ""  # Residency (a registered model's, copied at submission)
+
+    def rank(self, site: str | None) -> int | None:
+        """How site_local ranks a copy at `site` (berth/sites.py `route_rank`)."""
+        return route_rank(site, self.preferred, self.failover, self.allowed, self.residency)
+
 
 class PoolFacts(BaseModel):
     """A pool's facts, under the keys (and in the order) the endpoint row's annotations have always held them.
@@ -33,6 +50,8 @@ class PoolFacts(BaseModel):
     scale_in_s: float = 120.0
     # The serving revision's MaxContextSize. Strict: a stray boolean was never read as a context size.
     max_context: Annotated[int, Strict()] | None = None
+    # Its site values (None: it sets none); written only when set, so a row without them reads and writes as before.
+    sites: SiteRouting | None = None
 
     @classmethod
     def from_annotations(cls, annotations: Mapping[str, Any] | None) -> PoolFacts:
@@ -47,7 +66,9 @@ class PoolFacts(BaseModel):
 
     def as_annotations(self) -> dict[str, Any]:
         """The annotations these facts write: every key for a pool, none for a service endpoint."""
-        return self.model_dump(mode="json") if self.pool else {}
+        if not self.pool:
+            return {}
+        return self.model_dump(mode="json", exclude={"sites"} if self.sites is None else None)
 
     @property
     def discoverable(self) -> bool:

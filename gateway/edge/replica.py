@@ -72,6 +72,10 @@ class Replica:
     # The watts its GPUs drew at their nodes' last NVML reading (the route entry's `power_w`; None: not known):
     # energy_optimized weighs it where the copy's /metrics report no draw.
     node_power_w: float | None = None
+    # Its node's site, and how site_local ranks it for its endpoint (the routing table's, berth/sites.py
+    # `route_rank`): 0 the preferred site (or no preference), 1 a failover site, None never.
+    site: str | None = None
+    site_rank: int | None = 0
 
     def authorization(self) -> list[tuple[bytes, bytes]]:
         """The header a request to this copy carries (vLLM answers 401 on /v1 without it)."""

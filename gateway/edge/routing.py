@@ -1,7 +1,8 @@
 """Routing policies: choose one replica of a pool from its vLLM /metrics, with a freshness rule and
 session affinity; shared by the endpoint proxy, the model gateway and LiteLLM's custom strategy. The queue, TTFT
-and KV policies are here; the capacity ones (gateway/edge/capacity_policies.py) and prefix_affinity
-(gateway/edge/prefix_affinity.py) in their own modules; POLICIES registers them all by name."""
+and KV policies are here; the capacity ones (gateway/edge/capacity_policies.py), prefix_affinity
+(gateway/edge/prefix_affinity.py) and site_local (gateway/edge/site_local.py) in their own modules; POLICIES
+registers them all by name."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from gateway.edge.prefix_affinity import PrefixAffinity
 from gateway.edge.replica import PromptKey as PromptKey
 from gateway.edge.replica import Replica as Replica
 from gateway.edge.replica import ReplicaMetrics as ReplicaMetrics
+from gateway.edge.site_local import SiteLocal
 
 log = logging.getLogger("berth.routing")
 
@@ -116,7 +118,8 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "cost_optimized": CostOptimized, "energy_optimized": EnergyOptimized,
     "highest_throughput": HighestThroughput, "least_queue": LeastQueue, "lowest_failure": LowestFailure,
     "lowest_ttft": LowestTtft, "most_free_kv": MostFreeKv, "most_free_vram": MostFreeVram,
-    "prefix_affinity": _prefix_affinity, "round_robin": RoundRobin, "weighted_capacity": WeightedCapacity,
+    "prefix_affinity": _prefix_affinity, "round_robin": RoundRobin, "site_local": SiteLocal,
+    "weighted_capacity": WeightedCapacity,
 }
 DEFAULT_POLICY = "least_queue"
 
@@ -152,6 +155,8 @@ def choose(policy: Policy, replicas: Sequence[Replica], now: float, session_id: 
            exclude: frozenset[str] = frozenset(), fresh_for_s: float = FRESH_FOR_S) -> Replica | None:
     """The replica a request goes to, or None when no replica is eligible."""
     candidates = [r for r in eligible(replicas, now, fresh_for_s) if r.copy_id not in exclude]
+    if isinstance(policy, SiteLocal):  # outside its sites before anything, sessions included: never
+        candidates = policy.within(candidates)
     if not candidates:
         return None
     if isinstance(session_id, PromptKey):

@@ -133,5 +133,6 @@ def _replica(entry: RouteCopy, known: dict[str, Replica], previous: dict[str, Re
     replica.api_key = entry.api_key
     replica.revision = entry.revision
     replica.node_power_w = entry.power_w
+    replica.site, replica.site_rank = entry.site, entry.site_rank
     known[replica.copy_id] = replica
     return replica

@@ -94,15 +94,17 @@ class PolicyRouting:
         self.policy = routing.make_or_default(name)
         logger.info("berth routing: %s routes by %s", self.model_name, self.policy.name)
 
-    async def follow(self, ready: Mapping[str, str], keys: Mapping[str, str]) -> None:
-        """Track the ready replicas (id -> api_base, id -> the copy's key, which its /metrics wants); a new
-        one is scraped before LiteLLM may route to it."""
+    async def follow(self, ready: Mapping[str, str], keys: Mapping[str, str],
+                     site_ranks: Mapping[str, int | None] | None = None) -> None:
+        """Track the ready replicas (id -> api_base, id -> the copy's key, which its /metrics wants, id -> how
+        site_local ranks it); a new one is scraped before LiteLLM may route to it."""
         followed: Final[dict[str, Replica]] = {}
         for replica_id, api_base in ready.items():
             known = self.replicas.get(api_base)
             if known is None or known.copy_id != replica_id:
                 known = Replica(copy_id=replica_id, url=api_base.rstrip("/").removesuffix("/v1"))
             known.api_key = keys.get(replica_id, "")
+            known.site_rank = (site_ranks or {}).get(replica_id, 0)
             followed[api_base] = known
         # Only never-tried replicas: one whose scrapes keep failing must not stall every tick on a timeout.
         new: Final = [replica for replica in followed.values()

@@ -258,7 +258,7 @@ class ReplicaSync:
             keys: Final = {copy.copy_id: copy.api_key for copy in listing.copies if copy.ready}
             self.routing.set_policy(listing.routing_policy)
             # Scraped before LiteLLM learns of it, so a new replica is eligible from its first request.
-            await self.routing.follow(ready, keys)
+            await self.routing.follow(ready, keys, {copy.copy_id: copy.site_rank for copy in listing.copies})
             added, removed = apply_replicas(router, self.settings, ready, keys)
             # Read back from the router, so the counters say what LiteLLM routes to, not what it was told.
             routed: Final = current_deployments(router, self.settings.model_name)

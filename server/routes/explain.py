@@ -34,6 +34,7 @@ from server.context import Context, ServerContext
 from server.guards import Caller, VisibleEndpoint
 from server.pool_query import pool_status
 from server.store.copy_outcomes import traffic_of
+from server.store.copy_sites import copy_sites
 from server.store.placement import CapacitySnapshot
 from server.store.policies import Policies
 from server.store.tables import EndpointRow
@@ -107,11 +108,14 @@ def _placement(context: ServerContext, target: Target) -> PlacementExplanation:
 
     refusal = Policies(context.store).placement_refusal(row.id, demand.nodes * demand.gpus_per_node)
 
+    rules = replica.sites.placement() if replica.sites is not None else None
+
     def explain(copy_id: str | None) -> CopyPlacement:
+        sited = explain_placement.with_pool_sites(demand, rules, held, snapshot.views, copy_id)
         if copy_id in held:
             assert copy_id is not None
-            return explain_placement.explain_placed(copy_id, held[copy_id], demand, snapshot.views, placements.policy)
-        unplaced = explain_placement.explain_unplaced(copy_id, demand, snapshot.views, placements.policy, max_nodes,
+            return explain_placement.explain_placed(copy_id, held[copy_id], sited, snapshot.views, placements.policy)
+        unplaced = explain_placement.explain_unplaced(copy_id, sited, snapshot.views, placements.policy, max_nodes,
                                                       lambda never: placement_advice.advice(blocked, never))
         return explain_placement.under_quota(unplaced, refusal)
 
@@ -140,8 +144,13 @@ def _routing(context: ServerContext, endpoint: EndpointRow) -> RoutingExplanatio
         endpoint_id=endpoint.id, workflow_id=endpoint.workflow_id, policy=pool.routing_policy or DEFAULT_POLICY,
         weights=traffic_of(annotations), fronts_pool=fronts_pool,
         litellm_routed=None if routed is None else frozenset(routed), service=not pool.pool and not fronts_pool)
-    copies = [explain_routing.PoolCopy(copy_id=r.copy_id, revision=r.revision, ready=r.ready, draining=r.draining)
-              for r in context.store.replicas(endpoint.id)]
+    rows = context.store.replicas(endpoint.id)
+    rules = pool.sites  # site_local's ranks, as the routes table sends them (issue 36)
+    sites = copy_sites(context.store.session, [r.copy_id for r in rows]) if rules is not None else {}
+    copies = [explain_routing.PoolCopy(copy_id=r.copy_id, revision=r.revision, ready=r.ready, draining=r.draining,
+                                       site=sites.get(r.copy_id),
+                                       site_rank=rules.rank(sites.get(r.copy_id)) if rules is not None else 0)
+              for r in rows]
     now = time.time()
     # What the endpoint proxies reported of each copy's /metrics within 30 s; LiteLLM picks its own copies and its
     # scrapes are its own, and a copy no proxy reported is not judged on them (docs/explain.md).

@@ -38,6 +38,7 @@ from berth.contracts import (
     TokenLapse,
     endpoint_limits,
 )
+from berth.contracts.pool_facts import SiteRouting
 from berth.errors import NotFoundError, UserInputError
 from berth.kinds import facts
 from berth.routing_rules import revision_weighted
@@ -50,6 +51,7 @@ from server.guards import Admin, replica_keys_owner, service_audience, service_o
 from server.refusals import refusals
 from server.replica_keys import REPLICA_KEYS_TOKEN_TTL_S, discoverable
 from server.store.copy_outcomes import traffic_of
+from server.store.copy_sites import copy_sites
 from server.store.gpu_power import copies_power_w
 from server.store.load_reports import AutoscalerLease, AutoscalerView
 from server.store.secrets import Secrets
@@ -254,9 +256,12 @@ async def endpoint_replicas(endpoint_id: str, context: Context) -> ServiceCopies
     # before its switch, an old one after it).
     split = traffic_of(annotations)
     rows = [r for r in rows if revision_weighted(split, r.revision)]
+    rules = PoolFacts.from_annotations(annotations).sites
+    sites = await run_in_threadpool(copy_sites, context.store.session, [r.copy_id for r in rows]) if rules else {}
     return ServiceCopies(
         copies=[ServiceCopy(copy_id=r.copy_id, url=r.url.rstrip("/") + "/v1", ready=r.ready and not r.draining,
-                            api_key=context.replica_keys.for_copy(r.copy_id))
+                            api_key=context.replica_keys.for_copy(r.copy_id),
+                            **_site(sites.get(r.copy_id), rules, with_site=False))
                 for r in sorted(rows, key=lambda r: r.copy_id)],
         # LiteLLM's custom routing strategy (gateway.litellm_hooks.policy_routing) routes by it.
         routing_policy=PoolFacts.from_annotations(annotations).routing_policy or "least_queue")
@@ -270,6 +275,8 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
     revoked = await run_in_threadpool(context.store.endpoint_tokens.revoked_ids)
     replicas = await run_in_threadpool(context.store.replicas)
     power = await run_in_threadpool(_energy_readings, context, endpoints, replicas)
+    sites = await run_in_threadpool(copy_sites, context.store.session, [replica.copy_id for replica in replicas])
+    site_rules = {e.id: PoolFacts.from_annotations(e.annotations).sites for e in endpoints}
     by_endpoint: dict[str, list[str]] = {}
     for replica in replicas:
         if replica.ready and not replica.draining:
@@ -280,7 +287,8 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
         pools.setdefault(replica.endpoint_id, []).append(
             {**replica_view(replica), "api_key": context.replica_keys.for_copy(replica.copy_id),
              "revision": replica.revision,
-             **({"power_w": power[replica.copy_id]} if replica.copy_id in power else {})})
+             **({"power_w": power[replica.copy_id]} if replica.copy_id in power else {}),
+             **_site(sites.get(replica.copy_id), site_rules.get(replica.endpoint_id))})
     return {"endpoints": [{
         "id": e.id, "scope": e.scope, "owner": e.owner, "org": e.org, "groups": e.groups,
         "service": e.service, "service_url": e.service_url, "copy_urls": sorted(by_endpoint.get(e.id, [])),
@@ -308,6 +316,15 @@ def _energy_readings(context: ServerContext, endpoints: list[Any], replicas: lis
         return {}
     with context.store.session() as s:
         return copies_power_w(s, {r.copy_id for r in replicas if r.endpoint_id in energy})
+
+
+def _site(site: str | None, rules: SiteRouting | None, with_site: bool = True) -> dict[str, Any]:
+    """A copy's site and its `site_local` rank, sent only where a site is known or the pool sets a site rule (a
+    table without them reads as before: rank 0 for every copy)."""
+    if site is None and rules is None:
+        return {}
+    rank = (rules or SiteRouting()).rank(site)
+    return {"site": site, "site_rank": rank} if with_site else {"site_rank": rank}
 
 
 def _traffic(annotations: dict[str, Any]) -> dict[str, Any]:

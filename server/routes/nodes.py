@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from berth.contracts import EventKind, NodeHolding, NodeInventory, NodeState, NodeView, WorkflowDrainRequest
 from berth.security import Identity
+from berth.sites import node_site
 from server import events
 from server.access import allocation_labels
 from server.context import Context, ServerContext
@@ -72,8 +73,14 @@ async def list_nodes(context: Context, who: Caller) -> list[dict[str, Any]]:
         out.append({"id": node.id, "state": context.store.node_state(node), "address": node.address,
                     "engine": node.engine, "gpus": gpus, "allocated": len(held), "cpus": node.cpus,
                     "memory_gb": node.memory_gb, "labels": node.labels, "taints": node.taints,
-                    "draining": node.draining, "last_heartbeat": node.last_heartbeat})
+                    "draining": node.draining, "last_heartbeat": node.last_heartbeat, **_whereabouts(node.labels)})
     return out
+
+
+def _whereabouts(labels: dict[str, str] | None) -> dict[str, str]:
+    """Its site and failure domain, sent only where its agent reports them (berth/sites.py)."""
+    site, domain = node_site(labels)
+    return {name: value for name, value in (("site", site), ("failure_domain", domain)) if value is not None}
 
 
 @router.post("/v1/nodes/{node_id}/drain", response_model=NodeState)

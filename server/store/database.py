@@ -285,7 +285,8 @@ class Store:
             row = s.get(NodeRow, node_id)
             # A reading the heartbeat does not know keeps the last known one (server/gpu_health.py).
             gpus = keep_known(row.gpus if row is not None else None, inventory.get("gpus", []))
-            placed_on = {"gpus": gpus, "taints": inventory.get("taints", []), "volumes": inventory.get("volumes", [])}
+            placed_on = {"gpus": gpus, "taints": inventory.get("taints", []), "volumes": inventory.get("volumes", []),
+                         "labels": inventory.get("labels", {})}  # its site and failure domain (berth/sites.py)
             if "models" in inventory:  # an agent from before the model registry reports none: kept None
                 placed_on["models"] = cached_digests(inventory["models"])
             # What placement reads changed: every API process's view re-reads this node (a heartbeat that only says
@@ -309,7 +310,6 @@ class Store:
             row.engine = inventory["engine"]
             row.cpus = int(inventory.get("cpus", 0))
             row.memory_gb = float(inventory.get("memory_gb", 0))
-            row.labels = inventory.get("labels", {})
             # A leaving agent's node is offline from now on (node_ready): as if its heartbeats had stopped long ago.
             row.last_heartbeat = 0.0 if inventory.get("leaving") else now
             row.port_start, row.port_end = port_start, port_start + NODE_PORTS

@@ -11,6 +11,7 @@ write here keeps current for every process; this module writes the rows.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +25,8 @@ from berth.contracts import Placement, RankPlacement, ReserveRequest, ReserveRes
 from berth.errors import NotFoundError, UnavailableError
 from server import scheduler
 from server.gpu_health import SKIP_NONE, GpuHealthRule
+from server.inventory import Inventory
+from server.site_placement import site_demand
 from server.store import copy_spans, fencing, mig_view, placement_view
 from server.store.policies import placement_refusal
 from server.store.tables import AllocationRow, NodeRow, PortRow, ReplicaRow, ReservationRow
@@ -131,12 +134,34 @@ class Placements:
             if request.placed_by == "slurm":
                 return self._held_for_slurm(s, request)
             inventory = self.view.current(s, time.time())
+            sites = site_demand(request.sites, self._pool_nodes(s, request, inventory))
+            if sites is not None:
+                demand = dataclasses.replace(demand, sites=sites)
             decision = inventory.place(demand, self.policy)
             if request.gpus_per_node > 1 and mig_view.on_slices(decision, inventory):  # rare: scan, slices left out
                 decision = scheduler.place(demand, [mig_view.whole(node) for node in inventory.views()], self.policy)
             if decision.blocked_reason is not None:
                 return ReserveResult(blocked_reason=decision.blocked_reason)
             return self._hold(s, request, decision)
+
+    @staticmethod
+    def _pool_nodes(s: Session, request: ReserveRequest,
+                    inventory: Inventory) -> list[list[tuple[str, str | None, str | None]]]:
+        """The (node id, site, failure domain) of each node of each of the pool's other copies: what its site rules
+        and the spread across failure domains count. Read only where they can matter (a rule, or a node that
+        reports a site or domain), through the ports each rank holds (CPU copies hold no GPU): plain columns, no
+        placement JSON to decode, since a pool may hold thousands of copies."""
+        if request.sites is None and not inventory.labelled():
+            return []
+        held = (select(PortRow.owner, PortRow.node_id).distinct()
+                .join(ReservationRow, ReservationRow.copy_id == PortRow.owner)
+                .where(ReservationRow.workflow_id == request.workflow_id, PortRow.owner != request.copy_id))
+        copies: dict[str, list[tuple[str, str | None, str | None]]] = {}
+        for copy_id, node_id in s.connection().execute(held):
+            view = inventory.get(node_id)
+            if view is not None:
+                copies.setdefault(copy_id, []).append((view.id, view.site, view.failure_domain))
+        return list(copies.values())
 
     def _hold(self, s: Session, request: ReserveRequest, decision: scheduler.Decision) -> ReserveResult:
         """Write the decision's GPUs, a port per rank (two on rank 0 of a multi-node copy) and the reservation; or

@@ -4,11 +4,11 @@ Reading every node per reservation cost 29 ms a copy at 1,000 nodes, four fifths
 inventories (docs/performance.md, "Placement at scale"). So every transaction that takes the placement lock (a row
 lock on PostgreSQL, the write lock on SQLite) draws a generation of its own from the lock's row as it takes it
 (`take`), and stamps with it each node whose placement facts it changes (`changed`): a GPU taken or freed there, its
-GPUs, taints, volumes, cached models or draining. A reservation, holding the lock at generation G, knows every
-transaction before it drew G - 1 at most: a view at G - 1 is whole; a view at V below that re-reads the nodes stamped
-above V (another process's reservation or release, a heartbeat that changed a node), and nothing else. Liveness is
-no change: a heartbeat that only says "alive" moves `last_heartbeat`, takes no lock, and the nodes offline now are
-read afresh for each reservation through that column's index (few, as a rule).
+GPUs, taints, volumes, cached models, labels (its site and failure domain) or draining. A reservation, holding the
+lock at generation G, knows every transaction before it drew G - 1 at most: a view at G - 1 is whole; a view at V
+below that re-reads the nodes stamped above V (another process's reservation or release, a heartbeat that changed a
+node), and nothing else. Liveness is no change: a heartbeat that only says "alive" moves `last_heartbeat`, takes no
+lock, and the nodes offline now are read afresh for each reservation through that column's index (few, as a rule).
 
 The allocations' unique (node, GPU) constraint stays the last word: a write that skipped `changed` fails a
 reservation, it never lets two copies hold one GPU (tests/server/store/test_placement_view.py).
@@ -21,6 +21,7 @@ from dataclasses import replace
 from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import Session
 
+from berth.sites import node_site
 from server import scheduler
 from server.gpu_health import SKIP_NONE, GpuHealthRule
 from server.inventory import Inventory
@@ -59,7 +60,7 @@ def read_views(s: Session, ready: Callable[[float], bool], where: ColumnElement[
     each GPU's last known readings."""
     held = select(AllocationRow.node_id, AllocationRow.gpu_index)
     columns = select(NodeRow.id, NodeRow.last_heartbeat, NodeRow.gpus, NodeRow.taints, NodeRow.volumes,
-                     NodeRow.draining, NodeRow.models)
+                     NodeRow.draining, NodeRow.models, NodeRow.labels)
     if where is not None:
         held = held.where(AllocationRow.node_id.in_(select(NodeRow.id).where(where)))
         columns = columns.where(where)
@@ -68,7 +69,8 @@ def read_views(s: Session, ready: Callable[[float], bool], where: ColumnElement[
         busy.setdefault(node_id, set()).add(gpu_index)
     slices = mig_view.slices_of(s, where)  # none on most clusters: one query that finds nothing
     views = []
-    for node_id, last_heartbeat, gpus, taints, volumes, draining, models in s.connection().execute(columns):
+    for node_id, last_heartbeat, gpus, taints, volumes, draining, models, labels in s.connection().execute(columns):
+        site, failure_domain = node_site(labels)
         whole = tuple(scheduler.GpuView(int(g["index"]), float(g.get("memory_gb", 0)), str(g.get("name", "")),
                                         health.unhealthy(g)) for g in gpus)
         views.append(scheduler.NodeView(
@@ -76,6 +78,7 @@ def read_views(s: Session, ready: Callable[[float], bool], where: ColumnElement[
             gpus=mig_view.sliced(whole, slices[node_id]) if node_id in slices else whole,
             busy_gpus=frozenset(busy.get(node_id, ())), taints=tuple(taints or ()),
             volumes=frozenset(volumes or ()), draining=bool(draining), models=frozenset(models or ()),
+            site=site, failure_domain=failure_domain,
         ))
     return views
 

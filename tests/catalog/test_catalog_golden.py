@@ -57,6 +57,12 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ),
     ("SmolLM2 135M Instruct", "defaults", {}),
     ("SmolLM2 135M Instruct", "one-gpu", {"GpusPerNode": "1", "Scope": "user", "MaxContextSize": "4096"}),
+    (
+        "SmolLM2 135M Instruct",
+        "sites",  # issue 36: the site values, rendered as replica.sites (the lists split at commas)
+        {"MaxReplicas": "4", "PreferredSite": "eu-west", "AllowedSites": "eu-west,eu-north", "Residency": "eu",
+         "FailoverSites": "eu-north", "MaxCopiesPerSite": "3", "MinSites": "2", "RoutingPolicy": "site_local"},
+    ),
     ("vLLM", "defaults", {"Model": "hf://Qwen/Qwen3-0.6B"}),
     (
         "vLLM",

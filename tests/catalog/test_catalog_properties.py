@@ -10,8 +10,9 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
-from catalog.definition import WorkflowDefinition
+from catalog.definition import SitePick, WorkflowDefinition
 from catalog.entry import Entry, Parameter, ParameterType, load_catalog
 from catalog.extra_args import engine_args_refusal
 from catalog.extra_env import ALLOWED
@@ -79,6 +80,17 @@ def strategy(entry: Entry, parameter: Parameter) -> st.SearchStrategy[Any]:
     return st.text(SAFE, max_size=20)
 
 
+def sites_contradict(raw: dict[str, Any]) -> bool:
+    """PreferredSite or FailoverSites outside AllowedSites or Residency, FailoverSites without PreferredSite or
+    naming it: SitePick's documented refusals."""
+    try:
+        SitePick(preferred=raw.get("PreferredSite", ""), allowed=raw.get("AllowedSites", ""),
+                 residency=raw.get("Residency", ""), failover=raw.get("FailoverSites", ""))
+    except ValidationError:
+        return True
+    return False
+
+
 @st.composite
 def values_for(draw: st.DrawFn, entry: Entry) -> dict[str, Any]:
     raw: dict[str, Any] = {}
@@ -109,6 +121,8 @@ def test_any_in_bounds_values_render_a_valid_definition(name: str) -> None:
         assume(not (raw.get("EndpointAuth") == "api-key" and not raw.get("ApiKeySecret")))
         assume(not ("MinReplicas" in raw and "MaxReplicas" in raw
                     and int(raw["MaxReplicas"]) < int(raw["MinReplicas"])))
+        # And site values placement or routing could never honour (catalog/definition.py SitePick).
+        assume(not sites_contradict(raw))
         values = resolve_values(entry, raw)
         definition = render(entry, values)
         assert isinstance(definition, WorkflowDefinition)

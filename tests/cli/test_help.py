@@ -41,7 +41,8 @@ ADDED = ("berth key",  # API keys (issue 15)
 ADDED_OPTIONS = {"berth workflow get": ("--revision",), "berth node drain": ("--grace-seconds",),  # issue 17
                  "berth workflow catalog start": ("--name",),  # a chosen workflow ID (issue 17)
                  "berth catalog start": ("--name",),
-                 "berth node": ("--metrics-port",),  # the node agent's loopback /metrics (issue 19)
+                 # The node agent's loopback /metrics (issue 19); its site and failure domain (issue 36).
+                 "berth node": ("--metrics-port", "--site", "--failure-domain"),
                  "berth endpoint generate-token": ("--note",)}  # shown by `berth endpoint tokens` (issue 31)
 
 

@@ -20,10 +20,12 @@ def _gpu(index: int) -> dict[str, object]:
 @pytest.fixture
 def context(tmp_path: Path) -> ServerContext:
     context = console_context(tmp_path / "state")
-    for node_id, gpus in (("node-a", 3), ("node-b", 1)):
+    # node-a reports a site and failure domain (issue 36), node-b none.
+    for node_id, gpus, labels in (("node-a", 3, {"berth.site": "eu-west", "berth.failure-domain": "rack-a"}),
+                                  ("node-b", 1, {})):
         context.store.heartbeat_node(node_id, {"address": "127.0.0.1", "engine": "vllm", "cpus": 16,
-                                               "memory_gb": 128, "gpus": [_gpu(i) for i in range(gpus)]},
-                                     port_start=30000)
+                                               "memory_gb": 128, "gpus": [_gpu(i) for i in range(gpus)],
+                                               "labels": labels}, port_start=30000)
     with context.store.session() as s:
         s.add(AllocationRow(node_id="node-a", gpu_index=1, copy_id="wf-x.copy-0"))
     return context
@@ -51,6 +53,7 @@ async def test_the_nodes_page_shows_capacity_gpus_and_holders(context: ServerCon
         assert 'class="used w-25"' in page and 'class="free w-75"' in page and "style=" not in page
         assert 'tr data-id="node-a"' in page and 'tr data-id="node-b"' in page
         assert '<td class="holder">wf-x.copy-0</td>' in page and page.count('<td class="holder">free</td>') == 3
+        assert page.count('class="hint site"') == 1 and "site eu-west · failure domain rack-a" in page
         assert 'hx-get="/ui/nodes/live" hx-trigger="every 3s"' in page
         live = (await client.get("/ui/nodes/live", headers={"HX-Request": "true"})).text
         assert live.startswith('<div id="live"') and "<html" not in live and "3 of 4 GPUs free" in live

@@ -13,7 +13,7 @@ from gateway.edge.replica import FAILURE_HALF_LIFE_S, FailedRequests, Replica, R
 
 NOW = 1000.0
 NEW_POLICIES = ("most_free_vram", "weighted_capacity", "highest_throughput", "lowest_failure", "cost_optimized",
-                "energy_optimized", "prefix_affinity")
+                "energy_optimized", "prefix_affinity", "site_local")
 
 
 def replica(copy_id: str, *, running: float = 0, waiting: float = 0, kv: float = 0, tokens_per_s: float | None = None,

@@ -97,7 +97,8 @@ def test_session_affinity_is_sticky_and_moves_only_when_its_replica_leaves() -> 
 
 
 def test_unknown_policy_names_the_valid_ones() -> None:
-    with pytest.raises(ValueError, match="cost_optimized, energy_optimized, .*, round_robin, weighted_capacity$"):
+    with pytest.raises(ValueError,
+                       match="cost_optimized, energy_optimized, .*, round_robin, site_local, weighted_capacity$"):
         routing.make("fastest")
 
 

@@ -11,9 +11,10 @@ ROOT = Path(__file__).resolve().parents[3]
 # The ground floor's modules the hooks may import (each imports only the standard library and pydantic).
 # berth.ports: a constant with no imports, which berth.settings re-exports. berth.client_config: the client's
 # configuration read with the standard library only, which berth.settings validates. berth.routing_rules: the
-# standard library only; the edge kit's routing (which the hooks use) applies its freshness rule.
+# standard library only; the edge kit's routing (which the hooks use) applies its freshness rule. berth.sites: the
+# standard library only; the contracts check a site word with it.
 GROUND_FLOOR_ALLOWED = {"berth.contracts", "berth.settings", "berth.client_config", "berth.errors",
-                        "berth.bounded_parse", "berth.ports", "berth.routing_rules"}
+                        "berth.bounded_parse", "berth.ports", "berth.routing_rules", "berth.sites"}
 GATEWAY_ALLOWED = {"gateway.edge", "gateway.litellm_hooks"}
 
 
