@@ -11,7 +11,6 @@ job's `run/` directory."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
@@ -111,11 +110,12 @@ def enter_jail(plan: dict[str, object]) -> None:
 
 
 def _jail_module() -> ModuleType:
-    """rank/jail.py beside this file (`python -I` puts no folder of Berth's on sys.path)."""
-    spec = importlib.util.spec_from_file_location("berth_rank_jail", Path(__file__).with_name("jail.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """rank/jail.py beside this file, compiled from its source as `python jail.py` would (`python -I` puts no
+    folder of Berth's on sys.path, and root reads no `__pycache__` file that someone else could have written)."""
+    path = Path(__file__).with_name("jail.py")
+    module = ModuleType("berth_rank_jail")
+    module.__file__ = str(path)
+    exec(compile(path.read_bytes(), str(path), "exec"), module.__dict__)
     return module
 
 
