@@ -35,14 +35,25 @@ from berth.settings import rank_user_setting
 from berth.settings.slurm import SlurmSettings
 from berth.slurm.commands import SlurmCommands, SlurmRefused
 from berth.slurm.job_script import CopyJob, job_name, launcher_argv, render
+from berth.tls_client import url_context
 from catalog.definition import SlurmPick
 from workflows import activity_stubs as stubs
 from workflows.activity_stubs import implements
 from workflows.payloads import CopyInput, HealthCheck, RankExit
-from workflows.slurm_payloads import SlurmCopyEnd, SlurmJobRef, SlurmJobView, SlurmReadyCheck
+from workflows.slurm_payloads import SlurmCopyEnd, SlurmJobRef, SlurmJobView, SlurmReadyCheck, SlurmStartWait
 
 POLL_S = 1.0  # squeue at most this often per copy: a cluster's controller serves every user's commands
+# A job just submitted: squeue again after FIRST_LOOK_S, then twice as long each time up to MAX_PENDING_LOOK_S (a
+# job on an idle partition starts within a second; one that waits may wait for hours). Between two looks the job
+# directory is checked every REPORT_LOOK_S: a rank's report there means the job runs, and costs the controller
+# nothing (squeue is a process and a controller RPC; a shared filesystem may show the report late, squeue not).
+# The waits are here, in the activity, not workflow timers: a Temporal timer fired ~1 s late (docs/performance.md).
+FIRST_LOOK_S, MAX_PENDING_LOOK_S, REPORT_LOOK_S = 0.25, 5.0, 0.05
+# Slurm's pending reason before its scheduler has looked at a job at all: no reason to tell the pool, unless the
+# job keeps it this long (a pool told "pending: None" for a job that starts a moment later learns nothing).
+NOT_LOOKED_AT, NOT_LOOKED_AT_S = "None", 3.0
 RECORD_WAIT_S = 30.0  # sacct may record an ended job a moment after squeue stops listing it
+RANK_SCHEME = "http"  # how rank 0's engine serves (the routing table's url); only Berth's key gets an answer
 # srun's own line for the task that ended the job (--kill-on-bad-exit): "srun: error: n2: task 1: Killed".
 _SRUN_TASK = re.compile(r"srun: error: (?P<node>[^:\s]+): tasks? (?P<rank>\d+)(?:-\d+)?: (?P<what>.+)")
 _EXIT_STATUS = re.compile(r"Exited with exit code (\d+)")
@@ -139,25 +150,52 @@ class SlurmCopyActivities:
     @implements(stubs.slurm_copy_state)
     async def slurm_copy_state(self, job: SlurmJobRef) -> SlurmJobView:
         queued = await self.commands.queue([job.job_id])
-        leader, ranks = await asyncio.to_thread(read_reports, Path(job.job_dir))
-        url = f"http://{leader['host']}:{leader['port']}" if leader else None
-        nodes = tuple(str(r["node"]) for r in ranks)
         if not queued:
-            return SlurmJobView(state="GONE", nodes=nodes, url=url, ranks_reported=len(set(nodes)))
-        return SlurmJobView(state=queued[0].state, reason=queued[0].reason if queued[0].pending else "", nodes=nodes,
-                            url=url, ranks_reported=len(set(nodes)))
+            return await self._reported(job, "GONE")
+        return await self._reported(job, queued[0].state, queued[0].reason if queued[0].pending else "")
+
+    async def _reported(self, job: SlurmJobRef, state: str, reason: str = "") -> SlurmJobView:
+        """The job in `state` (as squeue said it last), with what its ranks reported in the job directory."""
+        leader, ranks = await asyncio.to_thread(read_reports, Path(job.job_dir))
+        url = f"{RANK_SCHEME}://{leader['host']}:{leader['port']}" if leader else None
+        nodes = tuple(str(r["node"]) for r in ranks)
+        return SlurmJobView(state=state, reason=reason, nodes=nodes, url=url, ranks_reported=len(set(nodes)))
+
+    @implements(stubs.wait_slurm_copy_started)
+    async def wait_slurm_copy_started(self, wait: SlurmStartWait) -> SlurmJobView:
+        """The job as soon as it is no longer pending, or pending for a reason other than the one the pool was last
+        told (`wait.told`). Heartbeats at each look."""
+        job_dir, interval = Path(wait.job.job_dir), FIRST_LOOK_S
+        since = time.monotonic()
+        while True:
+            view = await self.slurm_copy_state(wait.job)
+            unlooked = view.reason == NOT_LOOKED_AT and time.monotonic() - since < NOT_LOOKED_AT_S
+            if not view.pending or (view.reason != wait.told and not unlooked):
+                return view
+            activity.heartbeat(view.reason)
+            if view.ranks_reported:  # started, but squeue still says CONFIGURING (nodes booting): wait it out
+                await asyncio.sleep(interval)
+            else:
+                await _until_a_rank_reports(job_dir, interval)
+            interval = min(interval * 2, MAX_PENDING_LOOK_S)
 
     @implements(stubs.wait_slurm_copy_ready)
     async def wait_slurm_copy_ready(self, check: SlurmReadyCheck) -> SlurmJobView:
         """Ready = every rank started on a node of its own (a job holding N nodes but running on one is never
-        ready), rank 0's /health answers 200, and /v1/models (with the copy's key) lists the model."""
+        ready), rank 0's /health answers 200, and /v1/models (with the copy's key) lists the model. The ranks'
+        reports and rank 0 are looked at every REPORT_LOOK_S, squeue (has the job ended?) every POLL_S."""
         deadline = time.monotonic() + check.timeout_s
         last = "no answer yet"
         headers = {"Authorization": f"Bearer {self.replica_keys.for_copy(check.job.copy_id)}"}
-        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as client:
+        queued_at, view = time.monotonic(), SlurmJobView(state="RUNNING")  # started: squeue said so just now
+        # Rank 0 serves plain http (its url below): no CA store to load (30 ms of CPU, berth/tls_client.py).
+        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0), verify=url_context(RANK_SCHEME, None)) as client:
             while time.monotonic() < deadline:
                 activity.heartbeat(last)
-                view = await self.slurm_copy_state(check.job)
+                if time.monotonic() - queued_at < POLL_S:
+                    view = await self._reported(check.job, view.state)
+                else:
+                    queued_at, view = time.monotonic(), await self.slurm_copy_state(check.job)
                 if view.ended:
                     raise ApplicationError(f"Slurm job {check.job.job_id} ended ({view.state}) before its copy was "
                                            "ready", type="NotReady", non_retryable=True)
@@ -168,7 +206,7 @@ class SlurmCopyActivities:
                     last = await _serving(client, view.url, headers, check.model_id)
                     if not last:
                         return view
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(REPORT_LOOK_S)
         raise ApplicationError(f"Slurm job {check.job.job_id}'s copy was not ready within {check.timeout_s:.0f} s "
                                f"({last})", type="NotReady", non_retryable=True)
 
@@ -234,6 +272,20 @@ async def _serving(client: httpx.AsyncClient, url: str, headers: Mapping[str, st
         return "" if model_id in ids else f"/v1/models lists {ids}, not {model_id} yet"
     except (httpx.HTTPError, ValueError) as error:
         return f"{type(error).__name__} from {url}"
+
+
+def _any_rank_reported(job_dir: Path) -> bool:
+    """Whether a rank of the job has started (its launcher wrote its report): a blocking stat."""
+    return (job_dir / "leader.json").exists() or any(job_dir.glob("rank-*.json"))
+
+
+async def _until_a_rank_reports(job_dir: Path, seconds: float) -> None:
+    """Up to `seconds`; sooner once a rank's report is in the job directory (then the job runs)."""
+    deadline = time.monotonic() + seconds
+    while not await asyncio.to_thread(_any_rank_reported, job_dir):
+        if time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(REPORT_LOOK_S)
 
 
 def _fresh_job_dir(job_dir: Path, description: Mapping[str, object], key: str) -> None:

@@ -52,8 +52,8 @@ async def run_worker(state_dir: Path, temporal_address: str, api_url: str, token
                         authority.verify_service_input, authority.verify_copy_parent,
                         authority.verify_front_parent, models.load_model_job, models.report_model_state,
                         models.use_model, models.release_models, slurm.submit_slurm_copy, slurm.slurm_copy_state,
-                        slurm.wait_slurm_copy_ready, slurm.watch_slurm_copy, slurm.watch_slurm_copy_health,
-                        slurm.cancel_slurm_copy],
+                        slurm.wait_slurm_copy_started, slurm.wait_slurm_copy_ready, slurm.watch_slurm_copy,
+                        slurm.watch_slurm_copy_health, slurm.cancel_slurm_copy],
         )
         async with worker:
             autoscaler = asyncio.create_task(Autoscaler(api, client, replica_keys=replica_keys).run_forever())

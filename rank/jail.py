@@ -3,7 +3,9 @@ engine (`exec`: the pid the node agent spawned and watches stays the rank's).
 
 Run by the node agent, as root, as a script (`python -P rank/jail.py ARGV…`): the standard library only, like
 the rest of this folder. The plan (activities/rank_jail.py) comes in the environment variable below, which is
-removed before the engine starts. In the new namespace, made private so nothing leaks back to the host:
+removed before the engine starts. A Slurm job's launcher (rank/slurm_rank.py, root too) loads this file and calls
+`build` in its own process instead: one interpreter start fewer before the engine. In the new namespace, made
+private so nothing leaks back to the host:
 
 - every `hide` path gets an empty tmpfs over it (the state dir with the cluster's keys, and each directory a
   rank user could not pass through anyway: /root, a 0700 checkout, pytest's 0700 base temp);

@@ -5,8 +5,9 @@ It names its node's address and a free port, tells the job directory (rank 0: `l
 wait for and Berth's worker reads to publish the copy; every rank: `rank-R.json`, so the worker can check that each
 node really runs one — a job that holds N nodes but serves from one is never reported ready), then execs the engine
 with the argv Berth's worker wrote into `copy.json`, those words filled in. The copy's key comes from a file only
-the job's user may read, into the engine's environment: never argv. When the worker was root, the engine starts
-through rank/jail.py as the rank user (activities/slurm_jail.py), in the job's `run/` directory."""
+the job's user may read, into the engine's environment: never argv. When the worker was root, the launcher builds
+rank/jail.py's namespace and becomes the rank user (activities/slurm_jail.py) itself, then execs the engine in the
+job's `run/` directory."""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 TOKENS = ("@host@", "@port@", "@master_addr@", "@master_port@", "@rank@")
 POLL_S = 0.1
-JAIL_PLAN = "BERTH_RANK_JAIL"  # rank/jail.py's; it removes it before the engine starts
 
 
 def node_address(how: str, node: str) -> str:
@@ -85,20 +86,37 @@ def main(job_dir: Path) -> None:
     if copy.get("key_file"):
         environment["VLLM_API_KEY"] = (job_dir / copy["key_file"]).read_text().strip()
     if copy.get("jail") is not None:
-        argv = jailed(argv, copy["jail"], environment)
         os.chdir(job_dir / copy["run_dir"])
+        enter_jail(copy["jail"])
     sys.stdout.flush()
     os.execvpe(argv[0], argv, environment)
 
 
-def jailed(argv: list[str], plan: dict[str, object], environment: dict[str, str]) -> list[str]:
-    """`argv` started through rank/jail.py as the rank user (activities/slurm_jail.py made the plan): only a root
+def enter_jail(plan: dict[str, object]) -> None:
+    """Become the rank user in rank/jail.py's namespace (activities/slurm_jail.py made the plan), in this process:
+    the engine is exec'd from here, one interpreter start sooner than through `python jail.py`. Only a root
     launcher can change users, so a job that was to drop to the rank user and runs as anyone else stops here."""
     if os.geteuid() != 0:
         raise SystemExit(f"berth rank: this job was to start its engine as uid {plan.get('uid')}, but its launcher "
                          f"runs as uid {os.geteuid()}, not root: the worker and the job disagree on the user")
-    environment[JAIL_PLAN] = json.dumps(plan)
-    return [sys.executable, "-P", str(Path(__file__).with_name("jail.py")), *argv]
+    jail = _jail_module()
+    try:
+        cwd = os.getcwd()
+        jail.build(plan)
+        os.chdir(cwd)  # the run dir, as bound back
+    except (jail.JailError, OSError, ValueError, KeyError) as error:
+        print(f"berth rank jail: could not start the rank as uid {plan.get('uid')}: {error}", file=sys.stderr)
+        sys.exit(jail.FAILED)
+
+
+def _jail_module() -> ModuleType:
+    """rank/jail.py beside this file, compiled from its source as `python jail.py` would (`python -I` puts no
+    folder of Berth's on sys.path, and root reads no `__pycache__` file that someone else could have written)."""
+    path = Path(__file__).with_name("jail.py")
+    module = ModuleType("berth_rank_jail")
+    module.__file__ = str(path)
+    exec(compile(path.read_bytes(), str(path), "exec"), module.__dict__)
+    return module
 
 
 if __name__ == "__main__":

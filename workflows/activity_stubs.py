@@ -58,7 +58,7 @@ from workflows.payloads import (
     WeightsResult,
 )
 from workflows.rollout_payloads import HealthInput, ServeInput, TrafficInput
-from workflows.slurm_payloads import SlurmCopyEnd, SlurmJobRef, SlurmJobView, SlurmReadyCheck
+from workflows.slurm_payloads import SlurmCopyEnd, SlurmJobRef, SlurmJobView, SlurmReadyCheck, SlurmStartWait
 
 ImplementationT = TypeVar("ImplementationT", bound=Callable[..., Awaitable[Any]])
 
@@ -259,6 +259,11 @@ async def slurm_copy_state(job: SlurmJobRef) -> SlurmJobView:
 
 
 @activity.defn
+async def wait_slurm_copy_started(wait: SlurmStartWait) -> SlurmJobView:
+    raise _stub()
+
+
+@activity.defn
 async def wait_slurm_copy_ready(check: SlurmReadyCheck) -> SlurmJobView:
     raise _stub()
 
@@ -285,8 +290,8 @@ CONTROL_ACTIVITIES: tuple[Callable[..., Awaitable[Any]], ...] = (
     load_model_job, report_model_state, use_model, release_models,
 )
 SLURM_ACTIVITIES: tuple[Callable[..., Awaitable[Any]], ...] = (
-    submit_slurm_copy, slurm_copy_state, wait_slurm_copy_ready, watch_slurm_copy, watch_slurm_copy_health,
-    cancel_slurm_copy,
+    submit_slurm_copy, slurm_copy_state, wait_slurm_copy_started, wait_slurm_copy_ready, watch_slurm_copy,
+    watch_slurm_copy_health, cancel_slurm_copy,
 )
 NODE_ACTIVITIES: tuple[Callable[..., Awaitable[Any]], ...] = (
     run_rank, adopt_rank, wait_ready, download_weights, delete_ephemeral_volume,

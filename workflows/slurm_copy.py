@@ -20,13 +20,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows.authorized import require_authorized
     from workflows.copy_reports import ParentReports
     from workflows.payloads import CopyInfo, CopyInput, CopyResult, CopyStatus, Event, HealthCheck, RankExit
-    from workflows.slurm_payloads import SlurmCopyEnd, SlurmJobRef, SlurmJobView, SlurmReadyCheck
+    from workflows.slurm_payloads import SlurmCopyEnd, SlurmJobRef, SlurmJobView, SlurmReadyCheck, SlurmStartWait
 
 SHORT = timedelta(seconds=60)
 RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5),
                     non_retryable_error_types=["SlurmRefused", "SlurmNotConfigured", "NotReady"])
 WATCH_HEARTBEAT = timedelta(seconds=10)  # the watch heartbeats each second: a worker gone is noticed in 10 s
 MAX_PENDING_POLL_S = 5.0  # how often a pending job's reason is read once it has waited a while
+START_WAIT_PATCH = "slurm-start-wait"  # the wait for a pending job is one activity's, no longer workflow timers
 
 
 @workflow.defn
@@ -124,19 +125,39 @@ class SlurmCopyWorkflow:
     async def _started(self, input: CopyInput, job: SlurmJobRef) -> bool:
         """Wait while Slurm keeps the job pending, telling the pool Slurm's reason each time it changes; False:
         the job ended without starting."""
+        if not workflow.patched(START_WAIT_PATCH):
+            return await self._started_by_timers(input, job)
+        reason: str | None = None
+        while True:  # the activity waits (and polls) until the job starts or its reason changes
+            view: SlurmJobView = await workflow.execute_activity(
+                stubs.wait_slurm_copy_started, SlurmStartWait(job=job, told=reason), task_queue=CONTROL_TASK_QUEUE,
+                start_to_close_timeout=timedelta(days=3650), heartbeat_timeout=WATCH_HEARTBEAT, retry_policy=RETRY)
+            if not view.pending:
+                return self._placed(input, job, view)
+            reason = view.reason
+            self._pending(job, reason)
+
+    async def _started_by_timers(self, input: CopyInput, job: SlurmJobRef) -> bool:
+        """How a copy started before START_WAIT_PATCH waited, for its history's replay: a workflow timer between
+        two looks (one fires up to ~1 s late: the wait is now the activity's)."""
         backoff, reason = 0.1, None  # a job on an idle partition starts within a tick: look again soon
         while True:
             view: SlurmJobView = await workflow.execute_activity(
                 stubs.slurm_copy_state, job, task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,
                 retry_policy=RETRY)
             if not view.pending:
-                break
+                return self._placed(input, job, view)
             if view.reason != reason:
                 reason = view.reason
-                self.detail = f"pending: Slurm job {job.job_id} waits ({reason})"
-                self._tell_parent("scheduling_blocked", f"Slurm job {job.job_id} is pending: {reason}")
+                self._pending(job, reason)
             await workflow.sleep(backoff)
             backoff = min(backoff * 2, MAX_PENDING_POLL_S)
+
+    def _pending(self, job: SlurmJobRef, reason: str) -> None:
+        self.detail = f"pending: Slurm job {job.job_id} waits ({reason})"
+        self._tell_parent("scheduling_blocked", f"Slurm job {job.job_id} is pending: {reason}")
+
+    def _placed(self, input: CopyInput, job: SlurmJobRef, view: SlurmJobView) -> bool:
         if view.ended:
             return False
         self.status, self.detail = CopyStatus.STARTING, f"Slurm job {job.job_id} running: ranks starting"

@@ -33,6 +33,13 @@ class SlurmJobView(Payload):
         return not self.pending and self.state not in ("RUNNING", "COMPLETING")
 
 
+class SlurmStartWait(Payload):
+    """Wait while the job is pending for the reason the pool was last told (`told`; None: none told yet)."""
+
+    job: SlurmJobRef
+    told: str | None = None
+
+
 class SlurmReadyCheck(Payload):
     """Rank 0 at `url` serves the copy's model with every rank running on a node of its own."""
 

@@ -1,7 +1,7 @@
 """The control worker's Slurm activities on a real one-machine Slurm cluster (issue 35): a 2-node copy submitted
 once (a second submit takes the queued job back), ready only with a rank on each node and rank 0 serving its key
 holder, a rank's death ending the job with srun's rank and node and sacct's state, a refusal in Slurm's words,
-and a cancel that waits until squeue lists the job no more."""
+a wait for the job's start that tells no "None" reason, and a cancel that waits until squeue lists the job no more."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from berth.security import ReplicaKeys
 from catalog.definition import EngineSpec, SlurmPick
 from tests.slurm_cluster import SLURM_GROUP, SlurmCluster
 from workflows.payloads import CopyInput, HealthCheck
-from workflows.slurm_payloads import SlurmReadyCheck
+from workflows.slurm_payloads import SlurmReadyCheck, SlurmStartWait
 
 pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group(SLURM_GROUP), pytest.mark.timeout(180)]
 
@@ -82,6 +82,11 @@ async def test_a_job_slurm_refuses_is_refused_in_slurms_words_and_a_cancel_waits
         await env.run(slurm.submit_slurm_copy, _copy("wf-s2", nodes=1, gpus=8))
     assert refused.value.type == "SlurmRefused" and refused.value.non_retryable
     job = await env.run(slurm.submit_slurm_copy, _copy("wf-s3", nodes=1))
+    started = await env.run(slurm.wait_slurm_copy_started, SlurmStartWait(job=job))
+    while started.pending:  # the partition was busy: Slurm's reason was told, then the wait goes on until it starts
+        assert started.reason not in ("", "None")
+        started = await env.run(slurm.wait_slurm_copy_started, SlurmStartWait(job=job, told=started.reason))
+    assert started.state == "RUNNING"
     await env.run(slurm.wait_slurm_copy_ready, SlurmReadyCheck(job=job, url="", model_id="tiny", nodes=1,
                                                                timeout_s=60))
     await env.run(slurm.cancel_slurm_copy, job)

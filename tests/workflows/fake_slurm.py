@@ -15,7 +15,7 @@ from temporalio.exceptions import ApplicationError
 from workflows import activity_stubs as stubs
 from workflows.activity_stubs import implements
 from workflows.payloads import CopyInput, HealthCheck, RankExit
-from workflows.slurm_payloads import SlurmCopyEnd, SlurmJobRef, SlurmJobView, SlurmReadyCheck
+from workflows.slurm_payloads import SlurmCopyEnd, SlurmJobRef, SlurmJobView, SlurmReadyCheck, SlurmStartWait
 
 HEARTBEAT_EVERY_S = 0.1
 
@@ -79,6 +79,14 @@ class FakeSlurm:
         self.calls.append(("slurm_copy_state", job))
         return self._view(job)
 
+    @implements(stubs.wait_slurm_copy_started)
+    async def wait_slurm_copy_started(self, wait: SlurmStartWait) -> SlurmJobView:
+        self.calls.append(("wait_slurm_copy_started", wait))
+        while (view := self._view(wait.job)).pending and view.reason == wait.told:
+            activity.heartbeat()
+            await asyncio.sleep(HEARTBEAT_EVERY_S)
+        return view
+
     @implements(stubs.wait_slurm_copy_ready)
     async def wait_slurm_copy_ready(self, check: SlurmReadyCheck) -> SlurmJobView:
         self.calls.append(("wait_slurm_copy_ready", check))
@@ -112,5 +120,5 @@ class FakeSlurm:
             fake.end = SlurmCopyEnd(state="CANCELLED", message=f"Slurm job {job.job_id} ended CANCELLED")
 
     def activities(self) -> list[Callable[..., Any]]:
-        return [self.submit_slurm_copy, self.slurm_copy_state, self.wait_slurm_copy_ready, self.watch_slurm_copy,
-                self.watch_slurm_copy_health, self.cancel_slurm_copy]
+        return [self.submit_slurm_copy, self.slurm_copy_state, self.wait_slurm_copy_started,
+                self.wait_slurm_copy_ready, self.watch_slurm_copy, self.watch_slurm_copy_health, self.cancel_slurm_copy]

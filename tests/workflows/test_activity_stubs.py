@@ -32,7 +32,7 @@ NAMES = {
     "run_service", "adopt_service", "wait_live",
     "resolve_model", "download_model", "check_model", "verify_model", "evict_model_cache",
     "submit_slurm_copy", "slurm_copy_state", "wait_slurm_copy_ready", "watch_slurm_copy", "cancel_slurm_copy",
-    "watch_slurm_copy_health",
+    "watch_slurm_copy_health", "wait_slurm_copy_started",
 }
 CONTROL_WORKER = (ControlActivities, InputAuthority, ModelReportActivities)
 NODE_AGENT = (NodeActivities, FrontActivities, ModelJobActivities)

@@ -6,7 +6,8 @@ failed at its minimum by one crash. Payloads decrypted, generated API keys remov
 as new, its last run (scaled up and in, stopped), its FrontWorkflow and a copy that outlived a continue-as-new.
 And model jobs (tests/workflows/record_model_histories.py): a pool that waited for `model://smol`, and its job.
 And `reserve-settles-before-release` (tests/workflows/record_reserve_histories.py): a pool stopped while its copy's
-reserve_placement still ran, and that copy."""
+reserve_placement still ran, and that copy. And `slurm-start-wait` (tests/workflows/record_slurm_histories.py): a Slurm
+copy that waited for its pending job with workflow timers, then served and was stopped."""
 
 from __future__ import annotations
 
@@ -21,22 +22,24 @@ from workflows.copy import CopyWorkflow
 from workflows.front import FrontWorkflow
 from workflows.model_job import ModelCacheWorkflow, ModelJobWorkflow
 from workflows.pool_workflow import PoolWorkflow
+from workflows.slurm_copy import SlurmCopyWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 
 
 async def test_recorded_histories_replay_on_the_current_code() -> None:
     paths = sorted(HISTORIES.glob("*.json"))
-    assert len(paths) == 16
+    assert len(paths) == 17
     assert {"ServiceWorkflow-7-continued", "ServiceWorkflow-8-after-continue", "FrontWorkflow-9",
-            "ServiceWorkflow-14-stopped-reserving", "CopyWorkflow-15-stopped-reserving"} <= {
+            "ServiceWorkflow-14-stopped-reserving", "CopyWorkflow-15-stopped-reserving",
+            "SlurmCopyWorkflow-16-pending-timers"} <= {
         path.stem for path in paths}
 
     async def histories() -> AsyncIterator[WorkflowHistory]:
         for path in paths:
             yield WorkflowHistory.from_json(path.stem, path.read_text())
 
-    replayer = Replayer(workflows=[PoolWorkflow, CopyWorkflow, FrontWorkflow, ModelJobWorkflow, ModelCacheWorkflow],
-                        data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[PoolWorkflow, CopyWorkflow, FrontWorkflow, ModelJobWorkflow, ModelCacheWorkflow,
+                                   SlurmCopyWorkflow], data_converter=pydantic_data_converter)
     results = await replayer.replay_workflows(histories(), raise_on_replay_failure=False)
     assert results.replay_failures == {}
