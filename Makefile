@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.berth-installed
 
-.PHONY: venv test test-fast demo demo-sim bench lint clean
+.PHONY: venv setup test test-fast demo demo-sim bench lint clean
 
 venv: $(STAMP)
 
@@ -47,10 +47,11 @@ PYTEST_RUN = $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -
 # before it); then every target once more, now only its own check.
 SETUP_JOBS ?= 4
 DEBIAN_CHECKS := postgres redis prometheus chromium slurm
-test: venv
-	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) --output-sync=target debian-packages \
+setup:
+	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) --output-sync=target venv debian-packages \
 	  $(filter-out $(DEBIAN_CHECKS),$(TEST_DEPS))
 	@$(MAKE) --no-print-directory $(TEST_DEPS)
+test: setup
 	$(PYTEST_RUN) $(PYTEST_ARGS)
 
 # Without the real engine and LiteLLM: the simulator-backed suite only.
