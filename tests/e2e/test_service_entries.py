@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.e2e.opencode_support import run_opencode
-from tests.support import REPO, RunningStack, free_port_base, wait_for
+from tests.support import REPO, RunningStack, free_port_base, runs_as_the_rank_user_seeing_no_key, wait_for
 
 OPENCODE = REPO / ".tools" / "opencode" / "node_modules" / ".bin" / "opencode"
 
@@ -137,7 +137,14 @@ def test_opencode_entry_with_password_and_bad_endpoint(stack: RunningStack) -> N
     assert "lapses at" in note and "restart the workflow to renew it" in note
     ephemeral = stack.state_dir / "volumes" / "ephemeral" / opencode / "workspace"
     assert ephemeral.is_dir()
+    # A coding agent with a bash tool runs as the rank user, seeing none of the state dir's keys.
+    record = next(stack.state_dir.glob(f"nodes/*/services/{opencode}.*/service.json"))
+    runs_as_the_rank_user_seeing_no_key(json.loads(record.read_text())["pid"], stack.state_dir)
+    # Its config dir is not its own to write, so after the prompt above it forked no `npm install` (which hangs
+    # offline and makes OpenCode deaf to SIGTERM): the stop is prompt, not the supervisor's 10 s grace then SIGKILL.
+    started = time.monotonic()
     stack.cli("workflow", "stop", opencode)
+    assert time.monotonic() - started < 8
     assert not ephemeral.exists()  # no Volume: the workspace goes with the workflow
     # No Endpoint (seeds/001): every *gateway* endpoint the owner may reach is registered, not model
     # endpoints. With no gateway running the workflow fails and says what to do.
