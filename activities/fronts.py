@@ -13,10 +13,12 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.front_jail import jailed_launch
 from activities.front_launch import FrontLaunch
 from activities.launches import LAUNCHES
 from activities.litellm_standby import LiteLLMStandby
 from activities.node_context import NodeContext
+from activities.rank_jail import RankUser
 from activities.supervision import SERVICE_PIDFILE, Supervisor
 from berth.api_client import ApiClient
 from berth.kinds import ProcessKind
@@ -30,14 +32,19 @@ class FrontActivities:
     """Front processes bound to one node agent (their secrets are resolved by the launches, on the node)."""
 
     def __init__(self, context: NodeContext, supervisor: Supervisor, api: ApiClient,
-                 standby: LiteLLMStandby) -> None:
+                 standby: LiteLLMStandby, rank_user: RankUser | None = None) -> None:
         self.context = context
         self.supervisor = supervisor
         self.api = api
         self.standby = standby
+        # The ranks' user (node/agent.py): a launch that says what it needs (OpenCode's) starts as it, jailed.
+        self.rank_user = rank_user
 
     async def _launch(self, run: FrontRun, workdir: Path) -> FrontLaunch:
-        return await LAUNCHES[ProcessKind(run.kind)](self.api, self.context, run, workdir)
+        launch = await LAUNCHES[ProcessKind(run.kind)](self.api, self.context, run, workdir)
+        if self.rank_user is None or launch.jail is None:
+            return launch  # an agent that is not root: as itself, as its ranks (activities/rank_jail.py)
+        return await asyncio.to_thread(jailed_launch, self.rank_user, launch, self.context.state.root)
 
     @implements(stubs.run_service)
     async def run_service(self, run: FrontRun) -> FrontExit:

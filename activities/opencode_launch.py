@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from activities.front_launch import FrontLaunch
+from activities.front_launch import FrontJail, FrontLaunch
 from activities.node_context import NodeContext
 from berth import opencode
 from berth.api_client import ApiClient
@@ -77,7 +78,16 @@ async def opencode_launch(api: ApiClient, node: NodeContext, run: FrontRun, work
     if api.ca_file:  # OpenCode (Bun) trusts the private CA of the https endpoint proxy only so
         env["NODE_EXTRA_CA_CERTS"] = api.ca_file
     env.update(command.env)
-    return FrontLaunch(argv=tuple(command.argv), environment=env, working_directory=command.cwd)
+    return FrontLaunch(argv=tuple(command.argv), environment=env, working_directory=command.cwd,
+                       jail=_jail(command, env))
+
+
+def _jail(command: opencode.ServeCommand, env: Mapping[str, str]) -> FrontJail:
+    """What `opencode serve` needs jailed (activities/front_jail.py): its home and workspace, its opencode.json
+    and the CA files its environment names, read-only; its config dir kept the agent's (render_serve says why)."""
+    certificates = (Path(env[name]) for name in ("NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE") if env.get(name))
+    return FrontJail(read_only=(command.config_path, *certificates), writable=(command.home, command.cwd),
+                     kept=(command.config_dir,))
 
 
 async def _providers(api: ApiClient, run: FrontRun, candidates: list[tuple[str, str | None, str | None]],

@@ -15,6 +15,7 @@ import httpx
 
 from berth.contracts import ServedModel
 from berth.errors import UserInputError
+from berth.processes import plain_directory
 from berth.settings import opencode_bin_override, repo_root, tls_ca_file
 from berth.tls_client import client_context
 
@@ -171,9 +172,15 @@ class ServeCommand:
 
     argv: tuple[str, ...]
     env: Mapping[str, str]
-    cwd: Path
+    cwd: Path  # the workspace
     config_path: Path
     url: str
+    home: Path  # HOME and the XDG dirs: sessions, logs, snapshots
+
+    @property
+    def config_dir(self) -> Path:
+        """OpenCode's global config dir ($XDG_CONFIG_HOME/opencode), which it must not be able to write."""
+        return self.home / ".config" / "opencode"
 
 
 def render_serve(config: Mapping[str, Any], password: str, *, host: str, port: int, data_dir: Path,
@@ -190,8 +197,18 @@ def render_serve(config: Mapping[str, Any], password: str, *, host: str, port: i
     for directory in (workspace, home):
         directory.mkdir(parents=True, exist_ok=True)
     config_path = data_dir / "opencode.json"
+    # Readable by the service (run as the rank user when the agent is root: activities/front_jail.py), writable
+    # by none: it holds no secret (the tokens and the key are {env:…} references). Replaced, not rewritten: its
+    # owner may not write a 0444 file either.
+    config_path.unlink(missing_ok=True)
     config_path.write_text(json.dumps(config, indent=2) + "\n")
-    config_path.chmod(0o600)
+    config_path.chmod(0o444)
+    config_dir = plain_directory(home, home / ".config" / "opencode")  # home may be a jailed service's
+    # Not writable by OpenCode: after its first session it forks an `npm install @opencode-ai/plugin` into every
+    # config dir it may write (OpenCode 1.18's Npm.install returns early on one it may not). Offline that install
+    # hangs, and while it runs OpenCode ignores SIGTERM: each stop waited the supervisor's grace and ended in
+    # SIGKILL. A jailed service gets it back as the agent's, 0755 (activities/front_jail.py).
+    config_dir.chmod(0o555)
     env = {
         "HOME": str(home),
         "XDG_CONFIG_HOME": str(home / ".config"),
@@ -209,7 +226,8 @@ def render_serve(config: Mapping[str, Any], password: str, *, host: str, port: i
     if litellm_key:
         env[LITELLM_KEY_ENV] = litellm_key
     argv = (str(binary or opencode_binary()), "serve", "--hostname", host, "--port", str(port))
-    return ServeCommand(argv=argv, env=env, cwd=workspace, config_path=config_path, url=f"http://{host}:{port}")
+    return ServeCommand(argv=argv, env=env, cwd=workspace, config_path=config_path, url=f"http://{host}:{port}",
+                        home=home)
 
 
 # --- pre-flight: can the workflow reach its Endpoint? -------------------------------------------------

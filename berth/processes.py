@@ -248,6 +248,19 @@ def remove_file(path: Path) -> None:
         path.unlink()
 
 
+def plain_directory(top: Path, path: Path) -> Path:
+    """`path` (under `top`) made a directory with no symlink below `top`: what lies on the way and is a symlink or
+    no directory is removed first. For the agent (root) making a directory in a tree a jailed process wrote (a
+    jailed OpenCode's home): it must follow no link that process left, to a key or to /etc."""
+    current = top
+    for part in path.relative_to(top).parts:
+        current = current / part
+        if current.is_symlink() or (current.exists() and not current.is_dir()):
+            current.unlink()
+        current.mkdir(exist_ok=True)
+    return path
+
+
 def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)

@@ -172,12 +172,12 @@ class NodeAgent:
         cipher = Cipher.load_or_create(self.state.keys)
         client = await connect(self.config.temporal_address, cipher)
         secrets_api = ApiClient(self.config.api_url, self.config.token)
-        activities = NodeActivities(self.context, supervisor, secrets_api, await self.rank_user_with_cache(),
-                                    settings.weights_endpoint())
+        user = await self.rank_user_with_cache()
+        activities = NodeActivities(self.context, supervisor, secrets_api, user, settings.weights_endpoint())
         reaper = asyncio.create_task(self.reap_orphans(
             orphans, marked, supervisor, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
         standby = LiteLLMStandby(self.context.node_dir / "litellm-standby", litellm_standby_enabled())
-        services = FrontActivities(self.context, supervisor, secrets_api, standby)
+        services = FrontActivities(self.context, supervisor, secrets_api, standby, user)  # OpenCode's jailed too
         models = ModelJobActivities(self.context, secrets_api, settings)
         functions = [activities.run_rank, activities.adopt_rank, activities.wait_ready,
                      activities.download_weights, activities.delete_ephemeral_volume,

@@ -15,8 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
+from activities.supervision import STOP_GRACE_S
 from tests.e2e.opencode_support import run_opencode
-from tests.support import REPO, RunningStack, free_port_base, wait_for
+from tests.support import REPO, RunningStack, free_port_base, runs_as_the_rank_user_seeing_no_key, wait_for
 
 OPENCODE = REPO / ".tools" / "opencode" / "node_modules" / ".bin" / "opencode"
 
@@ -137,7 +138,17 @@ def test_opencode_entry_with_password_and_bad_endpoint(stack: RunningStack) -> N
     assert "lapses at" in note and "restart the workflow to renew it" in note
     ephemeral = stack.state_dir / "volumes" / "ephemeral" / opencode / "workspace"
     assert ephemeral.is_dir()
+    # A coding agent with a bash tool runs as the rank user, seeing none of the state dir's keys.
+    record = next(stack.state_dir.glob(f"nodes/*/services/{opencode}.*/service.json"))
+    pid = json.loads(record.read_text())["pid"]
+    runs_as_the_rank_user_seeing_no_key(pid, stack.state_dir)
+    assert not_writable_by(pid, record.parent / "opencode" / "home" / ".config" / "opencode")
+    # Its config dir is not its own to write, so after the prompt above it forked no `npm install` (which hangs
+    # offline and makes OpenCode deaf to SIGTERM): SIGTERM ends it, and the whole stop (CLI start and workflow
+    # included) ends before the supervisor's grace alone would have, after which it sends SIGKILL.
+    started = time.monotonic()
     stack.cli("workflow", "stop", opencode)
+    assert time.monotonic() - started < STOP_GRACE_S
     assert not ephemeral.exists()  # no Volume: the workspace goes with the workflow
     # No Endpoint (seeds/001): every *gateway* endpoint the owner may reach is registered, not model
     # endpoints. With no gateway running the workflow fails and says what to do.
@@ -173,6 +184,14 @@ def test_opencode_entry_with_password_and_bad_endpoint(stack: RunningStack) -> N
     info = stack.wait_phase(bad, {"failed"}, timeout=60)
     assert "127.0.0.1:9" in info["last_error"]
     stack.cli("workflow", "stop", model)
+
+
+def not_writable_by(pid: int, directory: Path) -> bool:
+    """Whether the process `pid`'s user may not write `directory` (by its owner's, or group's and others', bits)."""
+    uid = int(next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                   if line.startswith("Uid:")).split()[1])
+    mode = directory.stat()
+    return uid != 0 and not mode.st_mode & (0o200 if mode.st_uid == uid else 0o022)
 
 
 @pytest.mark.litellm

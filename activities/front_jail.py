@@ -1,0 +1,40 @@
+"""A front process a user's values influence starts as the rank user, in its own mount namespace, as ranks do
+(activities/rank_jail.py, rank/jail.py): OpenCode is a coding agent with a bash tool, so its owner can make it run
+any command. Started as the node agent's own user (root on a node) it could read the cluster's keys in the state
+dir and act as root. Jailed, it sees of the state dir only its own data (its home and workspace, writable, and
+its opencode.json, read-only), reads the binary it runs, and has the allow-listed environment its launch built.
+
+An agent that is not root (or whose rank user is not usable: node/agent.py's rank_user) starts it as itself,
+as it does ranks. LiteLLM and the gateway fronts are not jailed: they run Berth's own code with the argv and
+configuration Berth builds."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from activities.front_launch import FrontLaunch
+from activities.rank_jail import RankUser, give, jailed, plan
+from berth.processes import plain_directory
+
+
+def jailed_launch(user: RankUser, launch: FrontLaunch, state_root: Path) -> FrontLaunch:
+    """`launch` started through rank/jail.py as `user`, seeing nothing of `state_root` but what its FrontJail
+    names. Blocking file work (it gives the writable directories): run it in a thread."""
+    needs = launch.jail
+    assert needs is not None, "only a launch that says what it needs is jailed"
+    give(user, needs.writable)
+    for kept in needs.kept:  # given above with the rest of its parent: taken back, readable, not writable
+        top = next(path for path in needs.writable if path in kept.parents)
+        plain_directory(top, kept)  # a link the service's previous run left there is not followed
+        os.chown(kept, os.getuid(), os.getgid())
+        kept.chmod(0o755)
+    # The program by its real path: the symlinks on the way to it (a checkout's .tools) may lie in a directory
+    # the jail hides.
+    program = os.path.realpath(shutil.which(launch.argv[0]) or launch.argv[0])
+    env = dict(launch.environment)
+    made = plan(user, (Path(program), *needs.read_only), needs.writable, [state_root])
+    argv = jailed((program, *launch.argv[1:]), made, env)
+    return replace(launch, argv=tuple(argv), environment=env)
