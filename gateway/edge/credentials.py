@@ -16,6 +16,8 @@ COOKIE_NAME = "berth_token"
 KEY_HEADERS = (b"authorization", b"x-api-key", b"x-litellm-api-key")
 # A Berth key minted through LiteLLM's /key/generate contract reads `sk-bk_…`: LiteLLM's clients expect sk-.
 LITELLM_FORM = "sk-bk_"
+# What every credential to strip holds: a key starts `bk_` (or `sk-bk_`), a Berth token `eyJ` (a JWT's header).
+KEY_MARK, TOKEN_MARK = b"bk_", b"eyJ"
 
 
 def berth_key(credential: str) -> str | None:
@@ -30,7 +32,7 @@ def find_key(headers: list[tuple[bytes, bytes]]) -> str | None:
     of Authorization, x-api-key, x-litellm-api-key that holds one."""
     found: dict[bytes, str] = {}
     for name, value in headers:
-        if name in KEY_HEADERS and name not in found:
+        if name in KEY_HEADERS and name not in found and KEY_MARK in value:
             key = berth_key(_credential(value))
             if key is not None:
                 found[name] = key
@@ -60,16 +62,30 @@ def strip_berth_credentials(headers: list[tuple[bytes, bytes]],
     go in Authorization, x-api-key, x-litellm-api-key and more (LiteLLM reads six), so every header is
     looked at. A service key (sk-… but not sk-bk_…) and other cookies stay."""
     kept: list[tuple[bytes, bytes]] = []
-    for name, value in headers:
-        if name == b"cookie":
-            cookies = _without_berth_cookies(value, verifier)
-            if cookies is not None:
-                kept.append((name, cookies))
-        elif berth_key(credential := _credential(value)) is not None or verifier.issued(credential):
-            continue
+    for item in headers:
+        if KEY_MARK in item[1] or TOKEN_MARK in item[1] or item[0] == b"cookie":
+            cleaned = without_berth_credential(item, verifier)
+            if cleaned is not None:
+                kept.append(cleaned)
         else:
-            kept.append((name, value))
+            kept.append(item)  # nothing to decode: the common case
     return kept
+
+
+def without_berth_credential(item: tuple[bytes, bytes], verifier: TokenVerifier) -> tuple[bytes, bytes] | None:
+    """One header less any Berth token or API key it holds: as it is, a Cookie less Berth's cookies, or None
+    when nothing of it may leave Berth. A value holding neither KEY_MARK nor TOKEN_MARK (most: host, user-agent,
+    content-type…) need not be decoded: the credential `_credential` reads out of a value is a slice of it
+    (latin-1 maps each byte to one character), and a key starts `bk_` (or `sk-bk_`), a Berth token `eyJ`."""
+    name, value = item
+    if name == b"cookie":
+        cookies = _without_berth_cookies(value, verifier)
+        return (name, cookies) if cookies is not None else None
+    if KEY_MARK not in value and TOKEN_MARK not in value:
+        return item
+    if berth_key(credential := _credential(value)) is not None or verifier.issued(credential):
+        return None
+    return item
 
 
 def find_token(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, bool]:

@@ -51,6 +51,8 @@ def served(rest: str) -> bool:
 
 def refusal(rest: str) -> tuple[int, str, str] | None:
     """(status, code, one-line message) when `rest` may not go to a model copy; None when it may."""
+    if rest in ROUTES:
+        return None  # an exact route (every one canonical): the common case, one set lookup
     if not canonical(rest):
         return 400, "path_not_canonical", (
             f"The path /{rest} has an empty, '.' or '..' segment; send the route itself (e.g. /v1/chat/completions).")

@@ -10,10 +10,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gateway.edge.asgi import plain
+from gateway.edge.light_series import LightCounter, LightHistogram
 from gateway.edge.upstream import Send
 
 UNKNOWN = "unknown"
@@ -68,17 +69,18 @@ class ProxyMetrics:
         self.enabled = enabled
         self.registry = registry or CollectorRegistry(auto_describe=True)
         one, r = (subject,), self.registry
-        self.requests = Counter(f"{prefix}_requests", f"Requests answered, by {subject} and status code",
-                                (subject, "code"), registry=r)
-        self.duration = Histogram(f"{prefix}_request_duration_seconds", "Whole request time at the proxy", one,
-                                  buckets=LATENCY_BUCKETS, registry=r)
-        self.first_byte = Histogram(f"{prefix}_time_to_first_byte_seconds",
-                                    "Time until the answer's first body byte left the proxy", one,
-                                    buckets=LATENCY_BUCKETS, registry=r)
-        self.added = Histogram(f"{prefix}_added_latency_seconds",
-                               "The proxy's own share of the time to the answer's headers (proxy time minus the "
-                               "copy's)", one, buckets=ADDED_BUCKETS, registry=r)
-        self.chunks = Counter(f"{prefix}_streamed_chunks", "Body chunks relayed to callers", one, registry=r)
+        # The five figures every request moves: lock-free series (gateway/edge/light_series.py), ~3 µs a request less.
+        self.requests = LightCounter(f"{prefix}_requests", f"Requests answered, by {subject} and status code",
+                                     (subject, "code"), r)
+        self.duration = LightHistogram(f"{prefix}_request_duration_seconds", "Whole request time at the proxy", one,
+                                       LATENCY_BUCKETS, r)
+        self.first_byte = LightHistogram(f"{prefix}_time_to_first_byte_seconds",
+                                         "Time until the answer's first body byte left the proxy", one,
+                                         LATENCY_BUCKETS, r)
+        self.added = LightHistogram(f"{prefix}_added_latency_seconds",
+                                    "The proxy's own share of the time to the answer's headers (proxy time minus the "
+                                    "copy's)", one, ADDED_BUCKETS, r)
+        self.chunks = LightCounter(f"{prefix}_streamed_chunks", "Body chunks relayed to callers", one, r)
         self.refusals = Counter(f"{prefix}_refusals", "Requests the proxy refused itself, by reason",
                                 (subject, "reason"), registry=r)
         self.upstream_errors = Counter(f"{prefix}_upstream_errors", "Attempts that got no answer from a copy", one,

@@ -34,6 +34,7 @@ EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
 # How often idle pooled connections are checked for a close by their upstream (uvicorn, under vLLM and
 # LiteLLM, closes a keep-alive connection after 5 s idle): one the proxy kept would sit in CLOSE-WAIT.
 SWEEP_EVERY_S = 1.0
+SPLITS_KEPT = 1024  # URLs whose parts the pool keeps
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -99,6 +100,8 @@ class UpstreamResponse:
         self._parser, self._parsed = parser, parsed
         self._head_only = head_only
         self._released = False
+        # The chunk `body` just gave is the body's last: the answer can end with it (one ASGI message less).
+        self.ends = False
 
     async def body(self) -> AsyncIterator[bytes]:
         parsed = self._parsed
@@ -107,7 +110,9 @@ class UpstreamResponse:
             while True:
                 if parsed.body:
                     chunks, parsed.body = parsed.body, []
-                    for chunk in chunks:
+                    last = len(chunks) - 1
+                    for index, chunk in enumerate(chunks):
+                        self.ends = parsed.complete and index == last  # nothing is fed while it is out
                         yield chunk
                 if parsed.complete or self._head_only:
                     return
@@ -158,6 +163,7 @@ class UpstreamPool:
         self.max_idle = max_idle_per_upstream
         self._idle: dict[tuple[str, int], deque[_Connection]] = {}
         self._sweep: asyncio.TimerHandle | None = None
+        self._splits: dict[str, tuple[tuple[str, int], str, str]] = {}
 
     def _return(self, key: tuple[str, int], connection: _Connection) -> None:
         idle = self._idle.setdefault(key, deque())
@@ -196,13 +202,9 @@ class UpstreamPool:
 
     async def request(self, method: str, url: str, headers: list[tuple[bytes, bytes]],
                       body: bytes | AsyncIterator[bytes]) -> UpstreamResponse:
-        parts = urlsplit(url)
-        host = parts.hostname or "127.0.0.1"
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        key = (host, port)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        lines = [f"{method} {target} HTTP/1.1\r\nhost: {parts.netloc}\r\n".encode("latin-1")]
-        lines.extend(name + b": " + value + b"\r\n" for name, value in headers)
+        key, target, netloc = self._split(url)
+        lines = [f"{method} {target} HTTP/1.1\r\nhost: {netloc}\r\n".encode("latin-1")]
+        lines += [b"%b: %b\r\n" % header for header in headers]
         streamed = not isinstance(body, bytes)
         if streamed:
             lines.append(b"transfer-encoding: chunked\r\n\r\n")
@@ -234,6 +236,21 @@ class UpstreamPool:
                 connection.close()
                 raise
         raise AssertionError("unreachable")
+
+    def _split(self, url: str) -> tuple[tuple[str, int], str, str]:
+        """(host, port), the request target and the Host of `url`; kept per URL (a proxy sends to a few copies'
+        few routes), bounded: a URL with a client's query string is one of many."""
+        split = self._splits.get(url)
+        if split is None:
+            parts = urlsplit(url)
+            host = parts.hostname or "127.0.0.1"
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            split = ((host, port), target, parts.netloc)
+            if len(self._splits) >= SPLITS_KEPT:
+                self._splits.clear()
+            self._splits[url] = split
+        return split
 
     async def _exchange(self, key: tuple[str, int], connection: _Connection, method: str, head: bytes,
                         body: bytes | AsyncIterator[bytes], streamed: bool) -> UpstreamResponse:
@@ -308,11 +325,15 @@ async def relay(response: UpstreamResponse, send: Send, log: logging.Logger, sou
 
     if gone is not None:
         gone.add_done_callback(close_when_gone)
+    ended = False
     try:
         await send({"type": "http.response.start", "status": response.status,
                     "headers": [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]})
         async for chunk in response.body():
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            # The last chunk of a body whose end is known ends the answer: no empty message after it (each
+            # message crosses every `send` wrapper and the server's send, docs/performance.md).
+            ended = response.ends
+            await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
             last = chunk
     except UpstreamError as error:
         if gone is not None and gone.done():
@@ -328,7 +349,8 @@ async def relay(response: UpstreamResponse, send: Send, log: logging.Logger, sou
         if gone is not None:
             gone.cancel()
         response.release()
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    if not ended:  # a body that ended with the stream, or with no chunk at all
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _client_gone(receive: Receive) -> None:

@@ -26,14 +26,16 @@ from gateway.endpoint.route_table import Route
 
 # x-project-id and x-session-id are counted per value: a member's name is bounded like any other.
 MAX_MEMBER = 128
+# The headers a limit reads: a priority asked for, and the project and session a request counts under.
+ASKED_HEADERS = (b"x-request-priority", b"x-project-id", b"x-session-id")
 # With the body limit turned off, a body read here for the prompt's size is still held in memory: bounded.
 MAX_READ_BODY = 32 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Admitted:
     """An admitted request: its ticket, the `receive` to relay it from (its body replayed when it was read
-    here), and that body (None: not read)."""
+    here), and that body (None: not read). Not frozen: one is made every request (as `Asked`)."""
 
     ticket: Ticket
     receive: Receive
@@ -112,11 +114,12 @@ class Admission:
             limiter.check_body(len(body), override)
         data = _json(body) if body is not None else {}  # parsed once, for every limit that reads it
         prompt_chars, max_tokens = _asks(data)
-        priority, denied = limiter.granted_priority(header(headers, b"x-request-priority"), override)
+        asks_priority, project, session = _asked_headers(headers)
+        priority, denied = limiter.granted_priority(asks_priority, override)
         asked = Asked(
             endpoint_id=route.id, model=_model(data, verdict), user=identity.user if identity else None,
             org=identity.org if identity else None, groups=tuple(identity.groups) if identity else (),
-            project=_member(header(headers, b"x-project-id")), session=_member(header(headers, b"x-session-id")),
+            project=_member(project), session=_member(session),
             key_id=verdict.key_id if verdict else None,
             key_tokens_per_minute=verdict.limits.tokens_per_minute if verdict else None,
             key_max_concurrent=verdict.limits.max_concurrent if verdict else None,
@@ -130,6 +133,17 @@ class Admission:
             refused.priority_denied = denied
             raise
         return Admitted(ticket, receive, body, denied)
+
+
+def _asked_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, str | None, str | None]:
+    """x-request-priority, x-project-id and x-session-id as `header` reads each (the first, stripped, None when
+    empty), in one pass over the request's headers instead of one each."""
+    found: dict[bytes, str | None] = {}
+    for name, value in headers:
+        if name in ASKED_HEADERS and name not in found:
+            found[name] = value.decode("latin-1").strip() or None
+    priority, project, session = ASKED_HEADERS
+    return found.get(priority), found.get(project), found.get(session)
 
 
 def _member(value: str | None) -> str | None:

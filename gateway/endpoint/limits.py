@@ -25,9 +25,10 @@ _JSON = (b"content-type", b"application/json")
 _PLAN_CACHE_SIZE = 1024  # overrides are one per endpoint: far more than a cluster has
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Asked:
-    """What one request asks, read once by the proxy."""
+    """What one request asks, read once by the proxy. Not frozen: one is made every request, and a frozen
+    dataclass sets each of its fourteen fields through `object.__setattr__` (4× the time; nothing changes one)."""
 
     endpoint_id: str
     model: str | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from berth.security import SigningKey, TokenVerifier
+from berth.security import Identity, SigningKey, TokenVerifier
 from gateway.edge.credentials import find_key, strip_berth_credentials
 
 KEY = "bk_0123456789ab_" + "s" * 43
@@ -48,3 +48,17 @@ def test_a_berth_token_is_stripped_every_time_and_the_answers_kept_are_bounded(t
         verifier.issued(jwt.encode({"n": number}, "k" * 32, algorithm="HS256"))
     assert len(verifier._issued) <= security.ISSUED_CACHE
     assert verifier.issued(ours) and not verifier.issued(theirs)
+
+
+def test_only_values_holding_a_key_or_token_mark_are_decoded_and_every_credential_still_goes(tmp_path: Path) -> None:
+    key = SigningKey.load_or_create(tmp_path)
+    verifier = TokenVerifier.from_jwks(key.jwks())
+    token = key.api_token(Identity("alice"))
+    headers = [(b"user-agent", b"OpenAI/Python 1.59.7"), (b"x-api-key", b"  sk-bk_abc_def"),
+               (b"x-other", f"Bearer {token}".encode()), (b"authorization", b"BEARER bk_abc_def"),
+               (b"x-service", b"sk-not-berth"), (b"x-eyj", b"eyJnot.a-token"),
+               (b"cookie", f"a=1; berth_token={token}".encode())]
+    assert strip_berth_credentials(headers, verifier) == [
+        (b"user-agent", b"OpenAI/Python 1.59.7"), (b"x-service", b"sk-not-berth"), (b"x-eyj", b"eyJnot.a-token"),
+        (b"cookie", b"a=1")]
+    assert find_key(headers[:1]) is None

@@ -38,6 +38,7 @@ class FakeApi:
 class FakeResponse:
     status = 200
     headers: list[tuple[bytes, bytes]] = [(b"content-type", b"text/plain")]
+    ends = False  # as UpstreamResponse: whether the chunk just given was the body's last (not known here)
 
     async def body(self) -> AsyncIterator[bytes]:
         yield b"ok"

@@ -54,3 +54,17 @@ def test_a_request_without_usage_is_charged_its_max_tokens_or_one() -> None:
     assert charged_tokens(None, b'{"max_completion_tokens":12}') == 12
     assert charged_tokens(None, b'{"model":"m"}') == 1
     assert charged_tokens(None, None) == 1
+
+
+def test_the_usage_key_is_read_alone_and_an_answers_text_cannot_fake_it() -> None:
+    # The model's text is a JSON string: a "usage" in it is escaped, so only the copy's own key is read.
+    faked = json.dumps({"choices": [{"message": {"content": '"usage": {"total_tokens": 1}'}}],
+                       "usage": {"prompt_tokens": 900, "completion_tokens": 100, "total_tokens": 1000}}).encode()
+    assert _metered(200, b"application/json", [faked]).usage() == Usage(900, 100, 1000)
+    only_in_text = json.dumps({"choices": [{"message": {"content": '"usage": {"total_tokens": 1}'}}]}).encode()
+    assert _metered(200, b"application/json", [only_in_text]).usage() is None
+    # A usage nested too deep to parse is no usage (and no RecursionError); `"usage"` as a value is not the key.
+    deep = b'{"usage": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    assert _metered(200, b"application/json", [deep]).usage() is None
+    as_value = json.dumps({"object": "usage", "usage": {"prompt_tokens": 2, "completion_tokens": 3}}).encode()
+    assert _metered(200, b"application/json", [as_value]).usage() == Usage(2, 3, 5)
