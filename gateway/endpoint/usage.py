@@ -113,6 +113,10 @@ def _usage_field(answer: bytes) -> tuple[Any] | None:
     vLLM writes it last, and a `usage` nested after the top-level one would be the copy's to put there. It
     spares the hot path parsing every answer whole (~4 µs a request, docs/performance.md)."""
     at = answer.rfind(USAGE)
+    # `\"usage"`: an escaped quote inside a key the model's tokens can name (a completion's top_logprobs are keyed by
+    # token text), never a `usage` key of its own: look further back.
+    while at > 0 and answer[at - 1] == 0x5C:
+        at = answer.rfind(USAGE, 0, at)
     colon = _COLON.match(answer, at + len(USAGE)) if at >= 0 else None
     if colon is None:
         return None

@@ -68,3 +68,8 @@ def test_the_usage_key_is_read_alone_and_an_answers_text_cannot_fake_it() -> Non
     assert _metered(200, b"application/json", [deep]).usage() is None
     as_value = json.dumps({"object": "usage", "usage": {"prompt_tokens": 2, "completion_tokens": 3}}).encode()
     assert _metered(200, b"application/json", [as_value]).usage() == Usage(2, 3, 5)
+    # A key the model's tokens name (a completion's top_logprobs, keyed by token text) after the real usage: its
+    # quote is escaped, so it is not taken for the copy's own key.
+    token_keyed = json.dumps({"usage": {"prompt_tokens": 4, "completion_tokens": 1},
+                              "logprobs": {"top_logprobs": [{'"usage': {"total_tokens": 1}}]}}).encode()
+    assert _metered(200, b"application/json", [token_keyed]).usage() == Usage(4, 1, 5)
