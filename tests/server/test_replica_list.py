@@ -27,10 +27,11 @@ async def test_lists_ready_copies_and_the_endpoints_routing_policy(tmp_path: Pat
         listed = (await api.get("/v1/internal/endpoints/ep-1/replicas")).json()
         gone = (await api.get("/v1/internal/endpoints/ep-unknown/replicas")).json()
     keys = context.replica_keys
+    # site_rank 0: no site rule and no site (issue 36's site_local ranks, the same for every copy here).
     copies = [{"copy_id": "wf-1.copy-0", "url": "http://10.0.0.1:8000/v1", "ready": True,
-               "api_key": keys.for_copy("wf-1.copy-0")},
+               "api_key": keys.for_copy("wf-1.copy-0"), "site_rank": 0},
               {"copy_id": "wf-1.copy-1", "url": "http://10.0.0.2:8000/v1", "ready": False,
-               "api_key": keys.for_copy("wf-1.copy-1")}]
+               "api_key": keys.for_copy("wf-1.copy-1"), "site_rank": 0}]
     # `replicas` and a copy's `id`: the old names, still answered for one release (a running pool's hook reads them).
     assert listed == {"copies": [{**c, "id": c["copy_id"]} for c in copies], "routing_policy": "most_free_kv",
                       "replicas": [{**c, "id": c["copy_id"]} for c in copies]}
