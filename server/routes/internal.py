@@ -256,7 +256,8 @@ async def endpoint_replicas(endpoint_id: str, context: Context) -> ServiceCopies
     # before its switch, an old one after it).
     split = traffic_of(annotations)
     rows = [r for r in rows if revision_weighted(split, r.revision)]
-    rules = PoolFacts.from_annotations(annotations).sites
+    pool_facts = PoolFacts.from_annotations(annotations)
+    rules = pool_facts.sites
     sites = await run_in_threadpool(copy_sites, context.store.session, [r.copy_id for r in rows]) if rules else {}
     return ServiceCopies(
         copies=[ServiceCopy(copy_id=r.copy_id, url=r.url.rstrip("/") + "/v1", ready=r.ready and not r.draining,
@@ -264,7 +265,7 @@ async def endpoint_replicas(endpoint_id: str, context: Context) -> ServiceCopies
                             **_site(sites.get(r.copy_id), rules, with_site=False))
                 for r in sorted(rows, key=lambda r: r.copy_id)],
         # LiteLLM's custom routing strategy (gateway.litellm_hooks.policy_routing) routes by it.
-        routing_policy=PoolFacts.from_annotations(annotations).routing_policy or "least_queue")
+        routing_policy=pool_facts.routing_policy or "least_queue")
 
 
 # exclude_unset: an endpoint without a `limits` override is sent without the field, as before it existed.
@@ -274,9 +275,9 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
     routed = await run_in_threadpool(context.store.load.litellm_routed)
     revoked = await run_in_threadpool(context.store.endpoint_tokens.revoked_ids)
     replicas = await run_in_threadpool(context.store.replicas)
-    power = await run_in_threadpool(_energy_readings, context, endpoints, replicas)
+    pool_facts = {e.id: PoolFacts.from_annotations(e.annotations) for e in endpoints}  # read once an endpoint
+    power = await run_in_threadpool(_energy_readings, context, pool_facts, replicas)
     sites = await run_in_threadpool(copy_sites, context.store.session, [replica.copy_id for replica in replicas])
-    site_rules = {e.id: PoolFacts.from_annotations(e.annotations).sites for e in endpoints}
     by_endpoint: dict[str, list[str]] = {}
     for replica in replicas:
         if replica.ready and not replica.draining:
@@ -288,15 +289,15 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
             {**replica_view(replica), "api_key": context.replica_keys.for_copy(replica.copy_id),
              "revision": replica.revision,
              **({"power_w": power[replica.copy_id]} if replica.copy_id in power else {}),
-             **_site(sites.get(replica.copy_id), site_rules.get(replica.endpoint_id))})
+             **_site(sites.get(replica.copy_id), _rules(pool_facts.get(replica.endpoint_id)))})
     return {"endpoints": [{
         "id": e.id, "scope": e.scope, "owner": e.owner, "org": e.org, "groups": e.groups,
         "service": e.service, "service_url": e.service_url, "copy_urls": sorted(by_endpoint.get(e.id, [])),
         # The pool as routing needs it: every published copy with its state, the policy, and
         # whether a request may wake it (a pool with no copy, not a service).
         "workflow_id": e.workflow_id, "pool": sorted(pools.get(e.id, []), key=lambda r: r["copy_id"]),
-        "routing_policy": PoolFacts.from_annotations(e.annotations).routing_policy or "least_queue",
-        "wakeable": PoolFacts.from_annotations(e.annotations).pool,
+        "routing_policy": pool_facts[e.id].routing_policy or "least_queue",
+        "wakeable": pool_facts[e.id].pool,
         # Behind LiteLLM: the copies it routes to (None until its sync hook first reported).
         "litellm_routed": routed.get(e.id) if facts(e.service).fronts_pool else None,
         "replicas": sorted(by_endpoint.get(e.id, [])),  # copy_urls' old name, for one release
@@ -308,14 +309,19 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
     } for e in endpoints]}
 
 
-def _energy_readings(context: ServerContext, endpoints: list[Any], replicas: list[Any]) -> dict[str, float]:
+def _energy_readings(context: ServerContext, pool_facts: dict[str, PoolFacts], replicas: list[Any]
+                     ) -> dict[str, float]:
     """The NVML power of the copies of energy_optimized pools (server/store/gpu_power.py): read for those alone, as
     no other policy weighs it."""
-    energy = {e.id for e in endpoints if PoolFacts.from_annotations(e.annotations).routing_policy == "energy_optimized"}
+    energy = {endpoint for endpoint, pool in pool_facts.items() if pool.routing_policy == "energy_optimized"}
     if not energy:
         return {}
     with context.store.session() as s:
         return copies_power_w(s, {r.copy_id for r in replicas if r.endpoint_id in energy})
+
+
+def _rules(pool: PoolFacts | None) -> SiteRouting | None:
+    return pool.sites if pool is not None else None
 
 
 def _site(site: str | None, rules: SiteRouting | None, with_site: bool = True) -> dict[str, Any]:
