@@ -103,6 +103,36 @@ class UpstreamResponse:
         # The chunk `body` just gave is the body's last: the answer can end with it (one ASGI message less).
         self.ends = False
 
+    @property
+    def unfinished(self) -> bool:
+        """More of the body is still to be read (the first read held only part of it, or the head alone)."""
+        return not (self._parsed.complete or self._head_only)
+
+    async def hold_whole(self, most: int) -> None:
+        """Read the rest of a short answer before any of it goes to the client, up to `most` bytes held: a break
+        now (the copy killed between its head and its body) is an UpstreamError with `sent_nothing`, which a
+        caller may still retry elsewhere, rather than an answer cut in front of its client. What is held is
+        what `body` yields first; a longer answer is relayed from where holding stopped."""
+        parsed = self._parsed
+        held = sum(map(len, parsed.body))
+        while not parsed.complete and held <= most:
+            try:
+                data = await self._connection.reader.read(READ_SIZE)
+            except OSError as error:
+                self.close()
+                raise UpstreamError(f"upstream read failed ({type(error).__name__})", sent_nothing=True) from None
+            if not data:
+                if not any(name in (b"content-length", b"transfer-encoding") for name, _ in parsed.headers):
+                    return  # close-delimited: `body` reads the end again and ends there
+                self.close()
+                raise UpstreamError("upstream closed the connection mid-response", sent_nothing=True)
+            held += len(data)
+            try:
+                self._parser.feed_data(data)
+            except httptools.HttpParserError as error:
+                self.close()
+                raise UpstreamError(f"malformed upstream response: {error}", sent_nothing=False) from None
+
     async def body(self) -> AsyncIterator[bytes]:
         parsed = self._parsed
         eof = False

@@ -26,8 +26,8 @@ class Copy:
     """One copy: answers its /metrics scrape, and a POST by its `?copy=` query (else the last part of its
     path) — `slow` (never answers), `stall` (one event, then silence), `trickle` (an event every
     `trickle_every_s`, `trickle_count` of them, then [DONE]); anything else gets `{"copy": name, "bytes": n}`
-    (or a 500 while `fails`). `ended` is set when the proxy closes a connection it left unanswered or cut
-    short; `cut` when it closed one mid-request-body."""
+    (or a 500 while `fails`; its head and half its body, then a close, while `dies_midway`). `ended` is set
+    when the proxy closes a connection it left unanswered or cut short; `cut` when it closed one mid-request-body."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -37,6 +37,7 @@ class Copy:
         self.trickle_every_s = 0.2
         self.trickle_count = 1000
         self.fails = False
+        self.dies_midway = False
         self.server: asyncio.Server | None = None
 
     @property
@@ -107,6 +108,11 @@ class Copy:
             await writer.drain()
             return True
         answer = json.dumps({"copy": self.name, "bytes": len(body)}).encode()
+        if self.dies_midway:  # as a copy killed between writing its head and its body
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%b"
+                         % (len(answer), answer[:len(answer) // 2]))
+            await writer.drain()
+            return False
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%b"
                      % (len(answer), answer))
         await writer.drain()

@@ -20,6 +20,8 @@ from gateway.endpoint.upstream_headers import to_target
 log = logging.getLogger("berth.proxy")
 
 STREAMED = re.compile(rb'"stream"\s*:\s*true')
+# How much of a replayable (non-streamed) answer is read before it is relayed, when it did not come whole at first.
+WHOLE_ANSWER_BYTES = 1 << 20
 
 
 class Forward(Step):
@@ -57,9 +59,14 @@ class Forward(Step):
         outcome, sent_at = proxy.sent(route, target), time.monotonic()
         try:
             try:
-                request.response = await proxy.upstream.request(method, target.url + path,
-                                                                to_target(target, upstream_headers), body)
-                status = request.response.status
+                response = await proxy.upstream.request(method, target.url + path,
+                                                        to_target(target, upstream_headers), body)
+                if request.retriable and response.unfinished:
+                    # Held whole before its head goes out: a copy that dies between its head and its body (a
+                    # hung copy killed, test_pool_healing) is then retried on another copy, not cut.
+                    await response.hold_whole(WHOLE_ANSWER_BYTES)
+                request.response = response
+                status = response.status
                 answered(outcome, status, time.monotonic() - sent_at)
                 request.clock.upstream_headers_s = time.monotonic() - sent_at
                 if status >= 500:

@@ -39,6 +39,7 @@ class FakeResponse:
     status = 200
     headers: list[tuple[bytes, bytes]] = [(b"content-type", b"text/plain")]
     ends = False  # as UpstreamResponse: whether the chunk just given was the body's last (not known here)
+    unfinished = False  # as UpstreamResponse: its body came whole with its head
 
     async def body(self) -> AsyncIterator[bytes]:
         yield b"ok"
