@@ -1,8 +1,9 @@
-"""A front process a user's values influence starts as the rank user, in its own mount namespace, as ranks do
-(activities/rank_jail.py, rank/jail.py): OpenCode is a coding agent with a bash tool, so its owner can make it run
-any command. Started as the node agent's own user (root on a node) it could read the cluster's keys in the state
-dir and act as root. Jailed, it sees of the state dir only its own data (its home and workspace, writable, and
-its opencode.json, read-only), reads the binary it runs, and has the allow-listed environment its launch built.
+"""A front process a user's values influence starts as its workflow's rank user (activities/rank_identities.py), in
+its own mount namespace, as ranks do (activities/rank_jail.py, rank/jail.py): OpenCode is a coding agent with a bash
+tool, so its owner can make it run any command. Started as the node agent's own user (root on a node) it could read
+the cluster's keys in the state dir and act as root. Jailed, it sees of the state dir only its own data (its home
+and workspace, writable, and its opencode.json, read-only), reads the binary it runs, and has the allow-listed
+environment its launch built. A workspace Volume is given to the user of the workflow that starts on it.
 
 An agent that is not root (or whose rank user is not usable: node/agent.py's rank_user) starts it as itself,
 as it does ranks. LiteLLM and the gateway fronts are not jailed: they run Berth's own code with the argv and
@@ -16,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from activities.front_launch import FrontLaunch
+from activities.rank_identities import user_environment
 from activities.rank_jail import RankUser, give, jailed, plan
 from berth.processes import plain_directory
 
@@ -35,6 +37,7 @@ def jailed_launch(user: RankUser, launch: FrontLaunch, state_root: Path) -> Fron
     # the jail hides.
     program = os.path.realpath(shutil.which(launch.argv[0]) or launch.argv[0])
     env = dict(launch.environment)
+    user_environment(user, env)
     made = plan(user, (Path(program), *needs.read_only), needs.writable, [state_root])
     argv = jailed((program, *launch.argv[1:]), made, env)
     return replace(launch, argv=tuple(argv), environment=env)

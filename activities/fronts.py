@@ -18,7 +18,7 @@ from activities.front_launch import FrontLaunch
 from activities.launches import LAUNCHES
 from activities.litellm_standby import LiteLLMStandby
 from activities.node_context import NodeContext
-from activities.rank_jail import RankUser
+from activities.rank_identities import RankIdentities
 from activities.supervision import SERVICE_PIDFILE, Supervisor
 from berth.api_client import ApiClient
 from berth.kinds import ProcessKind
@@ -32,19 +32,25 @@ class FrontActivities:
     """Front processes bound to one node agent (their secrets are resolved by the launches, on the node)."""
 
     def __init__(self, context: NodeContext, supervisor: Supervisor, api: ApiClient,
-                 standby: LiteLLMStandby, rank_user: RankUser | None = None) -> None:
+                 standby: LiteLLMStandby, rank_users: RankIdentities | None = None) -> None:
         self.context = context
         self.supervisor = supervisor
         self.api = api
         self.standby = standby
-        # The ranks' user (node/agent.py): a launch that says what it needs (OpenCode's) starts as it, jailed.
-        self.rank_user = rank_user
+        # The ranks' users (node/agent.py): a launch that says what it needs (OpenCode's) starts jailed, as its
+        # workflow's own user.
+        self.rank_users = rank_users
 
     async def _launch(self, run: FrontRun, workdir: Path) -> FrontLaunch:
         launch = await LAUNCHES[ProcessKind(run.kind)](self.api, self.context, run, workdir)
-        if self.rank_user is None or launch.jail is None:
+        users = self.rank_users
+        if users is None or launch.jail is None:
             return launch  # an agent that is not root: as itself, as its ranks (activities/rank_jail.py)
-        return await asyncio.to_thread(jailed_launch, self.rank_user, launch, self.context.state.root)
+
+        def jail() -> FrontLaunch:
+            assert users is not None
+            return jailed_launch(users.for_workflow(run.workflow_id), launch, self.context.state.root)
+        return await asyncio.to_thread(jail)
 
     @implements(stubs.run_service)
     async def run_service(self, run: FrontRun) -> FrontExit:

@@ -24,7 +24,8 @@ from temporalio.service import RPCError
 from activities.health import until_hung
 from activities.listener import foreign_listener
 from activities.node_context import NodeContext
-from activities.rank_jail import RankUser, engine_paths, give, give_top, jailed, model_paths, plan
+from activities.rank_identities import RankIdentities, user_environment
+from activities.rank_jail import engine_paths, give, give_top, jailed, model_paths, plan
 from activities.supervision import RANK_PIDFILE, SHUTDOWN_MARKER, RankState, Supervisor
 from activities.vllm_command import engine_defaults, rank_environment, vllm_serve_args
 from berth.api_client import ApiClient
@@ -115,12 +116,12 @@ class NodeActivities:
     """Activities bound to one node agent (its id, engine and state dir)."""
 
     def __init__(self, context: NodeContext, supervisor: Supervisor, api: ApiClient | None = None,
-                 rank_user: RankUser | None = None, weights_endpoint: str = HF_HUB_ENDPOINT) -> None:
+                 rank_users: RankIdentities | None = None, weights_endpoint: str = HF_HUB_ENDPOINT) -> None:
         self.context = context
         self.weights_endpoint = weights_endpoint  # ClusterSettings.weights_endpoint()
         self.supervisor = supervisor
         self.api = api  # resolves secrets at the last moment (never through Temporal)
-        self.rank_user = rank_user  # None: ranks run as the agent (activities/rank_jail.py)
+        self.rank_users = rank_users  # None: ranks run as the agent (activities/rank_jail.py)
         # Each copy's API key is derived here, on the node, from the state dir's keys: never carried.
         self.replica_keys = ReplicaKeys.load_or_create(context.state.keys)
 
@@ -137,7 +138,7 @@ class NodeActivities:
         (run_dir / "tmp").mkdir(parents=True, exist_ok=True)
         remove_file(run_dir / SHUTDOWN_MARKER)  # a previous run's, in a reused directory: not this run's story
         env = self._environment(spec, run_dir)
-        if self.rank_user is not None:
+        if self.rank_users is not None:
             argv = await asyncio.to_thread(self._jailed, spec, argv, env, run_dir)
         log_path = self._log_path(spec)
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -196,16 +197,19 @@ class NodeActivities:
         return env
 
     def _jailed(self, spec: RankSpec, argv: list[str], env: dict[str, str], run_dir: Path) -> list[str]:
-        """`argv` started as the rank user, seeing of the state dir only its run dir, the node's engine cache
-        and its model (activities/rank_jail.py)."""
-        user = self.rank_user
-        assert user is not None
-        cache = Path(env["VLLM_CACHE_ROOT"])
-        # The cache's contents were given once when the agent started (node/agent.py); what ranks write
-        # there since is the rank user's already, so a rank start does not walk a cache of thousands of files.
+        """`argv` started as its workflow's own rank user (activities/rank_identities.py), seeing of the state dir
+        only its run dir, that user's engine cache and its model (activities/rank_jail.py)."""
+        assert self.rank_users is not None
+        user = self.rank_users.for_workflow(spec.workflow_id)
+        # One engine cache per workflow's user: compiled kernels one user's engine wrote are never what another
+        # user's engine loads. What its ranks write there is that user's already, so a rank start gives only the
+        # top and does not walk a cache of thousands of files.
+        cache = self.context.engine_cache / str(user.uid)
+        env["VLLM_CACHE_ROOT"] = str(cache)
         give(user, [run_dir])
         give_top(user, cache)
         env["HOME"] = str(run_dir)  # ~/.cache, ~/.config of a user with no home
+        user_environment(user, env)
         read_only = engine_paths(argv, env) | model_paths(Path(spec.model_dir))
         return jailed(argv, plan(user, read_only, [run_dir, cache], [self.context.state.root]), env)
 

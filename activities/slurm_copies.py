@@ -23,7 +23,8 @@ from temporalio.exceptions import ApplicationError
 
 import rank
 from activities.health import until_hung
-from activities.rank_jail import RankUser, usable_rank_user
+from activities.rank_identities import RankIdentities
+from activities.rank_jail import usable_rank_user
 from activities.ranks import engine_command
 from activities.slurm_jail import jail_plan
 from activities.slurm_job_files import engine_environment_for, job_description, rank_argvs, write_job_dir
@@ -92,14 +93,20 @@ class SlurmCopyActivities:
         self.inherited = dict(inherited)  # what a job may inherit: allow-listed by the caller, no credential
         self.rank_user_name = rank_user_name  # BERTH_RANK_USER: whom a root worker's jobs start ranks as
         self.secret_dirs = tuple(secret_dirs)  # hidden from the ranks (the worker's state dir)
-        self._rank_user: RankUser | None | bool = False  # False: not decided yet (at the first submission)
+        self._rank_users: RankIdentities | None = None
+        self._decided = False  # whether the jail works here: decided at the first submission
 
-    async def _jail_user(self) -> RankUser | None:
-        """Decided once, at the first job (a worker on a cluster of Berth's own nodes never creates the user)."""
-        if self._rank_user is False:
-            self._rank_user = await asyncio.to_thread(usable_rank_user, self.rank_user_name, "the control worker")
-        assert not isinstance(self._rank_user, bool)
-        return self._rank_user
+    async def _jail_users(self) -> RankIdentities | None:
+        """Whom jobs' ranks run as, each workflow a uid of its own (activities/rank_identities.py): decided once, at
+        the first job (a worker on a cluster of Berth's own nodes never creates the rank user)."""
+        if not self._decided:
+            base = await asyncio.to_thread(usable_rank_user, self.rank_user_name, "the control worker")
+            if base is not None:
+                # Beside the worker's state (hidden from every job), else in the root-only jobs directory.
+                self._rank_users = RankIdentities(base, self.secret_dirs[0] if self.secret_dirs else
+                                                  Path(self.commands.settings.shared_dir) / "jobs")
+            self._decided = True
+        return self._rank_users
 
     def _job_dir(self, copy_id: str) -> Path:
         shared = self.commands.settings.shared_dir
@@ -130,10 +137,10 @@ class SlurmCopyActivities:
         argvs = rank_argvs(self.engine_command, copy.copy_id, copy.workflow_id, copy.engine, copy.nodes,
                            copy.gpus_per_node, copy.model_dir)
         environment = engine_environment_for(copy.engine, self.inherited)
-        user = await self._jail_user()
-        jail = None if user is None else await asyncio.to_thread(
-            jail_plan, user, job_dir, Path(self.commands.settings.shared_dir), argvs, environment, copy.model_dir,
-            self.secret_dirs)
+        users = await self._jail_users()
+        jail = None if users is None else await asyncio.to_thread(
+            jail_plan, users, copy.workflow_id, job_dir, Path(self.commands.settings.shared_dir), argvs, environment,
+            copy.model_dir, self.secret_dirs)
         description = job_description(argvs, copy.copy_id, copy.nodes, environment,
                                       self.commands.settings.node_address, copy.engine.startup_timeout_s, jail)
         await asyncio.to_thread(_fresh_job_dir, job_dir, description, self.replica_keys.for_copy(copy.copy_id))

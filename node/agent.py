@@ -20,7 +20,8 @@ from activities.fronts import FrontActivities
 from activities.litellm_standby import LiteLLMStandby
 from activities.model_jobs import ModelJobActivities
 from activities.node_context import NodeContext
-from activities.rank_jail import RankUser, give, usable_rank_user
+from activities.rank_identities import RankIdentities
+from activities.rank_jail import RankUser, usable_rank_user
 from activities.ranks import NodeActivities, prune_rank_dirs
 from activities.supervision import Orphan, Supervisor
 from berth.api_client import ApiClient
@@ -124,14 +125,16 @@ class NodeAgent:
         await supervisor.stop_unadopted(orphans)
         supervisor.drop_unclaimed_markers(marked)
 
-    async def rank_user_with_cache(self) -> RankUser | None:
-        """Who this agent's ranks run as (rank_user below), with the engine cache given to that user."""
+    async def rank_users(self) -> RankIdentities | None:
+        """Whom this agent's ranks and jailed services run as: each workflow a uid of its own
+        (activities/rank_identities.py), once the rank user below proved the jail works here."""
         user = await asyncio.to_thread(rank_user)
-        if user is not None:
-            # Once per agent: a cache filled by ranks that ran as root (BERTH_RANK_USER=none before) becomes
-            # the rank user's; each rank start then gives only the cache's top (activities/ranks.py).
-            await asyncio.to_thread(give, user, [self.context.engine_cache])
-        return user
+        if user is None:
+            return None
+        await asyncio.to_thread(_root_owned, self.context.engine_cache)
+        # In the state dir, not the node's: agents sharing one (a test's or a single host's nodes) give a workflow the
+        # same uid, so the ranks of one copy on one host can share memory as one user.
+        return RankIdentities(user, self.context.state.root)
 
     async def heartbeat_forever(self, api: ApiClient, supervisor: Supervisor, metrics: NodeMetrics | None) -> None:
         while True:
@@ -172,12 +175,12 @@ class NodeAgent:
         cipher = Cipher.load_or_create(self.state.keys)
         client = await connect(self.config.temporal_address, cipher)
         secrets_api = ApiClient(self.config.api_url, self.config.token)
-        user = await self.rank_user_with_cache()
-        activities = NodeActivities(self.context, supervisor, secrets_api, user, settings.weights_endpoint())
+        users = await self.rank_users()
+        activities = NodeActivities(self.context, supervisor, secrets_api, users, settings.weights_endpoint())
         reaper = asyncio.create_task(self.reap_orphans(
             orphans, marked, supervisor, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
         standby = LiteLLMStandby(self.context.node_dir / "litellm-standby", litellm_standby_enabled())
-        services = FrontActivities(self.context, supervisor, secrets_api, standby, user)  # OpenCode's jailed too
+        services = FrontActivities(self.context, supervisor, secrets_api, standby, users)  # OpenCode's jailed too
         models = ModelJobActivities(self.context, secrets_api, settings)
         functions = [activities.run_rank, activities.adopt_rank, activities.wait_ready,
                      activities.download_weights, activities.delete_ephemeral_volume,
@@ -241,6 +244,14 @@ async def first_heartbeat(send: Callable[[], Awaitable[Any]], wait_s: float = FI
                             wait_s)
                 said = True
         await asyncio.sleep(retry_s)
+
+
+def _root_owned(cache: Path) -> None:
+    """The engine cache's top: root's and readable, each workflow's user a directory of its own in it (the whole
+    cache was the one rank user's before each workflow had its own)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    os.lchown(cache, 0, 0)
+    cache.chmod(0o755)
 
 
 def rank_user() -> RankUser | None:

@@ -2,9 +2,9 @@
 only the tests need."""
 
 import os
-import pwd
 from pathlib import Path
 
+from activities.rank_identities import FIRST_UID, UID_COUNT
 from berth.settings import StateLayout
 from stack.driver import (
     REPO,
@@ -36,16 +36,16 @@ SMOLLM2_QUESTION = "What is the capital of France? Answer in one short English s
 
 
 def runs_as_the_rank_user_seeing_no_key(pid: int, state_dir: Path) -> None:
-    """Issue 29: a rank runs as the rank user, in a mount namespace where the state dir holds its way to its run
-    dir and nothing of the keys or the admin token's file (read through /proc/PID/root: the rank's own view). A
-    stack not run as root runs ranks as its own user (documented): then only the rank's environment protects
-    the keys."""
+    """Issue 29: a rank runs as its workflow's rank user, in a mount namespace where the state dir holds its way to
+    its run dir and nothing of the keys or the admin token's file (read through /proc/PID/root: the rank's own view).
+    A stack not run as root runs ranks as its own user (documented): then only the rank's environment protects the
+    keys."""
     status = Path(f"/proc/{pid}/status").read_text().splitlines()
     uid = int(next(line for line in status if line.startswith("Uid:")).split()[1])
     if os.geteuid() != 0:
         assert uid == os.geteuid()
         return
-    assert uid == pwd.getpwnam("berth-rank").pw_uid
+    assert FIRST_UID <= uid < FIRST_UID + UID_COUNT  # its workflow's own rank uid (activities/rank_identities.py)
     seen = Path(f"/proc/{pid}/root")
     keys = StateLayout(state_dir).keys
     assert keys.is_dir() and any(keys.iterdir())  # the agent's view: the keys are there

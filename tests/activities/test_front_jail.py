@@ -47,8 +47,10 @@ def test_the_plan_hides_the_state_dir_but_the_service_s_own_data(tmp_path: Path)
     assert (made["uid"], made["gid"]) == (USER.uid, USER.gid)
     assert launch.argv[-5:] == ("serve", "--hostname", "127.0.0.1", "--port", "1")
     assert launch.argv[3] == os.path.realpath("/bin/sh")  # by its real path: a link on the way may be hidden
-    # The environment stays the one the launch built (allow-listed), plus the plan the jail removes.
-    assert set(launch.environment) - {PLAN_VARIABLE} == {"PATH", "NODE_EXTRA_CA_CERTS", *command.env}
+    # The environment stays the one the launch built (allow-listed), plus the plan the jail removes and the name of
+    # the user it runs as (no passwd entry: activities/rank_identities.py).
+    assert set(launch.environment) - {PLAN_VARIABLE} == {"PATH", "NODE_EXTRA_CA_CERTS", "USER", "LOGNAME", *command.env}
+    assert launch.environment["USER"] == launch.environment["LOGNAME"] == USER.name
 
 
 def test_the_service_owns_its_home_not_its_config_dir_nor_its_config(tmp_path: Path) -> None:
