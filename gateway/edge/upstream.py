@@ -14,12 +14,12 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import httptools
 
-READ_SIZE = 65536
+READ_HELD = 1 << 18  # bytes an upstream connection holds unread before it stops reading (a slow client)
 # Headers that describe one hop, never copied across the proxy (either way).
 HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
@@ -77,18 +77,111 @@ class _Parsed:
         self.complete = True
 
 
-class _Connection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
+class _Connection(asyncio.Protocol):
+    """One upstream connection as an asyncio Protocol: what arrives is kept until `read` takes it, one future only
+    when a read has to wait. (StreamReader did the same through three more Python layers a read — its protocol, its
+    feed and its waiter — on every answer and every streamed chunk: docs/performance.md.) Reading pauses while
+    READ_HELD bytes wait unread (a slow client of a fast copy), as StreamReader's limit did; `drain` waits while the
+    transport's write buffer is over its high-water mark."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._held: list[bytes] = []
+        self._held_size = 0
+        self._eof = False
+        self._error: OSError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused_reading = False
+        self._drained: asyncio.Future[None] | None = None  # set while writing is paused
+
+    # --- asyncio.Protocol ----------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's TCPTransport is not registered as one
+
+    def data_received(self, data: bytes) -> None:
+        self._held.append(data)
+        self._held_size += len(data)
+        if self._held_size > READ_HELD and not self._paused_reading and self.transport is not None:
+            self._paused_reading = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        return False  # the transport closes itself: a connection the upstream closed is never reused
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._eof = True
+        if exc is not None:  # what a read raises: an OSError, as a broken socket's always is
+            self._error = exc if isinstance(exc, OSError) else ConnectionResetError(f"upstream connection lost: {exc}")
+        self._wake()
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_exception(exc or ConnectionResetError("upstream connection lost"))
+            drained.exception()  # retrieved: a drain nobody awaits any more must not log "never retrieved"
+
+    def pause_writing(self) -> None:
+        if self._drained is None:
+            self._drained = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # --- what the pool and a response use ------------------------------------------------------------
+    async def read(self) -> bytes:
+        """What has arrived (waiting for something when nothing has); b"" at the end of the stream. Raises what
+        broke the connection (an OSError) once what arrived before it is read."""
+        if not self._held:
+            if self._error is not None:
+                raise self._error
+            if self._eof:
+                return b""
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+            if not self._held:
+                if self._error is not None:
+                    raise self._error
+                return b""
+        held = self._held
+        data = held[0] if len(held) == 1 else b"".join(held)
+        self._held = []
+        self._held_size = 0
+        if self._paused_reading and self.transport is not None:
+            self._paused_reading = False
+            self.transport.resume_reading()
+        return data
+
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    async def drain(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionResetError("upstream connection closed")
+        if self._drained is not None:
+            await self._drained
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.writer.close()
+        if self.transport is not None:
+            with contextlib.suppress(Exception):
+                self.transport.close()
 
     def closed_by_upstream(self) -> bool:
         """The upstream closed its end (FIN read) or the transport is going: no further request fits."""
-        return self.reader.at_eof() or self.writer.is_closing()
+        return self._eof or self.transport is None or self.transport.is_closing()
 
 
 class UpstreamResponse:
@@ -117,7 +210,7 @@ class UpstreamResponse:
         held = sum(map(len, parsed.body))
         while not parsed.complete and held <= most:
             try:
-                data = await self._connection.reader.read(READ_SIZE)
+                data = await self._connection.read()
             except OSError as error:
                 self.close()
                 raise UpstreamError(f"upstream read failed ({type(error).__name__})", sent_nothing=True) from None
@@ -147,7 +240,7 @@ class UpstreamResponse:
                 if parsed.complete or self._head_only:
                     return
                 try:
-                    data = await self._connection.reader.read(READ_SIZE)
+                    data = await self._connection.read()
                 except OSError as error:  # reset by the upstream: as broken as a close mid-body
                     raise UpstreamError(f"upstream read failed ({type(error).__name__})", sent_nothing=False) from None
                 if not data:
@@ -224,11 +317,12 @@ class UpstreamPool:
 
     async def _connect(self, key: tuple[str, int]) -> _Connection:
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(*key), self.connect_timeout_s)
+            _transport, connection = await asyncio.wait_for(
+                asyncio.get_running_loop().create_connection(_Connection, *key), self.connect_timeout_s)
         except (OSError, TimeoutError) as error:
             raise UpstreamError(f"cannot connect to {key[0]}:{key[1]} ({type(error).__name__})", True,
                                 refused=True) from None
-        return _Connection(reader, writer)
+        return connection
 
     async def request(self, method: str, url: str, headers: list[tuple[bytes, bytes]],
                       body: bytes | AsyncIterator[bytes]) -> UpstreamResponse:
@@ -284,20 +378,19 @@ class UpstreamPool:
 
     async def _exchange(self, key: tuple[str, int], connection: _Connection, method: str, head: bytes,
                         body: bytes | AsyncIterator[bytes], streamed: bool) -> UpstreamResponse:
-        writer = connection.writer
         try:
             if streamed:
-                writer.write(head)
+                connection.write(head)
                 assert not isinstance(body, bytes)
                 async for chunk in body:
                     if chunk:
-                        writer.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
-                        await writer.drain()
-                writer.write(b"0\r\n\r\n")
+                        connection.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                        await connection.drain()
+                connection.write(b"0\r\n\r\n")
             else:
                 assert isinstance(body, bytes)
-                writer.write(head + body)
-            await writer.drain()
+                connection.write(head + body)
+            await connection.drain()
         except (OSError, RuntimeError) as error:
             raise UpstreamError(f"upstream write failed ({type(error).__name__})", sent_nothing=True,
                                 refused=True) from None
@@ -307,7 +400,7 @@ class UpstreamPool:
         received = False
         while not parsed.headers_done:
             try:
-                data = await connection.reader.read(READ_SIZE)
+                data = await connection.read()
             except OSError as error:
                 raise UpstreamError(f"upstream read failed ({type(error).__name__})", not received) from None
             if not data:

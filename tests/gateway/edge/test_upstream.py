@@ -8,8 +8,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+import uvloop
 
-from gateway.edge.upstream import UpstreamError, UpstreamPool, relay
+from gateway.edge import upstream
+from gateway.edge.upstream import UpstreamError, UpstreamPool, _Connection, relay
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -200,9 +202,66 @@ async def test_relay_copies_status_headers_and_body_and_aborts_a_broken_one(capl
         with pytest.raises(OSError):
             await relay(slow, gone, log, "upstream", "u1")
         # A client gone mid-body: the connection is closed at once, not pooled with a response half read.
-        assert slow._connection.writer.is_closing()
+        assert slow._connection.closed_by_upstream()  # closed: its transport is going
         await asyncio.wait_for(closed.wait(), 5)
         assert not any(pool._idle.values())
     finally:
         await pool.aclose()
         server.close()
+
+
+async def test_a_big_answer_read_slowly_pauses_the_upstream_and_a_big_upload_waits_for_a_slow_one() -> None:
+    await _big_both_ways()
+
+
+def test_the_upstream_client_on_uvloop() -> None:
+    """The proxies serve on uvloop (gateway/endpoint/run.py), whose transports are not asyncio's classes."""
+    uvloop.run(_big_both_ways())
+
+
+async def _big_both_ways() -> None:
+    """The connection holds at most READ_HELD bytes unread (then stops reading until the relay catches up) and a
+    streamed request body waits while the upstream reads slowly: every byte arrives, in order, both ways."""
+    answer = bytes(range(256)) * 16384  # 4 MiB
+    upload = b"u" * (8 << 20)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head, body = await _read_request(reader)
+        if b"/upload" in head:
+            reply = str(len(body)).encode() + (b" intact" if body == upload else b" damaged")
+        else:
+            reply = answer
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%b" % (len(reply), reply))
+        await writer.drain()
+        writer.close()
+
+    async def slowly() -> AsyncIterator[bytes]:
+        for start in range(0, len(upload), 1 << 20):
+            yield upload[start:start + (1 << 20)]
+
+    server, url = await _serve(handler)
+    pool = UpstreamPool()
+    upstream._Connection, _Watched.paused = _Watched, False  # type: ignore[misc]
+    try:
+        response = await pool.request("GET", url + "/big", [], b"")
+        received = []
+        async for chunk in response.body():
+            received.append(chunk)
+            await asyncio.sleep(0.001)  # a slow client: the copy is faster than the relay
+        assert b"".join(received) == answer and _Watched.paused
+        status, body = await _collect(pool, "POST", url + "/upload", slowly())
+        assert (status, body) == (200, f"{len(upload)} intact".encode())
+    finally:
+        upstream._Connection = _Connection  # type: ignore[misc]
+        await pool.aclose()
+        server.close()
+
+
+class _Watched(_Connection):
+    """Notes whether reading was ever paused (uvloop's transport methods cannot be wrapped)."""
+
+    paused = False
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        _Watched.paused = _Watched.paused or self._paused_reading
