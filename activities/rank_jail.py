@@ -9,8 +9,8 @@ pytest's base temp) is empty except what the engine needs read-only: its virtual
 virtualenv was made from, the folders on its PYTHONPATH (the copy guard's among them). Paths stay the same, so
 nothing in the engine's command line or environment changes.
 
-The rank user is what the jail is proven with: each workflow's ranks run as a uid of their own
-(activities/rank_identities.py), so one user's code never reaches another workflow's processes or engine cache.
+The rank user is what the jail is proven with: each user's ranks run as a uid of their own
+(activities/rank_identities.py), so one user's code never reaches another user's processes or engine cache.
 
 An agent that is not root cannot change users: its ranks run as itself (the keys are then protected by their
 file modes only), and it says so once at start. So does a root agent whose kernel refuses mount namespaces."""

@@ -197,12 +197,12 @@ class NodeActivities:
         return env
 
     def _jailed(self, spec: RankSpec, argv: list[str], env: dict[str, str], run_dir: Path) -> list[str]:
-        """`argv` started as its workflow's own rank user (activities/rank_identities.py), seeing of the state dir
-        only its run dir, that user's engine cache and its model (activities/rank_jail.py)."""
+        """`argv` started as its owner's own rank uid (activities/rank_identities.py), seeing of the state dir only its
+        run dir, that uid's engine cache and its model (activities/rank_jail.py)."""
         assert self.rank_users is not None
-        user = self.rank_users.for_workflow(spec.workflow_id)
-        # One engine cache per workflow's user: compiled kernels one user's engine wrote are never what another
-        # user's engine loads. What its ranks write there is that user's already, so a rank start gives only the
+        user = self.rank_users.for_ranks(spec.owner, spec.workflow_id)
+        # One engine cache per user: compiled kernels one user's engine wrote are never what another user's engine
+        # loads. What its ranks write there is that user's already, so a rank start gives only the
         # top and does not walk a cache of thousands of files.
         cache = self.context.engine_cache / str(user.uid)
         env["VLLM_CACHE_ROOT"] = str(cache)

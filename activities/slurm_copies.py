@@ -139,8 +139,8 @@ class SlurmCopyActivities:
         environment = engine_environment_for(copy.engine, self.inherited)
         users = await self._jail_users()
         jail = None if users is None else await asyncio.to_thread(
-            jail_plan, users, copy.workflow_id, job_dir, Path(self.commands.settings.shared_dir), argvs, environment,
-            copy.model_dir, self.secret_dirs)
+            jail_plan, users, copy.owner, copy.workflow_id, job_dir, Path(self.commands.settings.shared_dir), argvs,
+            environment, copy.model_dir, self.secret_dirs)
         description = job_description(argvs, copy.copy_id, copy.nodes, environment,
                                       self.commands.settings.node_address, copy.engine.startup_timeout_s, jail)
         await asyncio.to_thread(_fresh_job_dir, job_dir, description, self.replica_keys.for_copy(copy.copy_id))

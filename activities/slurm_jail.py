@@ -4,7 +4,7 @@ user influences (their model's files, their engine flags) as root, next to the c
 
 When the worker is root (and BERTH_RANK_USER is not `none`), `copy.json` carries rank/jail.py's plan, made here
 exactly as activities/rank_jail.py makes it for a node agent's ranks: the worker's state dir hidden, the engine's
-virtualenv, Python and PYTHONPATH and the model read-only, and two directories of the workflow's own rank user
+virtualenv, Python and PYTHONPATH and the model read-only, and two directories of its owner's own rank uid
 (activities/rank_identities.py) writable — the job's `run/` (the engine's home and working directory) and that
 user's engine cache on the shared filesystem. The launcher (rank/slurm_rank.py), still root, reads the copy's key,
 then execs the engine through the jail. The job directory itself stays root's (0700): a rank user who could write it
@@ -25,13 +25,13 @@ RUN_DIR = "run"  # in the job directory: the engine's home and working directory
 ENGINE_CACHE = "engine-cache"  # in the shared directory: vLLM's cache, one for every job, as one per node
 
 
-def jail_plan(users: RankIdentities, workflow_id: str, job_dir: Path, shared_dir: Path,
+def jail_plan(users: RankIdentities, owner: str, workflow_id: str, job_dir: Path, shared_dir: Path,
               argvs: Mapping[str, Sequence[str]], environment: dict[str, str], model_dir: str,
               secret: Iterable[Path]) -> dict[str, object]:
-    """rank/jail.py's plan for every rank of the job, as `workflow_id`'s own user, with `environment` given that
+    """rank/jail.py's plan for every rank of the job, as its owner's own uid, with `environment` given that
     user's home and engine cache. Blocking file work (it makes and gives those directories, and walks the model's):
     run it in a thread."""
-    user = users.for_workflow(workflow_id)
+    user = users.for_ranks(owner, workflow_id)
     job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     run_dir, cache = job_dir / RUN_DIR, shared_dir / ENGINE_CACHE / str(user.uid)
     give(user, [run_dir])

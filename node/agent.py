@@ -126,14 +126,14 @@ class NodeAgent:
         supervisor.drop_unclaimed_markers(marked)
 
     async def rank_users(self) -> RankIdentities | None:
-        """Whom this agent's ranks and jailed services run as: each workflow a uid of its own
+        """Whom this agent's ranks and jailed services run as: each user's ranks, and each service, a uid of their own
         (activities/rank_identities.py), once the rank user below proved the jail works here."""
         user = await asyncio.to_thread(rank_user)
         if user is None:
             return None
         await asyncio.to_thread(_root_owned, self.context.engine_cache)
-        # In the state dir, not the node's: agents sharing one (a test's or a single host's nodes) give a workflow the
-        # same uid, so the ranks of one copy on one host can share memory as one user.
+        # In the state dir, not the node's: agents sharing one (a test's or a single host's nodes) give a user the same
+        # uid, so the ranks of one copy on one host can share memory as one user.
         return RankIdentities(user, self.context.state.root)
 
     async def heartbeat_forever(self, api: ApiClient, supervisor: Supervisor, metrics: NodeMetrics | None) -> None:
@@ -247,8 +247,8 @@ async def first_heartbeat(send: Callable[[], Awaitable[Any]], wait_s: float = FI
 
 
 def _root_owned(cache: Path) -> None:
-    """The engine cache's top: root's and readable, each workflow's user a directory of its own in it (the whole
-    cache was the one rank user's before each workflow had its own)."""
+    """The engine cache's top: root's and readable, each rank uid a directory of its own in it (the whole cache was the
+    one rank user's before each user had a uid of their own)."""
     cache.mkdir(parents=True, exist_ok=True)
     os.lchown(cache, 0, 0)
     cache.chmod(0o755)

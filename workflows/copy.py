@@ -180,7 +180,7 @@ class CopyWorkflow:
                 host=rank.address, port=rank.port,  # its node's cluster address, never 0.0.0.0 (issue 29)
                 master_addr=leader.address, master_port=placement.master_port, model_dir=input.model_dir,
                 log_name=f"vllm-rank-{rank.rank}", health=health if rank.rank == leader.rank else None,
-                devices=rank.devices,
+                devices=rank.devices, owner=input.owner,
             )
             ranks[rank.rank] = asyncio.create_task(self._rank_life(spec, rank.node_id))
         published = False

@@ -95,6 +95,7 @@ class CopyInput(Payload):
     revision: int = 1  # the workflow revision whose definition this copy runs
     slurm: SlurmPick | None = None  # where Slurm places copies: the values' partition, account and time limit
     sites: SitePlacement | None = None  # where the pool's copies may go (issue 36): the values' site rules
+    owner: str = ""  # the user whose copy it is: whose own uid its ranks run as (activities/rank_identities.py)
     parent_workflow_id: str
     # Unused by the workflows: the pool's budgets (ReplaceFailedCopies spent, the failure streak) live in
     # PoolCarry, which is what continue-as-new carries; a copy is never restarted by it.
@@ -131,6 +132,7 @@ class RankSpec(Payload):
     log_name: str
     health: HealthCheck | None = None  # the leader (rank 0) probes its own engine; other ranks serve no HTTP
     devices: tuple[str, ...] = ()  # its placement's CUDA names for `gpus` (MIG slices' UUIDs); empty: the indices
+    owner: str = ""  # whose uid the rank runs as (activities/rank_identities.py); empty (an older copy): its workflow's
 
 
 class RankExit(Payload):

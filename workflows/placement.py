@@ -20,5 +20,5 @@ def new_copy(input: PoolInput, model_dir: str, index: int, revision: int, weight
         model_dir=model_dir, volume=volume,
         model_digest=weights.digest if weights and input.definition.model_ref else None,
         parent_workflow_id=parent_workflow_id, timings=input.timings, revision=revision, slurm=replica.slurm,
-        sites=replica.sites.placement() if replica.sites is not None else None,
+        sites=replica.sites.placement() if replica.sites is not None else None, owner=input.owner.user,
     )

@@ -62,11 +62,11 @@ async def test_a_copy_job_is_submitted_once_ready_on_both_nodes_and_ends_with_th
     async with httpx.AsyncClient(timeout=5) as client:
         assert (await client.get(f"{view.url}/v1/models", headers={"Authorization": f"Bearer {key}"})).is_success
         assert (await client.get(f"{view.url}/v1/models")).status_code == 401
-    # The worker is root: each engine runs as its workflow's rank user, with the worker's state dir (its keys) hidden.
+    # The worker is root: each engine runs as its owner's rank uid, with the worker's state dir (its keys) hidden.
     rank0 = json.loads((Path(job.job_dir) / "rank-0.json").read_text())
     users = await slurm._jail_users()
     assert users is not None
-    assert _uid_and_hidden(int(rank0["pid"]), tmp_path) == (users.for_workflow(copy.workflow_id).uid, True)
+    assert _uid_and_hidden(int(rank0["pid"]), tmp_path) == (users.for_ranks(copy.owner, copy.workflow_id).uid, True)
     rank1 = json.loads((Path(job.job_dir) / "rank-1.json").read_text())
     os.kill(rank1["pid"], signal.SIGKILL)
     end = await asyncio.wait_for(env.run(slurm.watch_slurm_copy, job), 60)
