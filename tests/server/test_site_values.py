@@ -23,7 +23,7 @@ from server.site_values import refuse_sites_on_slurm, with_model_residency
 from server.store.copy_sites import copy_sites
 from server.store.database import Store
 from server.submission import pool_facts
-from workflows.payloads import CopyTimings, PoolInput
+from workflows.payloads import CopyTimings, Owner, PoolInput
 from workflows.placement import new_copy
 
 pytestmark = pytest.mark.timeout(60)
@@ -83,8 +83,11 @@ def test_the_values_reach_the_copies_reservation_and_the_pools_routing_facts() -
     definition = render(entry, resolve_values(entry, {
         "PreferredSite": "eu-west", "AllowedSites": "eu-west,eu-north", "Residency": "eu", "FailoverSites": "eu-north",
         "MaxCopiesPerSite": "2", "MinSites": "2", "MaxReplicas": "4", "RoutingPolicy": "site_local"}))
-    pool = PoolInput.model_construct(workflow_id="wf", endpoint_id="ep", definition=definition, timings=CopyTimings())
-    sites = new_copy(pool, "/models", 0, 1, None, "wf").sites
+    pool = PoolInput.model_construct(workflow_id="wf", endpoint_id="ep", definition=definition, timings=CopyTimings(),
+                                     owner=Owner(user="alice"))
+    copy = new_copy(pool, "/models", 0, 1, None, "wf")
+    assert copy.owner == "alice"  # whose uid its ranks run as (activities/rank_identities.py)
+    sites = copy.sites
     assert sites is not None
     assert (sites.preferred, sites.allowed, sites.residency, sites.max_copies_per_site, sites.min_sites) == (
         "eu-west", ("eu-west", "eu-north"), "eu", 2, 2)
