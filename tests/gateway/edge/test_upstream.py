@@ -11,7 +11,8 @@ import pytest
 import uvloop
 
 from gateway.edge import upstream
-from gateway.edge.upstream import UpstreamError, UpstreamPool, _Connection, relay
+from gateway.edge.upstream import UpstreamError, UpstreamPool, relay
+from gateway.edge.upstream_connection import UpstreamConnection
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -241,7 +242,7 @@ async def _big_both_ways() -> None:
 
     server, url = await _serve(handler)
     pool = UpstreamPool()
-    upstream._Connection, _Watched.paused = _Watched, False  # type: ignore[misc]
+    upstream.UpstreamConnection, _Watched.paused = _Watched, False  # type: ignore[misc]
     try:
         response = await pool.request("GET", url + "/big", [], b"")
         received = []
@@ -252,12 +253,12 @@ async def _big_both_ways() -> None:
         status, body = await _collect(pool, "POST", url + "/upload", slowly())
         assert (status, body) == (200, f"{len(upload)} intact".encode())
     finally:
-        upstream._Connection = _Connection  # type: ignore[misc]
+        upstream.UpstreamConnection = UpstreamConnection  # type: ignore[misc]
         await pool.aclose()
         server.close()
 
 
-class _Watched(_Connection):
+class _Watched(UpstreamConnection):
     """Notes whether reading was ever paused (uvloop's transport methods cannot be wrapped)."""
 
     paused = False
