@@ -31,6 +31,7 @@ HOP_BY_HOP = frozenset({
 BROKEN_STREAM_EVENT = (b'data: {"error": {"message": "The model\'s upstream copy broke mid-stream: this reply is '
                        b'incomplete; retry the request.", "type": "upstream_error", "code": 502}}\n\n')
 EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
+BODILESS = frozenset({204, 304})  # statuses whose answers carry no body and may not say a length (RFC 9110)
 # How often idle pooled connections are checked for a close by their upstream (uvicorn, under vLLM and
 # LiteLLM, closes a keep-alive connection after 5 s idle): one the proxy kept would sit in CLOSE-WAIT.
 SWEEP_EVERY_S = 1.0
@@ -93,6 +94,16 @@ class UpstreamResponse:
     def unfinished(self) -> bool:
         """More of the body is still to be read (the first read held only part of it, or the head alone)."""
         return not (self._parsed.complete or self._head_only)
+
+    def take_whole(self) -> bytes | None:
+        """The whole body when it is all in hand (complete, not a HEAD's), the connection released; else None."""
+        parsed = self._parsed
+        if not parsed.complete or self._head_only:
+            return None
+        body = b"".join(parsed.body) if len(parsed.body) != 1 else parsed.body[0]
+        parsed.body = []
+        self.release()
+        return body
 
     async def hold_whole(self, most: int) -> None:
         """Read the rest of a short answer before any of it goes to the client, up to `most` bytes held: a break
@@ -330,6 +341,14 @@ async def relay(response: UpstreamResponse, send: Send, log: logging.Logger, sou
     otherwise generate the whole reply for nobody and the connection return to the pool afterwards."""
     event_stream = any(key == b"content-type" and value.lower().startswith(b"text/event-stream")
                        for key, value in response.headers)
+    if not event_stream and response.status not in BODILESS and (whole := response.take_whole()) is not None:
+        # All of it came with its head (a short answer, or one held whole): one body message, and its length
+        # said, so the server frames no chunks (docs/performance.md, "A whole answer relayed whole").
+        headers = [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]
+        headers.append((b"content-length", b"%d" % len(whole)))
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        await send({"type": "http.response.body", "body": whole})
+        return
     last = b""
     # Event streams only: they are what runs long after the head; a whole reply is sent as it comes, and the
     # watcher (one task) stays off the non-streamed hot path measured in docs/performance.md.

@@ -44,6 +44,9 @@ class FakeResponse:
     async def body(self) -> AsyncIterator[bytes]:
         yield b"ok"
 
+    def take_whole(self) -> bytes | None:
+        return b"ok"  # as UpstreamResponse: the whole body, as it came with its head
+
     def release(self) -> None:
         pass
 
