@@ -16,6 +16,7 @@ was lost) adds nothing, so retries are safe.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -170,11 +171,11 @@ def _stored(connection: Connection, batch: AuditBatch) -> bool:
 
 def _linked(records: list[Row], first_seq: int, prev_hash: str) -> tuple[list[str], list[str]]:
     """The records' canonical texts, numbered from `first_seq`, and their hashes, the first linked to `prev_hash`."""
-    canonical, texts, hashes = BatchText(), [], []
-    for seq, record in enumerate(records, start=first_seq):
-        text = canonical.record(seq, record)
-        prev_hash = link(prev_hash, text)
-        texts.append(text)
+    texts = list(map(BatchText().record, range(first_seq, first_seq + len(records)), records))
+    hashes = []
+    sha256 = hashlib.sha256
+    for text in texts:  # audit_text.link, inlined: a call a record was a tenth of this loop
+        prev_hash = sha256((prev_hash + text).encode()).hexdigest()
         hashes.append(prev_hash)
     return texts, hashes
 

@@ -37,31 +37,36 @@ _PHASES = {phase: encode_basestring_ascii(phase.value) for phase in AuditPhase}
 
 class BatchText:
     """`canonical` of a batch's new records, written out in the sorted key order: a third of json.dumps's cost, the
-    same text (a test holds the two equal over generated batches). The strings a batch's records repeat (endpoint,
-    copy, key, user) are encoded once; a float json.dumps would spell as NaN or Infinity (the contract refuses
-    them) takes json.dumps's path."""
+    same text (a test holds the two equal over generated batches). What a batch's records repeat is written once:
+    the copy, endpoint and key ids (one run of the text) and the user (its end); a float json.dumps would spell
+    as NaN or Infinity (the contract refuses them) takes json.dumps's path."""
 
-    __slots__ = ("_encoded",)
+    __slots__ = ("_middles", "_ends")
 
     def __init__(self) -> None:
-        self._encoded: dict[str | None, str] = {None: "null"}
-
-    def _text(self, value: str | None) -> str:
-        encoded = self._encoded.get(value)
-        if encoded is None and value is not None:  # None itself is in the memo
-            encoded = self._encoded[value] = encode_basestring_ascii(value)
-        return encoded or "null"
+        self._middles: dict[tuple[str | None, str, str | None], str] = {}
+        self._ends: dict[str | None, str] = {}
 
     def record(self, seq: int, fields: tuple[Any, ...]) -> str:
         """The text of record `seq`, whose fields are in RECORD_FIELDS order (AuditBatch.rows())."""
         at, phase, request_id, status, tokens_in, tokens_out, key_id, user, endpoint_id, copy_id, latency = fields
         if not (math.isfinite(at) and math.isfinite(latency)):
             return canonical({"seq": seq, **dict(zip(RECORD_FIELDS, fields, strict=True)), "phase": phase.value})
-        text = self._text
-        return (f'{{"at":{at!r},"copy_id":{text(copy_id)},"endpoint_id":{text(endpoint_id)},'
-                f'"key_id":{text(key_id)},"latency_ms":{latency!r},"phase":{_PHASES[phase]},'
+        middle = self._middles.get((copy_id, endpoint_id, key_id))
+        if middle is None:
+            middle = self._middles[(copy_id, endpoint_id, key_id)] = (
+                f'"copy_id":{_json_text(copy_id)},"endpoint_id":{_json_text(endpoint_id)},'
+                f'"key_id":{_json_text(key_id)},"latency_ms":')
+        end = self._ends.get(user)
+        if end is None:
+            end = self._ends[user] = f'"user":{_json_text(user)}}}'
+        return (f'{{"at":{at!r},{middle}{latency!r},"phase":{_PHASES[phase]},'
                 f'"request_id":{encode_basestring_ascii(request_id)},"seq":{seq},"status":{status},'
-                f'"tokens_in":{tokens_in},"tokens_out":{tokens_out},"user":{text(user)}}}')
+                f'"tokens_in":{tokens_in},"tokens_out":{tokens_out},{end}')
+
+
+def _json_text(value: str | None) -> str:
+    return "null" if value is None else encode_basestring_ascii(value)
 
 
 def link(prev_hash: str, text: str) -> str:
