@@ -9,12 +9,15 @@ Before one keep-alive loopback copy (bench/loopback_copy.py), in processes of th
 A blocking-socket client (a few µs a request of its own, so the figures are the servers') sends the same
 non-streamed request to the copy and to each, in turn, one at a time; the p50 of each and what each adds to the
 copy's; each server process's CPU per request over that run (/proc), and over a wrk run at concurrency 32 (where
-it never sleeps between requests). Usage: PYTHONPATH=. .venv/bin/python -m bench.hop_floor [--rounds N]; prints JSON."""
+it never sleeps between requests). Usage: PYTHONPATH=. .venv/bin/python -m bench.hop_floor [--rounds N]; prints JSON.
+`--baseline DIR [--app proxy|bare]`: that server from another checkout (`git archive REV | tar -x -C DIR`) beside
+this one's, CPU per request at concurrency 32 in five alternating rounds and the added p50 of each."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import shutil
 import socket
@@ -107,6 +110,15 @@ def serve(port: int, copy_url: str, bare: bool) -> None:
             return None
 
         proxy.refresh = no_refresh  # type: ignore[method-assign]
+
+        async def scrape_forever() -> None:
+            # The copy's load figures stay fresh (berth/routing_rules.py FRESH_FOR_S) as the scraper keeps them:
+            # a run past 30 s would answer 503 "no replica ready" without this.
+            while True:
+                await asyncio.sleep(5)
+                await asyncio.gather(*(proxy.scraper.scrape_now(replica) for replica in proxy._replicas.values()))
+
+        scraping = asyncio.create_task(scrape_forever())  # noqa: F841 — runs as long as the process
         config = uvicorn.Config(bare_app if bare else proxy, host="127.0.0.1", port=port, log_level="warning",
                                 access_log=False, loop="none", http=guarded_protocol(ConnectionLimits()),
                                 lifespan="off")
@@ -177,8 +189,45 @@ def wrk_cpu(ports: dict[str, int], pids: dict[str, int], seconds: float) -> dict
     return out
 
 
-def _start(args: list[str]) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, *args], cwd=REPO, stdout=subprocess.PIPE)
+def against_baseline(baseline: Path, app: str, rounds: int, seconds: float) -> dict[str, Any]:
+    """The same server (`app`: the proxy or the minimal app under uvicorn) from this checkout and from `baseline`,
+    side by side before one copy: each one's CPU per request under wrk at concurrency 32, in alternating rounds
+    (the order flips each round), then the added p50 of each at concurrency 1, interleaved."""
+    wrk = shutil.which("wrk")
+    assert wrk is not None, "wrk is needed"
+    ports = {name: free_port() for name in ("copy", "baseline", "this")}
+    procs = {"copy": _start([str(REPO / "bench" / "loopback_copy.py"), str(ports["copy"])])}
+    copy_url = f"http://127.0.0.1:{ports['copy']}"
+    script = wrk_post_script(Path(tempfile.mkdtemp(prefix="berth-bench-wrk-")), {})
+    cpu: dict[str, list[float]] = {"baseline": [], "this": []}
+    try:
+        for name, root in (("baseline", baseline.resolve()), ("this", REPO)):
+            # This file serves either way; the product code it imports is `root`'s.
+            procs[name] = _start([__file__, "--serve", str(ports[name]), copy_url, app], root)
+        p50s({"baseline": ports["baseline"], "this": ports["this"]}, 50)
+        for number in range(rounds):
+            for name in ("baseline", "this") if number % 2 == 0 else ("this", "baseline"):
+                began = cpu_seconds(procs[name].pid)
+                result = subprocess.run([wrk, "-t1", "-c32", f"-d{seconds:.0f}s", "-s", str(script),
+                                         f"http://127.0.0.1:{ports[name]}{PATH}"], capture_output=True, text=True,
+                                        check=True)
+                match = re.search(r"(\d+) requests in", result.stdout)
+                assert match is not None and "Non-2xx" not in result.stdout, result.stdout
+                cpu[name].append(round((cpu_seconds(procs[name].pid) - began) / int(match.group(1)) * 1e6, 1))
+        medians = p50s(ports, 3000)
+        return {"app": app, "rounds": rounds, "cpu_us_per_request_c32": {name: sorted(v) for name, v in cpu.items()},
+                "median_cpu_us_c32": {name: statistics.median(v) for name, v in cpu.items()},
+                "added_p50_ms_c1": {name: round(medians[name] - medians["copy"], 4) for name in cpu}}
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+
+
+def _start(args: list[str], root: Path = REPO) -> subprocess.Popen[bytes]:
+    """A process of `root`'s checkout (its own code on the path, whatever this one's)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.Popen([sys.executable, *args], cwd=root, stdout=subprocess.PIPE, env=env)
     assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
     return proc
 
@@ -189,7 +238,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=6, help="each wrk run's length")
     parser.add_argument("--forward", nargs=2, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--baseline", type=Path, help="another checkout: its server against this one's, same run")
+    parser.add_argument("--app", choices=("proxy", "bare"), default="proxy", help="with --baseline: which server")
     args = parser.parse_args()
+    if args.baseline:
+        emit("hop_floor_against_baseline", against_baseline(args.baseline, args.app, 5, args.seconds))
+        return
     if args.forward:
         forward(*args.forward)
         return
