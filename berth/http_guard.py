@@ -8,7 +8,8 @@ Each Berth HTTP server (`berth server`, `berth proxy`, the model gateway) runs w
 - a body that sends nothing for `body_read_timeout_s` has its connection closed (the app sees a disconnect);
 - beyond `max_connections` open connections, or `max_connections_per_client` from one address, a new
   connection is answered 503 and closed at once.
-Every refusal is one plain-text line with `connection: close`."""
+Every refusal is one plain-text line with `connection: close`. Each request's answer is written through HeadHeld
+(berth/head_held.py): a whole answer leaves in one system call."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from berth.head_held import HeadHeld
 from berth.settings.connections import ConnectionLimits
 
 LINGER_S = 1.0  # how long a refused connection's further bytes are read and dropped before it closes
@@ -144,45 +146,6 @@ class GuardedHttpTools(HttpToolsProtocol):
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_S, self.transport.close)
-
-
-class HeadHeld:
-    """A response's transport that holds its first write (the head uvicorn writes at `http.response.start`) until
-    the next write of the same loop step, so a whole answer — head, then body, in one step — leaves in one system
-    call instead of two; a head with nothing after it in that step (an event stream's) leaves at the step's end.
-    On loopback a write is the dearest thing a proxied request does (the receiver's side runs in the sender's
-    system call: docs/performance.md, "One write a whole answer"). Writes keep their order: a later write joins
-    what is held, and a close sends it first."""
-
-    __slots__ = ("_held", "_loop", "_transport", "_wrote")
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport, self._loop = transport, loop
-        self._held: bytes | None = None
-        self._wrote = False
-
-    def write(self, data: bytes) -> None:
-        if self._held is not None:
-            data, self._held = self._held + data, None
-        elif not self._wrote:
-            self._wrote = True
-            self._held = data
-            self._loop.call_soon(self._flush)
-            return
-        self._transport.write(data)
-
-    def _flush(self) -> None:
-        if self._held is not None:
-            data, self._held = self._held, None
-            if not self._transport.is_closing():
-                self._transport.write(data)
-
-    def is_closing(self) -> bool:
-        return self._transport.is_closing()
-
-    def close(self) -> None:
-        self._flush()
-        self._transport.close()
 
 
 def guarded_protocol(limits: ConnectionLimits) -> type[GuardedHttpTools]:

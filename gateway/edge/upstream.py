@@ -100,7 +100,7 @@ class UpstreamResponse:
         parsed = self._parsed
         if not parsed.complete or self._head_only:
             return None
-        body = b"".join(parsed.body) if len(parsed.body) != 1 else parsed.body[0]
+        body = b"".join(parsed.body)
         parsed.body = []
         self.release()
         return body
@@ -341,10 +341,10 @@ async def relay(response: UpstreamResponse, send: Send, log: logging.Logger, sou
     otherwise generate the whole reply for nobody and the connection return to the pool afterwards."""
     event_stream = any(key == b"content-type" and value.lower().startswith(b"text/event-stream")
                        for key, value in response.headers)
+    headers = [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]
     if not event_stream and response.status not in BODILESS and (whole := response.take_whole()) is not None:
         # All of it came with its head (a short answer, or one held whole): one body message, and its length
         # said, so the server frames no chunks (docs/performance.md, "A whole answer relayed whole").
-        headers = [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]
         headers.append((b"content-length", b"%d" % len(whole)))
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         await send({"type": "http.response.body", "body": whole})
@@ -362,8 +362,7 @@ async def relay(response: UpstreamResponse, send: Send, log: logging.Logger, sou
         gone.add_done_callback(close_when_gone)
     ended = False
     try:
-        await send({"type": "http.response.start", "status": response.status,
-                    "headers": [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]})
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
         async for chunk in response.body():
             # The last chunk of a body whose end is known ends the answer: no empty message after it (each
             # message crosses every `send` wrapper and the server's send, docs/performance.md).

@@ -16,7 +16,6 @@ was lost) adds nothing, so retries are safe.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -31,7 +30,7 @@ from sqlalchemy.orm import Session
 from berth.contracts import MAX_AUDIT_LIST, AuditAppended, AuditBatch, AuditRow, AuditVerdict, KeyRequests
 from berth.contracts.audit import AuditPhase
 from berth.contracts.base import INT64_MAX
-from server.store.audit_text import GENESIS, HASH_LENGTH, BatchText, link, stored_row
+from server.store.audit_text import GENESIS, HASH_LENGTH, BatchText, links, stored_row
 from server.store.latency_buckets import LAST, PER_DOUBLING, Buckets, encoded
 from server.store.tables import AuditBatchRow, AuditTallyRow, StoreLockRow
 
@@ -119,10 +118,12 @@ class AuditChain:
             if len(lines) != batch.count or len(batch.hashes) != batch.count * HASH_LENGTH:
                 return _broken(batch.first_seq, checked + 1, "its batch's records and hashes do not agree (a record "
                                                              "was removed or inserted)")
+            # Each computed from the stored hash before it, as far as those agree: the first that does not is named.
+            computed = links(expected_prev, lines)
             for index, text in enumerate(lines):
                 checked += 1
                 stored = batch.hashes[index * HASH_LENGTH:(index + 1) * HASH_LENGTH]
-                if f'"seq":{batch.first_seq + index},' not in text or link(expected_prev, text) != stored:
+                if f'"seq":{batch.first_seq + index},' not in text or computed[index] != stored:
                     return _broken(batch.first_seq + index, checked,
                                    "its hash does not follow from the record before and its own fields (this "
                                    "record was changed, or the one before it was changed, removed or inserted)")
@@ -172,12 +173,7 @@ def _stored(connection: Connection, batch: AuditBatch) -> bool:
 def _linked(records: list[Row], first_seq: int, prev_hash: str) -> tuple[list[str], list[str]]:
     """The records' canonical texts, numbered from `first_seq`, and their hashes, the first linked to `prev_hash`."""
     texts = list(map(BatchText().record, range(first_seq, first_seq + len(records)), records))
-    hashes = []
-    sha256 = hashlib.sha256
-    for text in texts:  # audit_text.link, inlined: a call a record was a tenth of this loop
-        prev_hash = sha256((prev_hash + text).encode()).hexdigest()
-        hashes.append(prev_hash)
-    return texts, hashes
+    return texts, links(prev_hash, texts)
 
 
 def _tallies(records: list[Row]) -> tuple[dict[TallyKey, list[int]], dict[TallyKey, Buckets]]:

@@ -69,9 +69,21 @@ def _json_text(value: str | None) -> str:
     return "null" if value is None else encode_basestring_ascii(value)
 
 
+def links(prev_hash: str, texts: list[str]) -> list[str]:
+    """The hashes of the records whose canonical texts are `texts`, in order, the first following the record whose
+    hash is `prev_hash`: each is SHA-256(the hash before it + its text), hex. A batch's records at once: a call a
+    record was a tenth of appending's chain work (docs/performance.md)."""
+    hashes = []
+    sha256 = hashlib.sha256
+    for text in texts:
+        prev_hash = sha256((prev_hash + text).encode()).hexdigest()
+        hashes.append(prev_hash)
+    return hashes
+
+
 def link(prev_hash: str, text: str) -> str:
     """The hash of the record whose canonical text is `text`, following the record whose hash is `prev_hash`."""
-    return hashlib.sha256((prev_hash + text).encode()).hexdigest()
+    return links(prev_hash, [text])[0]
 
 
 def row_hash(prev_hash: str, fields: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""HeadHeld (berth/http_guard.py): a whole answer leaves a Berth server in one write, a stream's head leaves before
+"""HeadHeld (berth/head_held.py): a whole answer leaves a Berth server in one write, a stream's head leaves before
 its body, and no write is lost or reordered (issue 33: a write is the dearest thing a proxied request does)."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import uvicorn
 
-from berth.http_guard import HeadHeld, guarded_protocol
+from berth.head_held import HeadHeld
+from berth.http_guard import guarded_protocol
 from berth.processes import free_port
 from berth.settings.connections import ConnectionLimits
 
