@@ -3,8 +3,13 @@ route's contracts, so that `berth events` does not import every contract (issue 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from berth import contracts  # each contract's module is imported when a method first names it
 from berth.api_transport import ApiTransport, one
-from berth.contracts.events import EventPage
+
+if TYPE_CHECKING:
+    from berth.contracts.events import EventPage
 
 
 class EventsApi(ApiTransport):
@@ -14,4 +19,4 @@ class EventsApi(ApiTransport):
         the newest `limit`. `kind`: kinds or families, comma-separated; `since`: `1h`, an ISO time or a Unix time."""
         asked = {"workflow": workflow, "node": node, "kind": kind, "since": since, "after": after, "limit": limit}
         params = {name: value for name, value in asked.items() if value is not None}
-        return one(EventPage, await self.request("GET", "/v1/events", params=params))
+        return one(contracts.EventPage, await self.request("GET", "/v1/events", params=params))

@@ -4,19 +4,26 @@ explanation is RolloutsApi.explain_scaling (berth/api_rollouts.py)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from berth import contracts  # each contract's module is imported when a method first names it
 from berth.api_transport import ApiTransport, one, segment
-from berth.contracts.explain import FailureExplanation, PlacementExplanation, RoutingExplanation
+
+if TYPE_CHECKING:
+    from berth.contracts.explain import FailureExplanation, PlacementExplanation, RoutingExplanation
 
 
 class ExplainApi(ApiTransport):
     async def explain_placement(self, target_id: str) -> PlacementExplanation:
         """Where the scheduler placed a workflow's copies (or one copy) and why, and what an unplaced copy meets."""
-        return one(PlacementExplanation, await self.request("GET", f"/v1/explain/placement/{segment(target_id)}"))
+        data = await self.request("GET", f"/v1/explain/placement/{segment(target_id)}")
+        return one(contracts.PlacementExplanation, data)
 
     async def explain_routing(self, endpoint_id: str) -> RoutingExplanation:
         """Each copy behind an endpoint, included in its routing or excluded and why."""
-        return one(RoutingExplanation, await self.request("GET", f"/v1/explain/routing/{segment(endpoint_id)}"))
+        data = await self.request("GET", f"/v1/explain/routing/{segment(endpoint_id)}")
+        return one(contracts.RoutingExplanation, data)
 
     async def explain_failure(self, target_id: str) -> FailureExplanation:
         """Every recorded end of a copy (or of each copy of a workflow), with its ranks' last log lines."""
-        return one(FailureExplanation, await self.request("GET", f"/v1/explain/failure/{segment(target_id)}"))
+        return one(contracts.FailureExplanation, await self.request("GET", f"/v1/explain/failure/{segment(target_id)}"))

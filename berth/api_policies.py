@@ -3,34 +3,39 @@ its routes' contracts, so that `berth policy` does not import every contract (is
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from berth import contracts  # each contract's module is imported when a method first names it
 from berth.api_transport import ApiTransport, body, many, one, segment
-from berth.contracts.policies import (
-    Policy,
-    PolicyKind,
-    PolicyRemoved,
-    PolicyRules,
-    ScaleAllowance,
-    ScaleAllowanceRequest,
-)
+
+if TYPE_CHECKING:
+    from berth.contracts.policies import (
+        Policy,
+        PolicyKind,
+        PolicyRemoved,
+        PolicyRules,
+        ScaleAllowance,
+    )
 
 
 class PoliciesApi(ApiTransport):
     async def policies(self) -> list[Policy]:
         """Every policy (an administrator), or those that bind the caller."""
-        return many(Policy, await self.request("GET", "/v1/policies"))
+        return many(contracts.Policy, await self.request("GET", "/v1/policies"))
 
     async def policy(self, kind: PolicyKind, name: str) -> Policy:
-        return one(Policy, await self.request("GET", f"/v1/policies/{kind}/{segment(name)}"))
+        return one(contracts.Policy, await self.request("GET", f"/v1/policies/{kind}/{segment(name)}"))
 
     async def set_policy(self, kind: PolicyKind, name: str, rules: PolicyRules) -> Policy:
         """Set (replace) a policy: what `rules` leaves out allows anything (administrators only)."""
-        return one(Policy, await self.request("PUT", f"/v1/policies/{kind}/{segment(name)}", json=body(rules)))
+        data = await self.request("PUT", f"/v1/policies/{kind}/{segment(name)}", json=body(rules))
+        return one(contracts.Policy, data)
 
     async def remove_policy(self, kind: PolicyKind, name: str) -> PolicyRemoved:
-        return one(PolicyRemoved, await self.request("DELETE", f"/v1/policies/{kind}/{segment(name)}"))
+        return one(contracts.PolicyRemoved, await self.request("DELETE", f"/v1/policies/{kind}/{segment(name)}"))
 
     async def scale_allowance(self, workflow_id: str, current: int, wanted: int) -> ScaleAllowance:
         """How far the quotas let a pool grow now (the autoscaler asks before a scale-out)."""
-        request = ScaleAllowanceRequest(current=current, wanted=wanted)
-        return one(ScaleAllowance, await self.request(
+        request = contracts.ScaleAllowanceRequest(current=current, wanted=wanted)
+        return one(contracts.ScaleAllowance, await self.request(
             "POST", f"/v1/internal/workflows/{segment(workflow_id)}/scale-allowance", json=body(request)))

@@ -3,11 +3,16 @@ route's contracts (issue 33)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from berth import contracts  # each contract's module is imported when a method first names it
 from berth.api_transport import ApiTransport, one
-from berth.contracts.slurm import SlurmNodes
+
+if TYPE_CHECKING:
+    from berth.contracts.slurm import SlurmNodes
 
 
 class SlurmApi(ApiTransport):
     async def slurm_nodes(self) -> SlurmNodes:
         """Slurm's nodes where Slurm places the copies (issue 35); none otherwise."""
-        return one(SlurmNodes, await self.request("GET", "/v1/slurm/nodes"))
+        return one(contracts.SlurmNodes, await self.request("GET", "/v1/slurm/nodes"))

@@ -3,8 +3,14 @@ routes' contracts, so that `berth usage` does not import every contract (issue 3
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from berth import contracts  # each contract's module is imported when a method first names it
 from berth.api_transport import ApiTransport, many, one, segment
-from berth.contracts.usage import BudgetStatus, UsageBudget, UsageBy, UsagePeriod, UsageReport
+from berth.contracts.usage import UsageBy  # named at definition time
+
+if TYPE_CHECKING:
+    from berth.contracts.usage import BudgetStatus, UsageBudget, UsagePeriod, UsageReport
 
 
 class UsageApi(ApiTransport):
@@ -17,14 +23,15 @@ class UsageApi(ApiTransport):
                 params[name] = value
         if period is not None:
             params["period"] = period.value
-        return one(UsageReport, await self.request("GET", "/v1/usage", params=params))
+        return one(contracts.UsageReport, await self.request("GET", "/v1/usage", params=params))
 
     async def usage_budgets(self) -> list[BudgetStatus]:
         """Every budget against its use in its current period (administrators)."""
-        return many(BudgetStatus, await self.request("GET", "/v1/usage/budgets"))
+        return many(contracts.BudgetStatus, await self.request("GET", "/v1/usage/budgets"))
 
     async def set_usage_budget(self, budget: UsageBudget) -> UsageBudget:
-        return one(UsageBudget, await self.request("PUT", "/v1/usage/budgets", json=budget.model_dump(mode="json")))
+        data = await self.request("PUT", "/v1/usage/budgets", json=budget.model_dump(mode="json"))
+        return one(contracts.UsageBudget, data)
 
     async def remove_usage_budget(self, scope: str, name: str, period: str) -> None:
         await self.request("DELETE", f"/v1/usage/budgets/{segment(scope)}/{segment(name)}/{segment(period)}")

@@ -9,7 +9,6 @@ from enum import Enum
 from pathlib import Path
 
 import httpx
-import jwt
 from pydantic import BaseModel, Field
 
 from berth.contracts.base import DURATION_PATTERN
@@ -93,6 +92,8 @@ class TokenMintBody(BaseModel):
 
 def unverified_claims(token: str) -> dict[str, object]:
     """A token's claims without checking it: only to learn which id to revoke or record."""
+    import jwt  # here, not at the top: PyJWT loads cryptography (~0.1 s), which most CLI commands never need
+
     try:
         claims = jwt.decode(token, options={"verify_signature": False})
     except jwt.PyJWTError:

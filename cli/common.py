@@ -50,6 +50,23 @@ def api_client() -> type[ApiClient]:
     return ApiClient
 
 
+def client_settings() -> tuple[str, str | None, str | None]:
+    """The API URL, token and CA file the CLI calls with. Plain strings as read (the usual case) are used as they
+    are; anything else goes through berth.settings.ClientConfig, which coerces or refuses it (importing that module,
+    its settings' models with it, cost every command ~50 ms of CPU: docs/performance.md, "CLI start")."""
+    from berth.client_config import client_config_values
+
+    values = client_config_values()
+    api_url, token, ca_file = values.get("api_url"), values.get("token"), values.get("ca_file")
+    if isinstance(api_url, str) and isinstance(token, str | None) and isinstance(ca_file, str | None) \
+            and set(values) <= {"api_url", "token", "ca_file"}:
+        return api_url, token, ca_file
+    from berth.settings import ClientConfig
+
+    config = ClientConfig.load()
+    return config.api_url, config.token, config.ca_file
+
+
 @overload
 def call(work: Callable[[ApiClient], Awaitable[T]]) -> T: ...
 @overload
@@ -59,13 +76,11 @@ def call(work: Callable[[Any], Awaitable[T]], api: type[ApiTransport] | None = N
     of the client (`WorkflowsApi`) for a command that should import only its own contracts."""
     import asyncio
 
-    from berth.settings import ClientConfig
-
-    config = ClientConfig.load()
+    api_url, token, ca_file = client_settings()
     client = api or api_client()
 
     async def runner() -> T:
-        async with client(config.api_url, config.token, ca_file=config.ca_file) as connected:
+        async with client(api_url, token, ca_file=ca_file) as connected:
             return await work(connected)
 
     try:

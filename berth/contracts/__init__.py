@@ -89,9 +89,15 @@ if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module 
         EventRecord,
     )
     from berth.contracts.explain import (
+        CopyEnd,
+        CopyFailure,
         CopyPlacement,
+        CopyRouting,
+        FailureExplanation,
         NodeVerdict,
         PlacementExplanation,
+        RankLog,
+        RoutingExplanation,
         ScoreTerms,
     )
     from berth.contracts.identity import (
@@ -231,6 +237,7 @@ if TYPE_CHECKING:  # at run time, __getattr__ below imports a contract's module 
         SecretRequest,
         SecretView,
     )
+    from berth.contracts.slurm import SlurmNodes, SlurmNodeView
     from berth.contracts.tokens import (
         MintedToken,
     )

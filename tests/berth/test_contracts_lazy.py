@@ -40,3 +40,22 @@ def test_a_module_reads_as_an_attribute_and_a_typo_is_an_attribute_error() -> No
         assert "WorkflowSumary" in str(error)
     else:
         raise AssertionError("a misspelt contract read as something")
+
+
+def test_the_api_client_imports_a_contract_when_a_method_first_names_it() -> None:
+    """Every CLI command that calls the API imports berth.api_client; it imported every contract's module and PyJWT
+    (with cryptography) at once, ~0.2 s of CPU a command. Now only what its methods' signatures name at definition
+    time loads, and a method's answer loads its own module when it is first read."""
+    code = ("import sys, asyncio, httpx; import berth.api_client as c; "
+            "print(sorted(m for m in sys.modules if m.startswith('berth.contracts.') or m in "
+            "('jwt', 'cryptography', 'berth.settings', 'berth.tokens'))); "
+            "t = httpx.MockTransport(lambda r: httpx.Response(200, json=[])); "
+            "print(asyncio.run(c.ApiClient('http://api', 't', transport=t).endpoints()), "
+            "'berth.contracts.endpoints' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
+                            cwd=PACKAGE.parents[2])
+    loaded, answered = result.stdout.strip().splitlines()
+    named_at_definition = {"berth.contracts.base", "berth.contracts.choices", "berth.contracts.endpoint_history",
+                           "berth.contracts.mig", "berth.contracts.usage", "berth.tokens"}
+    assert set(ast.literal_eval(loaded)) <= named_at_definition, loaded
+    assert answered == "[] True"
