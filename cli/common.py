@@ -89,6 +89,26 @@ def call(work: Callable[[Any], Awaitable[T]], api: type[ApiTransport] | None = N
         raise fail(str(error)) from None
 
 
+def poll(fetch: Callable[[ApiClient], Awaitable[M]], seen: Callable[[M], T | None], every_s: float,
+         timeout_s: float) -> T | None:
+    """Ask the API with `fetch` every `every_s` seconds until `seen`, shown each answer, returns something (the
+    result) or `timeout_s` passes (None). One client and one connection for the whole wait: a client of its own for
+    each question cost every poll a TLS context and an event loop (~20 ms of CPU; `--watch` polls twice a second)."""
+    import asyncio
+    import time
+
+    async def polling(api: ApiClient) -> T | None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            result = seen(await fetch(api))
+            if result is not None:
+                return result
+            await asyncio.sleep(every_s)
+        return None
+
+    return call(polling)
+
+
 @overload
 def answer(output: Format, work: Callable[[ApiClient], Awaitable[T]]) -> T | None: ...
 @overload

@@ -4,13 +4,12 @@ and the endpoints are its sub-groups."""
 from __future__ import annotations
 
 import sys
-import time
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cli import catalog, endpoint, rollout, scaling
-from cli.common import Format, OutputOption, answer, call, console, fail, listing, table, wire
+from cli.common import Format, OutputOption, answer, call, console, fail, listing, poll, table, wire
 from cli.fast import workflow_list as fast_list
 from cli.follow import client_url, clock, watch
 
@@ -144,13 +143,11 @@ def workflow_stop(workflow_id: str,
     if not wait:
         console.print(f"Stop requested for {workflow_id}.")
         return
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        info = call(lambda api: api.describe_workflow(workflow_id))
-        if info.status != "running":
-            console.print(f"Stopped {workflow_id} ({info.phase}).")
-            return
-        time.sleep(0.5)
+    stopped = poll(lambda api: api.describe_workflow(workflow_id),
+                   lambda info: info if info.status != "running" else None, 0.5, 300)
+    if stopped is not None:
+        console.print(f"Stopped {workflow_id} ({stopped.phase}).")
+        return
     raise fail(f"{workflow_id} is still stopping after 300 s; check `berth workflow describe {workflow_id}`.")
 
 
