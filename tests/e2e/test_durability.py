@@ -247,7 +247,7 @@ def test_node_agent_gone_for_good_loses_the_copy_as_a_unit_and_places_it_again(c
         "the restarted agent to stop the orphan",
     )
     wait_for(
-        lambda: {n["id"]: n["state"] for n in stack.cli_json("node", "list")}[node] == "ready",
+        lambda: {n["id"]: n["state"] for n in stack.node_views()}[node] == "ready",
         30,
         "the node to be ready again",
     )
@@ -304,7 +304,7 @@ def test_restarted_node_agent_readopts_its_live_service_and_stops_one_nobody_ado
     # after the service is gone (seen under load), so wait on it rather than sample it once.
     wait_for(lambda: gpus_held(stack, workflow_id) == 0, HEARTBEAT_TIMEOUT_S + 30, "the stopped copy's GPU released")
     wait_for(
-        lambda: {n["id"]: n["state"] for n in stack.cli_json("node", "list")}[node] == "ready",
+        lambda: {n["id"]: n["state"] for n in stack.node_views()}[node] == "ready",
         30,
         "the node to be ready again",
     )

@@ -152,7 +152,7 @@ def test_a_lost_agents_copy_moves_and_its_gpu_stays_fenced_until_the_orphan_is_g
     # (a) The agent comes back. A new workflow must not get the orphan's GPU or port while it lives: the
     # restarted agent reports it held from its first heartbeat and stops it once nobody adopts it.
     _restart_agent(stack, node)
-    wait_for(lambda: next(n for n in stack.cli_json("node", "list") if n["id"] == node)["state"] == "ready",
+    wait_for(lambda: next(n for n in stack.node_views() if n["id"] == node)["state"] == "ready",
              60, "the restarted agent to report in")
     second = stack.start_entry("vLLM", COPY, watch=False)
     seen_fenced = 0

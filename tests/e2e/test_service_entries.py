@@ -152,7 +152,7 @@ def test_opencode_entry_with_password_and_bad_endpoint(stack: RunningStack) -> N
     assert not ephemeral.exists()  # no Volume: the workspace goes with the workflow
     # No Endpoint (seeds/001): every *gateway* endpoint the owner may reach is registered, not model
     # endpoints. With no gateway running the workflow fails and says what to do.
-    wait_for(lambda: not any(r["service"] == "gateway" for r in stack.cli_json("endpoint", "list")), 60,
+    wait_for(lambda: not any(r["service"] == "gateway" for r in stack.api("GET", "/v1/endpoints").json()), 60,
              "the earlier tests' gateways are gone")
     lonely = stack.start_entry("OpenCode", "ServiceScope=public", watch=False)
     info = stack.wait_phase(lonely, {"failed"}, timeout=60)
