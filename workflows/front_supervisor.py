@@ -17,7 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from berth.kinds import ProcessKind, facts
     from berth.settings import CONTROL_TASK_QUEUE, node_task_queue
     from workflows import activity_stubs as stubs
-    from workflows.front_restart import FIRST_BACKOFF_S, FrontVerdict, after_exit
+    from workflows.front_restart import FIRST_BACKOFF_S, RESTART_AT_ONCE_S, FrontVerdict, after_exit
     from workflows.payloads import FrontExit, FrontReport, FrontRun, LiveCheck, PoolInput
     from workflows.supervised import MAX_ADOPTIONS, agent_went_silent, not_adopted, start_supervised
 
@@ -47,7 +47,10 @@ class FrontSupervisor:
         inside the (encrypted) history, or as an ApiKeySecret reference resolved on the node."""
         input = self.input
         owner = f"{input.workflow_id}.{front_name(input)}"
-        backoff = FIRST_BACKOFF_S
+        # A killed LiteLLM is started again at once (issue 33: serving again within 3 s), not after a 1 s back-off;
+        # histories recorded before that wait 1 s first, and replay so.
+        first = RESTART_AT_ONCE_S if workflow.patched("front-restart-at-once") else FIRST_BACKOFF_S
+        backoff = first
         try:
             while not self.host.stopping():
                 port: FrontPort = await workflow.execute_activity(
@@ -59,7 +62,7 @@ class FrontSupervisor:
                 started = workflow.now()
                 exit_message = await self._life(run, port)
                 decided = after_exit(backoff, (workflow.now() - started).total_seconds(), self.host.stopping(),
-                                     self.failed is not None)
+                                     self.failed is not None, first)
                 backoff = decided.next_backoff_s
                 if decided.verdict is FrontVerdict.STOP:
                     return
@@ -67,11 +70,13 @@ class FrontSupervisor:
                     await self.host.report(FrontReport(kind="service_failed", message=exit_message,
                                                        last_error=exit_message, failed=True))
                     return
+                when = f"in {decided.wait_s:.0f} s" if decided.wait_s else "now"
                 await self.host.report(FrontReport(
-                    kind="service_exited", message=f"{exit_message}; restarting it in {decided.wait_s:.0f} s",
+                    kind="service_exited", message=f"{exit_message}; restarting it {when}",
                     last_error=exit_message, restarted=True))
-                with contextlib.suppress(asyncio.TimeoutError):  # the back-off ran out: start it again
-                    await workflow.wait_condition(self.host.stopping, timeout=timedelta(seconds=decided.wait_s))
+                if decided.wait_s:
+                    with contextlib.suppress(asyncio.TimeoutError):  # the back-off ran out: start it again
+                        await workflow.wait_condition(self.host.stopping, timeout=timedelta(seconds=decided.wait_s))
         finally:
             await workflow.execute_activity(
                 stubs.release_placement, owner, task_queue=CONTROL_TASK_QUEUE, start_to_close_timeout=SHORT,

@@ -7,7 +7,9 @@ as new, its last run (scaled up and in, stopped), its FrontWorkflow and a copy t
 And model jobs (tests/workflows/record_model_histories.py): a pool that waited for `model://smol`, and its job.
 And `reserve-settles-before-release` (tests/workflows/record_reserve_histories.py): a pool stopped while its copy's
 reserve_placement still ran, and that copy. And `slurm-start-wait` (tests/workflows/record_slurm_histories.py): a Slurm
-copy that waited for its pending job with workflow timers, then served and was stopped."""
+copy that waited for its pending job with workflow timers, then served and was stopped. And `front-restart-at-once`
+(tests/workflows/record_front_restart_histories.py): a FrontWorkflow whose LiteLLM crashed and was started again
+after the 1 s back-off (a timer) that the first restart waited before the patch."""
 
 from __future__ import annotations
 
@@ -29,10 +31,10 @@ HISTORIES = Path(__file__).parent / "histories"
 
 async def test_recorded_histories_replay_on_the_current_code() -> None:
     paths = sorted(HISTORIES.glob("*.json"))
-    assert len(paths) == 17
+    assert len(paths) == 18
     assert {"ServiceWorkflow-7-continued", "ServiceWorkflow-8-after-continue", "FrontWorkflow-9",
             "ServiceWorkflow-14-stopped-reserving", "CopyWorkflow-15-stopped-reserving",
-            "SlurmCopyWorkflow-16-pending-timers"} <= {
+            "SlurmCopyWorkflow-16-pending-timers", "FrontWorkflow-17-restarted"} <= {
         path.stem for path in paths}
 
     async def histories() -> AsyncIterator[WorkflowHistory]:
