@@ -30,6 +30,10 @@ LOST_WITH_COPY = re.compile(rb"APIConnectionError|Connection error|Server discon
                             rb"Connection refused|Cannot connect to host|Response payload is not completed|"
                             rb'Not enough data to satisfy|Exception - (?:\\n|")')
 REPLAYED_STATUSES = frozenset({500, 502, 503})
+# LiteLLM's "no deployment" (its router holds no copy for the model): its sync hook dropped the pool's dying copy
+# a moment before this proxy's routing table did, and the request slipped through (the copy-loss test saw one).
+NO_DEPLOYMENT = re.compile(rb"Invalid model name passed in model=")
+NO_DEPLOYMENT_STATUS = 400
 MAX_ERROR_BODY = 16 * 1024  # an error answer is small; a bigger 5xx body is relayed, never buffered whole
 # How long to wait for LiteLLM's routed copies to change before sending again anyway (the API learns of a
 # copy's death from its node within a second or two; a copy that is in fact alive gets the replay at once).
@@ -46,6 +50,11 @@ class BufferedAnswer:
     def lost_with_copy(self) -> bool:
         return self.status in REPLAYED_STATUSES and LOST_WITH_COPY.search(self.body) is not None
 
+    def no_deployment(self) -> bool:
+        """LiteLLM's 400 for a model its router holds no copy of: a request for a model the endpoint never
+        served gets it too, so the caller replays it only when the pool's copies changed under the request."""
+        return self.status == NO_DEPLOYMENT_STATUS and NO_DEPLOYMENT.search(self.body) is not None
+
     async def send(self, send: Send) -> None:
         headers = [(k, v) for k, v in self.headers if k not in HOP_BY_HOP]
         await send({"type": "http.response.start", "status": self.status,
@@ -54,9 +63,9 @@ class BufferedAnswer:
 
 
 async def read_error(response: UpstreamResponse) -> BufferedAnswer | None:
-    """The whole answer when it is a small 5xx that may be a lost completion; None (nothing read) when
-    it is anything else, so the caller relays it as a stream."""
-    if response.status not in REPLAYED_STATUSES:
+    """The whole answer when it is a small 5xx that may be a lost completion, or a small 400 that may be LiteLLM's
+    "no deployment"; None (nothing read) when it is anything else, so the caller relays it as a stream."""
+    if response.status not in REPLAYED_STATUSES and response.status != NO_DEPLOYMENT_STATUS:
         return None
     length = next((v for k, v in response.headers if k == b"content-length"), None)
     if length is None or not length.isdigit() or int(length) > MAX_ERROR_BODY:

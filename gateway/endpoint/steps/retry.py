@@ -1,10 +1,12 @@
 """Retry step: what the first attempt's outcome calls for. No answer: wait for the endpoint's restarting LiteLLM,
 or send a replayable pool request once to another copy (gateway/endpoint/retry.py), else 502 / 503
-(gateway/endpoint/error_answers.py). An answer from LiteLLM saying it lost the completion with a dying copy: sent
-once more when the pool's copies have changed (gateway/endpoint/litellm_replay.py)."""
+(gateway/endpoint/error_answers.py). An answer from LiteLLM saying it lost the completion with a dying copy, or that
+it has no copy of the model just as the pool lost the one it routed to: sent once more when the pool's copies have
+changed (gateway/endpoint/litellm_replay.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from gateway.edge.asgi import deadline
@@ -55,13 +57,14 @@ class Retry(Step):
         """LiteLLM lost this completion with a dying copy: send it once more when its routed copies have
         changed; None when it is not such a loss (or no copy came back), and the answer is relayed."""
         body, proxy = request.upstream_body, self.proxy
-        if not isinstance(body, bytes) or not answer.lost_with_copy():
-            return None
 
         async def look() -> tuple[frozenset[str], frozenset[str] | None]:
             await proxy.look_again(HELD_POLL_S)
             now = proxy.routes.get(route.id, route)
             return now.ready_copies(), now.litellm_routed
+
+        if not isinstance(body, bytes) or not (answer.lost_with_copy() or await self._lost_its_copy(request, answer)):
+            return None
 
         if not await litellm_replay.settle(look, request.before, deadline(proxy.hold_timeout_s, request.headers)):
             return None
@@ -74,6 +77,20 @@ class Retry(Step):
         except UpstreamError as error:
             log.warning("the replay to LiteLLM at %s failed: %s", url, error)
             return None
+
+    async def _lost_its_copy(self, request: ProxyRequest, answer: litellm_replay.BufferedAnswer) -> bool:
+        """LiteLLM said it has no copy of the model, and the pool this proxy has seen serving lost the copies it
+        routed to as the request went in: LiteLLM's sync hook dropped a dying copy a moment before this proxy's
+        routing table did. A request for a model the endpoint does not serve finds the copies unchanged, and gets
+        LiteLLM's 400 at once."""
+        route = request.route
+        if route is None or request.before is None or route.id not in self.proxy.served or not answer.no_deployment():
+            return False
+        # A routing table read after the answer: the refreshes stay HELD_POLL_S apart (shared by every request that
+        # waits, so a stranger's requests for unknown models cost the API nothing more), and a genuine 400 waits that.
+        await asyncio.sleep(HELD_POLL_S)
+        await self.proxy.look_again(HELD_POLL_S)
+        return self.proxy.routes.get(route.id, route).routable() != request.before
 
     async def _second_try(self, request: ProxyRequest, route: Route, target: Replica, error: UpstreamError,
                           ) -> tuple[Replica, UpstreamResponse] | None:

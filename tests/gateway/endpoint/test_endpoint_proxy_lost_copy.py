@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -218,3 +219,39 @@ def test_a_lost_completion_is_replayed_once_never_twice(verifier: TokenVerifier)
     relayed, and LiteLLM saw the request twice in all. The replay waits at most a few seconds for the
     copies to change when one stays routable."""
     assert asyncio.run(_one_request(verifier, lambda n: _answer(500, LOST))) == (500, LOST, [1, 2])
+
+
+NO_DEPLOYMENT = (b'{"error":{"message":"/chat/completions: Invalid model name passed in model=m. Call `/v1/models` '
+                 b'to view available models for your key.","type":"None","param":"None","code":"400"}}')
+
+
+def test_litellms_no_deployment_as_the_only_copy_dies_is_sent_again_once_a_copy_serves(
+        verifier: TokenVerifier) -> None:
+    """ci43's flake: LiteLLM's sync hook dropped the dying copy a moment before this proxy's routing table did, so a
+    request went in (the copy still routable here) and LiteLLM answered its "no deployment" 400. The pool lost the
+    copy the request went in with: the request is sent again once LiteLLM routes to the re-placed copy."""
+    async def main() -> tuple[int, bytes, list[int]]:
+        api: PoolApi
+
+        def answers(n: int) -> bytes:
+            if n == 1:
+                api.copies = {"c2": False}  # c1 died: LiteLLM's hook dropped it; its replacement is starting
+                asyncio.get_running_loop().call_later(1.0, api.copies.update, {"c2": True})
+                return _answer(400, NO_DEPLOYMENT)
+            return _answer(200, b'{"ok":true}')
+
+        server, seen = await _litellm(answers)
+        api = PoolApi(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        api.copies = {"c1": True}
+        status, _headers, body = await _ask(_proxy(api, verifier))
+        server.close()
+        return status, body, seen
+
+    status, body, seen = asyncio.run(main())
+    assert status == 200 and json.loads(body) == {"ok": True} and seen == [1, 2]
+
+
+def test_a_model_the_endpoint_does_not_serve_gets_litellms_400_at_once(verifier: TokenVerifier) -> None:
+    started = time.monotonic()
+    assert asyncio.run(_one_request(verifier, lambda n: _answer(400, NO_DEPLOYMENT))) == (400, NO_DEPLOYMENT, [1])
+    assert time.monotonic() - started < 2.0  # no wait for copies that are not changing
