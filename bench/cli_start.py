@@ -2,8 +2,9 @@
 
 Each command runs as a fresh interpreter, best of N, wall time (perf_counter around the process) and CPU time
 (user+system of the reaped child): same-run ratios, since the machine's load moves the absolute figures.
-`workflow list` asks a canned API on loopback (one valid `GET /v1/workflows` answer), or with `--stack` a real
-embedded stack (simulated GPUs, one workflow started). Target: `workflow list` ≤ 2× `python -c pass` plus the
+`workflow list` (its fast path) and `endpoint list` (a command on the Typer path, through the API client) ask a
+canned API on loopback (one valid `GET /v1/workflows` answer, an empty `GET /v1/endpoints`), or with `--stack` a
+real embedded stack (simulated GPUs, one workflow started). Target: `workflow list` ≤ 2× `python -c pass` plus the
 HTTP call, ≤ 150 ms wall on a quiet machine. Prints JSON; tests/cli/test_import_time.py holds the budgets.
 """
 
@@ -57,12 +58,17 @@ def measure(argv: Sequence[str], env: dict[str, str], repeats: int, cwd: Path = 
     return Timing(min(walls), min(cpus))
 
 
+# What the canned API answers: a workflow listing (the fast path's), and an empty endpoint listing (a command on the
+# Typer path: the API client, a contract, Rich).
+CANNED = {"/v1/workflows": CANNED_WORKFLOWS, "/v1/endpoints": []}
+
+
 class _CannedApi(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 — http.server's name
-        if self.path != "/v1/workflows":
+        if self.path not in CANNED:
             self.send_error(404)
             return
-        data = json.dumps(CANNED_WORKFLOWS).encode()
+        data = json.dumps(CANNED[self.path]).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -75,7 +81,7 @@ class _CannedApi(BaseHTTPRequestHandler):
 
 @contextmanager
 def canned_api() -> Iterator[str]:
-    """An API on loopback that answers `GET /v1/workflows` with CANNED_WORKFLOWS: its URL."""
+    """An API on loopback that answers CANNED's `GET`s: its URL."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _CannedApi)
     thread = threading.Thread(target=server.serve_forever, name="canned-api", daemon=True)
     thread.start()
@@ -102,6 +108,7 @@ COMMANDS = {
     "berth --help": ["-m", "cli", "--help"],
     "berth workflow list --help": ["-m", "cli", "workflow", "list", "--help"],
     "berth workflow list": ["-m", "cli", "workflow", "list"],
+    "berth endpoint list -o json": ["-m", "cli", "endpoint", "list", "-o", "json"],
 }
 
 
