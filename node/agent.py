@@ -8,12 +8,13 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.fronts import FrontActivities
@@ -162,6 +163,19 @@ class NodeAgent:
         metrics.serve(self.config.metrics_port)
         return metrics
 
+    def workers(self, client: Client, functions: Sequence[Callable[..., Any]]) -> tuple[Worker, Worker]:
+        """This node's own task queue's worker (its copies' activities) and the one every node shares (jobs that
+        need a node but no particular one)."""
+        # Generous graceful shutdown: ranks get SIGTERM then SIGKILL and report it before we exit.
+        # Cancellation reaches an activity only through a heartbeat, so heartbeats must not be
+        # throttled for long: a stopped copy's ranks get SIGTERM within about a second.
+        common: dict[str, Any] = {"activities": functions, "graceful_shutdown_timeout": timedelta(seconds=30),
+                                  "max_heartbeat_throttle_interval": timedelta(seconds=1),
+                                  "default_heartbeat_throttle_interval": timedelta(seconds=1)}
+        own = Worker(client, task_queue=node_task_queue(self.config.node_id), max_concurrent_activities=256,
+                     **common)
+        return own, Worker(client, task_queue=NODES_TASK_QUEUE, max_concurrent_activities=8, **common)
+
     async def run(self, stop: asyncio.Event) -> None:
         supervisor = Supervisor(self.config.node_id, self.context.node_dir)
         orphans = supervisor.find_orphans()
@@ -182,20 +196,12 @@ class NodeAgent:
         standby = LiteLLMStandby(self.context.node_dir / "litellm-standby", litellm_standby_enabled())
         services = FrontActivities(self.context, supervisor, secrets_api, standby, users)  # OpenCode's jailed too
         models = ModelJobActivities(self.context, secrets_api, settings)
-        functions = [activities.run_rank, activities.adopt_rank, activities.wait_ready,
-                     activities.download_weights, activities.delete_ephemeral_volume,
-                     services.run_service, services.adopt_service, services.wait_live,
-                     models.resolve_model, models.download_model, models.check_model, models.verify_model,
-                     models.evict_model_cache]
-        # Generous graceful shutdown: ranks get SIGTERM then SIGKILL and report it before we exit.
-        # Cancellation reaches an activity only through a heartbeat, so heartbeats must not be
-        # throttled for long: a stopped copy's ranks get SIGTERM within about a second.
-        common: dict[str, Any] = {"activities": functions, "graceful_shutdown_timeout": timedelta(seconds=30),
-                                  "max_heartbeat_throttle_interval": timedelta(seconds=1),
-                                  "default_heartbeat_throttle_interval": timedelta(seconds=1)}
-        own = Worker(client, task_queue=node_task_queue(self.config.node_id), max_concurrent_activities=256,
-                     **common)
-        shared = Worker(client, task_queue=NODES_TASK_QUEUE, max_concurrent_activities=8, **common)
+        functions: list[Callable[..., Any]] = [
+            activities.run_rank, activities.adopt_rank, activities.wait_ready, activities.download_weights,
+            activities.delete_ephemeral_volume, services.run_service, services.adopt_service, services.wait_live,
+            models.resolve_model, models.download_model, models.check_model, models.verify_model,
+            models.evict_model_cache]
+        own, shared = self.workers(client, functions)
         metrics = self.start_metrics(supervisor)
         async with ApiClient(self.config.api_url, self.config.token) as api:
             await first_heartbeat(lambda: api.heartbeat_node(self.config.node_id, self.inventory(supervisor)))
