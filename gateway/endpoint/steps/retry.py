@@ -57,14 +57,13 @@ class Retry(Step):
         """LiteLLM lost this completion with a dying copy: send it once more when its routed copies have
         changed; None when it is not such a loss (or no copy came back), and the answer is relayed."""
         body, proxy = request.upstream_body, self.proxy
+        if not isinstance(body, bytes) or not (answer.lost_with_copy() or await self._lost_its_copy(request, answer)):
+            return None
 
         async def look() -> tuple[frozenset[str], frozenset[str] | None]:
             await proxy.look_again(HELD_POLL_S)
             now = proxy.routes.get(route.id, route)
             return now.ready_copies(), now.litellm_routed
-
-        if not isinstance(body, bytes) or not (answer.lost_with_copy() or await self._lost_its_copy(request, answer)):
-            return None
 
         if not await litellm_replay.settle(look, request.before, deadline(proxy.hold_timeout_s, request.headers)):
             return None
@@ -82,7 +81,7 @@ class Retry(Step):
         """LiteLLM said it has no copy of the model, and the pool this proxy has seen serving lost the copies it
         routed to as the request went in: LiteLLM's sync hook dropped a dying copy a moment before this proxy's
         routing table did. A request for a model the endpoint does not serve finds the copies unchanged, and gets
-        LiteLLM's 400 at once."""
+        LiteLLM's 400 after that one table read (~HELD_POLL_S)."""
         route = request.route
         if route is None or request.before is None or route.id not in self.proxy.served or not answer.no_deployment():
             return False
