@@ -98,9 +98,12 @@ async def _until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None
             await asyncio.sleep(0.01)
 
 
-async def _one_request(verifier: TokenVerifier, answers: Callable[[int], bytes]) -> tuple[int, bytes, list[int]]:
-    """One completion through a proxy whose pool has one ready copy, LiteLLM answering `answers`."""
-    server, seen = await _litellm(answers)
+async def _one_request(verifier: TokenVerifier, answers: Callable[[int, PoolApi], bytes],
+                       ) -> tuple[int, bytes, list[int]]:
+    """One completion through a proxy whose pool has one ready copy, c1; LiteLLM answers its n-th request (from 1)
+    with `answers(n, api)`, which may change the pool the API reports."""
+    api: PoolApi
+    server, seen = await _litellm(lambda n: answers(n, api))
     api = PoolApi(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
     api.copies = {"c1": True}
     status, _headers, body = await _ask(_proxy(api, verifier))
@@ -151,23 +154,13 @@ def test_a_pool_never_seen_serving_gets_litellms_own_answer(verifier: TokenVerif
                          ids=["connection-error", "no-text", "aiohttp-refused", "aiohttp-cut"])
 def test_a_completion_lost_with_a_dying_copy_is_sent_again_once_the_copies_changed(verifier: TokenVerifier,
                                                                                  lost: bytes) -> None:
-    async def main() -> tuple[int, bytes, list[int]]:
-        api: PoolApi
+    def answers(n: int, api: PoolApi) -> bytes:
+        if n == 1:
+            api.copies = {"c2": True}  # c1 died with the request; c2 serves (the API learns it now)
+            return _answer(500, lost)
+        return _answer(200, b'{"ok":true}')
 
-        def answers(n: int) -> bytes:
-            if n == 1:
-                api.copies = {"c2": True}  # c1 died with the request; c2 serves (the API learns it now)
-                return _answer(500, lost)
-            return _answer(200, b'{"ok":true}')
-
-        server, seen = await _litellm(answers)
-        api = PoolApi(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
-        api.copies = {"c1": True}
-        status, _headers, body = await _ask(_proxy(api, verifier))
-        server.close()
-        return status, body, seen
-
-    status, body, seen = asyncio.run(main())
+    status, body, seen = asyncio.run(_one_request(verifier, answers))
     assert status == 200 and json.loads(body) == {"ok": True} and seen == [1, 2]
 
 
@@ -211,14 +204,14 @@ def test_the_replay_waits_until_litellm_no_longer_routes_to_the_dead_copy(verifi
 
 
 def test_an_error_the_model_answered_is_relayed_as_it_came(verifier: TokenVerifier) -> None:
-    assert asyncio.run(_one_request(verifier, lambda n: _answer(500, MODEL_ERROR))) == (500, MODEL_ERROR, [1])
+    assert asyncio.run(_one_request(verifier, lambda n, api: _answer(500, MODEL_ERROR))) == (500, MODEL_ERROR, [1])
 
 
 def test_a_lost_completion_is_replayed_once_never_twice(verifier: TokenVerifier) -> None:
     """Every copy keeps dying under it (perhaps the request is what kills them): the second loss is
     relayed, and LiteLLM saw the request twice in all. The replay waits at most a few seconds for the
     copies to change when one stays routable."""
-    assert asyncio.run(_one_request(verifier, lambda n: _answer(500, LOST))) == (500, LOST, [1, 2])
+    assert asyncio.run(_one_request(verifier, lambda n, api: _answer(500, LOST))) == (500, LOST, [1, 2])
 
 
 NO_DEPLOYMENT = (b'{"error":{"message":"/chat/completions: Invalid model name passed in model=m. Call `/v1/models` '
@@ -230,28 +223,18 @@ def test_litellms_no_deployment_as_the_only_copy_dies_is_sent_again_once_a_copy_
     """ci43's flake: LiteLLM's sync hook dropped the dying copy a moment before this proxy's routing table did, so a
     request went in (the copy still routable here) and LiteLLM answered its "no deployment" 400. The pool lost the
     copy the request went in with: the request is sent again once LiteLLM routes to the re-placed copy."""
-    async def main() -> tuple[int, bytes, list[int]]:
-        api: PoolApi
+    def answers(n: int, api: PoolApi) -> bytes:
+        if n == 1:
+            api.copies = {"c2": False}  # c1 died: LiteLLM's hook dropped it; its replacement is starting
+            asyncio.get_running_loop().call_later(1.0, api.copies.update, {"c2": True})
+            return _answer(400, NO_DEPLOYMENT)
+        return _answer(200, b'{"ok":true}')
 
-        def answers(n: int) -> bytes:
-            if n == 1:
-                api.copies = {"c2": False}  # c1 died: LiteLLM's hook dropped it; its replacement is starting
-                asyncio.get_running_loop().call_later(1.0, api.copies.update, {"c2": True})
-                return _answer(400, NO_DEPLOYMENT)
-            return _answer(200, b'{"ok":true}')
-
-        server, seen = await _litellm(answers)
-        api = PoolApi(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
-        api.copies = {"c1": True}
-        status, _headers, body = await _ask(_proxy(api, verifier))
-        server.close()
-        return status, body, seen
-
-    status, body, seen = asyncio.run(main())
+    status, body, seen = asyncio.run(_one_request(verifier, answers))
     assert status == 200 and json.loads(body) == {"ok": True} and seen == [1, 2]
 
 
 def test_a_model_the_endpoint_does_not_serve_gets_litellms_400_at_once(verifier: TokenVerifier) -> None:
     started = time.monotonic()
-    assert asyncio.run(_one_request(verifier, lambda n: _answer(400, NO_DEPLOYMENT))) == (400, NO_DEPLOYMENT, [1])
+    assert asyncio.run(_one_request(verifier, lambda n, api: _answer(400, NO_DEPLOYMENT))) == (400, NO_DEPLOYMENT, [1])
     assert time.monotonic() - started < 2.0  # no wait for copies that are not changing
