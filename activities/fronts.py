@@ -19,10 +19,10 @@ from activities.launches import LAUNCHES
 from activities.litellm_standby import LiteLLMStandby
 from activities.node_context import NodeContext
 from activities.rank_identities import RankIdentities
-from activities.supervision import SERVICE_PIDFILE, Supervisor
+from activities.supervision import HEARTBEAT_EVERY_S, SERVICE_PIDFILE, Supervisor
 from berth.api_client import ApiClient
 from berth.kinds import ProcessKind
-from berth.processes import remove_file, tail
+from berth.processes import OwnedProcess, remove_file, tail
 from workflows import activity_stubs as stubs
 from workflows.activity_stubs import implements
 from workflows.payloads import FrontExit, FrontRun, LiveCheck
@@ -72,10 +72,12 @@ class FrontActivities:
             code = await self.supervisor.watch(process, run.name)
         finally:
             remove_file(pidfile)
-        assert code is not None
+        # Unknown only for a fork whose standby ended before it did (activities/litellm_standby.py).
         return FrontExit(name=run.name, node_id=context.node_id,
-                           exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
-                           log_tail=tail(log_path, 15))
+                         exit_code=code if code is not None and code >= 0 else None,
+                         signal=-code if code is not None and code < 0 else None,
+                         note="" if code is not None else "its LiteLLM standby ended first, so its status is unknown",
+                         log_tail=tail(log_path, 15))
 
     @implements(stubs.adopt_service)
     async def adopt_service(self, run: FrontRun) -> FrontExit:
@@ -84,8 +86,8 @@ class FrontActivities:
         return FrontExit(name=run.name, node_id=self.context.node_id, reason="lost" if adopted.lost else "exited",
                            note=adopted.note, log_tail=adopted.log_tail)
 
-    async def _start(self, run: FrontRun, launch: FrontLaunch, log_path: Path) -> asyncio.subprocess.Process:
-        """The front's process: the agent's LiteLLM standby become this launch where it can, else a cold start."""
+    async def _start(self, run: FrontRun, launch: FrontLaunch, log_path: Path) -> OwnedProcess:
+        """The front's process: forked from the agent's LiteLLM standby where it can be, else a cold start."""
         context = self.context
         # A local file opened once per service start: not worth a thread hop.
         with open(log_path, "ab", buffering=0) as log:  # noqa: ASYNC230
@@ -93,10 +95,15 @@ class FrontActivities:
             argv = " ".join(launch.argv)
             log.write(f"[berth] node {context.node_id} starting {run.name}: {argv}\n".encode())
             if run.kind == ProcessKind.LITELLM:
-                warm = await self.standby.take(launch, log_path)
+                # A standby still importing answers after its imports: the activity beats meanwhile.
+                beating = asyncio.create_task(_heartbeat_every(HEARTBEAT_EVERY_S))
+                try:
+                    warm = await self.standby.take(launch, log_path)
+                finally:
+                    beating.cancel()
                 if warm is not None:
-                    log.write(f"[berth] {run.name} is the standby LiteLLM (pid {warm.pid}), imported ahead\n"
-                              .encode())
+                    log.write(f"[berth] {run.name} is forked from the LiteLLM standby (pid {warm.pid}), "
+                              "imported ahead\n".encode())
                     return warm
             try:
                 return await asyncio.create_subprocess_exec(
@@ -134,3 +141,9 @@ class FrontActivities:
 
 
 
+
+
+async def _heartbeat_every(every_s: float) -> None:
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(every_s)

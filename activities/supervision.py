@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import time
-from asyncio.subprocess import Process
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -21,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 from berth.contracts import MAX_HOLDINGS, NodeHolding
 from berth.processes import (
+    OwnedProcess,
     group_alive,
     read_pidfile,
     remove_file,
@@ -119,7 +119,7 @@ class Supervisor:
             await stop_group(pid, STOP_GRACE_S)
             raise
 
-    async def watch(self, process: Process | int, what: str, *, on_beat: Callable[[int], object] | None = None,
+    async def watch(self, process: OwnedProcess | int, what: str, *, on_beat: Callable[[int], object] | None = None,
                     before_stop: Callable[[], object] | None = None) -> int | None:
         """Own `process` for the calling activity (see `supervise`): heartbeat while it lives, stop its group
         on cancellation; on worker shutdown stop it and raise AgentStopped."""

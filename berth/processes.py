@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -154,7 +154,20 @@ async def stop_group(pgid: int, grace_s: float = 10.0) -> None:
         await asyncio.sleep(0.05)
 
 
-async def supervise(process: asyncio.subprocess.Process | int, *, heartbeat: Callable[[], object],
+class OwnedProcess(Protocol):
+    """A process its owner can wait on: its child (asyncio's Process), or one a helper of its own forked and
+    reports the end of (activities/litellm_standby.py): `returncode` None while it runs, or when unknown."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int | None: ...
+
+
+async def supervise(process: OwnedProcess | int, *, heartbeat: Callable[[], object],
                     shutdown: Awaitable[object], shutdown_error: Callable[[], BaseException],
                     on_beat: Callable[[int], object] | None = None, before_stop: Callable[[], object] | None = None,
                     every_s: float = 2.0, poll_s: float = 0.25, grace_s: float = 10.0) -> int | None:
@@ -163,8 +176,8 @@ async def supervise(process: asyncio.subprocess.Process | int, *, heartbeat: Cal
     when cancelled, when `shutdown` completes (then raise `shutdown_error()`), or on any other way out
     while it still runs. `before_stop` runs just before each stop (a last look at what the group holds).
 
-    `process` is our child, or the pid of one that is not (adopted from a previous parent: polled every
-    `poll_s`). Returns the child's return code, or None for an adopted pid: its status is unknowable."""
+    `process` is one we can wait on, or the pid of one we cannot (adopted from a previous parent: polled every
+    `poll_s`). Returns its return code, or None when its status is unknowable (an adopted pid)."""
     pgid = process if isinstance(process, int) else process.pid
     watched = asyncio.ensure_future(shutdown)
 

@@ -33,7 +33,7 @@ from berth.settings import (
     NODES_TASK_QUEUE,
     ClusterSettings,
     StateLayout,
-    litellm_standby_enabled,
+    litellm_standby_mode,
     metrics_enabled,
     node_task_queue,
     rank_user_setting,
@@ -193,7 +193,7 @@ class NodeAgent:
         activities = NodeActivities(self.context, supervisor, secrets_api, users, settings.weights_endpoint())
         reaper = asyncio.create_task(self.reap_orphans(
             orphans, marked, supervisor, settings.rank_heartbeat_timeout_s + settings.rank_adopt_window_s + 10))
-        standby = LiteLLMStandby(self.context.node_dir / "litellm-standby", litellm_standby_enabled())
+        standby = LiteLLMStandby(self.context.node_dir / "litellm-standby", litellm_standby_mode())
         services = FrontActivities(self.context, supervisor, secrets_api, standby, users)  # OpenCode's jailed too
         models = ModelJobActivities(self.context, secrets_api, settings)
         functions: list[Callable[..., Any]] = [
@@ -210,7 +210,7 @@ class NodeAgent:
             beat = asyncio.create_task(self.heartbeat_forever(api, supervisor, metrics))
             slicing = asyncio.create_task(self.apply_mig(settings))
             runs = [asyncio.create_task(own.run()), asyncio.create_task(shared.run())]
-            standby.warm()  # after the workers: the agent serves while its spare LiteLLM imports
+            standby.warm()  # after the workers: the agent serves while its standby imports (mode `on`)
             log.info("node %s ready: engine %s, %d GPU(s) (%s)", self.config.node_id, self.engine,
                      len(self.gpus), self.gpu_note)
             await stop.wait()

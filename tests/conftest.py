@@ -29,10 +29,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # whatever a test's CliRunner sets, so the CLI's tables wrap differently than in a plain run.
     if worker.startswith("gw"):
         os.environ.pop("COLUMNS", None)
-    # A node agent's spare LiteLLM (activities/litellm_standby.py) costs ~7 s of CPU per agent, and the suite
-    # starts ~55 agents, most of which never run a LiteLLM: its stacks start LiteLLM cold unless a test asks
-    # for the product's default (tests/activities/test_litellm_standby.py, the chaos smoke's stack).
-    os.environ.setdefault("BERTH_LITELLM_STANDBY", "off")
+    # A node agent's LiteLLM standby (activities/litellm_standby.py) costs ~7 s of CPU per agent, and the suite
+    # starts ~55 agents, most of which never run a LiteLLM: its stacks spawn it at their first LiteLLM start
+    # (`lazy`), whose later starts on that agent are forked, unless a test asks for the product's default `on`
+    # (tests/activities/test_litellm_standby.py, the chaos smoke's and the copy-loss stacks).
+    os.environ.setdefault("BERTH_LITELLM_STANDBY", "lazy")
     if worker.startswith("gw") and count > 1:
         # The stack driver and every process it starts read this: worker K keeps to the K-th port slice.
         os.environ["BERTH_PORT_SLICE"] = f"{int(worker[2:])}/{count}"

@@ -369,7 +369,7 @@ from berth.settings.components import (  # noqa: E402, F401 — re-exported: ber
     litellm_assertion_settings,
     litellm_bin_override,
     litellm_hook_settings,
-    litellm_standby_enabled,
+    litellm_standby_mode,
     log_format,
     metrics_enabled,
     opencode_bin_override,

@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
 from berth.errors import UserInputError
@@ -168,14 +169,20 @@ def rank_user_setting(environ: Mapping[str, str] = os.environ) -> str:
     return environ.get("BERTH_RANK_USER", "berth-rank").strip()
 
 
-def litellm_standby_enabled(environ: Mapping[str, str] = os.environ) -> bool:
-    """BERTH_LITELLM_STANDBY: `on` (the default) has each node agent keep one LiteLLM interpreter imported
-    ahead, which its next LiteLLM start or restart becomes (activities/litellm_standby.py); `off` starts every
-    LiteLLM cold and saves the spare's memory. Any other value stops the agent in one line."""
+def litellm_standby_mode(environ: Mapping[str, str] = os.environ) -> Literal["on", "lazy", "off"]:
+    """BERTH_LITELLM_STANDBY: when each node agent spawns its LiteLLM standby, the interpreter that imports LiteLLM
+    once and forks every LiteLLM start and restart of that agent (activities/litellm_standby.py). `on` (the
+    default): when the agent starts. `lazy`: at its first LiteLLM start, which then waits for the imports (a node
+    that never fronts a pool holds no spare). `off`: never; every LiteLLM starts cold. Any other value stops the
+    agent in one line."""
     value = environ.get("BERTH_LITELLM_STANDBY", "on").strip().lower()
-    if value not in ("on", "off"):
-        raise SystemExit(f"BERTH_LITELLM_STANDBY must be on or off, not {value[:20]!r}.")
-    return value == "on"
+    if value == "on":
+        return "on"
+    if value == "lazy":
+        return "lazy"
+    if value == "off":
+        return "off"
+    raise SystemExit(f"BERTH_LITELLM_STANDBY must be on, lazy or off, not {value[:20]!r}.")
 
 
 # Temporal's dynamic-config keys are dotted identifiers; a value is a JSON value: here a number or a boolean, the

@@ -1,12 +1,15 @@
 """The node agent's LiteLLM standby (activities/litellm_standby.py, gateway/litellm_hooks/standby.py) with the real
-LiteLLM: imported ahead, it becomes the next LiteLLM launch and serves within seconds; a launch it cannot be
-exactly is started cold; it never outlives the agent that spawned it; BERTH_LITELLM_STANDBY turns it off."""
+LiteLLM: imported once, it forks each LiteLLM launch, which serves within seconds, and reports how each ended; a
+launch it cannot fork exactly is started cold; in mode `lazy` it is spawned at the first launch; it never outlives
+the agent that spawned it, and its forks outlive it; BERTH_LITELLM_STANDBY turns it off."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -20,7 +23,8 @@ from pydantic import SecretStr
 from activities.front_launch import FrontLaunch
 from activities.litellm_service import LIVENESS_PATH, LiteLLMServiceSpec, prepare_launch
 from activities.litellm_standby import STANDBY_LOG, LiteLLMStandby
-from berth.settings import litellm_standby_enabled
+from berth.processes import OwnedProcess
+from berth.settings import litellm_standby_mode
 from gateway.litellm_hooks.standby import READY_LINE
 from tests.gateway.litellm_hooks.test_litellm_proxy import free_port, litellm_executable
 
@@ -58,48 +62,112 @@ def executable(monkeypatch: pytest.MonkeyPatch) -> str:
     return found
 
 
-async def test_a_standby_becomes_the_launch_and_serves_within_seconds(tmp_path: Path, executable: str) -> None:
-    standby = LiteLLMStandby(tmp_path / "standby", enabled=True)
+async def serves(process: OwnedProcess, launch: FrontLaunch, log: Path, key: str) -> float:
+    """Seconds until the launch's proxy is live; then its master key (from the order, never argv) and Berth's
+    custom auth are checked."""
+    started = time.monotonic()
+    url = f"http://127.0.0.1:{launch.argv[launch.argv.index('--port') + 1]}"
+    async with httpx.AsyncClient(base_url=url, timeout=2.0, trust_env=False) as client:
+        while True:
+            assert process.returncode is None, log.read_text()[-2000:]  # noqa: ASYNC240
+            try:
+                if (await client.get(LIVENESS_PATH)).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() - started < SERVE_WITHIN_S, "not live within the bound"
+            await asyncio.sleep(0.05)
+        assert (await client.get("/v1/models", headers={"Authorization": f"Bearer {key}"})).status_code == 200
+        assert (await client.get("/v1/models", headers={"Authorization": "Bearer sk-wrong"})).status_code == 401
+    return time.monotonic() - started
+
+
+def memory_holds(pid: int, secret: bytes) -> bool:
+    """Whether any readable mapping of `pid` holds `secret` (its heap, stacks and anonymous memory)."""
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", buffering=0) as memory:
+        for line in maps:
+            fields = line.split()
+            if not fields[1].startswith("r") or len(fields) > 5 and fields[5].startswith("/"):
+                continue  # unreadable, or a file's mapping (code, data the file already had)
+            start, end = (int(value, 16) for value in fields[0].split("-"))
+            try:
+                memory.seek(start)
+                if secret in memory.read(end - start):
+                    return True
+            except OSError:
+                continue  # [vvar] and the like
+    return False
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+async def test_a_standby_forks_each_launch_and_reports_how_each_ended(tmp_path: Path, executable: str) -> None:
+    standby = LiteLLMStandby(tmp_path / "standby", "on")
     standby.warm()
     try:
         await wait_for(lambda: imported(tmp_path / "standby"), IMPORT_WITHIN_S, "the standby's imports")
         spare = standby.spare_pid
+        assert spare is not None
         key = f"sk-berth-{secrets.token_urlsafe(16)}"
         launch = launch_for(tmp_path / "front", key, executable)
-        # A launch under another executable is not this standby's to become: started cold, standby kept.
+        # A launch under another executable is not this standby's to fork: started cold, standby kept.
         assert await standby.take(FrontLaunch(("/bin/true", *launch.argv[1:]), launch.environment,
                                               launch.working_directory), tmp_path / "x.log") is None
         # Nor one whose shared environment differs (LiteLLM may have read it while importing).
         other = {**launch.environment, "LITELLM_MODE": "DEV"}
         assert await standby.take(FrontLaunch(launch.argv, other, launch.working_directory), tmp_path / "y.log") is None
-        assert standby.spare_pid == spare
-        started = time.monotonic()
-        process = await standby.take(launch, tmp_path / "front.log")
-        assert process is not None and process.pid == spare
-        url = f"http://127.0.0.1:{launch.argv[launch.argv.index('--port') + 1]}"
-        async with httpx.AsyncClient(base_url=url, timeout=2.0, trust_env=False) as client:
-            while True:
-                assert process.returncode is None, (tmp_path / "front.log").read_text()[-2000:]
-                try:
-                    if (await client.get(LIVENESS_PATH)).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() - started < SERVE_WITHIN_S, "not live within the bound"
-                await asyncio.sleep(0.05)
-            # It is the launch's proxy: its master key (from the order, never argv) and Berth's custom auth.
-            assert (await client.get("/v1/models", headers={"Authorization": f"Bearer {key}"})).status_code == 200
-            assert (await client.get("/v1/models", headers={"Authorization": "Bearer sk-wrong"})).status_code == 401
-        assert os.getsid(process.pid) == process.pid  # its own session: the agent stops its whole group
-        assert key.encode() not in Path(f"/proc/{process.pid}/cmdline").read_bytes()  # noqa: ASYNC240
+        first = await standby.take(launch, tmp_path / "front.log")
+        assert first is not None and first.pid != spare and parent_of(first.pid) == spare
+        print(f"forked LiteLLM live in {await serves(first, launch, tmp_path / 'front.log', key):.2f} s")
+        assert os.getsid(first.pid) == first.pid  # its own session: the agent stops its whole group
+        assert key.encode() not in Path(f"/proc/{first.pid}/cmdline").read_bytes()  # noqa: ASYNC240
+        # The order passed through the standby, which never parsed it and scrubbed its bytes after the fork: the
+        # next fork's copy of its memory holds no earlier launch's master key.
+        assert memory_holds(first.pid, key.encode()) and not memory_holds(spare, key.encode())
         assert "Uvicorn running" in (tmp_path / "front.log").read_text(errors="replace")  # noqa: ASYNC240
-        # The agent warms the next one at once.
-        await wait_for(lambda: standby.spare_pid not in (None, spare), 10, "a new standby")
-        process.terminate()
-        assert await asyncio.wait_for(process.wait(), 30) is not None
+        # The same standby forks the next launch (a restart's): no import again, one ready line in its log.
+        second_key = f"sk-berth-{secrets.token_urlsafe(16)}"
+        second_launch = launch_for(tmp_path / "second", second_key, executable)
+        second = await standby.take(second_launch, tmp_path / "second.log")
+        assert second is not None and standby.spare_pid == spare and parent_of(second.pid) == spare
+        await serves(second, second_launch, tmp_path / "second.log", second_key)
+        assert (tmp_path / "standby" / STANDBY_LOG).read_text().count(READY_LINE) == 1  # noqa: ASYNC240
+        # Each one's end, as its parent saw it (uvicorn stops on SIGTERM, then raises it again).
+        os.kill(first.pid, signal.SIGKILL)
+        assert await asyncio.wait_for(first.wait(), 30) == -signal.SIGKILL
+        os.kill(second.pid, signal.SIGTERM)
+        assert await asyncio.wait_for(second.wait(), 30) == -signal.SIGTERM
+        assert first.returncode == -signal.SIGKILL and second.returncode == -signal.SIGTERM
     finally:
         await standby.close()
     assert standby.spare_pid is None
+
+
+async def test_lazy_spawns_at_the_first_launch_and_a_fork_outlives_its_standby(tmp_path: Path,
+                                                                               executable: str) -> None:
+    standby = LiteLLMStandby(tmp_path / "standby", "lazy")
+    standby.warm()  # the agent's start: nothing in mode lazy
+    assert standby.spare_pid is None and standby._spawning is None
+    key = f"sk-berth-{secrets.token_urlsafe(16)}"
+    launch = launch_for(tmp_path / "front", key, executable)
+    process = None
+    try:
+        process = await asyncio.wait_for(standby.take(launch, tmp_path / "front.log"), IMPORT_WITHIN_S)
+        assert process is not None and standby.spare_pid == parent_of(process.pid)
+        await serves(process, launch, tmp_path / "front.log", key)
+        await standby.close()  # the agent stops: its proxies serve on (a restarted agent adopts them)
+        assert standby.spare_pid is None and process.returncode is None
+        await serves(process, launch, tmp_path / "front.log", key)
+        # Its status is unknown now (its parent is gone), and its end is still seen.
+        os.kill(process.pid, signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 30) is None
+    finally:
+        await standby.close()
+        if process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
 
 
 def test_a_standby_dies_with_its_agent(tmp_path: Path, executable: str) -> None:
@@ -109,7 +177,7 @@ def test_a_standby_dies_with_its_agent(tmp_path: Path, executable: str) -> None:
         "from pathlib import Path\n"
         "from activities.litellm_standby import LiteLLMStandby\n"
         "async def main():\n"
-        f"    standby = LiteLLMStandby(Path({str(tmp_path / 'standby')!r}), enabled=True)\n"
+        f"    standby = LiteLLMStandby(Path({str(tmp_path / 'standby')!r}), 'on')\n"
         "    standby.warm()\n"
         "    while standby.spare_pid is None:\n"
         "        await asyncio.sleep(0.05)\n"
@@ -134,10 +202,12 @@ def _state(pid: int) -> str:
 
 
 async def test_off_spawns_none_and_a_bad_value_is_one_line(tmp_path: Path) -> None:
-    assert litellm_standby_enabled({}) is True
-    assert litellm_standby_enabled({"BERTH_LITELLM_STANDBY": "off"}) is False
-    with pytest.raises(SystemExit, match="^BERTH_LITELLM_STANDBY must be on or off, not 'maybe'.$"):
-        litellm_standby_enabled({"BERTH_LITELLM_STANDBY": "maybe"})
-    standby = LiteLLMStandby(tmp_path, enabled=False)
+    assert litellm_standby_mode({}) == "on"
+    assert litellm_standby_mode({"BERTH_LITELLM_STANDBY": " Lazy "}) == "lazy"
+    assert litellm_standby_mode({"BERTH_LITELLM_STANDBY": "off"}) == "off"
+    with pytest.raises(SystemExit, match="^BERTH_LITELLM_STANDBY must be on, lazy or off, not 'maybe'.$"):
+        litellm_standby_mode({"BERTH_LITELLM_STANDBY": "maybe"})
+    standby = LiteLLMStandby(tmp_path, "off")
     standby.warm()
+    assert await standby.take(FrontLaunch(("/bin/true",), {}, tmp_path), tmp_path / "x.log") is None
     assert standby.spare_pid is None and standby._spawning is None

@@ -31,7 +31,7 @@ SMOKE_SUCCESS_GOAL = 0.99
 MIN_NON_STREAMED = 300  # 1 % of it is three requests: the bound has the meaning the docstring gives it
 # A killed node agent's ranks and LiteLLM are taken back once their heartbeat times out (30 s, then a 60 s
 # adoption window, by default): short windows from the settings, so the recovery fits the smoke.
-# The product's default LiteLLM standby (the suite turns it off elsewhere): node-1's spare becomes the
+# The product's default LiteLLM standby (the suite spawns it lazily elsewhere): node-1's standby forks the
 # killed LiteLLM's restart. Beside four busy loops the smoke took 70 s with it and 71 s without.
 WINDOWS = {"BERTH_RANK_HEARTBEAT_TIMEOUT_S": "6", "BERTH_RANK_ADOPT_WINDOW_S": "8", "BERTH_LITELLM_STANDBY": "on"}
 # Seed 1315's deck: the endpoint proxy, LiteLLM, the control worker, the API, Temporal, a node agent, a rank.
