@@ -49,3 +49,13 @@ def client_config_values() -> dict[str, object]:
     if ca_file:
         data["ca_file"] = ca_file
     return data
+
+
+def plain_client_values(values: Mapping[str, object]) -> tuple[str, str | None, str | None] | None:
+    """The API URL, token and CA file from client_config_values() when each is a plain string as read (the
+    token and CA file may be absent): the usual case, which needs no coercion. Else None: then
+    berth.settings.ClientConfig's to coerce or refuse (other keys it ignores, and so do its callers)."""
+    api_url, token, ca_file = values.get("api_url"), values.get("token"), values.get("ca_file")
+    if isinstance(api_url, str) and isinstance(token, str | None) and isinstance(ca_file, str | None):
+        return api_url, token, ca_file
+    return None

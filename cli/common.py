@@ -54,13 +54,11 @@ def client_settings() -> tuple[str, str | None, str | None]:
     """The API URL, token and CA file the CLI calls with. Plain strings as read (the usual case) are used as they
     are; anything else goes through berth.settings.ClientConfig, which coerces or refuses it (importing that module,
     its settings' models with it, cost every command ~50 ms of CPU: docs/performance.md, "CLI start")."""
-    from berth.client_config import client_config_values
+    from berth.client_config import client_config_values, plain_client_values
 
-    values = client_config_values()
-    api_url, token, ca_file = values.get("api_url"), values.get("token"), values.get("ca_file")
-    if isinstance(api_url, str) and isinstance(token, str | None) and isinstance(ca_file, str | None) \
-            and set(values) <= {"api_url", "token", "ca_file"}:
-        return api_url, token, ca_file
+    plain = plain_client_values(client_config_values())
+    if plain is not None:
+        return plain
     from berth.settings import ClientConfig
 
     config = ClientConfig.load()

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 from berth.api_errors import refusal, unreachable, untrusted
-from berth.client_config import API_CONNECT_TIMEOUT_S, API_TIMEOUT_S
+from berth.client_config import API_CONNECT_TIMEOUT_S, API_TIMEOUT_S, plain_client_values
 from berth.tls_client import url_context
 
 # httpx's proxies (trust_env), and its CA store for an https API when one of these is set: left to httpx.
@@ -42,9 +42,10 @@ class ApiTarget:
 def target(values: Mapping[str, object], environ: Mapping[str, str] = os.environ) -> ApiTarget | None:
     """The API to ask, from berth.client_config.client_config_values(), or None to leave the command to the
     normal path."""
-    api_url, token, ca_file = values.get("api_url"), values.get("token"), values.get("ca_file")
-    if not (isinstance(api_url, str) and isinstance(token, str | None) and isinstance(ca_file, str | None)):
+    plain = plain_client_values(values)
+    if plain is None:
         return None  # pydantic's to coerce or refuse
+    api_url, token, ca_file = plain
     if token is not None and not (token.isascii() and token.isprintable()):
         return None  # httpx's to refuse or encode
     base_url = api_url.rstrip("/")
