@@ -23,9 +23,9 @@ from pydantic import SecretStr
 from activities.front_launch import FrontLaunch
 from activities.litellm_service import LIVENESS_PATH, LiteLLMServiceSpec, prepare_launch
 from activities.litellm_standby import STANDBY_LOG, LiteLLMStandby
-from berth.processes import OwnedProcess
+from berth.processes import OwnedProcess, pid_alive
 from berth.settings import litellm_standby_mode
-from gateway.litellm_hooks.standby import READY_LINE
+from gateway.litellm_hooks.standby import FORKED_LINE, READY_LINE
 from tests.gateway.litellm_hooks.test_litellm_proxy import free_port, litellm_executable
 
 pytestmark = pytest.mark.litellm
@@ -145,7 +145,7 @@ async def test_a_standby_forks_each_launch_and_reports_how_each_ended(tmp_path: 
     assert standby.spare_pid is None
 
 
-async def test_lazy_spawns_at_the_first_launch_and_a_fork_outlives_its_standby(tmp_path: Path,
+async def test_lazy_spawns_at_the_first_launch_a_fork_nobody_awaits_stops_and_one_outlives_its_standby(tmp_path: Path,
                                                                                executable: str) -> None:
     standby = LiteLLMStandby(tmp_path / "standby", "lazy")
     standby.warm()  # the agent's start: nothing in mode lazy
@@ -154,6 +154,19 @@ async def test_lazy_spawns_at_the_first_launch_and_a_fork_outlives_its_standby(t
     launch = launch_for(tmp_path / "front", key, executable)
     process = None
     try:
+        # A launch given up while the standby imports (its activity cancelled): forked once the imports are done,
+        # and stopped at once, for nobody would own it.
+        given_up = asyncio.create_task(standby.take(launch_for(tmp_path / "gone", key, executable),
+                                                    tmp_path / "gone.log"))
+        await wait_for(lambda: standby.spare_pid is not None, 10, "the standby's spawn")
+        await asyncio.sleep(0.1)  # the order written: the take awaits its answer
+        given_up.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await given_up
+        log = tmp_path / "standby" / STANDBY_LOG
+        await wait_for(lambda: FORKED_LINE in log.read_text(), IMPORT_WITHIN_S, "the given-up fork")
+        unwanted = int(log.read_text().split(f"{FORKED_LINE} pid ")[1].split()[0])  # noqa: ASYNC240
+        await wait_for(lambda: not pid_alive(unwanted), 10, "the given-up fork's end")
         process = await asyncio.wait_for(standby.take(launch, tmp_path / "front.log"), IMPORT_WITHIN_S)
         assert process is not None and standby.spare_pid == parent_of(process.pid)
         await serves(process, launch, tmp_path / "front.log", key)
