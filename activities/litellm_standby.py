@@ -123,6 +123,7 @@ class Standby:
             stdin.write(json.dumps(order).encode() + b"\n")
             await stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
+            self._answers.remove(answer)  # never sent: no answer will come
             raise ProcessLookupError("the LiteLLM standby ended") from None
         try:
             return await asyncio.wait_for(asyncio.shield(answer), FORK_ANSWER_S)
