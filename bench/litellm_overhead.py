@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 
 from bench.common import cpu_seconds, emit, summary
-from bench.proxy_overhead import LONG_REPLY, interleaved, rps, start_litellm, stream_chunks
+from bench.proxy_overhead import interleaved, rps, start_litellm, stream_chunks
+from bench.sim_targets import LONG_REPLY
 from berth.processes import stop_group_sync
 from stack.driver import RunningStack, free_port_base, litellm_bin, service_record
 

@@ -124,14 +124,14 @@ def main() -> None:
 
     from bench.common import emit
     from bench.proxy_limits import start_limited, write_limits_file
-    from bench.proxy_overhead import STACK_ENV, _endpoint_target
+    from bench.sim_targets import STACK_ENV, endpoint_target
 
     workdir = Path(tempfile.mkdtemp(prefix="berth-bench-process-cpu-"))
     result: dict[str, Any] = {}
     stack = RunningStack(state_dir=workdir / "plain", port_base=free_port_base(), nodes=1,
                          simulate_gpus="1x80GB", extra_env=STACK_ENV).start()
     try:
-        _direct, (url, headers, _verify) = _endpoint_target(stack)
+        _direct, (url, headers, _verify) = endpoint_target(stack)
         result["plain"] = cpu_per_request(stack, url, headers, endpoint_of(url))
     finally:
         stack.stop()

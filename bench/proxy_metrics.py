@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import emit, summary
-from bench.proxy_overhead import STACK_ENV, _cpu_per_chunk, _endpoint_target, interleaved
+from bench.proxy_overhead import _cpu_per_chunk, interleaved
+from bench.sim_targets import STACK_ENV, endpoint_target
 from stack.driver import RunningStack, free_port_base
 
 TARGETS = {"added_p50_ms_metrics_on_minus_off": 0.05, "cpu_ms_per_chunk_metrics_on": 0.02}
@@ -27,8 +28,8 @@ def measure(root: Path, rounds: int = 400) -> dict[str, Any]:
     try:
         off = _stack(root, "off")
         try:
-            direct_on, proxy_on = _endpoint_target(on)
-            direct_off, proxy_off = _endpoint_target(off)
+            direct_on, proxy_on = endpoint_target(on)
+            direct_off, proxy_off = endpoint_target(off)
             runs = asyncio.run(interleaved({"direct_on": direct_on, "proxy_on": proxy_on,
                                             "direct_off": direct_off, "proxy_off": proxy_off}, rounds))
             kept = {name: summary(values) for name, values in runs.items()}

@@ -31,10 +31,10 @@ from bench.common import CHAT_BODY, cpu_seconds, emit, summary, wrk_post_script
 from bench.limits_admit import start_redis
 from bench.process_cpu import cpu_per_request, endpoint_of
 from bench.proxy_limits import LimitedStack, Target, audit_cost, start_limited, write_limits_file
+from bench.sim_targets import STACK_ENV, endpoint_target
 from berth.processes import free_port, stop_group_sync, wait_http_sync
 from stack.driver import RunningStack, free_port_base, litellm_bin
 
-LONG_REPLY = " ".join(["token"] * 400)
 BODY = CHAT_BODY
 
 
@@ -139,17 +139,6 @@ async def interleaved(targets: dict[str, Target], rounds: int, fresh: bool = Fal
     return out
 
 
-def _endpoint_target(stack: RunningStack) -> tuple[Target, Target]:
-    """(direct to the copy, through the endpoint proxy) for a new Proxy=false GPT-OSS 20B on `stack`."""
-    workflow_id = stack.start_entry("GPT-OSS 20B", "Proxy=false")
-    copy = stack.describe(workflow_id)["replicas"][0]
-    endpoint = stack.endpoint(workflow_id)
-    return ((copy["url"] + "/v1/chat/completions",
-             {"Authorization": f"Bearer {stack.replica_key(copy['copy_id'])}"}, True),
-            (endpoint["url"] + "/v1/chat/completions",
-             {"Authorization": f"Bearer {stack.token_for(endpoint['id'])}"}, stack.verify))
-
-
 def tls_overhead() -> None:
     """A plain and a `--tls` stack side by side, requests interleaved: direct, plain proxy, https proxy."""
     workdir = Path(tempfile.mkdtemp(prefix="berth-bench-proxy-tls-"))
@@ -159,8 +148,8 @@ def tls_overhead() -> None:
             stacks.append(RunningStack(state_dir=workdir / name, port_base=free_port_base(), nodes=1,
                                        simulate_gpus="1x80GB", extra_env={"BERTH_SIM_TOKENS_PER_SECOND": "0"},
                                        tls=tls).start())
-        direct, plain = _endpoint_target(stacks[0])
-        _, https = _endpoint_target(stacks[1])
+        direct, plain = endpoint_target(stacks[0])
+        _, https = endpoint_target(stacks[1])
         targets = {"direct": direct, "proxy_http": plain, "proxy_https": https}
         kept = {name: summary(values) for name, values in asyncio.run(interleaved(targets, 400)).items()}
         fresh = {name: summary(values) for name, values in asyncio.run(interleaved(targets, 60, True)).items()}
@@ -176,7 +165,6 @@ def tls_overhead() -> None:
             stack.stop()
 
 
-STACK_ENV = {"BERTH_SIM_TOKENS_PER_SECOND": "0", "BERTH_SIM_REPLY": LONG_REPLY, "BERTH_SIM_MAX_NUM_SEQS": "256"}
 TARGETS = {"added_p50_ms": 0.5, "proxy_vs_litellm_rps": 10.0, "cpu_ms_per_chunk": 0.02}  # issue 15's
 
 
@@ -242,7 +230,7 @@ def _plain_phase(workdir: Path) -> dict[str, Any]:
     litellm = None
     try:
         # Proxy=false: this bench measures the endpoint proxy alone (bench/litellm_overhead.py: the full path).
-        direct, proxied = _endpoint_target(stack)
+        direct, proxied = endpoint_target(stack)
         rounds = asyncio.run(interleaved({"direct": direct, "proxy": proxied}, 400))
         result = _plain_figures(stack, direct, proxied, {name: summary(v) for name, v in rounds.items()})
         if litellm_bin():
