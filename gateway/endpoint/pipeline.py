@@ -8,14 +8,10 @@ for the pipeline but itself."""
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 from gateway.endpoint.proxy_request import ProxyRequest
 from gateway.endpoint.steps import credentials, deadline, forward, hold, limits, relay, retry, route, scope
-from gateway.endpoint.steps.base import Step
-
-if TYPE_CHECKING:
-    from gateway.endpoint.endpoint_proxy import EndpointProxy
+from gateway.endpoint.steps.base import ProxyParts, Step
 
 ORDER: tuple[type[Step], ...] = (
     route.FindRoute,  # the endpoint in the routing table (404); LiteLLM's /key/* on it; routes no copy serves
@@ -35,7 +31,7 @@ class Pipeline:
 
     __slots__ = ("finishing", "steps")
 
-    def __init__(self, proxy: EndpointProxy) -> None:
+    def __init__(self, proxy: ProxyParts) -> None:
         self.steps = tuple(kind(proxy) for kind in ORDER)
         for index, step in enumerate(self.steps):
             step.rest = functools.partial(self.run_from, index + 1)

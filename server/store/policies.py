@@ -5,7 +5,8 @@ groups — read in the caller's session where a decision must hold under the pla
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import Protocol
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
@@ -15,8 +16,12 @@ from server import policy_rules
 from server.policy_rules import Ask, HeldCopy, Subject
 from server.store.tables import EndpointRow, GroupRow, PolicyRow, ReservationRow, UserRow, WorkflowRow
 
-if TYPE_CHECKING:  # the store imports this module (through placement): no cycle at run time
-    from server.store.database import Store
+
+class Sessions(Protocol):
+    """What Policies needs of the store (server/store/database.py's Store): a session, one transaction. Named here, for
+    the store imports this module (placement reads placement_refusal in its own transaction)."""
+
+    def session(self) -> AbstractContextManager[Session]: ...
 
 
 def _policy(row: PolicyRow) -> Policy:
@@ -63,7 +68,7 @@ def placement_refusal(s: Session, workflow_id: str, gpus: int) -> str | None:
 
 
 class Policies:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Sessions) -> None:
         self.store = store
 
     def all(self) -> list[Policy]:

@@ -3,12 +3,53 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gateway.endpoint.proxy_request import ProxyRequest
 
 if TYPE_CHECKING:
-    from gateway.endpoint.endpoint_proxy import EndpointProxy
+    from berth.api_client import ApiClient
+    from berth.security import TokenVerifier
+    from gateway.edge.exchange import ProxyLimits
+    from gateway.edge.proxy_metrics import ProxyMetrics
+    from gateway.edge.routing import Replica
+    from gateway.edge.upstream import UpstreamPool
+    from gateway.endpoint.admission import Admission
+    from gateway.endpoint.hold import Holds
+    from gateway.endpoint.key_gate import KeyGate
+    from gateway.endpoint.load_report import LoadCounts, Outcome
+    from gateway.endpoint.route_table import Route
+    from gateway.endpoint.token_identity import TokenIdentities
+    from gateway.endpoint.upstream_headers import CallerHeaders
+
+
+class ProxyParts(Protocol):
+    """What the steps read of their proxy: what outlives a request (gateway/endpoint/endpoint_proxy.py's
+    EndpointProxy is it). Named here rather than imported from the proxy, which makes the pipeline: the steps stand
+    below the proxy that runs them."""
+
+    admission: Admission
+    api: ApiClient  # and `verifier`: what LiteLLM's /key/* routes are answered with (gateway/endpoint/litellm_keys.py)
+    caller_headers: CallerHeaders
+    holds: Holds
+    keys: KeyGate
+    limits: ProxyLimits
+    load: LoadCounts
+    metrics: ProxyMetrics
+    routes: dict[str, Route]
+    served: set[str]
+    tokens: TokenIdentities
+    upstream: UpstreamPool
+    verifier: TokenVerifier
+
+    @property
+    def hold_timeout_s(self) -> float: ...
+
+    async def look_again(self, age_s: float) -> None: ...
+
+    async def route(self, endpoint_id: str) -> Route | None: ...
+
+    def sent(self, route: Route, target: Replica) -> Outcome | None: ...
 
 
 async def _nothing_after(request: ProxyRequest) -> None:
@@ -28,7 +69,7 @@ class Step:
 
     __slots__ = ("proxy", "rest")
 
-    def __init__(self, proxy: EndpointProxy) -> None:
+    def __init__(self, proxy: ProxyParts) -> None:
         self.proxy = proxy
         self.rest: Callable[[ProxyRequest], Awaitable[None]] = _nothing_after  # the steps after this one
 
