@@ -4,6 +4,7 @@ and AES-GCM for secrets at rest and Temporal payloads."""
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import json
@@ -11,6 +12,7 @@ import os
 import secrets
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,6 +163,7 @@ class SigningKey:
 
 
 ISSUED_CACHE = 10_000  # distinct tokens whose issued() answer is kept
+COPY_KEYS_CACHED = 10_000  # copies whose replica key ReplicaKeys keeps (each is an HMAC to derive)
 VERIFIED_CACHE = 10_000  # distinct (token, audience) pairs verify() keeps; cleared when full rather than grown
 
 
@@ -271,12 +274,15 @@ class ReplicaKeys:
 
     def __init__(self, secret: bytes) -> None:
         self._secret = secret
+        # The routes table sends every copy's key each second to each proxy: an HMAC a copy a read (~7 us) was most
+        # of the API's CPU for a large table. Bounded, as copies come and go for good.
+        self.for_copy: Callable[[str], str] = functools.lru_cache(maxsize=COPY_KEYS_CACHED)(self._derive)
 
     @classmethod
     def load_or_create(cls, keys_dir: Path, name: str = "replica.key") -> ReplicaKeys:
         return cls(load_or_create_secret(keys_dir / name))
 
-    def for_copy(self, copy_id: str) -> str:
+    def _derive(self, copy_id: str) -> str:
         digest = hmac.new(self._secret, b"berth-replica-key\0" + copy_id.encode(), hashlib.sha256).digest()
         return self.PREFIX + _b64url(digest)
 

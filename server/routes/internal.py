@@ -52,9 +52,11 @@ from server.refusals import refusals
 from server.replica_keys import REPLICA_KEYS_TOKEN_TTL_S, discoverable
 from server.store.copy_outcomes import traffic_of
 from server.store.copy_sites import copy_sites
+from server.store.database import ReplicaRecord
 from server.store.gpu_power import copies_power_w
 from server.store.load_reports import AutoscalerLease, AutoscalerView
 from server.store.secrets import Secrets
+from server.store.tables import EndpointRow
 from server.token_minting import mint_endpoint_token
 from server.views import replica_view
 
@@ -271,13 +273,7 @@ async def endpoint_replicas(endpoint_id: str, context: Context) -> ServiceCopies
 # exclude_unset: an endpoint without a `limits` override is sent without the field, as before it existed.
 @router.get("/v1/internal/routes", response_model=RoutesTable, response_model_exclude_unset=True)
 async def routes(context: Context, _who: Admin) -> dict[str, Any]:
-    endpoints = await run_in_threadpool(context.store.endpoints)
-    routed = await run_in_threadpool(context.store.load.litellm_routed)
-    revoked = await run_in_threadpool(context.store.endpoint_tokens.revoked_ids)
-    replicas = await run_in_threadpool(context.store.replicas)
-    pool_facts = {e.id: PoolFacts.from_annotations(e.annotations) for e in endpoints}  # read once an endpoint
-    power = await run_in_threadpool(_energy_readings, context, pool_facts, replicas)
-    sites = await run_in_threadpool(copy_sites, context.store.session, [replica.copy_id for replica in replicas])
+    endpoints, pool_facts, routed, revoked, replicas, power, sites = await run_in_threadpool(_table_reads, context)
     by_endpoint: dict[str, list[str]] = {}
     for replica in replicas:
         if replica.ready and not replica.draining:
@@ -302,14 +298,29 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
         "litellm_routed": routed.get(e.id) if facts(e.service).fronts_pool else None,
         "replicas": sorted(by_endpoint.get(e.id, [])),  # copy_urls' old name, for one release
         **_limits(e.id, e.annotations or {}),
-        **_max_context(e.annotations or {}),
+        **_max_context(pool_facts[e.id]),
         **_traffic(e.annotations or {}),
         # Sent only while the endpoint has one: a table without revocations reads as before.
         **({"revoked_tokens": revoked[e.id]} if e.id in revoked else {}),
     } for e in endpoints]}
 
 
-def _energy_readings(context: ServerContext, pool_facts: dict[str, PoolFacts], replicas: list[Any]
+def _table_reads(context: ServerContext) -> tuple[list[EndpointRow], dict[str, PoolFacts], dict[str, tuple[str, ...]],
+                                                  dict[str, list[str]], list[ReplicaRecord], dict[str, float],
+                                                  dict[str, str | None]]:
+    """What the routes table is made of, read in one trip to the thread pool (each every proxy asks each second):
+    the endpoints with their pools' facts (read once an endpoint), what each LiteLLM routes to, the revoked tokens,
+    the published copies, the power of energy_optimized pools' copies and each copy's site."""
+    store = context.store
+    endpoints = store.endpoints()
+    pool_facts = {e.id: PoolFacts.from_annotations(e.annotations) for e in endpoints}
+    replicas = store.replicas()
+    return (endpoints, pool_facts, store.load.litellm_routed(), store.endpoint_tokens.revoked_ids(), replicas,
+            _energy_readings(context, pool_facts, replicas),
+            copy_sites(store.session, [replica.copy_id for replica in replicas]))
+
+
+def _energy_readings(context: ServerContext, pool_facts: dict[str, PoolFacts], replicas: list[ReplicaRecord]
                      ) -> dict[str, float]:
     """The NVML power of the copies of energy_optimized pools (server/store/gpu_power.py): read for those alone, as
     no other policy weighs it."""
@@ -339,9 +350,9 @@ def _traffic(annotations: dict[str, Any]) -> dict[str, Any]:
     return {"traffic": split} if split is not None else {}
 
 
-def _max_context(annotations: dict[str, Any]) -> dict[str, Any]:
+def _max_context(pool: PoolFacts) -> dict[str, Any]:
     """The pool's MaxContextSize, for the limits' context check; nothing for an endpoint without one."""
-    value = PoolFacts.from_annotations(annotations).max_context
+    value = pool.max_context
     return {"max_context": value} if value is not None else {}
 
 
