@@ -249,18 +249,8 @@ async def litellm_requests(endpoint_id: str, body: RequestCounters, context: Con
 async def endpoint_replicas(endpoint_id: str, context: Context) -> ServiceCopies:
     """The pool's copies, as the LiteLLM sync hook reads them (under their old names too, for one
     release). Accepts the endpoint's service token or an administrator's API token."""
-    rows = await run_in_threadpool(context.store.replicas, endpoint_id)
-    try:
-        annotations = (await run_in_threadpool(context.store.endpoint, endpoint_id)).annotations or {}
-    except NotFoundError:
-        annotations = {}  # the endpoint is gone; its replica list is empty as well
-    # While a split is set, a revision at 0 % is not LiteLLM's to route to either (a blue-green new set
-    # before its switch, an old one after it).
-    split = traffic_of(annotations)
-    rows = [r for r in rows if revision_weighted(split, r.revision)]
-    pool_facts = PoolFacts.from_annotations(annotations)
+    rows, pool_facts, sites = await run_in_threadpool(_pool_reads, context, endpoint_id)
     rules = pool_facts.sites
-    sites = await run_in_threadpool(copy_sites, context.store.session, [r.copy_id for r in rows]) if rules else {}
     return ServiceCopies(
         copies=[ServiceCopy(copy_id=r.copy_id, url=r.url.rstrip("/") + "/v1", ready=r.ready and not r.draining,
                             api_key=context.replica_keys.for_copy(r.copy_id),
@@ -303,6 +293,25 @@ async def routes(context: Context, _who: Admin) -> dict[str, Any]:
         # Sent only while the endpoint has one: a table without revocations reads as before.
         **({"revoked_tokens": revoked[e.id]} if e.id in revoked else {}),
     } for e in endpoints]}
+
+
+def _pool_reads(context: ServerContext, endpoint_id: str
+                ) -> tuple[list[ReplicaRecord], PoolFacts, dict[str, str | None]]:
+    """What a pool's copies for its LiteLLM are made of, read in one trip to the thread pool (each LiteLLM asks each
+    second): the copies of the revisions that take traffic, the pool's facts, and each copy's site where a rule
+    reads it."""
+    rows = context.store.replicas(endpoint_id)
+    try:
+        annotations = context.store.endpoint(endpoint_id).annotations or {}
+    except NotFoundError:
+        annotations = {}  # the endpoint is gone; its replica list is empty as well
+    # While a split is set, a revision at 0 % is not LiteLLM's to route to either (a blue-green new set
+    # before its switch, an old one after it).
+    split = traffic_of(annotations)
+    rows = [r for r in rows if revision_weighted(split, r.revision)]
+    pool_facts = PoolFacts.from_annotations(annotations)
+    sites = copy_sites(context.store.session, [r.copy_id for r in rows]) if pool_facts.sites else {}
+    return rows, pool_facts, sites
 
 
 def _table_reads(context: ServerContext) -> tuple[list[EndpointRow], dict[str, PoolFacts], dict[str, tuple[str, ...]],
