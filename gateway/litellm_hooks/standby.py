@@ -52,10 +52,11 @@ def _parse_order(line: bytes) -> dict[str, Any]:
     return order
 
 
-def _become(order: dict[str, Any]) -> None:
+def _become(order: dict[str, Any], session_made: int) -> None:
     """In a forked child: the process a cold start would have been: session, priority, output, directory,
-    environment, argv."""
+    environment, argv. Closing `session_made` tells the standby its group exists (see _Zygote._fork)."""
     os.setsid()  # its own session and group, as a cold front's: the pid the agent records is its group's
+    os.close(session_made)
     niceness = order.get("niceness")
     if isinstance(niceness, int):
         try:
@@ -137,7 +138,29 @@ class _Zygote:
         self.buffer[rest:self.filled] = bytes(self.filled - rest)
         self.filled = rest
 
-    def serve(self) -> dict[str, Any] | None:
+    def _fork(self, end: int) -> tuple[dict[str, Any], int] | None:
+        """Fork the first order. In the child: its order and the descriptor it closes once it has its own session.
+        In the standby: None, once the child's session exists (or the child is gone) — so the pid the agent hears
+        is a process group it can stop at once (a kill sent to the group before the child's setsid would find no
+        group, and the fork would serve on unowned)."""
+        session_read, session_made = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child reads its order; the standby never parses one
+            os.close(session_read)
+            order = _parse_order(bytes(self.buffer[:end]))
+            self._close()
+            return order, session_made
+        os.close(session_made)
+        self._scrub(end)
+        try:
+            os.read(session_read, 1)  # end of file: the child closed its end after setsid(), or died
+        finally:
+            os.close(session_read)
+        print(f"{FORKED_LINE} pid {pid}", flush=True)
+        self._reply({"pid": pid})
+        return None
+
+    def serve(self) -> tuple[dict[str, Any], int] | None:
         """Fork for each order until stdin ends (None: the standby leaves). Returns in each forked child with
         its order (the loop's descriptors and signal handling closed), which it then becomes."""
         signal.signal(signal.SIGCHLD, lambda _number, _frame: None)  # the wakeup descriptor is the event
@@ -155,14 +178,9 @@ class _Zygote:
                     self._close()
                     return None  # the agent stopped it: its proxies serve on, a restarted agent adopts them
                 while (end := self._next_line()) is not None:
-                    pid = os.fork()
-                    if pid == 0:  # the child reads its order; the standby never parses one
-                        order = _parse_order(bytes(self.buffer[:end]))
-                        self._close()
-                        return order
-                    self._scrub(end)
-                    print(f"{FORKED_LINE} pid {pid}", flush=True)
-                    self._reply({"pid": pid})
+                    forked = self._fork(end)
+                    if forked is not None:
+                        return forked
 
 
 def main() -> None:
@@ -180,10 +198,10 @@ def main() -> None:
     from litellm.proxy.proxy_cli import run_server
 
     print(f"{READY_LINE} (imported in {time.monotonic() - started:.1f} s)", flush=True)
-    order: Final = _Zygote(replies).serve()
-    if order is None:
+    forked: Final = _Zygote(replies).serve()
+    if forked is None:
         return
-    _become(order)
+    _become(*forked)
     # `litellm`'s console script is `sys.exit(run_server())`; click parses sys.argv[1:] the same way.
     run_server.main(args=sys.argv[1:], prog_name="litellm")
 
