@@ -21,6 +21,8 @@ import httpx
 from berth.processes import berth_python, free_port, spawn, stop_group_sync, wait_http_sync
 from berth.settings import port_slice_spec
 
+KEEPALIVE_S = 2.0  # below the API server's keep-alive timeout (uvicorn's 5 s)
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -172,7 +174,10 @@ class RunningStack:
         # TLS context each time, ~20 ms of CPU. The token is read each time: `berth up` again rotates it.
         client = self._client
         if client is None or client.is_closed:
-            client = self._client = httpx.Client(verify=self.verify, timeout=30)
+            # An idle connection is dropped here before the API's server drops it (uvicorn: after 5 s, httpx's own
+            # default too): otherwise a request sent as the server closes it fails "Server disconnected" (ci50).
+            client = self._client = httpx.Client(verify=self.verify, timeout=30,
+                                                 limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S))
         return client.request(method, self.info["api_url"] + path,
                               headers={"Authorization": f"Bearer {self.token}"}, **kwargs)
 
