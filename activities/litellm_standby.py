@@ -25,7 +25,7 @@ from typing import Final, Literal
 
 from activities.front_launch import FrontLaunch
 from activities.litellm_service import find_litellm_executable, shared_environment
-from berth.processes import pid_alive, script_interpreter
+from berth.processes import pid_gone, script_interpreter
 
 log = logging.getLogger("berth.node.litellm_standby")
 
@@ -37,6 +37,7 @@ SPARE_NICENESS: Final = 10
 # A fork is answered at once by an imported standby; one still importing answers after its imports (20-45 s on
 # a busy machine). Past this, it is stopped and the launch started cold.
 FORK_ANSWER_S: Final = 240.0
+POLL_S: Final = 0.25  # how often the end of a fork whose standby ended first is looked for
 REPLY_LIMIT_BYTES: Final = 4096  # a reply is a pid or an exit status
 StandbyMode = Literal["on", "lazy", "off"]
 
@@ -72,17 +73,8 @@ class ForkedProcess:
     async def wait(self) -> int | None:
         code = await asyncio.shield(self._exit)  # a cancelled wait (each heartbeat's) leaves the future be
         if code is None:
-            while pid_alive(self.pid):  # noqa: ASYNC110 - not our child: nothing to wait on
-                await asyncio.sleep(0.25)
+            await pid_gone(self.pid, POLL_S)  # not our child any more: nothing to wait on
         return code
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
-
-    def terminate(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGTERM)
 
 
 def _stop_unwanted(answer: asyncio.Future[ForkedProcess]) -> None:

@@ -193,7 +193,7 @@ async def supervise(process: OwnedProcess | int, *, heartbeat: Callable[[], obje
     waiter: asyncio.Future[Any] | None = None
     try:
         while True:
-            waiter = asyncio.ensure_future(_pid_gone(pgid, poll_s) if isinstance(process, int) else process.wait())
+            waiter = asyncio.ensure_future(pid_gone(pgid, poll_s) if isinstance(process, int) else process.wait())
             done, _ = await asyncio.wait({waiter, watched}, timeout=every_s, return_when=asyncio.FIRST_COMPLETED)
             if waiter in done:
                 break
@@ -217,7 +217,7 @@ async def supervise(process: OwnedProcess | int, *, heartbeat: Callable[[], obje
             await stop()
 
 
-async def _pid_gone(pid: int, poll_s: float) -> None:
+async def pid_gone(pid: int, poll_s: float) -> None:
     # Polling, not an event: a process that is not our child cannot be waited on.
     while pid_alive(pid):  # noqa: ASYNC110
         await asyncio.sleep(poll_s)
