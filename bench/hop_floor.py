@@ -94,6 +94,7 @@ def serve(port: int, copy_url: str, bare: bool) -> None:
     import uvicorn
     import uvloop
 
+    import berth
     from bench.proxy_cpu import Routes
     from berth.http_guard import guarded_protocol
     from berth.security import SigningKey, TokenVerifier
@@ -102,6 +103,12 @@ def serve(port: int, copy_url: str, bare: bool) -> None:
 
     key = SigningKey.load_or_create(Path(tempfile.mkdtemp(prefix="berth-bench-key-")))
     proxy = EndpointProxy(Routes(copy_url), TokenVerifier.from_jwks(key.jwks()))  # type: ignore[arg-type]
+    server_class = uvicorn.Server
+    # As berth/server_heap.py `serve` runs every Berth server, in a checkout that has it (a --baseline from before it
+    # would find this checkout's module through the editable install, so its file is looked for first).
+    if (Path(berth.__file__).parent / "server_heap.py").exists():
+        from berth.server_heap import SettlingServer
+        server_class = SettlingServer
 
     async def main() -> None:
         await proxy.refresh()
@@ -122,7 +129,7 @@ def serve(port: int, copy_url: str, bare: bool) -> None:
         config = uvicorn.Config(bare_app if bare else proxy, host="127.0.0.1", port=port, log_level="warning",
                                 access_log=False, loop="none", http=guarded_protocol(ConnectionLimits()),
                                 lifespan="off")
-        server = uvicorn.Server(config)
+        server = server_class(config)
         task = asyncio.create_task(server.serve())
         while not server.started:  # noqa: ASYNC110 — uvicorn offers a flag, not an event
             await asyncio.sleep(0.01)

@@ -45,6 +45,7 @@ def server(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 2,
 
     from berth import settings
     from berth.http_guard import guarded_protocol
+    from berth.server_heap import serve
     from berth.settings import ServerTLS
     from berth.settings.connections import ConnectionLimits
     from server.app import build_context, create_app
@@ -56,8 +57,8 @@ def server(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 2,
     _observed("server")
     context = build_context(_given(settings.component_state_dir), _given(settings.temporal_address),
                             settings.database_url())
-    uvicorn.run(create_app(context), host=host, port=port, log_level="warning",
-                http=guarded_protocol(limits), **(tls.uvicorn_options() if tls else {}))
+    serve(uvicorn.Config(create_app(context), host=host, port=port, log_level="warning",
+                         http=guarded_protocol(limits), **(tls.uvicorn_options() if tls else {})))
 
 
 @app.command()

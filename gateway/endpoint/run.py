@@ -11,6 +11,7 @@ from berth.api_client import ApiClient
 from berth.errors import BerthError
 from berth.http_guard import guarded_protocol
 from berth.security import SigningKey, TokenVerifier
+from berth.server_heap import serve
 from berth.settings import ProxyHolding, ProxyLimits, ServerTLS, StateLayout, metrics_enabled, state_dir_if_set
 from berth.settings.connections import ConnectionLimits
 from gateway.edge.proxy_metrics import ProxyMetrics
@@ -48,8 +49,5 @@ def run_endpoint_proxy(api_url: str, token: str, host: str, port: int, fd: int |
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, loop="uvloop",
                             http=guarded_protocol(ConnectionLimits.from_env()), lifespan="on",
                             **(tls.uvicorn_options() if tls else {}))
-    if fd is None:
-        uvicorn.Server(config).run()
-        return
     # Not uvicorn's own `fd=`: it reads every inherited socket as AF_UNIX. socket(fileno=) asks the kernel.
-    uvicorn.Server(config).run(sockets=[socket.socket(fileno=fd)])
+    serve(config, None if fd is None else [socket.socket(fileno=fd)])

@@ -20,6 +20,7 @@ the shared environment), so each child starts from a consistent interpreter."""
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import selectors
@@ -183,6 +184,17 @@ class _Zygote:
                         return forked
 
 
+def _freeze() -> int:
+    """What the imports made (~710,000 objects), frozen out of every later collection of the standby and of each
+    fork (`gc.freeze`, as Python's documentation advises before a fork): a fork's collector never writes to those
+    objects, so their pages stay shared with the standby instead of being copied into each LiteLLM, and a full
+    collection under load walks what the fork made, not LiteLLM's modules (a 0.34 s pause a walk, measured)."""
+    gc.collect()
+    gc.freeze()
+    gc.enable()
+    return gc.get_freeze_count()
+
+
 def main() -> None:
     if sys.argv[1:2] != ["--parent"] or len(sys.argv) != 3 or not sys.argv[2].isdigit():
         raise SystemExit("usage: python -P -m gateway.litellm_hooks.standby --parent PID (a node agent starts this)")
@@ -194,10 +206,12 @@ def main() -> None:
     os.dup2(2, 1)
     # The slow part, before any order is read: the proxy app and its command line.
     started: Final = time.monotonic()
+    gc.disable()  # no collection while importing: what the imports leave stays packed for the forks to share
     import litellm.proxy.proxy_server  # noqa: F401
     from litellm.proxy.proxy_cli import run_server
 
-    print(f"{READY_LINE} (imported in {time.monotonic() - started:.1f} s)", flush=True)
+    frozen: Final = _freeze()
+    print(f"{READY_LINE} (imported in {time.monotonic() - started:.1f} s; {frozen} objects frozen)", flush=True)
     forked: Final = _Zygote(replies).serve()
     if forked is None:
         return

@@ -289,6 +289,8 @@ def run_gateway(api_url: str, token: str, host: str, port: int, keys_token: str 
     turns on LiteLLM's key contract; the catalog entry always passes both."""
     import uvicorn
 
+    from berth.server_heap import serve
+
     configure_logging("gateway")  # BERTH_LOG_FORMAT; httpx's line per poll and scrape quietened
     setup_tracing("berth-gateway")  # BERTH_OTEL_ENDPOINT; off: no spans, x-request-id still
     keys_api = ApiClient(api_url, keys_token) if keys_token else None
@@ -298,6 +300,6 @@ def run_gateway(api_url: str, token: str, host: str, port: int, keys_token: str 
                            limits=ProxyLimits.from_env(body_limit_bytes=limit_policy().body_limit_bytes),
                            metrics=ProxyMetrics(enabled=metrics_enabled(), prefix="berth_model_gateway",
                                                 subject="model"))
-    uvicorn.run(traced(gateway, ProxyTracing(service="gateway"), "gateway"), host=host, port=port,
-                log_level="warning",
-                access_log=False, loop="uvloop", http=guarded_protocol(ConnectionLimits.from_env()), lifespan="on")
+    serve(uvicorn.Config(traced(gateway, ProxyTracing(service="gateway"), "gateway"), host=host, port=port,
+                         log_level="warning", access_log=False, loop="uvloop",
+                         http=guarded_protocol(ConnectionLimits.from_env()), lifespan="on"))

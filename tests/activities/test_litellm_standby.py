@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -110,6 +111,9 @@ async def test_a_standby_forks_each_launch_and_reports_how_each_ended(tmp_path: 
         await wait_for(lambda: imported(tmp_path / "standby"), IMPORT_WITHIN_S, "the standby's imports")
         spare = standby.spare_pid
         assert spare is not None
+        # LiteLLM's imports frozen out of the collector before any fork: each fork shares their pages.
+        frozen = re.search(r"; (\d+) objects frozen", (tmp_path / "standby" / STANDBY_LOG).read_text())  # noqa: ASYNC240
+        assert frozen is not None and int(frozen.group(1)) > 100_000
         key = f"sk-berth-{secrets.token_urlsafe(16)}"
         launch = launch_for(tmp_path / "front", key, executable)
         # A launch under another executable is not this standby's to fork: started cold, standby kept.
