@@ -104,10 +104,10 @@ def serve(port: int, copy_url: str, bare: bool) -> None:
     key = SigningKey.load_or_create(Path(tempfile.mkdtemp(prefix="berth-bench-key-")))
     proxy = EndpointProxy(Routes(copy_url), TokenVerifier.from_jwks(key.jwks()))  # type: ignore[arg-type]
     server_class = uvicorn.Server
-    # As berth/server_heap.py `serve` runs every Berth server, in a checkout that has it (a --baseline from before it
+    # As berth/settled_server.py `serve` runs every Berth server, in a checkout that has it (a --baseline from before it
     # would find this checkout's module through the editable install, so its file is looked for first).
-    if (Path(berth.__file__).parent / "server_heap.py").exists():
-        from berth.server_heap import SettlingServer
+    if (Path(berth.__file__).parent / "settled_server.py").exists():
+        from berth.settled_server import SettlingServer
         server_class = SettlingServer
 
     async def main() -> None:

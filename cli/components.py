@@ -45,9 +45,9 @@ def server(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 2,
 
     from berth import settings
     from berth.http_guard import guarded_protocol
-    from berth.server_heap import serve
     from berth.settings import ServerTLS
     from berth.settings.connections import ConnectionLimits
+    from berth.settled_server import serve
     from server.app import build_context, create_app
 
     try:

@@ -15,6 +15,7 @@ from activities.control import ControlActivities
 from activities.model_reports import ModelReportActivities
 from activities.slurm_copies import for_cluster
 from berth.api_client import ApiClient
+from berth.heap import settle
 from berth.security import Cipher, ReplicaKeys, TokenVerifier
 from berth.settings import CONTROL_TASK_QUEUE, SlurmSettings, StateLayout
 from berth.temporal import connect
@@ -57,6 +58,7 @@ async def run_worker(state_dir: Path, temporal_address: str, api_url: str, token
         )
         async with worker:
             autoscaler = asyncio.create_task(Autoscaler(api, client, replica_keys=replica_keys).run_forever())
+            settle()  # what startup made, out of every later collection (berth/heap.py)
             try:
                 await stop.wait()
             finally:

@@ -28,6 +28,7 @@ from activities.supervision import Orphan, Supervisor
 from berth.api_client import ApiClient
 from berth.api_mig import MigApi
 from berth.errors import BerthError, UnavailableError
+from berth.heap import settle
 from berth.security import Cipher
 from berth.settings import (
     NODES_TASK_QUEUE,
@@ -213,6 +214,7 @@ class NodeAgent:
             standby.warm()  # after the workers: the agent serves while its standby imports (mode `on`)
             log.info("node %s ready: engine %s, %d GPU(s) (%s)", self.config.node_id, self.engine,
                      len(self.gpus), self.gpu_note)
+            settle()  # what startup made, out of every later collection (berth/heap.py)
             await stop.wait()
             beat.cancel()
             slicing.cancel()

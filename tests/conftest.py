@@ -19,7 +19,7 @@ from tests.group_stacks import SIM_STACK_GROUP, group_of, pytest_runtest_teardow
 from tests.slurm_cluster import slurm_cluster  # noqa: F401 — the session's Slurm cluster, for every test module
 from tests.support import RunningStack, free_port_base
 
-pytest_plugins = ["tests.group_budget"]
+pytest_plugins = ["tests.group_budget", "tests.settled_heap"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

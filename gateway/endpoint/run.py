@@ -11,9 +11,9 @@ from berth.api_client import ApiClient
 from berth.errors import BerthError
 from berth.http_guard import guarded_protocol
 from berth.security import SigningKey, TokenVerifier
-from berth.server_heap import serve
 from berth.settings import ProxyHolding, ProxyLimits, ServerTLS, StateLayout, metrics_enabled, state_dir_if_set
 from berth.settings.connections import ConnectionLimits
+from berth.settled_server import serve
 from gateway.edge.proxy_metrics import ProxyMetrics
 from gateway.endpoint.endpoint_proxy import EndpointProxy
 

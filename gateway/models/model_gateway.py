@@ -289,7 +289,7 @@ def run_gateway(api_url: str, token: str, host: str, port: int, keys_token: str 
     turns on LiteLLM's key contract; the catalog entry always passes both."""
     import uvicorn
 
-    from berth.server_heap import serve
+    from berth.settled_server import serve
 
     configure_logging("gateway")  # BERTH_LOG_FORMAT; httpx's line per poll and scrape quietened
     setup_tracing("berth-gateway")  # BERTH_OTEL_ENDPOINT; off: no spans, x-request-id still

@@ -1,7 +1,7 @@
-"""berth/server_heap.py: a Berth HTTP server settles its heap once it has started — what startup made frozen out of
-later collections, the young threshold raised — and still answers, and still frees reference cycles (issue 33: the
-cyclic collector took ~10 % of the endpoint proxy's CPU under load). Run in a process of its own: a settled pytest
-worker would keep every object it holds now out of its collections for the rest of the suite."""
+"""berth/heap.py and berth/settled_server.py: a Berth HTTP server settles its heap once it has started — what
+startup made frozen out of later collections, the young threshold raised — and still answers, and still frees
+reference cycles (issue 33: the cyclic collector took ~10 % of the endpoint proxy's CPU under load). Run in a
+process of its own: the test process settles its heap on its own terms (tests/settled_heap.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from berth.server_heap import YOUNG_THRESHOLD
+from berth.heap import YOUNG_THRESHOLD
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -20,7 +20,7 @@ SERVER = textwrap.dedent("""
     import gc, json, sys, threading, urllib.request, weakref
     import uvicorn
     from berth.processes import free_port
-    from berth.server_heap import SettlingServer
+    from berth.settled_server import SettlingServer
 
     before = {"frozen": gc.get_freeze_count(), "young": gc.get_threshold()[0]}
 
