@@ -51,11 +51,17 @@ setup:
 	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) --output-sync=target venv debian-packages \
 	  $(filter-out $(DEBIAN_CHECKS),$(TEST_DEPS))
 	@$(MAKE) --no-print-directory $(TEST_DEPS)
+# Every module of the checkout compiled once before the run: the suite starts hundreds of Python processes, and
+# where PYTHONDONTWRITEBYTECODE is set (it is on the machine these figures come from) none writes its bytecode, so each
+# compiled every module it imported again (~0.35 s of CPU for the API's; compileall: ~4 s once, <1 s when current).
+COMPILE = $(BIN)/python -m compileall -q -j 0 $(wildcard */) >/dev/null
 test: setup
+	$(COMPILE)
 	$(PYTEST_RUN) $(PYTEST_ARGS)
 
 # Without the real engine and LiteLLM: the simulator-backed suite only.
 test-fast: venv openapi-client
+	$(COMPILE)
 	$(PYTEST_RUN) -m "not real_engine and not litellm and not postgres and not redis and not browser and not prometheus and not slurm" $(PYTEST_ARGS)
 
 demo: venv $(DEMO_DEPS)

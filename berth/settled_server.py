@@ -3,9 +3,12 @@ sockets listening. Every Berth HTTP server (the endpoint proxy, the model gatewa
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import sys
 
 import uvicorn
+from uvicorn.server import STARTUP_FAILURE
 
 from berth.heap import settle
 
@@ -20,5 +23,10 @@ class SettlingServer(uvicorn.Server):
 
 
 def serve(config: uvicorn.Config, sockets: list[socket.socket] | None = None) -> None:
-    """Run `config`'s server until it stops, as `uvicorn.Server(config).run(sockets)` does, settled once started."""
-    SettlingServer(config).run(sockets=sockets)
+    """Run `config`'s server until it stops, settled once started; as `uvicorn.run` ends, a server that never
+    started exits with uvicorn's startup-failure status (3), so its supervisor reads a failure, not a clean stop."""
+    server = SettlingServer(config)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=sockets)
+    if not server.started:
+        sys.exit(STARTUP_FAILURE)
