@@ -185,7 +185,7 @@ class _Zygote:
 
 
 def _freeze() -> int:
-    """What the imports made (~710,000 objects), frozen out of every later collection of the standby and of each
+    """What the imports made (~730,000 objects), frozen out of every later collection of the standby and of each
     fork (`gc.freeze`, as Python's documentation advises before a fork): a fork's collector never writes to those
     objects, so their pages stay shared with the standby instead of being copied into each LiteLLM, and a full
     collection under load walks what the fork made, not LiteLLM's modules (a 0.34 s pause a walk, measured)."""

@@ -17,7 +17,7 @@ from berth.heap import YOUNG_THRESHOLD
 pytestmark = pytest.mark.timeout(60)
 
 SERVER = textwrap.dedent("""
-    import gc, json, sys, threading, urllib.request, weakref
+    import gc, json, threading, urllib.request, weakref
     import uvicorn
     from berth.processes import free_port
     from berth.settled_server import SettlingServer
