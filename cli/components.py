@@ -78,7 +78,9 @@ def proxy(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 3,
           fd: Annotated[int | None, typer.Option(help="Serve on this inherited listening socket "
                                                      "(its owner keeps it open across restarts)")] = None) -> None:
     """Run the endpoint proxy (the public entry to every endpoint)."""
-    from berth import settings
+    from berth import compiled, settings
+
+    compiled.install()  # before the hot path is imported: its C extensions where built and current
     from gateway.endpoint.run import run_endpoint_proxy
 
     _observed("proxy")
@@ -99,7 +101,9 @@ def gateway(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 7,
     with BERTH_TOKEN if that is an administrator's. With BERTH_GATEWAY_MASTER_KEY set (the entry's
     MasterKeySecret) it answers as LiteLLM does: a key sent must be that one; without a key, the
     endpoint proxy's caller assertion for --endpoint-id must vouch for the caller."""
-    from berth import settings
+    from berth import compiled, settings
+
+    compiled.install()  # the edge kit's routing and credentials compiled, as in the endpoint proxy
     from gateway.models.model_gateway import run_gateway
 
     master_key = settings.gateway_master_key()

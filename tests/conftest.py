@@ -22,6 +22,12 @@ from tests.support import RunningStack, free_port_base
 pytest_plugins = ["tests.group_budget", "tests.settled_heap"]
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    from berth import compiled
+
+    return f"hot path: {compiled.status()}"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)

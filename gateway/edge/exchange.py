@@ -82,9 +82,11 @@ async def admit(limits: ProxyLimits, kind: str, name: str, headers: Headers, rec
     if facts is not None and not facts.openai_compatible:
         return Exchange(None, None, receive, send, name)
     try:
-        asked = asked_timeout_s(headers)
+        asked, wrong = asked_timeout_s(headers), None
     except ValueError as error:
-        await _answer(send, 400, "invalid_request_error", "x-request-timeout", "bad_request_timeout", str(error))
+        asked, wrong = None, str(error)
+    if wrong is not None:  # answered outside the handler: berth/compiled.py's rule for compiled modules
+        await _answer(send, 400, "invalid_request_error", "x-request-timeout", "bad_request_timeout", wrong)
         return None
     exchange = Exchange(limits, asked or limits.upstream_deadline_s, receive, send, name)
     length = next((value for key, value in headers if key == b"content-length"), None)
@@ -201,20 +203,25 @@ class Exchange:
         self._deadline_at = _clock() + self.deadline_s
         self._timer = asyncio.get_running_loop().call_later(min(self.deadline_s, self._limits.stream_idle_s),
                                                             self._tick)
+        # What ended the work is answered outside the handlers (berth/compiled.py's rule for compiled modules).
+        cut = over = False
         try:
             await work
         except asyncio.CancelledError:
             # Ours only when `_tick` cancelled and no one else did too (as asyncio.timeout tells them apart).
             if not self._cut or task.uncancel() > self._cancelling:
                 raise
-            await self._cut_short()
+            cut = True
         except BodyTooLarge:
-            if not self.started:  # an upstream that answered early keeps its answer, cut
-                self._over = True
-                await self.refuse_body()
+            over = not self.started  # an upstream that answered early keeps its answer, cut
         finally:
             self._running = False
             self._timer.cancel()
+        if cut:
+            await self._cut_short()
+        elif over:
+            self._over = True
+            await self.refuse_body()
 
     def _tick(self) -> None:
         limits, task = self._limits, self._task

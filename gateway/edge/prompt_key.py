@@ -1,4 +1,4 @@
-"""The PromptKey of a request's prompt (`routing.PromptKey`): a hash of its first 64 characters, so that requests
+"""The PromptKey of a request's prompt: a hash of its first 64 characters, so that requests
 that start alike meet vLLM's prefix cache on the same copy. It picks only among the copies the routing policy
 finds equally good (all of them, idle; round_robin: its turn), so load-aware routing stays. For a policy that reads
 the prompt (prefix_affinity) the key also carries the whole prompt's chained block hashes
@@ -10,14 +10,22 @@ import hashlib
 from typing import Any
 
 from berth.bounded_parse import TooDeep, load_json
-from gateway.edge import routing
 from gateway.edge.prefix_affinity import BLOCK_CHARS, MAX_BLOCKS, prompt_blocks
 
 PROMPT_PREFIX_CHARS = 64
 PROMPT_CHARS = BLOCK_CHARS * MAX_BLOCKS  # what prefix_affinity hashes of a prompt at most
 
 
-def of_prompt(request: Any, with_blocks: bool = False) -> routing.PromptKey | None:
+class PromptKey(str):
+    """A session the proxy derived from the start of a request's prompt (`of_prompt`), not one the
+    client asked for with `x-session-id`: it keeps the request on one copy only among those the policy finds
+    equally good, so that a prompt meets its prefix cache without taking load-aware routing away. For a policy
+    that reads the prompt (prefix_affinity) it also carries the prompt's chained block hashes."""
+
+    blocks: tuple[bytes, ...] = ()  # gateway/edge/prefix_index.py `prompt_blocks`; () when not asked for
+
+
+def of_prompt(request: Any, with_blocks: bool = False) -> PromptKey | None:
     """The PromptKey (a hash) of the first 64 characters of the last user message's content (chat) or of `prompt`
     (completions) of a parsed JSON body; None when it has neither. `with_blocks`: with the block hashes of the whole
     prompt (every message, in order, with its role) as well."""
@@ -32,7 +40,7 @@ def of_prompt(request: Any, with_blocks: bool = False) -> routing.PromptKey | No
     if not text:
         return None
     digest = hashlib.blake2b(text[:PROMPT_PREFIX_CHARS].encode("utf-8", "replace"), digest_size=16).hexdigest()
-    key = routing.PromptKey(f"prompt:{digest}")
+    key = PromptKey(f"prompt:{digest}")
     if with_blocks:
         key.blocks = prompt_blocks(_whole_prompt(request, text))
     return key

@@ -84,12 +84,3 @@ class Replica:
     @property
     def queue(self) -> float:
         return self.metrics.waiting + self.metrics.running + self.in_flight
-
-
-class PromptKey(str):
-    """A session the proxy derived from the start of a request's prompt (gateway/edge/prompt_key.py), not one the
-    client asked for with `x-session-id`: it keeps the request on one copy only among those the policy finds
-    equally good, so that a prompt meets its prefix cache without taking load-aware routing away. For a policy
-    that reads the prompt (prefix_affinity) it also carries the prompt's chained block hashes."""
-
-    blocks: tuple[bytes, ...] = ()  # gateway/edge/prefix_index.py `prompt_blocks`; () when not asked for

@@ -24,7 +24,7 @@ from gateway.edge.capacity_policies import (
 from gateway.edge.policy_kit import Policy as Policy
 from gateway.edge.policy_kit import Ranked, Rotation, tied
 from gateway.edge.prefix_affinity import PrefixAffinity
-from gateway.edge.replica import PromptKey as PromptKey
+from gateway.edge.prompt_key import PromptKey as PromptKey
 from gateway.edge.replica import Replica as Replica
 from gateway.edge.replica import ReplicaMetrics as ReplicaMetrics
 from gateway.edge.site_local import SiteLocal

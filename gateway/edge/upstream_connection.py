@@ -74,15 +74,14 @@ class UpstreamConnection(asyncio.Protocol):
         """What has arrived (waiting for something when nothing has); b"" at the end of the stream. Raises what
         broke the connection (an OSError) once what arrived before it is read."""
         if not self._held:
-            if self._error is not None:
-                raise self._error
-            if self._eof:
-                return b""
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            # One test of the error after any wait: mypyc trusts a narrowing across an await, and the error comes
+            # while this waits.
+            if self._error is None and not self._eof:
+                self._waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
             if not self._held:
                 if self._error is not None:
                     raise self._error

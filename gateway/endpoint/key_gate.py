@@ -39,11 +39,13 @@ MAX_BATCH = 512
 MAX_READ_BODY = 1 << 20
 
 
+# OpenAI's error type for each status a refusal answers with.
+REFUSAL_KINDS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                 413: "invalid_request_error", 429: "too_many_requests", 503: "service_unavailable"}
+
+
 class KeyRefusal(Exception):
     """Why a keyed request is refused, answered in OpenAI's error shape (`code` names the check or limit)."""
-
-    KINDS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-             413: "invalid_request_error", 429: "too_many_requests", 503: "service_unavailable"}
 
     def __init__(self, status: int, code: str, message: str, retry_after_s: float | None = None,
                  key_id: str | None = None) -> None:
@@ -56,7 +58,7 @@ class KeyRefusal(Exception):
         return KeyRefusal(self.status, self.code, self.message, self.retry_after_s, self.key_id)
 
     def body(self) -> bytes:
-        return error_body(self.message, self.KINDS.get(self.status, "invalid_request_error"), self.code)
+        return error_body(self.message, REFUSAL_KINDS.get(self.status, "invalid_request_error"), self.code)
 
     async def answer(self, send: Send) -> None:
         extra = [] if self.retry_after_s is None else [(b"retry-after", str(math.ceil(self.retry_after_s)).encode())]

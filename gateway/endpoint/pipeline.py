@@ -38,11 +38,17 @@ class Pipeline:
         self.finishing = tuple(step for step in reversed(self.steps) if type(step).finish is not Step.finish)
 
     async def __call__(self, request: ProxyRequest) -> None:
+        # `finish` is awaited after the handler, not in a `finally`: berth/compiled.py's rule for compiled modules.
         try:
             await self.run_from(0, request)
-        finally:
-            for step in self.finishing:
-                await step.finish(request)
+        except BaseException as error:  # cancelled too: each `finish` still runs, then it goes on up
+            failed: BaseException | None = error
+        else:
+            failed = None
+        for step in self.finishing:
+            await step.finish(request)
+        if failed is not None:
+            raise failed
 
     async def run_from(self, first: int, request: ProxyRequest) -> None:
         """The steps from `first` on, until one has answered the request."""

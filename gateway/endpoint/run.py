@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 
 import uvicorn
 
+from berth import compiled
 from berth.api_client import ApiClient
 from berth.errors import BerthError
 from berth.http_guard import guarded_protocol
@@ -36,6 +38,8 @@ def run_endpoint_proxy(api_url: str, token: str, host: str, port: int, fd: int |
             except BerthError:
                 raise SystemExit(f"cannot load the signing keys from {api_url}") from None
 
+    hot_path = compiled.status()  # `berth proxy` installed the compiled build, where it is current
+    logging.getLogger(__name__).log(logging.WARNING if "changed" in hot_path else logging.INFO, "hot path %s", hot_path)
     verifier = asyncio.run(load_keys())
     app = EndpointProxy(ApiClient(api_url, token), verifier, signer=load_signer(),
                         metrics=ProxyMetrics(enabled=metrics_enabled()))
@@ -47,6 +51,7 @@ def run_endpoint_proxy(api_url: str, token: str, host: str, port: int, fd: int |
     app.limits = ProxyLimits.from_env()  # BERTH_UPSTREAM_DEADLINE_S, BERTH_STREAM_IDLE_S; body limit: the LimitPolicy
     tls = ServerTLS.from_env()
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, loop="uvloop",
+                            interface="asgi3",  # said, not guessed from a signature, which compiled code may not show
                             http=guarded_protocol(ConnectionLimits.from_env()), lifespan="on",
                             **(tls.uvicorn_options() if tls else {}))
     # Not uvicorn's own `fd=`: it reads every inherited socket as AF_UNIX. socket(fileno=) asks the kernel.

@@ -302,4 +302,5 @@ def run_gateway(api_url: str, token: str, host: str, port: int, keys_token: str 
                                                 subject="model"))
     serve(uvicorn.Config(traced(gateway, ProxyTracing(service="gateway"), "gateway"), host=host, port=port,
                          log_level="warning", access_log=False, loop="uvloop",
-                         http=guarded_protocol(ConnectionLimits.from_env()), lifespan="on"))
+                         http=guarded_protocol(ConnectionLimits.from_env()), lifespan="on",
+                         interface="asgi3"))  # said, not guessed: compiled, `traced` would look like ASGI 2

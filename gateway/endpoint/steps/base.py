@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
+from mypy_extensions import mypyc_attr
+
 from gateway.endpoint.proxy_request import ProxyRequest
 
 if TYPE_CHECKING:
@@ -56,6 +58,7 @@ async def _nothing_after(request: ProxyRequest) -> None:
     return None
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (berth/compiled.py), a step need not be
 class Step:
     """One named step. Called with the request, it answers it itself (a refusal, a held request's 503) and returns
     False, or returns True for the next step to take it. A step that must hold something around the steps after it

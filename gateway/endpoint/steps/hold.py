@@ -18,7 +18,11 @@ class Hold(Step):
         assert route is not None and exchange is not None
         try:
             session_id = request.session_id = await session_key.of_request(route, request.headers, exchange)
-        except Refused as refused:  # a body nested too deep to parse
+        except Refused as refusal:  # a body nested too deep to parse
+            refused: Refused | None = refusal
+        else:
+            refused = None
+        if refused is not None:  # answered outside the handler: berth/compiled.py's rule for compiled modules
             await refuse(refused, request.send)
             return False
         target = route.target(session_id) or await proxy.holds.when_none_routable(

@@ -28,11 +28,12 @@ class Limits(Step):
                 request.send = saying_priority_denied(request.send)
             if keyed is not None:
                 await self.proxy.keys.spend(keyed.verdict)
-        except KeyRefusal as refusal:
-            await refusal.answer(request.send)
-            return False
-        except Refused as refused:
-            await refuse(refused, request.send)
+        except (KeyRefusal, Refused) as refusal:
+            refused: KeyRefusal | Refused | None = refusal
+        else:
+            refused = None
+        if refused is not None:  # answered outside the handler: berth/compiled.py's rule for compiled modules
+            await (refused.answer(request.send) if isinstance(refused, KeyRefusal) else refuse(refused, request.send))
             return False
         request.audit.admit(identity.user if identity is not None else None)
         return True

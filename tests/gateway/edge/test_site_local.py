@@ -13,7 +13,8 @@ import pytest
 from berth.contracts import RouteCopy, RouteEntry
 from berth.sites import route_rank
 from gateway.edge import routing
-from gateway.edge.replica import PromptKey, Replica, ReplicaMetrics
+from gateway.edge.prompt_key import PromptKey
+from gateway.edge.replica import Replica, ReplicaMetrics
 from gateway.endpoint.route_table import build_route
 
 pytestmark = pytest.mark.timeout(30)

@@ -7,8 +7,26 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+from gateway.edge.proxy_metrics import RequestClock
+from gateway.edge.proxy_tracing import ProxyTracing
 from gateway.endpoint import pipeline
+from gateway.endpoint.audit_writer import AuditWriter
+from gateway.endpoint.proxy_request import ProxyRequest
+from gateway.endpoint.steps.base import Step
 from gateway.endpoint.steps.limits import Limits
+from gateway.endpoint.usage import UsageMeter
+
+
+async def _nothing(message: Any) -> Any:
+    return None
+
+
+def _request() -> ProxyRequest:
+    """A request as the proxy makes one (the compiled pipeline checks what it is given)."""
+    scope = {"type": "http", "method": "POST", "path": "/endpoints/ep/v1/models", "headers": []}
+    audit = AuditWriter(_nothing).request("ep")
+    trace = ProxyTracing(tracer=None).begin(scope, "ep", audit.request_id)
+    return ProxyRequest(trace, _nothing, _nothing, "ep", "v1/models", audit, UsageMeter(), RequestClock(), False)
 
 
 def test_the_steps_are_declared_in_order_each_in_its_own_module() -> None:
@@ -25,18 +43,21 @@ def test_a_step_that_answers_ends_the_request_and_finish_still_runs() -> None:
     assert [type(step) for step in chain.finishing] == [Limits]
     taken: list[str] = []
 
-    async def passes(request: Any) -> bool:
-        taken.append("route")
-        return True
+    class Passes(Step):
+        async def __call__(self, request: ProxyRequest) -> bool:
+            taken.append("route")
+            return True
 
-    async def answers(request: Any) -> bool:
-        taken.append("credentials")
-        return False
+    class Answers(Step):
+        async def __call__(self, request: ProxyRequest) -> bool:
+            taken.append("credentials")
+            return False
 
-    async def finished(request: Any) -> None:
-        taken.append("finish")
+    class Finishing(Step):
+        async def finish(self, request: ProxyRequest) -> None:
+            taken.append("finish")
 
-    chain.steps = (cast(Any, passes), cast(Any, answers), *chain.steps[2:])
-    chain.finishing = (cast(Any, type("Finishing", (), {"finish": staticmethod(finished)})),)
-    asyncio.run(chain(cast(Any, None)))
+    chain.steps = (Passes(proxy), Answers(proxy), *chain.steps[2:])
+    chain.finishing = (Finishing(proxy),)
+    asyncio.run(chain(_request()))
     assert taken == ["route", "credentials", "finish"]
