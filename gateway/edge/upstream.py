@@ -13,12 +13,14 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httptools
 
 from gateway.edge.upstream_connection import UpstreamConnection
+from gateway.edge.upstream_stream import UpstreamError as UpstreamError
+from gateway.edge.upstream_stream import read_body
 
 # Headers that describe one hop, never copied across the proxy (either way).
 HOP_BY_HOP = frozenset({
@@ -41,15 +43,35 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-class UpstreamError(ConnectionError):
-    """The upstream could not be reached or broke the response; `sent_nothing` says whether the
-    response had not started (so a caller may safely retry elsewhere); `refused` whether the request
-    never reached the upstream at all (no connection, or not written), so not even it may have acted on it."""
+class Answer(Protocol):
+    """An upstream's answer as the proxies read it: UpstreamResponse, or a test's stand-in. The proxies name this,
+    not the class: compiled (berth/compiled.py), a parameter of a class's type admits that class alone."""
 
-    def __init__(self, message: str, sent_nothing: bool, refused: bool = False) -> None:
-        super().__init__(message)
-        self.sent_nothing = sent_nothing
-        self.refused = refused
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    ends: bool
+
+    @property
+    def unfinished(self) -> bool: ...
+
+    def take_whole(self) -> bytes | None: ...
+
+    async def hold_whole(self, most: int) -> None: ...
+
+    def body(self) -> AsyncIterator[bytes]: ...
+
+    def close(self) -> None: ...
+
+    def release(self) -> None: ...
+
+
+class Upstream(Protocol):
+    """What the proxies send requests through: UpstreamPool, or a test's stand-in (as `Answer`, for the same reason)."""
+
+    async def request(self, method: str, url: str, headers: list[tuple[bytes, bytes]],
+                      body: bytes | AsyncIterator[bytes]) -> Answer: ...
+
+    async def aclose(self) -> None: ...
 
 
 @dataclass
@@ -130,38 +152,10 @@ class UpstreamResponse:
                 self.close()
                 raise UpstreamError(f"malformed upstream response: {error}", sent_nothing=False) from None
 
-    async def body(self) -> AsyncIterator[bytes]:
-        parsed = self._parsed
-        eof = False
-        try:
-            while True:
-                if parsed.body:
-                    chunks, parsed.body = parsed.body, []
-                    last = len(chunks) - 1
-                    for index, chunk in enumerate(chunks):
-                        self.ends = parsed.complete and index == last  # nothing is fed while it is out
-                        yield chunk
-                if parsed.complete or self._head_only:
-                    return
-                try:
-                    data = await self._connection.read()
-                except OSError as error:  # reset by the upstream: as broken as a close mid-body
-                    raise UpstreamError(f"upstream read failed ({type(error).__name__})", sent_nothing=False) from None
-                if not data:
-                    # End of stream: complete for a close-delimited body, otherwise a broken response.
-                    if eof:
-                        raise UpstreamError("upstream closed the connection mid-response", sent_nothing=False)
-                    eof = True
-                    if not any(name in (b"content-length", b"transfer-encoding") for name, _ in parsed.headers):
-                        return  # close-delimited body: the end of the stream is its end
-                try:
-                    self._parser.feed_data(data)
-                except httptools.HttpParserError as error:
-                    raise UpstreamError(f"malformed upstream response: {error}", sent_nothing=False) from None
-                if eof and not parsed.complete and not parsed.body:
-                    raise UpstreamError("upstream closed the connection mid-response", sent_nothing=False)
-        finally:
-            self.release()
+    def body(self) -> AsyncIterator[bytes]:
+        """The body's chunks as they arrive, the connection released at its end, its break or its close
+        (gateway/edge/upstream_stream.py: an async generator, which stays interpreted)."""
+        return read_body(self)
 
     def close(self) -> None:
         """Discard the connection now, mid-body or not (its client went away): never back to the pool."""
@@ -327,7 +321,7 @@ class UpstreamPool:
                 idle.pop().close()
 
 
-async def relay(response: UpstreamResponse, send: Send, log: logging.Logger, source: str, name: str,
+async def relay(response: Answer, send: Send, log: logging.Logger, source: str, name: str,
                 receive: Receive | None = None) -> None:
     """Copy an upstream response to the ASGI client: status and end-to-end headers, then each body chunk
     as it arrives. An upstream break mid-body is logged as "<source> <name> broke mid-response" and never
@@ -360,7 +354,8 @@ async def relay(response: UpstreamResponse, send: Send, log: logging.Logger, sou
 
     if gone is not None:
         gone.add_done_callback(close_when_gone)
-    ended = False
+    ended = client_gone = False
+    broke: UpstreamError | None = None
     try:
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         async for chunk in response.body():
@@ -369,20 +364,22 @@ async def relay(response: UpstreamResponse, send: Send, log: logging.Logger, sou
             ended = response.ends
             await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
             last = chunk
-    except UpstreamError as error:
-        if gone is not None and gone.done():
-            log.debug("client of %s %s went away mid-response; upstream connection closed", source, name)
-            return
-        log.warning("%s %s broke mid-response: %s", source, name, error)
-        if event_stream:
-            # Blank lines first when the break cut an event short: the error must be an event of its own.
-            separator = b"" if not last or last.endswith(EVENT_ENDS) else b"\n\n"
-            await send({"type": "http.response.body", "body": separator + BROKEN_STREAM_EVENT, "more_body": True})
-        raise
+    except UpstreamError as error:  # answered after the handler: berth/compiled.py's rule for compiled modules
+        broke, client_gone = error, gone is not None and gone.done()
     finally:
         if gone is not None:
             gone.cancel()
         response.release()
+    if broke is not None:
+        if client_gone:
+            log.debug("client of %s %s went away mid-response; upstream connection closed", source, name)
+            return
+        log.warning("%s %s broke mid-response: %s", source, name, broke)
+        if event_stream:
+            # Blank lines first when the break cut an event short: the error must be an event of its own.
+            separator = b"" if not last or last.endswith(EVENT_ENDS) else b"\n\n"
+            await send({"type": "http.response.body", "body": separator + BROKEN_STREAM_EVENT, "more_body": True})
+        raise broke
     if not ended:  # a body that ended with the stream, or with no chunk at all
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 

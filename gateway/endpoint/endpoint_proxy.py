@@ -24,7 +24,7 @@ from gateway.edge.exchange import ProxyLimits
 from gateway.edge.metrics import MetricsScraper
 from gateway.edge.proxy_metrics import ProxyMetrics, RequestClock
 from gateway.edge.routing import Replica
-from gateway.edge.upstream import Receive, Send, UpstreamPool
+from gateway.edge.upstream import Receive, Send, Upstream, UpstreamPool
 from gateway.endpoint.admission import Admission, limiter_from_settings
 from gateway.endpoint.audit_writer import AuditWriter
 from gateway.endpoint.hold import WAKE_EVERY_S, Holds
@@ -45,7 +45,7 @@ __all__ = ["COOKIE_NAME", "WAKE_EVERY_S", "EndpointProxy", "Route", "find_token"
 
 
 class EndpointProxy:
-    def __init__(self, api: ApiClient, verifier: TokenVerifier, upstream: UpstreamPool | None = None,
+    def __init__(self, api: ApiClient, verifier: TokenVerifier, upstream: Upstream | None = None,
                  refresh_s: float = 1.0, signer: SigningKey | None = None, limiter: Limiter | None = None,
                  metrics: ProxyMetrics | None = None) -> None:
         self.api = api
@@ -53,7 +53,7 @@ class EndpointProxy:
         self.caller_headers = CallerHeaders(verifier, signer)  # signer None: no caller assertions
         self.keys = KeyGate(api)
         self.admission = Admission(limiter or limiter_from_settings())  # the cluster's limits, BERTH_LIMITS_FILE
-        self.upstream = upstream or UpstreamPool()
+        self.upstream: Upstream = upstream or UpstreamPool()
         self.refresh_s = refresh_s
         self.routes: dict[str, Route] = {}
         self._last_refresh = 0.0

@@ -15,7 +15,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 
-from gateway.edge.upstream import HOP_BY_HOP, Send, UpstreamError, UpstreamResponse
+from gateway.edge.upstream import HOP_BY_HOP, Answer, Send, UpstreamError
 
 # LiteLLM's words for "the deployment's connection failed" (openai's APIConnectionError, httpx's
 # RemoteProtocolError when the copy died mid-reply), as it writes them into its error body.
@@ -62,7 +62,7 @@ class BufferedAnswer:
         await send({"type": "http.response.body", "body": self.body})
 
 
-async def read_error(response: UpstreamResponse) -> BufferedAnswer | None:
+async def read_error(response: Answer) -> BufferedAnswer | None:
     """The whole answer when it is a small 5xx that may be a lost completion, or a small 400 that may be LiteLLM's
     "no deployment"; None (nothing read) when it is anything else, so the caller relays it as a stream."""
     if response.status not in REPLAYED_STATUSES and response.status != NO_DEPLOYMENT_STATUS:

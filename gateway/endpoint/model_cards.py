@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from berth.bounded_parse import load_json
-from gateway.edge.upstream import HOP_BY_HOP, Send, UpstreamError, UpstreamResponse
+from gateway.edge.upstream import HOP_BY_HOP, Answer, Send, UpstreamError
 
 # A listing names a handful of models; one larger than this is not a listing worth buffering.
 MAX_LISTING_BYTES = 1024 * 1024
@@ -41,7 +41,7 @@ def scrub(body: bytes) -> bytes:
     return json.dumps(listing, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-async def relay_listing(response: UpstreamResponse, send: Send, log: logging.Logger, name: str) -> None:
+async def relay_listing(response: Answer, send: Send, log: logging.Logger, name: str) -> None:
     """Buffer the listing (bounded), scrub it, and send it whole with its new length."""
     chunks: list[bytes] = []
     size = 0

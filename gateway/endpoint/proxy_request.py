@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from gateway.edge.proxy_metrics import RequestClock
     from gateway.edge.proxy_tracing import TracedRequest
     from gateway.edge.routing import Replica
-    from gateway.edge.upstream import UpstreamError, UpstreamResponse
+    from gateway.edge.upstream import Answer, UpstreamError
     from gateway.endpoint.audit_writer import AuditedRequest
     from gateway.endpoint.key_gate import KeyedRequest
     from gateway.endpoint.limits import Ticket
@@ -96,5 +96,5 @@ class ProxyRequest:
         self.retriable = False
         self.renewed: Callable[[], Headers] | None = None
         self.before: frozenset[str] | None = None
-        self.response: UpstreamResponse | None = None
+        self.response: Answer | None = None
         self.failure: UpstreamError | None = None

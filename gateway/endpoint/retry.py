@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from gateway.edge.routing import Replica
-from gateway.edge.upstream import UpstreamError, UpstreamPool, UpstreamResponse
+from gateway.edge.upstream import Answer, Upstream, UpstreamError
 
 Headers = list[tuple[bytes, bytes]]
 # How often a held request tries the restarting LiteLLM again: a refused connect costs ~0.1 ms, and
@@ -17,9 +17,9 @@ Headers = list[tuple[bytes, bytes]]
 SERVICE_RETRY_EVERY_S = 0.25
 
 
-async def await_service(upstream: UpstreamPool, service_url: Callable[[], str | None], method: str, path: str,
+async def await_service(upstream: Upstream, service_url: Callable[[], str | None], method: str, path: str,
                         headers: Callable[[], Headers], body: bytes, deadline_s: float,
-                        log: logging.Logger, replayable: bool = False) -> tuple[Replica, UpstreamResponse] | None:
+                        log: logging.Logger, replayable: bool = False) -> tuple[Replica, Answer] | None:
     """Send the request again until the endpoint's LiteLLM answers or `deadline_s` passes. LiteLLM
     refusing connections is down and being started again by its node (seconds; the chaos soak saw every
     such request fail with 502 before): nothing reached it, so sending it again is safe, streamed or not.
@@ -48,8 +48,8 @@ async def await_service(upstream: UpstreamPool, service_url: Callable[[], str | 
     return None
 
 
-async def other_copy(upstream: UpstreamPool, other: Replica | None, method: str, path: str, headers: Headers,
-                     body: bytes, log: logging.Logger) -> tuple[Replica, UpstreamResponse] | None:
+async def other_copy(upstream: Upstream, other: Replica | None, method: str, path: str, headers: Headers,
+                     body: bytes, log: logging.Logger) -> tuple[Replica, Answer] | None:
     """One more try on another copy of the pool (the caller chose it), or None."""
     if other is None:
         return None

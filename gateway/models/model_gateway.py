@@ -33,7 +33,7 @@ from gateway.edge.master_key import KEY_HEADERS, MasterKeyGate
 from gateway.edge.metrics import MetricsScraper
 from gateway.edge.proxy_metrics import ProxyMetrics, RequestClock
 from gateway.edge.proxy_tracing import ProxyTracing, traced
-from gateway.edge.upstream import HOP_BY_HOP, Receive, Send, UpstreamError, UpstreamPool, relay
+from gateway.edge.upstream import HOP_BY_HOP, Receive, Send, Upstream, UpstreamError, UpstreamPool, relay
 from gateway.models.discovery import WAKE_REFRESH_S, Pool, PoolDiscovery
 
 log = logging.getLogger("berth.gateway")
@@ -44,7 +44,7 @@ HOLD_DEADLINE_S = 120.0
 
 
 class ModelGateway:
-    def __init__(self, api: ApiClient, upstream: UpstreamPool | None = None, refresh_s: float = 2.0,
+    def __init__(self, api: ApiClient, upstream: Upstream | None = None, refresh_s: float = 2.0,
                  hold_deadline_s: float = HOLD_DEADLINE_S, keys_api: ApiClient | None = None,
                  routing_policy: str | None = None, gate: MasterKeyGate | None = None,
                  limits: ProxyLimits | None = None, metrics: ProxyMetrics | None = None) -> None:
@@ -57,7 +57,7 @@ class ModelGateway:
             routing.make(routing_policy)  # an unknown name fails at start, listing the valid ones
         # The catalog entry's MasterKeySecret (LiteLLM's contract); None for a bare `berth gateway`.
         self.gate = gate
-        self.upstream = upstream or UpstreamPool()
+        self.upstream: Upstream = upstream or UpstreamPool()
         self.refresh_s = refresh_s
         self.hold_deadline_s = hold_deadline_s
         self.limits = limits or ProxyLimits()  # body size, upstream deadline, stream idle (gateway/edge/exchange.py)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from gateway.edge.exchange import ProxyLimits
     from gateway.edge.proxy_metrics import ProxyMetrics
     from gateway.edge.routing import Replica
-    from gateway.edge.upstream import UpstreamPool
+    from gateway.edge.upstream import Upstream
     from gateway.endpoint.admission import Admission
     from gateway.endpoint.hold import Holds
     from gateway.endpoint.key_gate import KeyGate
@@ -41,7 +41,7 @@ class ProxyParts(Protocol):
     routes: dict[str, Route]
     served: set[str]
     tokens: TokenIdentities
-    upstream: UpstreamPool
+    upstream: Upstream
     verifier: TokenVerifier
 
     @property

@@ -11,7 +11,7 @@ import logging
 
 from gateway.edge.asgi import deadline
 from gateway.edge.routing import Replica
-from gateway.edge.upstream import UpstreamError, UpstreamResponse
+from gateway.edge.upstream import Answer, UpstreamError
 from gateway.endpoint import litellm_replay, retry
 from gateway.endpoint.error_answers import upstream_failed
 from gateway.endpoint.hold import HELD_POLL_S
@@ -53,7 +53,7 @@ class Retry(Step):
         return True
 
     async def _replay_lost(self, request: ProxyRequest, answer: litellm_replay.BufferedAnswer, route: Route,
-                           target: Replica) -> UpstreamResponse | None:
+                           target: Replica) -> Answer | None:
         """LiteLLM lost this completion with a dying copy: send it once more when its routed copies have
         changed; None when it is not such a loss (or no copy came back), and the answer is relayed."""
         body, proxy = request.upstream_body, self.proxy
@@ -92,7 +92,7 @@ class Retry(Step):
         return self.proxy.routes.get(route.id, route).routable() != request.before
 
     async def _second_try(self, request: ProxyRequest, route: Route, target: Replica, error: UpstreamError,
-                          ) -> tuple[Replica, UpstreamResponse] | None:
+                          ) -> tuple[Replica, Answer] | None:
         """After a first attempt that got no answer: wait for the endpoint's restarting LiteLLM, or send a
         replayable pool request once to another copy."""
         body, proxy, renewed = request.upstream_body, self.proxy, request.renewed
