@@ -60,13 +60,25 @@ def vllm_serve_args(spec: RankSpec) -> list[str]:
     return args
 
 
+# How long vLLM's HTTP server keeps an idle connection open. Its default, 5 s, is shorter than the pool of a
+# client in front of it keeps one: LiteLLM's aiohttp pool keeps one 15 s (AIOHTTP_KEEPALIVE_TIMEOUT), so a request
+# LiteLLM sent on a connection just as vLLM closed it failed ("Can not write request body", a 500 to the caller;
+# seen once in CI). The server must be the side that waits longest.
+ENGINE_KEEP_ALIVE_S = 30
+
+
 def engine_defaults(engine: str) -> dict[str, str]:
     """What a rank of this engine gets unless the operator set it (on Berth's nodes and in a Slurm job alike): for
-    vLLM-CPU, 1 GiB of KV cache (plenty for the small CPU models), no usage reporting and no Hub calls (the weights
-    are already on the volume)."""
-    if engine != "vllm-cpu":
+    vLLM, idle connections kept longer than its clients keep them (ENGINE_KEEP_ALIVE_S); for vLLM-CPU also 1 GiB of
+    KV cache (plenty for the small CPU models), no usage reporting and no Hub calls (the weights are already on the
+    volume)."""
+    if engine not in ("vllm", "vllm-cpu"):
         return {}
-    return {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
+    defaults = {"VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(ENGINE_KEEP_ALIVE_S)}
+    if engine == "vllm-cpu":
+        defaults |= {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+                     "HF_HUB_OFFLINE": "1"}
+    return defaults
 
 
 def rank_environment(spec: RankSpec, api_key: str, python_path: str = "") -> dict[str, str]:

@@ -12,8 +12,9 @@ or `finally` block. A compiled coroutine suspended there leaves the exception it
 one while other tasks run (mypyc keeps no per-coroutine exception state, as CPython's frames do), and a refusal
 answered there came out as the wrong exception, a 500. So the handler notes what happened, and the await follows it.
 
-The processes that run the hot path call `install` before they import it: the endpoint proxy (gateway/endpoint/
-run.py), and the suite (tests/conftest.py), so the suite tests the code as it runs. Standard library only."""
+The processes that run the hot path call `install` before they import it: `berth proxy` and `berth gateway`
+(cli/components.py), the suite (tests/__init__.py) and the benchmarks (bench/__init__.py), so the suite tests
+the code as the proxy runs it. Standard library only."""
 
 from __future__ import annotations
 

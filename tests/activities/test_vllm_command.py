@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from activities import vllm_command
 from activities.vllm_command import rank_environment, vllm_serve_args
 from catalog.definition import EngineSpec
 from rank import GUARD_DIR, GUARD_MIDDLEWARE
@@ -92,3 +93,12 @@ def test_extra_env_and_gpus_reach_every_rank() -> None:
         env = rank_environment(spec(rank), "copy-key", "/operator/path")
         assert env == {"NCCL_SOCKET_IFNAME": "eth0", "CUDA_VISIBLE_DEVICES": "0,1,2,3", "VLLM_API_KEY": "copy-key",
                        "PYTHONPATH": f"{GUARD_DIR}{os.pathsep}/operator/path"}
+
+
+def test_the_engine_keeps_idle_connections_longer_than_litellm_does() -> None:
+    """LiteLLM's aiohttp pool keeps an idle connection 15 s (litellm 1.108.7's AIOHTTP_KEEPALIVE_TIMEOUT): vLLM's
+    server, 5 s by default, closed ones LiteLLM then sent on. Every vLLM rank gets longer; the simulator nothing."""
+    for engine in ("vllm", "vllm-cpu"):
+        assert int(vllm_command.engine_defaults(engine)["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) > 15
+    assert vllm_command.engine_defaults("vllm")["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"] == "30"
+    assert vllm_command.engine_defaults("simulator") == {}
