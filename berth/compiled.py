@@ -34,6 +34,9 @@ MANIFEST = "manifest.json"
 # The packages whose sources a build is bound to: the compiled modules and everything of Berth they import.
 PACKAGES = ("berth", "gateway")
 
+# The line of a build that no longer matches: a warning where a build was expected, not a fresh checkout's news.
+STALE = "interpreted: a source changed since the build (`make compiled` builds it again)"
+
 _status: str | None = None
 
 
@@ -77,7 +80,7 @@ def _refusal(build: Path) -> str | tuple[Path, dict[str, str]]:
     if manifest.get("python") != sys.implementation.cache_tag:
         return f"interpreted: the build is for {manifest.get('python')}, this is {sys.implementation.cache_tag}"
     if manifest.get("digest") != source_digest(ROOT):
-        return "interpreted: a source changed since the build (`make compiled` builds it again)"
+        return STALE
     modules: dict[str, str] = manifest.get("modules") or {}
     early = sorted(name for name in modules if name in sys.modules)
     if early:

@@ -39,7 +39,8 @@ def run_endpoint_proxy(api_url: str, token: str, host: str, port: int, fd: int |
                 raise SystemExit(f"cannot load the signing keys from {api_url}") from None
 
     hot_path = compiled.status()  # `berth proxy` installed the compiled build, where it is current
-    logging.getLogger(__name__).log(logging.WARNING if "changed" in hot_path else logging.INFO, "hot path %s", hot_path)
+    logging.getLogger(__name__).log(logging.WARNING if hot_path == compiled.STALE else logging.INFO, "hot path %s",
+                                    hot_path)
     verifier = asyncio.run(load_keys())
     app = EndpointProxy(ApiClient(api_url, token), verifier, signer=load_signer(),
                         metrics=ProxyMetrics(enabled=metrics_enabled()))

@@ -22,8 +22,10 @@ class Credentials(Step):
             try:
                 keyed = await self.proxy.keys.check(presented, request.endpoint_id, request.receive)
             except KeyRefusal as refusal:
-                keyed, refused = None, refusal
-            if keyed is None:  # answered outside the handler: berth/compiled.py's rule for compiled modules
+                refused: KeyRefusal | None = refusal
+            else:
+                refused = None
+            if refused is not None:  # answered outside the handler: berth/compiled.py's rule for compiled modules
                 request.audit.key_id = refused.key_id
                 await refused.answer(request.send)
                 return False
