@@ -97,6 +97,16 @@ def shared_stack_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]
             stack.api("POST", f"/v1/workflows/{row['id']}/stop")
 
 
+@pytest.fixture(autouse=True)
+def no_request_id_left_set() -> Iterator[None]:
+    """A test that begins a proxy request outside a task sets the request id in its worker's main context; left
+    there, every later log line of that worker carries it (a CI run failed on it in an unrelated test)."""
+    yield
+    from berth.log_format import request_id
+
+    assert request_id.get() is None, "this test left berth.log_format.request_id set in the main context"
+
+
 @pytest.fixture(scope="session")
 def sim_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
     """The shared simulated profile (2 nodes × 4×80 GB): each test on it works as its own users, workflows and

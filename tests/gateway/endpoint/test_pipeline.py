@@ -5,6 +5,7 @@ there, and every `finish` runs once it is over, whatever ended it."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any, cast
 
 from gateway.edge.proxy_metrics import RequestClock
@@ -22,11 +23,16 @@ async def _nothing(message: Any) -> Any:
 
 
 def _request() -> ProxyRequest:
-    """A request as the proxy makes one (the compiled pipeline checks what it is given)."""
-    scope = {"type": "http", "method": "POST", "path": "/endpoints/ep/v1/models", "headers": []}
-    audit = AuditWriter(_nothing).request("ep")
-    trace = ProxyTracing(tracer=None).begin(scope, "ep", audit.request_id)
-    return ProxyRequest(trace, _nothing, _nothing, "ep", "v1/models", audit, UsageMeter(), RequestClock(), False)
+    """A request as the proxy makes one (the compiled pipeline checks what it is given). `begin` sets the request
+    id's contextvar, as it does in each request's own task; here it runs in a copied context, so the id does not
+    stay set in the test process's main context (later log lines there would carry it)."""
+    def made() -> ProxyRequest:
+        scope = {"type": "http", "method": "POST", "path": "/endpoints/ep/v1/models", "headers": []}
+        audit = AuditWriter(_nothing).request("ep")
+        trace = ProxyTracing(tracer=None).begin(scope, "ep", audit.request_id)
+        return ProxyRequest(trace, _nothing, _nothing, "ep", "v1/models", audit, UsageMeter(), RequestClock(), False)
+
+    return contextvars.copy_context().run(made)
 
 
 def test_the_steps_are_declared_in_order_each_in_its_own_module() -> None:
