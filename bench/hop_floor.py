@@ -96,7 +96,6 @@ def serve(port: int, copy_url: str, bare: bool) -> None:
 
     import berth
     from bench.proxy_cpu import Routes
-    from berth.http_guard import guarded_protocol
     from berth.security import SigningKey, TokenVerifier
     from berth.settings.connections import ConnectionLimits
     from gateway.endpoint.endpoint_proxy import EndpointProxy
@@ -104,6 +103,10 @@ def serve(port: int, copy_url: str, bare: bool) -> None:
     key = SigningKey.load_or_create(Path(tempfile.mkdtemp(prefix="berth-bench-key-")))
     proxy = EndpointProxy(Routes(copy_url), TokenVerifier.from_jwks(key.jwks()),  # type: ignore[arg-type]
                           refresh_s=3600.0)  # the table never changes mid-run
+    try:  # the protocol every Berth server runs; a --baseline from before berth/http_connection.py has it here
+        from berth.http_connection import guarded_protocol
+    except ImportError:
+        from berth.http_guard import guarded_protocol  # type: ignore[attr-defined,no-redef]
     server_class = uvicorn.Server
     # As berth/settled_server.py `serve` runs every Berth server, in a checkout that has it (a --baseline from before it
     # would find this checkout's module through the editable install, so its file is looked for first).

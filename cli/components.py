@@ -41,10 +41,13 @@ def _given(read: Callable[[], T]) -> T:
 def server(port: Annotated[int, typer.Option()] = DEFAULT_PORT_BASE + 2,
            host: Annotated[str, typer.Option()] = "127.0.0.1") -> None:
     """Run the control-plane REST API."""
+    from berth import compiled
+
+    compiled.install()  # the HTTP protocol under every request (berth/http_connection.py), where built and current
     import uvicorn
 
     from berth import settings
-    from berth.http_guard import guarded_protocol
+    from berth.http_connection import guarded_protocol
     from berth.settings import ServerTLS
     from berth.settings.connections import ConnectionLimits
     from berth.settled_server import serve

@@ -33,13 +33,17 @@ EDGE_ON_PATH = ["capacity_policies", "credentials", "exchange", "light_series", 
                 "prefix_affinity", "proxy_metrics", "proxy_tracing", "replica", "routing", "site_local", "upstream",
                 "upstream_connection"]
 
+# The HTTP/1.1 protocol under every request of every Berth server (uvicorn's own ran interpreted).
+SERVER_ON_PATH = ["berth/http_cycle.py", "berth/http_connection.py"]
+
 
 def hot_path_sources() -> list[str]:
     endpoint = sorted(p for p in (ROOT / "gateway/endpoint").glob("*.py")
                       if p.stem != "__init__" and p.stem not in ENDPOINT_OFF_PATH)
     steps = sorted(p for p in (ROOT / "gateway/endpoint/steps").glob("*.py") if p.stem != "__init__")
     edge = [ROOT / "gateway/edge" / f"{name}.py" for name in EDGE_ON_PATH]
-    return [str(p.relative_to(ROOT)) for p in [*endpoint, *steps, *edge]]
+    server = [ROOT / name for name in SERVER_ON_PATH]
+    return [str(p.relative_to(ROOT)) for p in [*endpoint, *steps, *edge, *server]]
 
 
 def build(out: Path) -> dict[str, object]:

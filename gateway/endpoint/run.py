@@ -11,7 +11,7 @@ import uvicorn
 from berth import compiled
 from berth.api_client import ApiClient
 from berth.errors import BerthError
-from berth.http_guard import guarded_protocol
+from berth.http_connection import guarded_protocol
 from berth.security import SigningKey, TokenVerifier
 from berth.settings import ProxyHolding, ProxyLimits, ServerTLS, StateLayout, metrics_enabled, state_dir_if_set
 from berth.settings.connections import ConnectionLimits

@@ -18,7 +18,7 @@ from opentelemetry import trace
 from berth.api_client import ApiClient
 from berth.bounded_parse import TooDeep
 from berth.errors import BerthError
-from berth.http_guard import guarded_protocol
+from berth.http_connection import guarded_protocol
 from berth.kinds import ProcessKind
 from berth.log_format import configure_logging
 from berth.security import TokenVerifier

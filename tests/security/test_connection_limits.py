@@ -23,7 +23,8 @@ import httpx
 import pytest
 import uvicorn
 
-from berth.http_guard import GuardedHttpTools, guarded_protocol
+from berth.http_connection import guarded_protocol
+from berth.http_guard import OPEN
 from berth.processes import free_port
 from berth.security import SigningKey, TokenVerifier
 from berth.settings.connections import ConnectionLimits
@@ -153,9 +154,9 @@ async def test_big_headers_slow_heads_and_slow_bodies_are_cut_while_others_are_s
         # The held ones were let go: a refused connection lingers 1 s (berth/http_guard.py LINGER_S), then
         # closes; what stays is the other caller's keep-alive connection.
         deadline = time.monotonic() + 10
-        while GuardedHttpTools.OPEN.by_client.get("127.0.0.1", 0) > 2 and time.monotonic() < deadline:  # noqa: ASYNC110
+        while OPEN.by_client.get("127.0.0.1", 0) > 2 and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.1)
-        assert GuardedHttpTools.OPEN.by_client.get("127.0.0.1", 0) <= 2, GuardedHttpTools.OPEN.by_client
+        assert OPEN.by_client.get("127.0.0.1", 0) <= 2, OPEN.by_client
 
 
 async def test_connections_beyond_the_per_address_bound_are_refused_at_once(tmp_path: Path) -> None:
