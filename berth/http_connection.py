@@ -217,11 +217,13 @@ class HttpConnection:
             self.flow.pause_reading()
 
     def on_message_complete(self) -> None:
-        self._clock = NO_CLOCK  # the answer may take minutes (a long generation): no clock on it
         self._in_head, self._head_bytes = True, 0
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
+            self._clock = NO_CLOCK  # the answer may take minutes (a long generation): no clock on it
             cycle.body_ended()
+        elif not self.pipeline:  # answered before its body ended (a refusal): idle from here, as after any answer
+            self._set_clock(IDLE_CLOCK, self.keep_alive_s)
 
     # --- requests in turn -----------------------------------------------------------------------------
     def _run(self, cycle: RequestCycle, app: App) -> None:

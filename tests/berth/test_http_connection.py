@@ -157,9 +157,11 @@ async def test_failures_answer_500_or_close_and_a_bad_request_is_a_400(server: i
 
 
 async def test_an_idle_keep_alive_connection_is_closed_after_uvicorns_timeout(server: int) -> None:
-    reader, writer = await _connect(server)
-    writer.write(b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n")
-    await _read_until(reader, b"whole")
-    async with asyncio.timeout(5):  # timeout_keep_alive=1
-        assert await reader.read() == b""
-    writer.close()
+    for rest in (b"", b"later"):  # the second is answered before its body has all come
+        reader, writer = await _connect(server)
+        writer.write(b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\nfirst" % (5 + len(rest)))
+        await _read_until(reader, b"whole")
+        writer.write(rest)
+        async with asyncio.timeout(5):  # timeout_keep_alive=1
+            assert await reader.read() == b""
+        writer.close()
