@@ -72,10 +72,17 @@ async def test_a_ranks_report_ends_the_wait_without_waiting_for_the_next_squeue(
     _looks(monkeypatch, 60, 60)  # the next squeue would be a minute away: only the report can end the wait
     queue = ScriptedQueue([("PENDING", "None"), ("RUNNING", "None")])
     job = _job(tmp_path)
+    looked: list[Path] = []  # the report wait's looks: the report is written once it waits for one, not while
+    any_reported = slurm_copies._any_rank_reported  # the first squeue's own look at the job directory may still run
+
+    def counted(job_dir: Path) -> bool:
+        looked.append(job_dir)
+        return any_reported(job_dir)
+
+    monkeypatch.setattr(slurm_copies, "_any_rank_reported", counted)
     waiting = asyncio.ensure_future(ActivityEnvironment().run(
         _activities(queue, tmp_path).wait_slurm_copy_started, SlurmStartWait(job=job)))
-    await _until(lambda: queue.calls == 1, "first squeue")
-    await asyncio.sleep(0)
+    await _until(lambda: queue.calls == 1 and bool(looked), "first squeue, then a look for a report")
     assert not waiting.done()  # "None": Slurm has not looked at the job yet, nothing to tell the pool
     (Path(job.job_dir) / "rank-0.json").write_text(json.dumps({"rank": 0, "node": "n1"}))
     view = await asyncio.wait_for(waiting, 10)
