@@ -110,7 +110,7 @@ class RequestCycle:
         self.response_complete = False
         self._chunks: list[bytes] = []
         self._body_ended = False  # the app was given the body's last message
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiters: list[asyncio.Future[None]] = []  # receivers waiting (a body reader, a disconnect watcher)
         self._framing = UNKNOWN
         self._left = 0  # content-length bytes still to send
         self._held: bytes | None = None  # the head, until the body's first bytes (or the loop step's end)
@@ -126,9 +126,11 @@ class RequestCycle:
         self.wake()
 
     def wake(self) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     # --- the app ------------------------------------------------------------------------------------
     async def run_asgi(self, app: App) -> None:
@@ -170,7 +172,7 @@ class RequestCycle:
                 break
             self.flow.resume_reading()
             waiter: asyncio.Future[None] = self.loop.create_future()
-            self._waiter = waiter
+            self._waiters.append(waiter)  # each its own: one receiver cancelled leaves another waiting
             await waiter
         chunks = self._chunks
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -44,6 +44,11 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await send({"type": "http.response.body", "body": b""})
     elif path == "/wait":  # until the client goes
         LEFT.append(await receive())
+    elif path == "/two":  # two receivers wait; one is cancelled, the other still hears the client go
+        first, second = asyncio.ensure_future(receive()), asyncio.ensure_future(receive())
+        await asyncio.sleep(0.01)
+        second.cancel()
+        LEFT.append(await first)
     elif path == "/fail":
         raise RuntimeError("the app broke")
     elif path == "/split":
@@ -129,10 +134,11 @@ async def test_a_body_in_parts_and_expect_100_continue(server: int) -> None:
     writer.close()
 
 
-async def test_a_client_that_leaves_is_a_disconnect_for_the_app(server: int) -> None:
+@pytest.mark.parametrize("path", [b"/wait", b"/two"])
+async def test_a_client_that_leaves_is_a_disconnect_for_the_app(server: int, path: bytes) -> None:
     LEFT.clear()
     _, writer = await _connect(server)
-    writer.write(b"GET /wait HTTP/1.1\r\nhost: x\r\n\r\n")
+    writer.write(b"GET %b HTTP/1.1\r\nhost: x\r\n\r\n" % path)
     await writer.drain()
     await asyncio.sleep(0.05)  # the app is waiting in its receive
     writer.close()
