@@ -60,6 +60,7 @@ class HttpConnection:
         self.loop = _loop or asyncio.get_running_loop()
         self.limits = limits or ConnectionLimits()
         self.root_path: str = config.root_path
+        self.raw_root_path = self.root_path.encode("ascii")
         self.asgi = {"version": config.asgi_version, "spec_version": "2.3"}
         self.keep_alive_s = float(config.timeout_keep_alive)
         self.limit_concurrency: int | None = config.limit_concurrency
@@ -189,7 +190,7 @@ class HttpConnection:
         scope: dict[str, Any] = {
             "type": "http", "asgi": self.asgi, "http_version": version, "server": self.server,
             "client": self.client, "scheme": self.scheme, "method": method, "root_path": self.root_path,
-            "path": self.root_path + path, "raw_path": self.root_path.encode("ascii") + raw_path,
+            "path": self.root_path + path, "raw_path": self.raw_root_path + raw_path,
             "query_string": url.query or b"", "headers": self._headers, "state": self.app_state.copy()}
         cycle = RequestCycle(scope, self.transport, self.flow, self.server_state.default_headers,
                              version != "1.0" and parser.should_keep_alive(), self._expect_100, self._answered,

@@ -207,8 +207,10 @@ class RequestCycle:
         status: int = message["status"]
         line = STATUS_LINES.get(status)
         parts = [line if line is not None else _status_line(status)]
+        # The server's own (date, server) go first as they are; the app's are checked, in tuples or lists.
+        parts += [b"%b: %b\r\n" % (name, value) for name, value in self.default_headers]
         closing = False
-        headers: list[Any] = [*self.default_headers, *message.get("headers", ())]  # tuples or lists, as apps give
+        headers: Any = message.get("headers", ())  # any iterable of pairs, as ASGI allows
         for name, value in headers:
             if HEADER_NAME.search(name) is not None:
                 raise RuntimeError("Invalid HTTP header name.")

@@ -151,7 +151,7 @@ async def test_big_headers_slow_heads_and_slow_bodies_are_cut_while_others_are_s
         assert served and set(served) == {200}, served
         # 20 × 10 MB sent: what stayed is what the limits allow (before: ~190 MB per 20 held headers).
         assert _rss_mib() - before < 40, (before, _rss_mib())
-        # The held ones were let go: a refused connection lingers 1 s (berth/http_guard.py LINGER_S), then
+        # The held ones were let go: a refused connection lingers 1 s (berth/http_connection.py LINGER_S), then
         # closes; what stays is the other caller's keep-alive connection.
         deadline = time.monotonic() + 10
         while OPEN.by_client.get("127.0.0.1", 0) > 2 and time.monotonic() < deadline:  # noqa: ASYNC110
