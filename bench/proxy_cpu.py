@@ -51,7 +51,9 @@ SDK_HEADERS = [(b"host", b"127.0.0.1:8000"), (b"accept-encoding", b"gzip, deflat
 
 
 class Routes:
-    """The API's routes table, answered in process: one public endpoint with one copy."""
+    """The API's routes table, answered in process: one public endpoint with one ready copy, listed as the API
+    lists it (in `copy_urls` too: a pool whose table lists no ready copy URL looks stale to EndpointProxy.route,
+    which then refreshes the table every 0.2 s, as it does for a pool being woken)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -59,7 +61,7 @@ class Routes:
     async def routes(self) -> RoutesTable:
         return RoutesTable.model_validate({"endpoints": [{
             "id": "ep-1", "scope": "public", "owner": "alice", "org": "acme", "groups": [], "service": "vllm",
-            "service_url": None, "replicas": [], "routing_policy": "least_queue",
+            "service_url": None, "copy_urls": [self.url], "routing_policy": "least_queue",
             "pool": [{"copy_id": "c1", "url": self.url}]}]})
 
     async def aclose(self) -> None:

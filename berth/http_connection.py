@@ -14,6 +14,12 @@ Every refusal is one plain-text line with `connection: close`. One timer per con
 fires at the soonest deadline it was set for and, where the deadline moved on meanwhile, sets itself again, so
 a request that arrives whole and is answered arms and cancels nothing.
 
+uvicorn's ProxyHeadersMiddleware (wrapped around the app when `proxy_headers` is on, as it is by default) is done
+here instead, with the same rules: whether the peer is one of `forwarded_allow_ips` is decided once a connection,
+and only a trusted peer's request that carries `x-forwarded-proto` or `x-forwarded-for` has its scope's scheme
+and client rewritten. The middleware ran interpreted on every request; a WebSocket, handed over to uvicorn's
+protocol, still runs it.
+
 Compiled by mypyc (scripts/compile_hot_path.py): no `await` inside an `except` or `finally` block."""
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any, cast
 
 import httptools
 from uvicorn.config import Config
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.utils import get_local_addr, get_remote_addr, is_ssl
 from uvicorn.server import ServerState
 
@@ -56,7 +63,12 @@ class HttpConnection:
         if not config.loaded:
             config.load()
         self.config, self.server_state, self.app_state = config, server_state, app_state
-        self.app = cast(App, config.loaded_app)
+        app: Any = config.loaded_app
+        self.trusted_hosts: Any = None  # uvicorn's _TrustedHosts, where proxy headers apply
+        if isinstance(app, ProxyHeadersMiddleware):  # uvicorn wraps the app last: it is the outermost layer
+            self.trusted_hosts, app = app.trusted_hosts, app.app
+        self.app = cast(App, app)
+        self.trusted = False  # whether this peer's x-forwarded-* headers are believed
         self.loop = _loop or asyncio.get_running_loop()
         self.limits = limits or ConnectionLimits()
         self.root_path: str = config.root_path
@@ -83,6 +95,7 @@ class HttpConnection:
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._expect_100 = False
+        self._forwarded = False
 
     # --- asyncio.Protocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:
@@ -92,6 +105,8 @@ class HttpConnection:
         self.server, self.client = get_local_addr(transport), get_remote_addr(transport)
         self.scheme = "https" if is_ssl(transport) else "http"
         self.peer = self.client[0] if self.client else ""
+        if self.trusted_hosts is not None:
+            self.trusted = (self.client[0] if self.client else None) in self.trusted_hosts
         self._counted = OPEN.admit(self.peer, self.limits)
         if not self._counted:
             self._refuse(503, f"Too many connections (at most {self.limits.max_connections_per_client} per "
@@ -163,6 +178,7 @@ class HttpConnection:
         self._url = b""
         self._headers = []
         self._expect_100 = False
+        self._forwarded = False
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -172,6 +188,8 @@ class HttpConnection:
         value = value.rstrip(b" \t")  # llhttp keeps trailing whitespace, which RFC 9110 §5.5 leaves out
         if name == b"expect" and value.lower() == b"100-continue":
             self._expect_100 = True
+        elif self.trusted and (name == b"x-forwarded-for" or name == b"x-forwarded-proto"):
+            self._forwarded = True
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -192,6 +210,8 @@ class HttpConnection:
             "client": self.client, "scheme": self.scheme, "method": method, "root_path": self.root_path,
             "path": self.root_path + path, "raw_path": self.raw_root_path + raw_path,
             "query_string": url.query or b"", "headers": self._headers, "state": self.app_state.copy()}
+        if self._forwarded:
+            _apply_forwarded(scope, self.trusted_hosts)
         cycle = RequestCycle(scope, self.transport, self.flow, self.server_state.default_headers,
                              version != "1.0" and parser.should_keep_alive(), self._expect_100, self._answered,
                              self.access_log)
@@ -325,6 +345,26 @@ class HttpConnection:
         if self._counted:
             self._counted = False
             OPEN.release(self.peer)
+
+
+def _apply_forwarded(scope: dict[str, Any], trusted_hosts: Any) -> None:
+    """A trusted peer's x-forwarded-proto and x-forwarded-for in the scope, as ProxyHeadersMiddleware sets them:
+    the last proto given, if a known one; the client, the nearest address in the joined list not trusted."""
+    proto: bytes | None = None
+    addresses: list[bytes] = []
+    for name, value in scope["headers"]:
+        if name == b"x-forwarded-proto":
+            proto = value
+        elif name == b"x-forwarded-for":
+            addresses.append(value)
+    if proto is not None:
+        scheme = proto.decode("latin1").strip()
+        if scheme in ("http", "https", "ws", "wss"):
+            scope["scheme"] = scheme
+    if addresses:
+        host, port = trusted_hosts.get_trusted_client_address(b", ".join(addresses).decode("latin1"))
+        if host:  # an empty header names nobody: the peer stays the client
+            scope["client"] = (host, port)
 
 
 def guarded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:

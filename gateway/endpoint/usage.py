@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any, NamedTuple
 
-from berth.bounded_parse import check_json_depth, load_json
+from berth.bounded_parse import MAX_NESTING_DEPTH, check_json_depth, load_json
 from gateway.edge.upstream import Send
 
 MAX_JSON_BYTES = 1 << 20  # a bigger answer is not parsed: its usage is charged as if absent
@@ -121,8 +121,12 @@ def _usage_field(answer: bytes) -> tuple[Any] | None:
     if colon is None:
         return None
     try:
-        tail = answer[colon.end():].decode("utf-8")
-        check_json_depth(tail, "The answer")
+        raw = answer[colon.end():]
+        # check_json_depth's own first test, made here: a usage object has a bracket or two, so the check (whose
+        # interpreted call re-encodes the text) is reached only by a tail that could nest too deep.
+        if raw.count(b"[") + raw.count(b"{") > MAX_NESTING_DEPTH:
+            check_json_depth(raw, "The answer")
+        tail = raw.decode("utf-8")
         return (_DECODER.raw_decode(tail)[0],)
     except ValueError:  # not UTF-8, malformed, or nested too deep
         return None

@@ -1,12 +1,14 @@
 """HttpConnection (berth/http_connection.py, berth/http_cycle.py), the HTTP/1.1 protocol every Berth server runs
 under uvicorn's Server, spoken to over a real socket: a whole answer is one write and a stream's head leaves before
 its body (issue 33); keep-alive, pipelining, chunked and HEAD framing, `Expect: 100-continue`, a body read in parts,
-a client that leaves, an app that fails or frames a bad header, a malformed request, and the idle keep-alive close.
+a client that leaves, an app that fails or frames a bad header, a malformed request, the idle keep-alive close,
+and a trusted peer's x-forwarded-* headers (uvicorn's ProxyHeadersMiddleware, done by the protocol).
 The connection limits are tests/security/test_connection_limits.py's."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from asyncio import selector_events
 from collections.abc import AsyncIterator
@@ -51,6 +53,11 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         LEFT.append(await first)
     elif path == "/fail":
         raise RuntimeError("the app broke")
+    elif path == "/who":  # as the app sees its caller
+        client = scope["client"]
+        body = b"%b %b:%d" % (scope["scheme"].encode(), client[0].encode(), client[1])
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]})
+        await send({"type": "http.response.body", "body": body})
     elif path == "/split":
         await send({"type": "http.response.start", "status": 200, "headers": [(b"x-a", b"1\r\nx-injected: 1")]})
     else:
@@ -60,14 +67,20 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 @pytest.fixture
 async def server() -> AsyncIterator[int]:
+    async with _serving() as (port, _):
+        yield port
+
+
+@contextlib.asynccontextmanager
+async def _serving(**config: Any) -> AsyncIterator[tuple[int, uvicorn.Server]]:
     port = free_port()
     served = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="critical",
-                                           timeout_keep_alive=1, http=guarded_protocol(ConnectionLimits())))
+                                           timeout_keep_alive=1, http=guarded_protocol(ConnectionLimits()), **config))
     task = asyncio.create_task(served.serve())
     async with asyncio.timeout(10):
         while not served.started:  # noqa: ASYNC110 — uvicorn offers a flag, not an event
             await asyncio.sleep(0.01)
-    yield port
+    yield port, served
     served.should_exit = True
     await asyncio.wait_for(task, 10)
 
@@ -170,4 +183,27 @@ async def test_an_idle_keep_alive_connection_is_closed_after_uvicorns_timeout(se
         writer.write(rest)
         async with asyncio.timeout(5):  # timeout_keep_alive=1
             assert await reader.read() == b""
+        writer.close()
+
+
+FORWARDED = b"GET /who HTTP/1.1\r\nhost: x\r\nx-forwarded-proto: https\r\nx-forwarded-for: 203.0.113.7:4711\r\n\r\n"
+
+
+@pytest.mark.parametrize(("config", "seen"), [
+    ({}, b"https 203.0.113.7:4711"),  # uvicorn's default: loopback is a trusted proxy
+    ({"forwarded_allow_ips": "10.0.0.1"}, b"http 127.0.0.1:"),  # a peer not trusted: its headers change nothing
+    ({"proxy_headers": False}, b"http 127.0.0.1:")])
+async def test_a_trusted_peers_forwarded_headers_name_the_client_and_scheme(config: dict[str, Any],
+                                                                              seen: bytes) -> None:
+    async with _serving(**config) as (port, served):
+        reader, writer = await _connect(port)
+        for request in (FORWARDED, FORWARDED.replace(b"x-forwarded", b"x-other")):  # per request, not per connection
+            writer.write(request)
+            answer = await _read_until(reader, b"\r\n\r\n")
+            answer += await reader.readexactly(int(answer.split(b"content-length: ")[1].split(b"\r\n")[0])
+                                               - len(answer.partition(b"\r\n\r\n")[2]))
+            body = answer.partition(b"\r\n\r\n")[2]
+            assert body.startswith(seen if request is FORWARDED else b"http 127.0.0.1:"), answer
+        # The protocol did the middleware's work: the app it calls is not wrapped in it.
+        assert [type(connection.app) for connection in served.server_state.connections] == [type(app)]
         writer.close()

@@ -20,8 +20,10 @@ class FindRoute(Step):
         if route is None:
             await plain(request.send, 404, b"Unknown endpoint")
             return False
-        # LiteLLM's /key/* from Berth's keys: before the token check (the master key is not a Berth token).
-        if await litellm_keys.serve(proxy, route, request.scope, request.receive, request.send, request.rest):
+        # LiteLLM's /key/* from Berth's keys: before the token check (the master key is not a Berth token). Only a
+        # LiteLLM-fronted pool has them: the test here spares every other request a call into interpreted code.
+        if route.fronts_pool and await litellm_keys.serve(proxy, route, request.scope, request.receive, request.send,
+                                                          request.rest):
             return False
         if route.service in openai_routes.MODEL_UPSTREAMS and await openai_routes.refused(request.send, request.rest):
             return False  # only the OpenAI routes reach a copy: the rest of vLLM's answer without its key
