@@ -5,9 +5,13 @@ the cluster's keys in the state dir and act as root. Jailed, it sees of the stat
 and workspace, writable, and its opencode.json, read-only), reads the binary it runs, and has the allow-listed
 environment its launch built. A workspace Volume is given to the user of the workflow that starts on it.
 
+A pool's LiteLLM is jailed too (activities/launches.py `litellm_front`): it parses every request strangers send
+through the endpoint, so an exploit of it must find no more than a rank would. Forked from the node's standby, it
+enters the same jail in the fork (gateway/litellm_hooks/standby.py). The gateway front is not jailed: it runs
+Berth's own code with the argv and configuration Berth builds.
+
 An agent that is not root (or whose rank user is not usable: node/agent.py's rank_user) starts it as itself,
-as it does ranks. LiteLLM and the gateway fronts are not jailed: they run Berth's own code with the argv and
-configuration Berth builds."""
+as it does ranks."""
 
 from __future__ import annotations
 

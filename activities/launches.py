@@ -12,10 +12,11 @@ from pathlib import Path
 from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 
-from activities.front_launch import FrontLaunch
-from activities.litellm_service import LiteLLMServiceSpec, prepare_launch
+from activities.front_launch import FrontJail, FrontLaunch
+from activities.litellm_service import LiteLLMLaunch, LiteLLMServiceSpec, prepare_launch
 from activities.node_context import NodeContext
 from activities.opencode_launch import opencode_launch
+from activities.rank_jail import engine_paths
 from berth.api_client import ApiClient
 from berth.child_environment import BASE_VARIABLES, PYTHON_SETTINGS, inherit
 from berth.errors import BerthError
@@ -61,9 +62,19 @@ async def litellm_launch(api: ApiClient, node: NodeContext, run: FrontRun, workd
         rate_url=f"{base}/v1/internal/endpoints/{run.endpoint_id}/requests",
         host=run.address, port=run.port,
     )
-    launch = await asyncio.to_thread(prepare_launch, spec, workdir)
-    return FrontLaunch(argv=launch.argv, environment=launch.environment,
-                         working_directory=launch.working_directory)
+    return litellm_front(await asyncio.to_thread(prepare_launch, spec, workdir))
+
+
+def litellm_front(launch: LiteLLMLaunch) -> FrontLaunch:
+    """A LiteLLM launch as a front: jailed where the agent can (activities/fronts.py), as the rank user of its
+    workflow — it parses what strangers send, so it runs with no more than ranks have. It reads its virtualenv, the
+    Python under it, the checkout its hooks import from and the control plane's CA; it writes only its run
+    directory, which is its home too (its config there holds no secret: the master key is in its environment)."""
+    environment = {**launch.environment, "HOME": str(launch.working_directory)}
+    certificate = environment.get("BERTH_TLS_CA")
+    read_only = (*sorted(engine_paths(launch.argv, environment)), *((Path(certificate),) if certificate else ()))
+    return FrontLaunch(argv=launch.argv, environment=environment, working_directory=launch.working_directory,
+                       jail=FrontJail(read_only=read_only, writable=(launch.working_directory,)))
 
 
 async def gateway_launch(api: ApiClient, node: NodeContext, run: FrontRun, workdir: Path) -> FrontLaunch:

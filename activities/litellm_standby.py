@@ -25,6 +25,7 @@ from typing import Final, Literal
 
 from activities.front_launch import FrontLaunch
 from activities.litellm_service import find_litellm_executable, shared_environment
+from activities.rank_jail import JAIL_SCRIPT, unjailed
 from berth.processes import pid_gone, script_interpreter
 
 log = logging.getLogger("berth.node.litellm_standby")
@@ -40,6 +41,9 @@ FORK_ANSWER_S: Final = 240.0
 POLL_S: Final = 0.25  # how often the end of a fork whose standby ended first is looked for
 REPLY_LIMIT_BYTES: Final = 4096  # a reply is a pid or an exit status
 StandbyMode = Literal["on", "lazy", "off"]
+# Set per launch for the user a jailed LiteLLM runs as (activities/launches.py `litellm_front`), so not the
+# standby's: LiteLLM's imports capture none of them (checked: only `site`'s user directory, unused in a virtualenv).
+PER_USER: Final = frozenset({"HOME", "USER", "LOGNAME"})
 
 
 def set_niceness(pid: int, niceness: int) -> bool:
@@ -96,17 +100,20 @@ class Standby:
         self._reading: Final = asyncio.create_task(self._read())
 
     def fits(self, launch: FrontLaunch) -> bool:
-        """True when forking `launch` is what a cold start of it would be."""
-        return (self.process.returncode is None and not self._reading.done() and bool(launch.argv)
-                and launch.argv[0] == self.executable
-                and all(launch.environment.get(name) == value for name, value in self.environment.items()))
+        """True when forking `launch` is what a cold start of it would be (a jailed one's: the jail's)."""
+        argv, environment, _plan = unjailed(launch.argv, launch.environment)
+        return (self.process.returncode is None and not self._reading.done() and bool(argv)
+                and os.path.realpath(argv[0]) == os.path.realpath(self.executable)
+                and all(environment.get(name) == value for name, value in self.environment.items()
+                        if name not in PER_USER))
 
     async def fork(self, launch: FrontLaunch, log_path: Path) -> ForkedProcess:
-        """The launch, forked; raises ProcessLookupError when the standby ended first, TimeoutError when it did
-        not answer in FORK_ANSWER_S."""
-        order = {"argv": list(launch.argv), "environment": dict(launch.environment),
-                 "cwd": str(launch.working_directory), "log": str(log_path),
-                 "niceness": os.getpriority(os.PRIO_PROCESS, 0)}
+        """The launch, forked (a jailed one enters its jail in the fork); raises ProcessLookupError when the standby
+        ended first, TimeoutError when it did not answer in FORK_ANSWER_S."""
+        argv, environment, plan = unjailed(launch.argv, launch.environment)
+        order = {"argv": argv, "environment": environment, "cwd": str(launch.working_directory),
+                 "log": str(log_path), "niceness": os.getpriority(os.PRIO_PROCESS, 0),
+                 "jail": None if plan is None else {"script": str(JAIL_SCRIPT), "plan": plan}}
         answer: asyncio.Future[ForkedProcess] = asyncio.get_running_loop().create_future()
         self._answers.append(answer)  # answers come in order: the standby forks one order after another
         stdin = self.process.stdin

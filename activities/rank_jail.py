@@ -169,6 +169,16 @@ def jailed(argv: Sequence[str], plan_: Mapping[str, object], env: dict[str, str]
     return [sys.executable, "-P", str(JAIL_SCRIPT), *argv]
 
 
+def unjailed(argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str], dict[str, object] | None]:
+    """What `jailed` wrapped: the argv it starts, the environment without the plan, and the plan (None, with both
+    as given, for an argv not started through the jail). A LiteLLM forked from the node's standby enters the jail in
+    the fork itself (gateway/litellm_hooks/standby.py)."""
+    if tuple(argv[:3]) == (sys.executable, "-P", str(JAIL_SCRIPT)) and len(argv) > 3 and PLAN_VARIABLE in env:
+        rest = dict(env)
+        return list(argv[3:]), rest, json.loads(rest.pop(PLAN_VARIABLE))
+    return list(argv), dict(env), None
+
+
 def give(user: RankUser, paths: Iterable[Path]) -> None:
     """The rank user's own run dir and cache: each path and what it holds (the agent made them as root)."""
     for top in paths:

@@ -7,7 +7,9 @@ shares (activities/litellm_service.py `shared_environment`: no endpoint's values
 line to its stdin per launch: the argv, environment, working directory, log file and priority a cold start would
 have used. The standby forks, and the child becomes exactly that process — its own session, the log on stdout and
 stderr, the full environment, `litellm`'s own command-line entry point — so the node agent owns, watches, stops
-and adopts it like any other front. The standby answers on its stdout, one JSON line each: `{"pid": N}` for a
+and adopts it like any other front. Where the agent jails its LiteLLMs (it is root), the order carries the jail's
+plan and the child enters it before anything else of its order: the rank user, in its own mount namespace, as a
+cold start through rank/jail.py would be. The standby answers on its stdout, one JSON line each: `{"pid": N}` for a
 fork, and `{"exited": N, "code": C}` when a child ends (C as subprocess reports it: negative for a signal), since
 only a parent can know a child's exit status.
 
@@ -71,10 +73,29 @@ def _become(order: dict[str, Any], session_made: int) -> None:
     os.dup2(log, 2)
     os.close(null)
     os.close(log)
+    if order.get("jail") is not None:
+        _enter_jail(order["jail"], order["cwd"])
     os.chdir(order["cwd"])
     os.environ.clear()
     os.environ.update(order["environment"])
     sys.argv = list(order["argv"])
+
+
+def _enter_jail(jail: dict[str, Any], cwd: str) -> None:
+    """Become the launch's rank user in its own mount namespace, as a cold start through rank/jail.py would (the
+    node agent made the plan: activities/rank_jail.py). The jail's file is run from its source, as `python jail.py`
+    and the Slurm launcher run it: nothing of it is imported from a place the user could write. One line in the log
+    and exit status 126 when it cannot be built: the front fails with that line."""
+    path: Final = jail["script"]
+    module: Final[dict[str, Any]] = {"__name__": "berth_rank_jail", "__file__": path}
+    with open(path, "rb") as source:
+        exec(compile(source.read(), path, "exec"), module)  # noqa: S102 — Berth's own file, named by the agent
+    try:
+        os.chdir(cwd)  # bound back in the new namespace at the same path
+        module["build"](jail["plan"])
+    except (module["JailError"], OSError, ValueError, KeyError) as error:
+        print(f"berth rank jail: could not start LiteLLM as uid {jail['plan'].get('uid')}: {error}", flush=True)
+        os._exit(module["FAILED"])
 
 
 class _Zygote:

@@ -3,13 +3,14 @@ node agents, endpoint proxy), driven through the real CLI and the OpenAI SDK."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
 import openai
 import pytest
 
-from tests.support import RunningStack
+from tests.support import RunningStack, runs_as_the_rank_user_seeing_no_key
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +144,16 @@ def test_describe_get_and_log(sim_stack: RunningStack, served: dict[str, str]) -
     assert "vllm-rank-0" in jobs
     log = sim_stack.cli("workflow", "log", served["workflow_id"], "vllm-rank-0").stdout
     assert "--served-model-name openai/gpt-oss-20b" in log
+
+
+@pytest.mark.litellm
+def test_the_pools_litellm_runs_as_a_rank_user_seeing_no_key(sim_stack: RunningStack, served: dict[str, str]) -> None:
+    """LiteLLM parses what strangers send through the endpoint: it runs jailed, as its workflow's rank user
+    (activities/launches.py `litellm_front`), forked from the node's standby or started cold."""
+    records = [json.loads(path.read_text())
+               for path in sim_stack.state_dir.glob(f"nodes/*/services/{served['workflow_id']}.*/service.json")]
+    assert len(records) == 1, records  # the pool's one front: its LiteLLM
+    runs_as_the_rank_user_seeing_no_key(records[0]["pid"], sim_stack.state_dir)
 
 
 @pytest.mark.litellm
