@@ -11,7 +11,9 @@ non-streamed request to the copy and to each, in turn, one at a time; the p50 of
 copy's; each server process's CPU per request over that run (/proc), and over a wrk run at concurrency 32 (where
 it never sleeps between requests). Usage: PYTHONPATH=. .venv/bin/python -m bench.hop_floor [--rounds N]; prints JSON.
 `--baseline DIR [--app proxy|bare]`: that server from another checkout (`git archive REV | tar -x -C DIR`) beside
-this one's, CPU per request at concurrency 32 in five alternating rounds and the added p50 of each."""
+this one's, CPU per request at concurrency 32 in five alternating rounds and the added p50 of each.
+`--placement`: the proxy's added p50 and CPU per request at concurrency 1 with the client, the copy and the proxy
+on one vCPU, with the proxy alone on the other, and left to the scheduler (what a wake across vCPUs costs here)."""
 
 from __future__ import annotations
 
@@ -230,6 +232,38 @@ def against_baseline(baseline: Path, app: str, rounds: int, seconds: float) -> d
             proc.wait()
 
 
+PLACEMENTS = {"one_vcpu": (0, 0, 0), "proxy_on_its_own_vcpu": (0, 0, 1), "scheduler": None}
+
+
+def placement(rounds: int) -> dict[str, Any]:
+    """The proxy's added p50 and CPU per request at concurrency 1 (client, copy, proxy pinned as PLACEMENTS
+    says, each thread of each; a fresh copy and proxy each): on this VM a wake across vCPUs is a halted vCPU's
+    exit and entry, and a proxy alone on a vCPU meets cold caches at every request."""
+    out: dict[str, Any] = {}
+    everywhere = os.sched_getaffinity(0)
+    for name, cpus in PLACEMENTS.items():
+        ports = {"copy": free_port(), "proxy": free_port()}
+        procs = {"copy": _start([str(REPO / "bench" / "loopback_copy.py"), str(ports["copy"])])}
+        try:
+            procs["proxy"] = _start([__file__, "--serve", str(ports["proxy"]), f"http://127.0.0.1:{ports['copy']}",
+                                     "proxy"])
+            for pid, cpu in zip((os.getpid(), procs["copy"].pid, procs["proxy"].pid), cpus or (), strict=False):
+                for thread in os.listdir(f"/proc/{pid}/task"):
+                    os.sched_setaffinity(int(thread), {cpu})
+            began = cpu_seconds(procs["proxy"].pid)
+            medians = p50s(ports, rounds)
+            out[name] = {"added_p50_ms": round(medians["proxy"] - medians["copy"], 4),
+                         "copy_p50_ms": round(medians["copy"], 4),
+                         "proxy_cpu_ms_per_request": round((cpu_seconds(procs["proxy"].pid) - began)
+                                                           / (rounds + WARM) * 1e3, 4)}
+        finally:
+            os.sched_setaffinity(0, everywhere)
+            for proc in procs.values():
+                proc.kill()
+                proc.wait()
+    return out
+
+
 def _start(args: list[str], root: Path = REPO) -> subprocess.Popen[bytes]:
     """A process of `root`'s checkout (its own code on the path, whatever this one's)."""
     env = {**os.environ, "PYTHONPATH": str(root)}
@@ -246,7 +280,11 @@ def main() -> None:
     parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--baseline", type=Path, help="another checkout: its server against this one's, same run")
     parser.add_argument("--app", choices=("proxy", "bare"), default="proxy", help="with --baseline: which server")
+    parser.add_argument("--placement", action="store_true", help="the proxy at concurrency 1, pinned three ways")
     args = parser.parse_args()
+    if args.placement:
+        emit("hop_floor_placement", placement(args.rounds))
+        return
     if args.baseline:
         emit("hop_floor_against_baseline", against_baseline(args.baseline, args.app, 5, args.seconds))
         return

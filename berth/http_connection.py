@@ -32,6 +32,7 @@ from typing import Any, cast
 import httptools
 from uvicorn.config import Config
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.utils import get_local_addr, get_remote_addr, is_ssl
 from uvicorn.server import ServerState
 
@@ -41,15 +42,6 @@ from berth.settings.connections import ConnectionLimits
 
 NO_CLOCK, HEAD_CLOCK, BODY_CLOCK, IDLE_CLOCK = 0, 1, 2, 3
 LINGER_S = 1.0  # how long a refused connection's further bytes are read and dropped before it closes
-
-
-async def _unavailable(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """uvicorn's answer beyond `limit_concurrency`."""
-    body = b"Service Unavailable"
-    await send({"type": "http.response.start", "status": 503,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"19"),
-                            (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 class HttpConnection:
@@ -220,7 +212,7 @@ class HttpConnection:
         if limit is not None and (len(self.server_state.connections) >= limit
                                   or len(self.server_state.tasks) >= limit):
             LOG.warning("Exceeded concurrency limit.")
-            app = _unavailable
+            app = cast(App, service_unavailable)  # uvicorn's own answer beyond `limit_concurrency`
         earlier, self.cycle = self.cycle, cycle
         if earlier is None or earlier.response_complete:
             self._run(cycle, app)

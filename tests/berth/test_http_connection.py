@@ -207,3 +207,14 @@ async def test_a_trusted_peers_forwarded_headers_name_the_client_and_scheme(conf
         # The protocol did the middleware's work: the app it calls is not wrapped in it.
         assert [type(connection.app) for connection in served.server_state.connections] == [type(app)]
         writer.close()
+
+
+async def test_beyond_uvicorns_limit_concurrency_a_request_is_answered_503() -> None:
+    async with _serving(limit_concurrency=2) as (port, _served):
+        _reader, idle = await _connect(port)  # an open connection counts toward the limit, as in uvicorn
+        reader, writer = await _connect(port)
+        writer.write(b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n")
+        answer = await reader.read()  # `connection: close`
+        assert answer.startswith(b"HTTP/1.1 503 ") and answer.endswith(b"\r\n\r\nService Unavailable"), answer
+        writer.close()
+        idle.close()
