@@ -37,6 +37,9 @@ def jailed_launch(user: RankUser, launch: FrontLaunch, state_root: Path) -> Fron
         plain_directory(top, kept)  # a link the service's previous run left there is not followed
         os.chown(kept, os.getuid(), os.getgid())
         kept.chmod(0o755)
+    for shared in needs.shared:  # the agent's file, the agent's to write: the user's group may read it
+        os.chown(shared, os.getuid(), user.gid, follow_symlinks=False)
+        shared.chmod(0o640)
     # The program by its real path: the symlinks on the way to it (a checkout's .tools) may lie in a directory
     # the jail hides.
     program = os.path.realpath(shutil.which(launch.argv[0]) or launch.argv[0])

@@ -16,6 +16,7 @@ class FrontJail:
     read_only: tuple[Path, ...]
     writable: tuple[Path, ...]
     kept: tuple[Path, ...] = ()
+    shared: tuple[Path, ...] = ()  # files of the agent's it reads (read_only too): given its group's read, not it
 
 
 @dataclass(frozen=True)

@@ -62,19 +62,24 @@ async def litellm_launch(api: ApiClient, node: NodeContext, run: FrontRun, workd
         rate_url=f"{base}/v1/internal/endpoints/{run.endpoint_id}/requests",
         host=run.address, port=run.port,
     )
-    return litellm_front(await asyncio.to_thread(prepare_launch, spec, workdir))
+    return await asyncio.to_thread(lambda: litellm_front(prepare_launch(spec, workdir)))
 
 
 def litellm_front(launch: LiteLLMLaunch) -> FrontLaunch:
     """A LiteLLM launch as a front: jailed where the agent can (activities/fronts.py), as the rank user of its
     workflow — it parses what strangers send, so it runs with no more than ranks have. It reads its virtualenv, the
-    Python under it, the checkout its hooks import from and the control plane's CA; it writes only its run
-    directory, which is its home too (its config there holds no secret: the master key is in its environment)."""
-    environment = {**launch.environment, "HOME": str(launch.working_directory)}
+    Python under it, the checkout its hooks import from, the control plane's CA and its config (which holds no
+    secret: the master key is in its environment); it writes only its home, inside its run dir. The run dir stays
+    the agent's: the agent writes the config and the pidfile there, and a directory the rank user owned would let it
+    plant a link the next launch's config write (as root) would follow. Blocking file work: call it in a thread."""
+    home = launch.working_directory / "home"
+    home.mkdir(exist_ok=True)
+    environment = {**launch.environment, "HOME": str(home)}
     certificate = environment.get("BERTH_TLS_CA")
-    read_only = (*sorted(engine_paths(launch.argv, environment)), *((Path(certificate),) if certificate else ()))
+    read_only = (*sorted(engine_paths(launch.argv, environment)), *((Path(certificate),) if certificate else ()),
+                 launch.config_path)
     return FrontLaunch(argv=launch.argv, environment=environment, working_directory=launch.working_directory,
-                       jail=FrontJail(read_only=read_only, writable=(launch.working_directory,)))
+                       jail=FrontJail(read_only=read_only, writable=(home,), shared=(launch.config_path,)))
 
 
 async def gateway_launch(api: ApiClient, node: NodeContext, run: FrontRun, workdir: Path) -> FrontLaunch:

@@ -158,7 +158,8 @@ async def test_a_standby_forks_each_launch_and_reports_how_each_ended(tmp_path: 
 async def _a_jailed_launch_enters_its_jail_in_the_fork(standby: LiteLLMStandby, spare: int, tmp_path: Path,
                                                        executable: str) -> None:
     """A root agent's LiteLLM (activities/fronts.py) runs as its workflow's rank user, in a mount namespace where the
-    state dir shows nothing but its run dir: forked from the same standby, which enters the jail in the fork."""
+    state dir shows nothing but its config and home: forked from the same standby, which enters the jail in the
+    fork."""
     state = tmp_path / "state"
     (state / "keys").mkdir(parents=True)
     (state / "keys" / "cluster.key").write_text("secret")
@@ -174,7 +175,11 @@ async def _a_jailed_launch_enters_its_jail_in_the_fork(standby: LiteLLMStandby, 
     assert f"Uid:\t{user.uid}\t{user.uid}\t{user.uid}\t{user.uid}" in status, status
     seen = Path(f"/proc/{jailed.pid}/root")  # its own view of the files
     assert not (seen / (state / "keys").relative_to("/")).exists() and (state / "keys").is_dir()
-    assert (seen / launch.working_directory.relative_to("/") / CONFIG_FILE_NAME).is_file()  # its run dir, bound back
+    assert (seen / launch.working_directory.relative_to("/") / CONFIG_FILE_NAME).is_file()  # its config, bound back
+    # Its run dir stays the agent's (the agent writes the config and the pidfile there: a directory the user owned
+    # could hold a link the next config write would follow); only its home there is the user's.
+    run_dir, home = os.lstat(launch.working_directory), os.lstat(launch.working_directory / "home")
+    assert (run_dir.st_uid, run_dir.st_mode & 0o022) == (os.getuid(), 0) and home.st_uid == user.uid
     os.kill(jailed.pid, signal.SIGKILL)
     assert await asyncio.wait_for(jailed.wait(), 30) == -signal.SIGKILL
 
