@@ -5,10 +5,9 @@ the cluster's keys in the state dir and act as root. Jailed, it sees of the stat
 and workspace, writable, and its opencode.json, read-only), reads the binary it runs, and has the allow-listed
 environment its launch built. A workspace Volume is given to the user of the workflow that starts on it.
 
-A pool's LiteLLM is jailed too (activities/launches.py `litellm_front`): it parses every request strangers send
-through the endpoint, so an exploit of it must find no more than a rank would. Forked from the node's standby, it
-enters the same jail in the fork (gateway/litellm_hooks/standby.py). The gateway front is not jailed: it runs
-Berth's own code with the argv and configuration Berth builds.
+A pool's LiteLLM and the model gateway are jailed too (activities/launches.py `front_jail`): each parses every
+request strangers send through its endpoint, so an exploit of it must find no more than a rank would. A LiteLLM
+forked from the node's standby enters the same jail in the fork (gateway/litellm_hooks/standby.py).
 
 An agent that is not root (or whose rank user is not usable: node/agent.py's rank_user) starts it as itself,
 as it does ranks."""
@@ -41,8 +40,11 @@ def jailed_launch(user: RankUser, launch: FrontLaunch, state_root: Path) -> Fron
         os.chown(shared, os.getuid(), user.gid, follow_symlinks=False)
         shared.chmod(0o640)
     # The program by its real path: the symlinks on the way to it (a checkout's .tools) may lie in a directory
-    # the jail hides.
-    program = os.path.realpath(shutil.which(launch.argv[0]) or launch.argv[0])
+    # the jail hides. Not a virtualenv's python (the model gateway's): started by its real path it would not be
+    # that virtualenv's; its own directory and the Python it links to are both bound (engine_paths).
+    found = shutil.which(launch.argv[0]) or launch.argv[0]
+    in_venv = (Path(found).parent.parent / "pyvenv.cfg").exists()
+    program = os.path.abspath(found) if in_venv else os.path.realpath(found)
     env = dict(launch.environment)
     user_environment(user, env)
     made = plan(user, (Path(program), *needs.read_only), needs.writable, [state_root])

@@ -22,6 +22,7 @@ from berth.child_environment import BASE_VARIABLES, PYTHON_SETTINGS, inherit
 from berth.errors import BerthError
 from berth.kinds import ProcessKind, facts
 from berth.processes import berth_python
+from berth.settings import repo_root
 from workflows.payloads import FrontRun
 
 Launch = Callable[[ApiClient, NodeContext, FrontRun, Path], Awaitable[FrontLaunch]]
@@ -67,19 +68,29 @@ async def litellm_launch(api: ApiClient, node: NodeContext, run: FrontRun, workd
 
 def litellm_front(launch: LiteLLMLaunch) -> FrontLaunch:
     """A LiteLLM launch as a front: jailed where the agent can (activities/fronts.py), as the rank user of its
-    workflow — it parses what strangers send, so it runs with no more than ranks have. It reads its virtualenv, the
-    Python under it, the checkout its hooks import from, the control plane's CA and its config (which holds no
-    secret: the master key is in its environment); it writes only its home, inside its run dir. The run dir stays
-    the agent's: the agent writes the config and the pidfile there, and a directory the rank user owned would let it
-    plant a link the next launch's config write (as root) would follow. Blocking file work: call it in a thread."""
-    home = launch.working_directory / "home"
-    home.mkdir(exist_ok=True)
-    environment = {**launch.environment, "HOME": str(home)}
-    certificate = environment.get("BERTH_TLS_CA")
-    read_only = (*sorted(engine_paths(launch.argv, environment)), *((Path(certificate),) if certificate else ()),
-                 launch.config_path)
+    workflow — it parses what strangers send, so it runs with no more than ranks have (see `front_jail`). Beside
+    what every jailed front reads, it reads its config, which holds no secret: the master key is in its environment.
+    Blocking file work: call it in a thread."""
+    environment = dict(launch.environment)
+    jail = front_jail(launch.argv, environment, launch.working_directory, shared=(launch.config_path,))
     return FrontLaunch(argv=launch.argv, environment=environment, working_directory=launch.working_directory,
-                       jail=FrontJail(read_only=read_only, writable=(home,), shared=(launch.config_path,)))
+                       jail=jail)
+
+
+def front_jail(argv: tuple[str, ...], environment: dict[str, str], run_dir: Path,
+               shared: tuple[Path, ...] = ()) -> FrontJail:
+    """What a front of Berth's (LiteLLM, the model gateway) needs jailed: it reads its virtualenv, the Python under it,
+    the code it imports (PYTHONPATH, and Berth's own checkout or install) and the control plane's CA, and the
+    agent's files in `shared`; it writes only its home, `run_dir`/home, which `environment` is given as HOME. The
+    run dir stays the agent's: the agent writes the config and the pidfile there as root, and a directory the rank
+    user owned would let it plant a link such a write would follow."""
+    home = run_dir / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    environment["HOME"] = str(home)
+    certificate = environment.get("BERTH_TLS_CA")
+    read_only = (*sorted(engine_paths(argv, environment) | {repo_root()}),
+                 *((Path(certificate),) if certificate else ()), *shared)
+    return FrontJail(read_only=read_only, writable=(home,), shared=shared)
 
 
 async def gateway_launch(api: ApiClient, node: NodeContext, run: FrontRun, workdir: Path) -> FrontLaunch:
@@ -97,7 +108,9 @@ async def gateway_launch(api: ApiClient, node: NodeContext, run: FrontRun, workd
                 "PYTHONUNBUFFERED": "1"})
     argv = (*berth_python("cli"), "gateway", "--host", run.address, "--port", str(run.port),
             "--endpoint-id", run.endpoint_id, *_gateway_options(run.options))
-    return FrontLaunch(argv=argv, environment=env, working_directory=workdir)
+    # Jailed where the agent can, as LiteLLM is: it too answers what strangers send through its endpoint.
+    jail = await asyncio.to_thread(front_jail, argv, env, workdir)
+    return FrontLaunch(argv=argv, environment=env, working_directory=workdir, jail=jail)
 
 
 async def _opencode(api: ApiClient, node: NodeContext, run: FrontRun, workdir: Path) -> FrontLaunch:

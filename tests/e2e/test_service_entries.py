@@ -57,6 +57,9 @@ def test_gateway_entry_serves_every_discoverable_model(stack: RunningStack) -> N
                            json={"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
         assert reply.status_code == 200, reply.text
     assert "gateway" in stack.cli("workflow", "log", gateway).stdout
+    # It answers what strangers send through its endpoint: it runs jailed, as its workflow's rank user, as LiteLLM.
+    record = next(stack.state_dir.glob(f"nodes/*/services/{gateway}.*/service.json"))
+    runs_as_the_rank_user_seeing_no_key(json.loads(record.read_text())["pid"], stack.state_dir)
     for workflow_id in (gateway, gpt, qwen):
         stack.cli("workflow", "stop", workflow_id)
 
