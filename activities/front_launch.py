@@ -22,8 +22,7 @@ class FrontJail:
 @dataclass(frozen=True)
 class FrontLaunch:
     """What to start: argv (no secret), environment (may hold secrets), working directory; `jail`: set for a
-    process a user's values influence (OpenCode, LiteLLM, the model gateway), started as the rank user when the
-    agent can."""
+    process a user's values influence (OpenCode, LiteLLM), started as the rank user when the agent can."""
 
     argv: tuple[str, ...]
     environment: Mapping[str, str]

@@ -98,7 +98,7 @@ class HttpConnection:
         self.scheme = "https" if is_ssl(transport) else "http"
         self.peer = self.client[0] if self.client else ""
         if self.trusted_hosts is not None:
-            self.trusted = self.peer in self.trusted_hosts  # "" (no address) only under `*`, as uvicorn
+            self.trusted = (self.client[0] if self.client else None) in self.trusted_hosts
         self._counted = OPEN.admit(self.peer, self.limits)
         if not self._counted:
             self._refuse(503, f"Too many connections (at most {self.limits.max_connections_per_client} per "

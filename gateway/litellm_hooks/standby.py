@@ -74,14 +74,14 @@ def _become(order: dict[str, Any], session_made: int) -> None:
     os.close(null)
     os.close(log)
     if order.get("jail") is not None:
-        _enter_jail(order["jail"])
+        _enter_jail(order["jail"], order["cwd"])
     os.chdir(order["cwd"])
     os.environ.clear()
     os.environ.update(order["environment"])
     sys.argv = list(order["argv"])
 
 
-def _enter_jail(jail: dict[str, Any]) -> None:
+def _enter_jail(jail: dict[str, Any], cwd: str) -> None:
     """Become the launch's rank user in its own mount namespace, as a cold start through rank/jail.py would (the
     node agent made the plan: activities/rank_jail.py). The jail's file is run from its source, as `python jail.py`
     and the Slurm launcher run it: nothing of it is imported from a place the user could write. One line in the log
@@ -91,7 +91,8 @@ def _enter_jail(jail: dict[str, Any]) -> None:
     with open(path, "rb") as source:
         exec(compile(source.read(), path, "exec"), module)  # noqa: S102 — Berth's own file, named by the agent
     try:
-        module["build"](jail["plan"])  # the working directory is entered after, in the new namespace
+        os.chdir(cwd)  # bound back in the new namespace at the same path
+        module["build"](jail["plan"])
     except (module["JailError"], OSError, ValueError, KeyError) as error:
         print(f"berth rank jail: could not start LiteLLM as uid {jail['plan'].get('uid')}: {error}", flush=True)
         os._exit(module["FAILED"])
